@@ -1,0 +1,47 @@
+// CpuDevice allocation and copies.
+#include "runtime/cpu/cpu_device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/status.h"
+
+namespace zt {
+
+namespace {
+constexpr size_t kAlignment = 64;
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+CpuDevice::CpuDevice() : kernels_(make_cpu_kernels()) {}
+
+CpuDevice::~CpuDevice() {
+  for (auto& [bytes, data] : cache_) std::free(data);
+}
+
+void* CpuDevice::raw_alloc(size_t bytes) {
+  if (auto it = cache_.find(bytes); it != cache_.end()) {
+    void* data = it->second;
+    cache_.erase(it);
+    cached_bytes_ -= bytes;
+    return data;
+  }
+  void* data = std::aligned_alloc(kAlignment, round_up(bytes, kAlignment));
+  if (!data) throw_system(fmt::format("out of host memory allocating {} bytes", bytes));
+  return data;
+}
+
+void CpuDevice::raw_free(void* data, size_t bytes) {
+  cache_.emplace(bytes, data);
+  cached_bytes_ += bytes;
+}
+
+void CpuDevice::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  std::memcpy(host_dst, src, bytes);
+}
+void CpuDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
+  std::memcpy(dst, host_src, bytes);
+}
+void CpuDevice::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+
+}  // namespace zt

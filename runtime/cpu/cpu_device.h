@@ -1,0 +1,37 @@
+// CpuDevice: host memory with a size-keyed cache of freed blocks (activations are allocated
+// and freed every step; the cache avoids paying page faults for them each time), and the
+// OpenBLAS/OpenMP kernels. The tracker counts bytes handed out, not bytes cached.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "runtime/device.h"
+
+namespace zt {
+
+class CpuDevice final : public Device {
+ public:
+  CpuDevice();
+  ~CpuDevice() override;
+  std::string name() const override { return "cpu"; }
+  Kernels& kernels() override { return *kernels_; }
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+  size_t cached_bytes() const { return cached_bytes_; }
+
+ protected:
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* data, size_t bytes) override;
+
+ private:
+  std::unique_ptr<Kernels> kernels_;
+  std::multimap<size_t, void*> cache_;  // freed blocks by exact size
+  size_t cached_bytes_ = 0;
+};
+
+// The CPU kernel table (runtime/cpu/cpu_kernels.cpp).
+std::unique_ptr<Kernels> make_cpu_kernels();
+
+}  // namespace zt

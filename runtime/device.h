@@ -1,0 +1,73 @@
+// Device: owns memory (every allocation tracked by category) and a Kernels table.
+// Buffer is the RAII handle of one allocation. The CPU device lives in runtime/cpu/.
+// Streams and events arrive with the CUDA back end; on the CPU every call completes on return.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "runtime/kernels.h"
+#include "runtime/memory_tracker.h"
+
+namespace zt {
+
+class Device;
+
+// One tracked allocation; move-only; freed (and untracked) on destruction.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  ~Buffer();
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+  MemCategory category() const { return category_; }
+  explicit operator bool() const { return data_ != nullptr; }
+  void reset();
+
+ private:
+  friend class Device;
+  Buffer(Device* device, void* data, size_t bytes, MemCategory category)
+      : device_(device), data_(data), bytes_(bytes), category_(category) {}
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  MemCategory category_ = MemCategory::kOther;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+  virtual Kernels& kernels() = 0;
+
+  // Tracked allocation, 64-byte aligned, contents unspecified. Zero bytes gives an empty Buffer.
+  Buffer alloc(size_t bytes, MemCategory category);
+  // Tracked allocation filled with zeros.
+  Buffer alloc_zeroed(size_t bytes, MemCategory category);
+  const MemoryTracker& memory() const { return memory_; }
+  MemoryTracker& memory() { return memory_; }
+
+  // Host <-> device copies (the CPU device copies with memcpy).
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void zero(void* dst, size_t bytes) = 0;
+
+ protected:
+  virtual void* raw_alloc(size_t bytes) = 0;
+  virtual void raw_free(void* data, size_t bytes) = 0;
+
+ private:
+  friend class Buffer;
+  void release(void* data, size_t bytes, MemCategory category);
+  MemoryTracker memory_;
+};
+
+}  // namespace zt

@@ -1,0 +1,115 @@
+// Kernels: the leaf compute a back end supplies (CPU on OpenBLAS + OpenMP here; CUDA later).
+// Everything above runtime/ calls these and nothing else for math, so a new back end touches
+// runtime/ and comm/ only. Contracts, for every entry:
+//   - pointers are device memory of the back end that implements the table; sizes in elements;
+//   - backward kernels ACCUMULATE (+=) into every gradient they write, activation gradients
+//     included (llm.c's convention): callers zero activation-gradient buffers, parameter
+//     gradients accumulate across micro-batches by design;
+//   - element-wise kernels give an element the same bits wherever it sits in a buffer (no
+//     fast-math, the same operations in vector body and tail): shards of a buffer updated
+//     separately equal the buffer updated whole (the ZeRO stages' bitwise equality rests on it);
+//   - reductions use a fixed blocking independent of the thread count, so results do not
+//     depend on how many threads ran them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/dtype.h"
+
+namespace zt {
+
+// How a weight matrix of a (M,K)x(K,N) product is stored.
+enum class WeightLayout {
+  kInOut,  // (K, N): Hugging Face GPT-2's Conv1D layout, out = inp · W
+  kOutIn,  // (N, K): nn.Linear / the tied LM head over wte, out = inp · Wᵀ
+};
+
+struct AdamWArgs {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled (AdamW); 0 for biases and norms
+  int64_t step = 1;           // 1-based, for bias correction
+  float grad_scale = 1.0f;    // gradients are multiplied by this first (unscale, clip)
+  bool decoupled = true;      // false: classic Adam, decay added to the gradient (L2)
+};
+
+struct SgdArgs {
+  float lr = 1e-2f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  float grad_scale = 1.0f;
+};
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  // out (M,N) = inp (M,K) · W + bias (N; may be null). W is (K,N) or (N,K) by layout.
+  virtual void matmul_forward(float* out, const float* inp, const float* weight,
+                              const float* bias, int64_t M, int64_t K, int64_t N,
+                              WeightLayout layout) = 0;
+  // dinp (M,K) += dout · Wᵀ (skipped when null); dweight (W's shape) += inpᵀ·dout (or its
+  // transpose for kOutIn); dbias (N) += column sums of dout (skipped when null).
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int64_t M, int64_t K,
+                               int64_t N, WeightLayout layout) = 0;
+
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens are already validated (< V).
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
+  // dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b. Deterministic order.
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
+
+  // Per row of C: out = (inp - mean) * rstd * weight + bias, eps 1e-5. mean, rstd: (N).
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int64_t N,
+                                 int64_t C) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int64_t N, int64_t C) = 0;
+
+  // GELU, tanh approximation (GPT-2's).
+  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
+
+  // Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side per token;
+  // out (B,T,C); att (B,NH,T,T) receives the softmax probabilities (kept for backward; entries
+  // above the diagonal are zero). Scale 1/sqrt(C/NH).
+  virtual void attention_forward(float* out, float* att, const float* qkv, int64_t B,
+                                 int64_t T, int64_t C, int64_t NH) = 0;
+  // dqkv (B,T,3C) += gradient through attention, from dout (B,T,C).
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* att, int64_t B, int64_t T, int64_t C,
+                                  int64_t NH) = 0;
+
+  // out = a + b, element-wise (out may alias a or b).
+  virtual void residual_forward(float* out, const float* a, const float* b, int64_t n) = 0;
+  // y += x.
+  virtual void accumulate(float* y, const float* x, int64_t n) = 0;
+
+  // Softmax cross-entropy over the first V of Vp columns of each of N rows of logits (N,Vp).
+  // losses (N) = -log softmax(row)[target]. When dloss != 0 the row is overwritten in place by
+  // its gradient dloss * (softmax - onehot(target)), padded columns set to 0.
+  virtual void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
+                                     int64_t N, int64_t V, int64_t Vp, float dloss) = 0;
+
+  // Optimizers over a contiguous range (a parameter view or a shard of one).
+  virtual void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+                     const AdamWArgs& args) = 0;
+  virtual void sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+                   const SgdArgs& args) = 0;  // momentum_buf may be null when momentum == 0
+
+  // Element-wise utilities.
+  virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) = 0;
+  virtual void scale(float* x, float s, int64_t n) = 0;
+  virtual void fill(float* x, float value, int64_t n) = 0;
+  virtual bool has_nonfinite(const float* x, int64_t n) = 0;
+  // Sum of x², accumulated in double over fixed blocks added in order.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+};
+
+}  // namespace zt
