@@ -1,0 +1,18 @@
+// The shared frame of every zt-* executable: process set-up (thread environment) and the one
+// place where a zt::Error becomes a message and an exit code (2 for bad input, 1 otherwise).
+#pragma once
+
+#include <functional>
+
+namespace zt {
+
+// Runs body(); prints "<tool>: <message>" as one line on stderr for any error and returns the
+// exit code to use.
+int run_tool(const char* tool, const std::function<int()>& body);
+
+// OpenMP workers that spin after a parallel region steal the cores OpenBLAS's threads need
+// (MACHINE.md, "Threads"). libgomp reads OMP_WAIT_POLICY once, at load, so when it is unset
+// this sets OMP_WAIT_POLICY=PASSIVE and re-executes the program once, before anything else.
+void ensure_thread_environment(int argc, char** argv);
+
+}  // namespace zt

@@ -1,0 +1,207 @@
+// zt-train's loop.
+#include "launch/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "launch/weights_io.h"
+#include "model_zoo/gpt2.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/status.h"
+#include "runtime/token_data.h"
+#include "zero/engine.h"
+#include "zero/lr_schedule.h"
+
+namespace zt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Gpt2Config resolve_model(const Config& config) {
+  const ModelChoice& m = config.zt.model;
+  Gpt2Config c = m.has_object ? Gpt2Config{m.n_layer, m.n_head, m.n_embd, m.vocab_size,
+                                           m.n_positions}
+                              : gpt2_zoo_config(m.zoo_name);
+  validate_gpt2_config(c, config.source);
+  if (config.zt.seq_len > c.n_positions)
+    throw_input(fmt::format("{}: 'zt.seq_len' is {} but the model has n_positions {}",
+                            config.source, config.zt.seq_len, c.n_positions));
+  return c;
+}
+
+// Features the config accepts whose machinery lands with later work: refused plainly rather
+// than silently ignored.
+void refuse_unbuilt_features(const Config& config) {
+  auto refuse = [&](bool used, const char* what) {
+    if (used) throw_input(fmt::format("{}: {} is not supported by this build yet", config.source, what));
+  };
+  refuse(config.zero_optimization.stage != 0, "'zero_optimization.stage' > 0 (ZeRO sharding)");
+  refuse(config.fp16.enabled, "'fp16.enabled' (mixed precision)");
+  refuse(config.bf16.enabled, "'bf16.enabled' (mixed precision)");
+  refuse(config.zero_optimization.offload_optimizer.device != OffloadDevice::kNone,
+         "'zero_optimization.offload_optimizer'");
+  refuse(config.zero_optimization.offload_param.device != OffloadDevice::kNone,
+         "'zero_optimization.offload_param'");
+}
+
+EngineOptions engine_options(const Config& config, Model& model) {
+  EngineOptions o;
+  const OptimizerConfig& oc = config.optimizer;
+  o.optimizer.type = oc.type == OptimizerType::kSGD ? OptimizerOptions::Type::kSgd
+                     : oc.decoupled_weight_decay()  ? OptimizerOptions::Type::kAdamW
+                                                    : OptimizerOptions::Type::kAdam;
+  o.optimizer.beta1 = static_cast<float>(oc.betas[0]);
+  o.optimizer.beta2 = static_cast<float>(oc.betas[1]);
+  o.optimizer.eps = static_cast<float>(oc.eps);
+  o.optimizer.weight_decay = static_cast<float>(oc.weight_decay);
+  o.optimizer.momentum = static_cast<float>(oc.momentum);
+  o.gradient_clipping = static_cast<float>(config.gradient_clipping);
+  o.seed = config.zt.seed;
+  // Activation checkpointing: every checkpointable layer, or the first `count` of them.
+  const auto& ac = config.activation_checkpointing;
+  auto layers = model.layers();
+  o.checkpoint.assign(layers.size(), false);
+  int remaining = ac.policy == ActivationCheckpointing::Policy::kEveryUnit ? static_cast<int>(layers.size())
+                  : ac.policy == ActivationCheckpointing::Policy::kCount   ? ac.count
+                                                                           : 0;
+  for (size_t l = 0; l < layers.size() && remaining > 0; ++l) {
+    if (!layers[l]->checkpointable()) continue;
+    o.checkpoint[l] = true;
+    --remaining;
+  }
+  return o;
+}
+
+nlohmann::json peak_bytes_json(const MemoryTracker& mem) {
+  nlohmann::json j;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    auto cat = static_cast<MemCategory>(c);
+    j[std::string(mem_category_name(cat))] = mem.peak(cat);
+  }
+  return j;
+}
+
+// Mean loss over the first `batches` batches of the validation file (the same batches every
+// time, so evaluations are comparable).
+double evaluate(Engine& engine, DataLoader& loader, int batches, int64_t B, int64_t T) {
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  loader.seek(0);
+  double sum = 0.0;
+  for (int i = 0; i < batches; ++i) {
+    loader.next(inputs.data(), targets.data());
+    Batch batch{inputs.data(), targets.data(), B, T};
+    sum += engine.eval_loss(batch);
+  }
+  return sum / batches;
+}
+
+}  // namespace
+
+TrainResult train(const Config& config, const Logger& log) {
+  // Everything that can be wrong with the job's input is checked before model memory exists.
+  refuse_unbuilt_features(config);
+  const Gpt2Config model_config = resolve_model(config);
+  const int64_t B = config.train_micro_batch_size_per_gpu, T = config.zt.seq_len;
+  const int64_t accumulation = config.gradient_accumulation_steps;
+  TokenFile train_file = TokenFile::open(config.zt.train_data, model_config.vocab_size);
+  DataLoader train_loader(train_file, B, T, /*rank=*/0, /*world=*/1, config.zt.shuffle,
+                          config.zt.seed);
+  std::optional<TokenFile> val_file;
+  std::optional<DataLoader> val_loader;
+  if (!config.zt.val_data.empty()) {
+    val_file.emplace(TokenFile::open(config.zt.val_data, model_config.vocab_size));
+    val_loader.emplace(*val_file, B, T, 0, 1, false, config.zt.seed);
+  }
+  const std::filesystem::path out_dir = config.zt.output_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw_input(fmt::format("cannot create zt.output_dir '{}': {}", out_dir.string(), ec.message()));
+  std::ofstream metrics(out_dir / "metrics.jsonl");
+  if (!metrics) throw_input(fmt::format("cannot write {}", (out_dir / "metrics.jsonl").string()));
+
+  CpuDevice device;
+  Gpt2 model(model_config);
+  Engine engine(device, model, engine_options(config, model));
+  if (!config.zt.init_from.empty()) {
+    load_weights(engine, config.zt.init_from);
+    log.rank0("loaded weights from {}", config.zt.init_from);
+  }
+  const LrSchedule schedule(config.scheduler, config.optimizer.lr);
+
+  int64_t params = 0;
+  for (Unit* u : model.units()) params += u->layout().param_count();
+  log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | B={} T={} accumulation={} | "
+            "{} train tokens{}",
+            config.source, params / 1e6, model_config.n_layer, B, T, accumulation,
+            train_file.num_tokens(),
+            val_file ? fmt::format(", {} val tokens", val_file->num_tokens()) : "");
+
+  TrainResult result;
+  result.first_val_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
+  const bool can_eval = val_loader.has_value();
+  if (can_eval) {
+    result.first_val_loss = result.last_val_loss =
+        evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
+    log.rank0("step {:>5} | val loss {:.6f}", 0, result.first_val_loss);
+    metrics << nlohmann::json{{"step", 0}, {"val_loss", result.first_val_loss}}.dump() << "\n";
+  }
+
+  std::vector<std::vector<int32_t>> inputs(accumulation, std::vector<int32_t>(B * T));
+  std::vector<std::vector<int32_t>> targets(accumulation, std::vector<int32_t>(B * T));
+  std::vector<Batch> micro(accumulation);
+  const int64_t steps = config.zt.steps;
+  for (int64_t step = 1; step <= steps; ++step) {
+    auto t0 = Clock::now();
+    for (int64_t i = 0; i < accumulation; ++i) {
+      train_loader.next(inputs[i].data(), targets[i].data());
+      micro[i] = Batch{inputs[i].data(), targets[i].data(), B, T};
+    }
+    const float lr = schedule.lr_at(step - 1);
+    StepResult r = engine.train_step(micro, lr);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    const double tokens_per_s = static_cast<double>(B * T * accumulation) / (ms / 1e3);
+    result.last_loss = r.loss;
+    if (!std::isfinite(r.loss))
+      throw_input(fmt::format("loss became {} at step {}; lower optimizer.params.lr or enable "
+                              "gradient_clipping", r.loss, step));
+
+    nlohmann::json row = {{"step", step},        {"loss", r.loss},
+                          {"lr", r.lr},          {"grad_norm", r.grad_norm},
+                          {"ms", ms},            {"tokens_per_s", tokens_per_s},
+                          {"peak_bytes", peak_bytes_json(device.memory())}};
+    const bool eval_now = can_eval && config.zt.eval_every > 0 &&
+                          (step % config.zt.eval_every == 0 || step == steps);
+    if (eval_now) {
+      result.last_val_loss = evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
+      row["val_loss"] = result.last_val_loss;
+    }
+    metrics << row.dump() << "\n" << std::flush;
+    if (step == 1 || step % config.steps_per_print == 0 || step == steps)
+      log.rank0("step {:>5}/{} | loss {:.9g} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | "
+                "{:.1f} ms | peak {:.1f} MiB",
+                step, steps, r.loss, r.lr, r.grad_norm, tokens_per_s, ms,
+                device.memory().peak_total() / 1048576.0);
+    if (eval_now) log.rank0("step {:>5} | val loss {:.6f}", step, result.last_val_loss);
+  }
+
+  if (!config.zt.save_weights.empty()) {
+    save_weights(engine, config.zt.save_weights);
+    log.rank0("saved weights to {}", config.zt.save_weights);
+  }
+  const MemoryTracker& mem = device.memory();
+  std::string peaks;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    auto cat = static_cast<MemCategory>(c);
+    peaks += fmt::format(" {} {:.1f}", mem_category_name(cat), mem.peak(cat) / 1048576.0);
+  }
+  log.rank0("peak memory (MiB):{} | total {:.1f}", peaks, mem.peak_total() / 1048576.0);
+  return result;
+}
+
+}  // namespace zt

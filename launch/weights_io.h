@@ -1,0 +1,20 @@
+// Weights in and out as safetensors with Hugging Face GPT-2 names and shapes (fp32). Reads and
+// writes the engine's full unit buffers through the model's FlatLayouts; padded vocabulary rows
+// are left out on export and zero on import. Knows no model beyond the Unit interface.
+#pragma once
+
+#include <string>
+
+#include "zero/engine.h"
+
+namespace zt {
+
+// Writes every parameter of every unit (atomic: temp file, fsync, rename).
+void save_weights(Engine& engine, const std::string& path);
+// Loads every parameter; a missing tensor, a wrong shape or an unexpected tensor is an input
+// error naming the file and the tensor. Accepts the "transformer." prefix of GPT2LMHeadModel
+// exports and ignores the buffers and tied head they carry (attn.bias, attn.masked_bias,
+// lm_head.weight).
+void load_weights(Engine& engine, const std::string& path);
+
+}  // namespace zt

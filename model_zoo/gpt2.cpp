@@ -1,0 +1,320 @@
+// GPT-2 parameter tables, units and layers.
+#include "model_zoo/gpt2.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/status.h"
+
+namespace zt {
+
+namespace {
+
+// ---- Units: a parameter table and the views bound into the engine's flat buffers ----------
+
+class TableUnit final : public Unit {
+ public:
+  TableUnit(std::string name, std::vector<ParamSpec> specs)
+      : name_(std::move(name)), layout_(std::move(specs)) {
+    params_.assign(layout_.entries().size(), nullptr);
+    grads_.assign(layout_.entries().size(), nullptr);
+  }
+  const std::string& name() const override { return name_; }
+  const FlatLayout& layout() const override { return layout_; }
+  void bind(float* params, float* grads) override {
+    auto entries = layout_.entries();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      params_[i] = params + entries[i].offset;
+      grads_[i] = grads ? grads + entries[i].offset : nullptr;
+    }
+  }
+  float* param(int i) const { return params_[i]; }
+  float* grad(int i) const { return grads_[i]; }
+
+ private:
+  std::string name_;
+  FlatLayout layout_;
+  std::vector<float*> params_;
+  std::vector<float*> grads_;
+};
+
+// Root unit tensors, in table order.
+enum RootParam { kWte, kWpe, kLnfW, kLnfB, kRootParamCount };
+// Block tensors, in table order (Hugging Face's order within h.{i}).
+enum BlockParam {
+  kLn1W, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB,
+  kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kBlockParamCount
+};
+
+ParamSpec weight(std::string name, std::vector<int64_t> shape, float std) {
+  return ParamSpec{std::move(name), std::move(shape), Decay::kYes,
+                   ParamInit{ParamInit::Kind::kNormal, std}, -1};
+}
+ParamSpec bias(std::string name, int64_t n) {
+  return ParamSpec{std::move(name), {n}, Decay::kNo, ParamInit{ParamInit::Kind::kZeros}, -1};
+}
+ParamSpec norm_weight(std::string name, int64_t n) {
+  return ParamSpec{std::move(name), {n}, Decay::kNo, ParamInit{ParamInit::Kind::kOnes}, -1};
+}
+
+std::vector<ParamSpec> root_specs(const Gpt2Config& c) {
+  std::vector<ParamSpec> specs = {
+      weight("wte.weight", {c.padded_vocab_size(), c.n_embd}, 0.02f),  // (Vp, C), rows >= V zero
+      weight("wpe.weight", {c.n_positions, c.n_embd}, 0.02f),          // (maxT, C)
+      norm_weight("ln_f.weight", c.n_embd),                            // (C)
+      bias("ln_f.bias", c.n_embd),                                     // (C)
+  };
+  specs[kWte].used_rows = c.vocab_size;
+  static_assert(kRootParamCount == 4);
+  return specs;
+}
+
+std::vector<ParamSpec> block_specs(const Gpt2Config& c, int layer) {
+  const int64_t C = c.n_embd;
+  // Residual projections are scaled by 1/sqrt(2 * n_layer) at init (GPT-2 paper, section 2.3).
+  const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
+  const std::string p = "h." + std::to_string(layer) + ".";
+  std::vector<ParamSpec> specs = {
+      norm_weight(p + "ln_1.weight", C),                 // (C)
+      bias(p + "ln_1.bias", C),                          // (C)
+      weight(p + "attn.c_attn.weight", {C, 3 * C}, 0.02f),  // (C, 3C)
+      bias(p + "attn.c_attn.bias", 3 * C),               // (3C)
+      weight(p + "attn.c_proj.weight", {C, C}, proj_std),   // (C, C)
+      bias(p + "attn.c_proj.bias", C),                   // (C)
+      norm_weight(p + "ln_2.weight", C),                 // (C)
+      bias(p + "ln_2.bias", C),                          // (C)
+      weight(p + "mlp.c_fc.weight", {C, 4 * C}, 0.02f),     // (C, 4C)
+      bias(p + "mlp.c_fc.bias", 4 * C),                  // (4C)
+      weight(p + "mlp.c_proj.weight", {4 * C, C}, proj_std), // (4C, C)
+      bias(p + "mlp.c_proj.bias", C),                    // (C)
+  };
+  ZT_ASSERT(specs.size() == kBlockParamCount, "block table has {} entries", specs.size());
+  return specs;
+}
+
+// ---- Layers ---------------------------------------------------------------------------------
+
+// out (B,T,C) = wte[tokens] + wpe[0..T).
+class EmbeddingLayer final : public Layer {
+ public:
+  EmbeddingLayer(const Gpt2Config& c, TableUnit& root) : c_(c), root_(root) {}
+  int unit_index() const override { return 0; }
+  bool checkpointable() const override { return false; }
+  void forward(Kernels& k, const LayerIO& io, ActivationStore&) override {
+    const Batch& b = *io.batch;
+    k.embedding_forward(io.output, b.inputs, root_.param(kWte), root_.param(kWpe), b.B, b.T,
+                        c_.n_embd);
+  }
+  void backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) override {
+    const Batch& b = *io.batch;
+    k.embedding_backward(root_.grad(kWte), root_.grad(kWpe), io.d_output, b.inputs, b.B, b.T,
+                         c_.n_embd);
+  }
+
+ private:
+  Gpt2Config c_;
+  TableUnit& root_;
+};
+
+// One pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
+class BlockLayer final : public Layer {
+ public:
+  BlockLayer(const Gpt2Config& c, TableUnit& unit, int unit_index)
+      : c_(c), u_(unit), unit_index_(unit_index) {}
+  int unit_index() const override { return unit_index_; }
+  bool checkpointable() const override { return true; }
+
+  // Saved activations, by allocation order (ActivationStore::at).
+  enum Saved { kLn1, kLn1Mean, kLn1Rstd, kQkv, kAtt, kAtty, kRes2, kLn2, kLn2Mean, kLn2Rstd,
+               kFc, kGelu };
+
+  void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
+    const int64_t B = io.batch->B, T = io.batch->T, C = c_.n_embd, NH = c_.n_head, N = B * T;
+    float* ln1 = acts.alloc_floats(N * C);           // (N, C)
+    float* ln1_mean = acts.alloc_floats(N);          // (N)
+    float* ln1_rstd = acts.alloc_floats(N);          // (N)
+    float* qkv = acts.alloc_floats(N * 3 * C);       // (N, 3C)
+    float* att = acts.alloc_floats(B * NH * T * T);  // (B, NH, T, T)
+    float* atty = acts.alloc_floats(N * C);          // (N, C)
+    float* res2 = acts.alloc_floats(N * C);          // (N, C) x + attention
+    float* ln2 = acts.alloc_floats(N * C);           // (N, C)
+    float* ln2_mean = acts.alloc_floats(N);          // (N)
+    float* ln2_rstd = acts.alloc_floats(N);          // (N)
+    float* fc = acts.alloc_floats(N * 4 * C);        // (N, 4C)
+    float* gelu = acts.alloc_floats(N * 4 * C);      // (N, 4C)
+    const float* x = io.input;
+
+    k.layernorm_forward(ln1, ln1_mean, ln1_rstd, x, u_.param(kLn1W), u_.param(kLn1B), N, C);
+    k.matmul_forward(qkv, ln1, u_.param(kAttnW), u_.param(kAttnB), N, C, 3 * C,
+                     WeightLayout::kInOut);
+    k.attention_forward(atty, att, qkv, B, T, C, NH);
+    k.matmul_forward(res2, atty, u_.param(kAttnProjW), u_.param(kAttnProjB), N, C, C,
+                     WeightLayout::kInOut);
+    k.residual_forward(res2, res2, x, N * C);
+    k.layernorm_forward(ln2, ln2_mean, ln2_rstd, res2, u_.param(kLn2W), u_.param(kLn2B), N, C);
+    k.matmul_forward(fc, ln2, u_.param(kFcW), u_.param(kFcB), N, C, 4 * C,
+                     WeightLayout::kInOut);
+    k.gelu_forward(gelu, fc, N * 4 * C);
+    k.matmul_forward(io.output, gelu, u_.param(kFcProjW), u_.param(kFcProjB), N, 4 * C, C,
+                     WeightLayout::kInOut);
+    k.residual_forward(io.output, io.output, res2, N * C);
+  }
+
+  void backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
+                ActivationStore& scratch) override {
+    const int64_t B = io.batch->B, T = io.batch->T, C = c_.n_embd, NH = c_.n_head, N = B * T;
+    // Activation gradients accumulate (Kernels contract), so scratch starts at zero; the
+    // residual branch's gradient starts as a copy of d_output.
+    float* d_res2 = scratch.alloc_floats(N * C);
+    float* d_gelu = scratch.alloc_floats(N * 4 * C);
+    float* d_fc = scratch.alloc_floats(N * 4 * C);
+    float* d_ln2 = scratch.alloc_floats(N * C);
+    float* d_atty = scratch.alloc_floats(N * C);
+    float* d_qkv = scratch.alloc_floats(N * 3 * C);
+    float* d_ln1 = scratch.alloc_floats(N * C);
+    k.cast(d_res2, DType::kF32, io.d_output, DType::kF32, N * C);
+    for (auto [p, n] : {std::pair{d_gelu, 4 * N * C}, {d_fc, 4 * N * C}, {d_ln2, N * C},
+                        {d_atty, N * C}, {d_qkv, 3 * N * C}, {d_ln1, N * C}})
+      k.fill(p, 0.0f, n);
+
+    k.matmul_backward(d_gelu, u_.grad(kFcProjW), u_.grad(kFcProjB), io.d_output,
+                      acts.at(kGelu), u_.param(kFcProjW), N, 4 * C, C, WeightLayout::kInOut);
+    k.gelu_backward(d_fc, acts.at(kFc), d_gelu, N * 4 * C);
+    k.matmul_backward(d_ln2, u_.grad(kFcW), u_.grad(kFcB), d_fc, acts.at(kLn2), u_.param(kFcW),
+                      N, C, 4 * C, WeightLayout::kInOut);
+    k.layernorm_backward(d_res2, u_.grad(kLn2W), u_.grad(kLn2B), d_ln2, acts.at(kRes2),
+                         u_.param(kLn2W), acts.at(kLn2Mean), acts.at(kLn2Rstd), N, C);
+    k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
+    k.matmul_backward(d_atty, u_.grad(kAttnProjW), u_.grad(kAttnProjB), d_res2, acts.at(kAtty),
+                      u_.param(kAttnProjW), N, C, C, WeightLayout::kInOut);
+    k.attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, C, NH);
+    k.matmul_backward(d_ln1, u_.grad(kAttnW), u_.grad(kAttnB), d_qkv, acts.at(kLn1),
+                      u_.param(kAttnW), N, C, 3 * C, WeightLayout::kInOut);
+    k.layernorm_backward(io.d_input, u_.grad(kLn1W), u_.grad(kLn1B), d_ln1, io.input,
+                         u_.param(kLn1W), acts.at(kLn1Mean), acts.at(kLn1Rstd), N, C);
+  }
+
+ private:
+  Gpt2Config c_;
+  TableUnit& u_;
+  int unit_index_;
+};
+
+// Final layer norm, tied LM head and softmax cross-entropy. Logits are computed a chunk of rows
+// at a time and never kept: when training, each chunk's gradient (d logits) is turned at once
+// into d ln_f-output and d wte, so the head keeps (N, C) floats instead of (N, Vp).
+class HeadLayer final : public Layer {
+ public:
+  HeadLayer(const Gpt2Config& c, TableUnit& root, const int64_t& chunk_rows)
+      : c_(c), root_(root), chunk_rows_(chunk_rows) {}
+  int unit_index() const override { return 0; }
+  bool checkpointable() const override { return false; }
+
+  enum Saved { kLnf, kLnfMean, kLnfRstd, kDLnf };
+
+  void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
+    const int64_t N = io.batch->B * io.batch->T, C = c_.n_embd;
+    const int64_t V = c_.vocab_size, Vp = c_.padded_vocab_size();
+    float* lnf = acts.alloc_floats(N * C);  // (N, C)
+    float* lnf_mean = acts.alloc_floats(N);
+    float* lnf_rstd = acts.alloc_floats(N);
+    k.layernorm_forward(lnf, lnf_mean, lnf_rstd, io.input, root_.param(kLnfW),
+                        root_.param(kLnfB), N, C);
+    const bool training = io.dloss != 0.0f;
+    float* d_lnf = nullptr;
+    if (training) {
+      d_lnf = acts.alloc_floats(N * C);  // (N, C)
+      k.fill(d_lnf, 0.0f, N * C);
+    }
+    const int64_t rows = chunk_rows(N);
+    ActivationStore chunk(acts.device());
+    float* logits = chunk.alloc_floats(rows * Vp);  // (rows, Vp)
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+      const int64_t n = std::min(rows, N - r0);
+      k.matmul_forward(logits, lnf + r0 * C, root_.param(kWte), nullptr, n, C, Vp,
+                       WeightLayout::kOutIn);
+      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, Vp,
+                              io.dloss);
+      if (training)
+        k.matmul_backward(d_lnf + r0 * C, root_.grad(kWte), nullptr, logits, lnf + r0 * C,
+                          root_.param(kWte), n, C, Vp, WeightLayout::kOutIn);
+    }
+  }
+
+  void backward(Kernels& k, const LayerIO& io, ActivationStore& acts, ActivationStore&) override {
+    const int64_t N = io.batch->B * io.batch->T, C = c_.n_embd;
+    k.layernorm_backward(io.d_input, root_.grad(kLnfW), root_.grad(kLnfB), acts.at(kDLnf),
+                         io.input, root_.param(kLnfW), acts.at(kLnfMean), acts.at(kLnfRstd), N,
+                         C);
+  }
+
+ private:
+  int64_t chunk_rows(int64_t N) const {
+    if (chunk_rows_ > 0) return std::min(chunk_rows_, N);
+    // Split N rows into the fewest equal chunks whose logits fit in 32 MiB.
+    const int64_t budget_rows =
+        std::max<int64_t>(1, (int64_t{32} << 20) / (c_.padded_vocab_size() * 4));
+    const int64_t chunks = (N + budget_rows - 1) / budget_rows;
+    return (N + chunks - 1) / chunks;
+  }
+  Gpt2Config c_;
+  TableUnit& root_;
+  const int64_t& chunk_rows_;
+};
+
+}  // namespace
+
+Gpt2Config gpt2_zoo_config(const std::string& name) {
+  struct Entry { const char* name; Gpt2Config config; };
+  static const Entry kZoo[] = {
+      {"gpt2-tiny", {4, 4, 128, 50257, 256}},
+      {"gpt2-124M", {12, 12, 768, 50257, 1024}},
+      {"gpt2-350M", {24, 16, 1024, 50257, 1024}},
+      {"gpt2-774M", {36, 20, 1280, 50257, 1024}},
+      {"gpt2-1558M", {48, 25, 1600, 50257, 1024}},
+  };
+  std::string known;
+  for (const auto& e : kZoo) {
+    if (name == e.name) return e.config;
+    known += known.empty() ? e.name : std::string(", ") + e.name;
+  }
+  throw_input(fmt::format("unknown model '{}'; the zoo has {}", name, known));
+}
+
+void validate_gpt2_config(const Gpt2Config& c, const std::string& source) {
+  auto require = [&](bool ok, const char* what) {
+    if (!ok) throw_input(fmt::format("{}: zt.model: {}", source, what));
+  };
+  require(c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0 && c.vocab_size > 0 &&
+              c.n_positions > 0,
+          "n_layer, n_head, n_embd, vocab_size and n_positions must be > 0");
+  require(c.n_embd % c.n_head == 0, "n_embd must be divisible by n_head");
+  require(c.vocab_size <= 65536, "vocab_size must be <= 65536 (token files hold uint16 ids)");
+}
+
+Gpt2::Gpt2(const Gpt2Config& config) : config_(config) {
+  auto root = std::make_unique<TableUnit>("root", root_specs(config));
+  TableUnit& root_ref = *root;
+  units_.push_back(std::move(root));
+  layers_.push_back(std::make_unique<EmbeddingLayer>(config, root_ref));
+  for (int l = 0; l < config.n_layer; ++l) {
+    auto block = std::make_unique<TableUnit>("h." + std::to_string(l), block_specs(config, l));
+    layers_.push_back(std::make_unique<BlockLayer>(config, *block, l + 1));
+    units_.push_back(std::move(block));
+  }
+  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunk_rows_));
+  for (auto& u : units_) unit_ptrs_.push_back(u.get());
+  for (auto& l : layers_) layer_ptrs_.push_back(l.get());
+}
+
+Gpt2::~Gpt2() = default;
+
+double Gpt2::forward_flops_per_token(int64_t T) const {
+  // 2 FLOPs per parameter per token for the matmuls (the tied head counted through wte), plus
+  // attention's two (T x T x C) products per layer: QKᵀ and att·V, 2·2·T·C per token.
+  double params = 0;
+  for (Unit* u : unit_ptrs_) params += static_cast<double>(u->layout().param_count());
+  return 2.0 * params + 4.0 * config_.n_layer * static_cast<double>(T) * config_.n_embd;
+}
+
+}  // namespace zt

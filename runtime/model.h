@@ -1,0 +1,95 @@
+// What a model offers the engine (zero/): units (parameter groups, ZeRO-3's granularity) and
+// layers (the forward order of compute, each using one unit's parameters). The engine owns
+// every buffer: parameters and gradients of each unit (bound into the unit as views), the
+// hidden states between layers, and each layer's ActivationStore. A model holds no memory of
+// its own beyond its tables, so the engine decides placement, sharding and recomputation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/flat_layout.h"
+
+namespace zt {
+
+// A micro-batch of token ids: inputs and next-token targets, each (B, T).
+struct Batch {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  int64_t B = 0;
+  int64_t T = 0;
+};
+
+// A group of parameters gathered, released and reduced together; one flat buffer.
+class Unit {
+ public:
+  virtual ~Unit() = default;
+  virtual const std::string& name() const = 0;
+  virtual const FlatLayout& layout() const = 0;
+  // Points the unit's parameter and gradient views into flat buffers of layout().numel()
+  // elements (grads may be null for forward-only use).
+  virtual void bind(float* params, float* grads) = 0;
+};
+
+// The activations one layer keeps between its forward and its backward, allocated from the
+// device under MemCategory::kActivations so the tracker sees them; released as a whole.
+class ActivationStore {
+ public:
+  explicit ActivationStore(Device& device) : device_(&device) {}
+  float* alloc_floats(int64_t n);
+  // The i-th buffer in allocation order: backward finds what forward saved by position.
+  float* at(size_t i) const { return buffers_.at(i).as<float>(); }
+  void release();  // frees everything this store holds
+  bool empty() const { return buffers_.empty(); }
+  Device& device() const { return *device_; }
+
+ private:
+  Device* device_;
+  std::vector<Buffer> buffers_;
+};
+
+// What a layer reads and writes. Hidden states are (B, T, C) fp32 on the device.
+struct LayerIO {
+  const Batch* batch = nullptr;
+  const float* input = nullptr;  // previous layer's output; null for the first layer
+  float* output = nullptr;       // this layer's output; null for the last layer
+  // Backward: gradient of the loss w.r.t. output (read) and input (accumulated into).
+  const float* d_output = nullptr;
+  float* d_input = nullptr;
+  // Last layer only. Forward writes per-position losses (B*T); when dloss != 0 (training) the
+  // last layer also computes its gradients in the same pass with d loss_i = dloss for every
+  // position (the mean's 1/(B*T*accumulation) times any loss scale), so it never stores logits.
+  float* losses = nullptr;
+  float dloss = 0.0f;
+};
+
+// One step of the forward order: computes with one unit's parameters.
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual int unit_index() const = 0;
+  // Checkpointable layers may drop their activations after forward and recompute them.
+  virtual bool checkpointable() const = 0;
+  virtual void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) = 0;
+  // `scratch` is for temporaries of this call; the engine releases it afterwards.
+  virtual void backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
+                        ActivationStore& scratch) = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::span<Unit* const> units() = 0;
+  virtual std::span<Layer* const> layers() = 0;  // forward order
+  virtual int64_t hidden_size() const = 0;       // C of the (B, T, C) hidden states
+  virtual int64_t max_seq_len() const = 0;
+  virtual int64_t vocab_size() const = 0;        // token ids must be below this
+  // Forward FLOPs per token at sequence length T (matmuls + attention), for MFU figures.
+  virtual double forward_flops_per_token(int64_t T) const = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,165 @@
+// GPT-2 through the engine: finite-difference gradients of the whole model and of a block's
+// input, activation checkpointing (bitwise-identical gradients, activation peak ratio), the
+// parameter table against Hugging Face's names and counts.
+#include "model_zoo/gpt2.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/status.h"
+#include "zero/engine.h"
+
+namespace zt {
+namespace {
+
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  Batch batch;
+};
+
+Tokens random_tokens(int64_t B, int64_t T, int vocab, uint32_t seed) {
+  Tokens t;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  t.inputs.resize(B * T);
+  t.targets.resize(B * T);
+  for (auto& x : t.inputs) x = d(rng);
+  for (auto& x : t.targets) x = d(rng);
+  t.batch = Batch{t.inputs.data(), t.targets.data(), B, T};
+  return t;
+}
+
+std::vector<bool> every_block(Model& m) {
+  std::vector<bool> mask;
+  for (Layer* l : m.layers()) mask.push_back(l->checkpointable());
+  return mask;
+}
+
+TEST(Gpt2, ParameterTableMatchesHuggingFaceGpt2) {
+  Gpt2 model(gpt2_zoo_config("gpt2-124M"));
+  int64_t params = 0;
+  for (Unit* u : model.units()) params += u->layout().param_count();
+  EXPECT_EQ(params, 124439808);  // GPT2LMHeadModel's count (tied head counted once)
+  ASSERT_EQ(model.units().size(), 13u);
+  const FlatLayout& root = model.units()[0]->layout();
+  ASSERT_NE(root.find("wte.weight"), nullptr);
+  EXPECT_EQ(root.find("wte.weight")->spec.shape, (std::vector<int64_t>{50304, 768}));
+  EXPECT_EQ(root.find("wte.weight")->spec.exported_rows(), 50257);
+  const FlatLayout& block = model.units()[5]->layout();
+  ASSERT_NE(block.find("h.4.attn.c_attn.weight"), nullptr);
+  EXPECT_EQ(block.find("h.4.attn.c_attn.weight")->spec.shape, (std::vector<int64_t>{768, 2304}));
+  EXPECT_EQ(block.find("h.4.mlp.c_proj.weight")->spec.decay, Decay::kYes);
+  EXPECT_EQ(block.find("h.4.mlp.c_proj.bias")->spec.decay, Decay::kNo);
+  EXPECT_EQ(block.find("h.4.ln_2.weight")->spec.decay, Decay::kNo);
+  EXPECT_EQ(root.find("wpe.weight")->spec.decay, Decay::kYes);
+}
+
+TEST(Gpt2, RejectsBadShapes) {
+  Gpt2Config c{2, 3, 16, 64, 8};
+  EXPECT_THROW(validate_gpt2_config(c, "x.json"), Error);
+  EXPECT_THROW(gpt2_zoo_config("gpt2-huge"), Error);
+}
+
+// Central differences on the whole model's mean loss, for a sample of elements of every
+// tensor. float32 throughout, h = 1e-2 (probes O(h^2) = 1e-4 curvature error): an element
+// passes when |fd - grad| <= 2e-3 * max(|fd|, |grad|) + 5e-4.
+TEST(Gpt2, WholeModelGradientMatchesFiniteDifferences) {
+  CpuDevice device;
+  Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
+  EngineOptions options;
+  Engine engine(device, model, options);
+  Tokens t = random_tokens(2, 5, 61, 7);
+  engine.compute_gradients(t.batch);
+  std::mt19937 rng(3);
+  int checked = 0;
+  for (int u = 0; u < engine.num_units(); ++u) {
+    float* params = engine.unit_params(u);
+    const float* grads = engine.unit_grads(u);
+    for (const auto& e : model.units()[u]->layout().entries()) {
+      const int64_t used = e.numel / e.spec.shape[0] * e.spec.exported_rows();
+      std::uniform_int_distribution<int64_t> pick(0, used - 1);
+      for (int s = 0; s < 4; ++s) {
+        const int64_t i = e.offset + pick(rng);
+        const float saved = params[i];
+        const float h = 1e-2f;
+        params[i] = saved + h;
+        const double up = engine.eval_loss(t.batch);
+        params[i] = saved - h;
+        const double down = engine.eval_loss(t.batch);
+        params[i] = saved;
+        const double fd = (up - down) / (2.0 * h);
+        const double g = grads[i];
+        EXPECT_LE(std::abs(fd - g), 2e-3 * std::max(std::abs(fd), std::abs(g)) + 5e-4)
+            << e.spec.name << "[" << i - e.offset << "] fd " << fd << " grad " << g;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 50);
+}
+
+TEST(Gpt2, CheckpointingGivesBitwiseIdenticalGradients) {
+  const Gpt2Config config{3, 2, 32, 97, 16};
+  Tokens t = random_tokens(2, 16, 97, 11);
+  std::vector<std::vector<float>> grads[2];
+  for (int ckpt = 0; ckpt < 2; ++ckpt) {
+    CpuDevice device;
+    Gpt2 model(config);
+    EngineOptions options;
+    if (ckpt) options.checkpoint = every_block(model);
+    Engine engine(device, model, options);
+    engine.compute_gradients(t.batch);
+    for (int u = 0; u < engine.num_units(); ++u) {
+      const int64_t n = model.units()[u]->layout().numel();
+      grads[ckpt].emplace_back(engine.unit_grads(u), engine.unit_grads(u) + n);
+    }
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t u = 0; u < grads[0].size(); ++u)
+    EXPECT_EQ(std::memcmp(grads[0][u].data(), grads[1][u].data(), grads[0][u].size() * 4), 0)
+        << "unit " << u;
+}
+
+// The activation peak with every block checkpointed is at most 1/3 of the peak without, on a
+// 12-layer model (measured ratio printed).
+TEST(Gpt2, CheckpointingCutsActivationPeak) {
+  const Gpt2Config config{12, 6, 384, 50257, 256};
+  Tokens t = random_tokens(2, 256, 50257, 5);
+  size_t peak[2];
+  for (int ckpt = 0; ckpt < 2; ++ckpt) {
+    CpuDevice device;
+    Gpt2 model(config);
+    EngineOptions options;
+    if (ckpt) options.checkpoint = every_block(model);
+    Engine engine(device, model, options);
+    engine.compute_gradients(t.batch);
+    peak[ckpt] = device.memory().peak(MemCategory::kActivations);
+  }
+  const double ratio = static_cast<double>(peak[1]) / static_cast<double>(peak[0]);
+  std::printf("activation peak: %.1f MiB without checkpointing, %.1f MiB with; ratio %.3f\n",
+              peak[0] / 1048576.0, peak[1] / 1048576.0, ratio);
+  EXPECT_LE(ratio, 1.0 / 3.0);
+}
+
+TEST(Gpt2, EvalLeavesParametersAndGradientsUntouched) {
+  CpuDevice device;
+  Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
+  Engine engine(device, model, EngineOptions{});
+  Tokens t = random_tokens(2, 8, 61, 9);
+  engine.compute_gradients(t.batch);
+  const int64_t n = model.units()[1]->layout().numel();
+  std::vector<float> p(engine.unit_params(1), engine.unit_params(1) + n);
+  std::vector<float> g(engine.unit_grads(1), engine.unit_grads(1) + n);
+  const double a = engine.eval_loss(t.batch);
+  const double b = engine.eval_loss(t.batch);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(std::memcmp(p.data(), engine.unit_params(1), n * 4), 0);
+  EXPECT_EQ(std::memcmp(g.data(), engine.unit_grads(1), n * 4), 0);
+}
+
+}  // namespace
+}  // namespace zt

@@ -1,0 +1,55 @@
+// Optimizer over flat ranges of units: Adam, AdamW or SGD applied to a master range (a whole
+// unit buffer today; a rank's shard once ZeRO shards it), with weight decay only where the
+// ParamSpec table says Decay::kYes and never on padding. Owns its state (Adam moments or SGD
+// momentum) under MemCategory::kOptimizer. No communication.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/flat_layout.h"
+
+namespace zt {
+
+struct OptimizerOptions {
+  enum class Type { kAdam, kAdamW, kSgd } type = Type::kAdamW;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  float momentum = 0.0f;  // SGD
+};
+
+// A run of elements of one flat range with one decay setting; padding is left out.
+struct DecayRange {
+  int64_t begin = 0;  // offsets relative to the range start
+  int64_t end = 0;
+  Decay decay = Decay::kNo;
+};
+// The tensor pieces of `layout` inside the flat range [begin, end), merged where adjacent.
+std::vector<DecayRange> decay_ranges(const FlatLayout& layout, int64_t begin, int64_t end);
+
+class Optimizer {
+ public:
+  // One state slot per range; `range_sizes[i]` elements, `layouts[i]` gives the decay runs of
+  // the range that starts at flat offset `range_begins[i]`.
+  Optimizer(Device& device, const OptimizerOptions& options,
+            std::vector<std::vector<DecayRange>> ranges, std::vector<int64_t> range_sizes);
+
+  // Updates params (range i) from grads multiplied by grad_scale. `step` is 1-based.
+  void step(int range, float* params, const float* grads, float lr, float grad_scale,
+            int64_t step);
+  const OptimizerOptions& options() const { return options_; }
+  // State tensors of range i (Adam: m then v; SGD with momentum: the buffer), for checkpoints.
+  std::vector<float*> state(int range);
+
+ private:
+  Device& device_;
+  OptimizerOptions options_;
+  std::vector<std::vector<DecayRange>> ranges_;
+  std::vector<Buffer> first_;   // Adam m / SGD momentum
+  std::vector<Buffer> second_;  // Adam v
+};
+
+}  // namespace zt
