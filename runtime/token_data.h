@@ -1,0 +1,98 @@
+// Token data: llm.c's token file format and the loader that serves training batches from it.
+//
+// File format (llm.c, dev/data/data_common.py): a header of 256 little-endian int32
+// (header[0] = 20240520 magic, header[1] = 1 version, header[2] = number of tokens, the rest
+// zero), then the tokens as little-endian uint16. write_token_file() writes it atomically;
+// TokenFile reads one fully into memory and validates it.
+//
+// DataLoader serves (B, T) input/target windows in llm.c's order, sharded by rank, optionally
+// with the order of rounds shuffled per epoch. It does not tokenise, does not read the file
+// itself (it serves from a TokenFile), and does not communicate: every rank computes the same
+// order from (seed, epoch), which keeps the ranks' batches disjoint.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+inline constexpr int32_t kTokenFileMagic = 20240520;
+inline constexpr int32_t kTokenFileVersion = 1;  // uint16 tokens (GPT-2)
+inline constexpr size_t kTokenFileHeaderInts = 256;
+inline constexpr size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(int32_t);
+
+// Writes `tokens` to path + ".tmp", fsyncs it, renames it to `path` and fsyncs the directory,
+// so a crash leaves either the old file or the new one. Ids outside [0, 65535] (the uint16
+// format) and more than INT32_MAX tokens throw kInput; I/O failures throw kSystem.
+void write_token_file(const std::string& path, std::span<const int32_t> tokens);
+
+// A validated token file held in memory. Every problem throws kInput with one line naming the
+// problem and the path: missing or unreadable file, shorter than the header, wrong magic or
+// version, a token count that disagrees with the file size (truncated or trailing bytes), or a
+// token id >= vocab_size (the first offending position and id).
+class TokenFile {
+ public:
+  static TokenFile open(const std::string& path, int64_t vocab_size);
+
+  const std::string& path() const { return path_; }
+  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }  // number of tokens
+  std::span<const uint16_t> tokens() const { return tokens_; }
+
+ private:
+  TokenFile() = default;
+  std::string path_;
+  std::vector<uint16_t> tokens_;
+};
+
+// Serves batches of B rows of T tokens: inputs (B*T) and targets (B*T, the inputs shifted by
+// one token), both row-major (B, T) int32, cut from one contiguous window of B*T+1 tokens.
+//
+// Order (llm.c's): a round is world*B*T tokens; R = floor((ntokens - 1) / (world*B*T)) rounds
+// fit. Batch k of rank r uses round q = k mod R and starts at token (q*world + r)*B*T, so in
+// one round the ranks read adjacent, disjoint windows. After R batches (an epoch) the order
+// wraps. With shuffle, epoch e visits the R rounds in a permutation drawn from a
+// std::mt19937_64 seeded with (seed, e) by an explicit Fisher-Yates, identical on every rank
+// and every platform. The tail beyond R rounds is never served.
+//
+// The TokenFile must outlive the loader. Pinned by tests/runtime/token_data_test.cpp.
+class DataLoader {
+ public:
+  // B, T >= 1 and a file too small for one round (R == 0) throw kInput naming the file.
+  DataLoader(const TokenFile& file, int64_t B, int64_t T, int rank, int world, bool shuffle,
+             uint64_t seed);
+  DataLoader(TokenFile&&, int64_t, int64_t, int, int, bool, uint64_t) = delete;  // would dangle
+
+  // Fills inputs[B*T] and targets[B*T] with batch position() and advances.
+  void next(int32_t* inputs, int32_t* targets);
+  // The index of the batch next() serves; counts from 0 across epochs.
+  int64_t position() const { return position_; }
+  // Continues from batch `batch_index` (a checkpoint's data position); must be >= 0.
+  void seek(int64_t batch_index);
+
+  int64_t batches_per_epoch() const { return rounds_; }  // R
+  int64_t B() const { return B_; }
+  int64_t T() const { return T_; }
+  // The first token of batch `batch_index` on this rank (what next() would read).
+  int64_t batch_start(int64_t batch_index) const;
+
+ private:
+  // The rounds in the order epoch `epoch` visits them; cached for the current epoch.
+  const std::vector<int64_t>& round_order(int64_t epoch) const;
+
+  const TokenFile& file_;
+  int64_t B_, T_;
+  int rank_, world_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t rounds_;          // R
+  int64_t position_ = 0;    // next batch index
+  mutable int64_t order_epoch_ = -1;
+  mutable std::vector<int64_t> order_;  // (R,) round visited at each step of order_epoch_
+};
+
+// The permutation of 0..n-1 that a shuffled DataLoader uses for `epoch`. Exposed for tests.
+std::vector<int64_t> shuffled_rounds(int64_t n, uint64_t seed, int64_t epoch);
+
+}  // namespace zt
