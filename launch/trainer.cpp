@@ -139,8 +139,8 @@ TrainResult train(const Config& config, const Logger& log) {
   log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | B={} T={} accumulation={} | "
             "{} train tokens{}",
             config.source, params / 1e6, model_config.n_layer, B, T, accumulation,
-            train_file.num_tokens(),
-            val_file ? fmt::format(", {} val tokens", val_file->num_tokens()) : "");
+            train_file.size(),
+            val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
 
   TrainResult result;
   result.first_val_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
