@@ -1,0 +1,195 @@
+// The job configuration: DeepSpeed's JSON keys plus our `zt` block, read into plain structs with
+// DeepSpeed's defaults. load_config_json reads a file and applies `--set key.path=value`
+// overrides; parse_config validates every key (unknown keys, JSON types, ranges, batch-size
+// arithmetic) and throws one zt::Error of kind kInput naming the key path and the source file.
+// Pure validation: allocates nothing but the structs, opens no device, knows no model (zoo
+// names and the model's own shape limits are checked by model_zoo/).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.h"
+
+namespace zt {
+
+// optimizer {type, params}. DeepSpeed's "Adam" is decoupled (AdamW) unless adam_w_mode is false.
+enum class OptimizerType { kAdam, kAdamW, kSGD };
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::kAdamW;  // no optimizer block: AdamW with these defaults
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};  // Adam/AdamW only
+  double eps = 1e-8;                        // Adam/AdamW only
+  double weight_decay = 0.0;
+  double momentum = 0.0;    // SGD only
+  bool adam_w_mode = true;  // Adam only; DeepSpeed's ADAM_W_MODE_DEFAULT
+  // True when weight decay is applied to the weights, not added to the gradient.
+  bool decoupled_weight_decay() const {
+    return type == OptimizerType::kAdamW || (type == OptimizerType::kAdam && adam_w_mode);
+  }
+};
+
+// scheduler {type, params}: DeepSpeed's warm-up schedules. zero/lr_schedule.h evaluates them.
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+enum class WarmupType { kLog, kLinear };
+struct SchedulerConfig {
+  SchedulerType type = SchedulerType::kNone;  // kNone: constant optimizer lr
+  // WarmupLR / WarmupDecayLR
+  double warmup_min_lr = 0.0;
+  // Resolved by parse_config when absent: WarmupLR takes the optimizer's lr, WarmupDecayLR 0.001
+  // (the defaults of DeepSpeed's constructors).
+  double warmup_max_lr = 1e-3;
+  // All three. As given (> 0); the schedule uses max(2, warmup_num_steps) as DeepSpeed does.
+  int64_t warmup_num_steps = 1000;
+  WarmupType warmup_type = WarmupType::kLog;
+  int64_t total_num_steps = 0;  // WarmupDecayLR / WarmupCosineLR: required, > 0
+  // WarmupCosineLR: ratios of the optimizer's lr, in [0, 1].
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
+};
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;  // required when device is nvme
+  bool pin_memory = false;
+  int buffer_count = 4;  // DeepSpeed: 4 for offload_optimizer, 5 for offload_param
+};
+
+// zero_optimization. Sizes are element counts, as in DeepSpeed.
+struct ZeroConfig {
+  int stage = 0;  // 0..3
+  bool overlap_comm = false;  // absent: true at stage 3, false below (DeepSpeed)
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500'000'000;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500'000'000;
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;  // >= 0
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;  // >= 0
+  int64_t sub_group_size = 1'000'000'000;
+  OffloadConfig offload_optimizer{OffloadDevice::kNone, "", false, 4};  // needs stage >= 1
+  OffloadConfig offload_param{OffloadDevice::kNone, "", false, 5};      // needs stage 3
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  double loss_scale = 0.0;  // 0: dynamic loss scaling; > 0: this fixed scale
+  int initial_scale_power = 16;  // dynamic: the first scale is 2^initial_scale_power
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+struct Bf16Config {
+  bool enabled = false;  // block "bf16" or its alias "bfloat16"
+};
+struct DataTypesConfig {
+  std::optional<DType> grad_accum_dtype;  // absent: the engine's choice
+};
+
+// activation_checkpointing. Absent block: kNone. Block without number_checkpoints: every
+// transformer block (kEveryUnit). number_checkpoints = k: the first k blocks (kCount; the model
+// clamps k to its block count).
+struct ActivationCheckpointing {
+  enum class Policy { kNone, kEveryUnit, kCount };
+  Policy policy = Policy::kNone;
+  int count = 0;  // kCount only
+  bool contiguous_memory_optimization = false;  // accepted, stored
+  bool synchronize_checkpoint_boundary = false;  // accepted, stored
+  bool profile = false;                          // accepted, stored
+  // partition_activations and cpu_checkpointing are rejected when true: not supported yet.
+};
+
+// aio: asynchronous I/O tuning for NVMe offload (offload/ reads it).
+struct AioConfig {
+  int64_t block_size = 1'048'576;  // bytes
+  int queue_depth = 8;
+  int thread_count = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+// zt.model: a zoo name ("gpt2-tiny"), or an object with Hugging Face GPT2Config names whose
+// missing keys take GPT2Config's defaults. Zoo names are validated by model_zoo/, not here.
+struct ModelChoice {
+  std::string zoo_name;  // empty when has_object
+  int n_layer = 12;
+  int n_head = 12;
+  int n_embd = 768;
+  int vocab_size = 50257;
+  int n_positions = 1024;
+  bool has_object = false;
+};
+
+// The zt block: what is ours. Precision comes from the fp16/bf16 blocks, not from here.
+struct ZtConfig {
+  ModelChoice model;          // required
+  int seq_len = 0;            // required, > 0
+  std::string train_data;     // required
+  std::string val_data;       // empty: no validation set
+  int64_t steps = 0;          // required, > 0 optimizer steps
+  int64_t eval_every = 0;     // 0: never
+  int eval_batches = 8;
+  uint64_t seed = 1337;
+  std::string output_dir = "runs/default";
+  std::string init_from;      // empty: fresh initialisation
+  std::string save_weights;   // empty: do not export
+  bool shuffle = false;
+  int num_threads = 0;        // 0: automatic
+};
+
+struct Config {
+  std::string source;        // the file the config came from, as given
+  nlohmann::json resolved;   // the JSON after overrides, for logging
+
+  // Batch sizes after DeepSpeed's derivation: train_batch_size ==
+  // train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size.
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 1;
+
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  double gradient_clipping = 0.0;  // global norm; 0: off
+  int steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  ZeroConfig zero_optimization;
+  Fp16Config fp16;
+  Bf16Config bf16;
+  DataTypesConfig data_types;
+  std::optional<DType> communication_data_type;
+  ActivationCheckpointing activation_checkpointing;
+  AioConfig aio;
+  ZtConfig zt;
+
+  // The working precision: fp16 or bf16 when that block is enabled, else fp32.
+  DType compute_dtype() const {
+    return fp16.enabled ? DType::kF16 : bf16.enabled ? DType::kBF16 : DType::kF32;
+  }
+};
+
+// Reads the JSON file at `path` and applies overrides in order, each "key.path=value": the value
+// is parsed as JSON when it parses (numbers, true/false, null, arrays, objects, quoted strings),
+// else taken as a plain string; missing intermediate objects are created. Throws kInput for an
+// unreadable file, malformed JSON (with line and column), a duplicate key, a top level that is
+// not an object, or a malformed override.
+nlohmann::json load_config_json(const std::string& path, const std::vector<std::string>& overrides);
+
+// Validates every key of `j` and resolves defaults and batch sizes for `world_size` ranks.
+// Errors are one line, "<source>: <message naming the key path>", kind kInput.
+Config parse_config(const nlohmann::json& j, const std::string& source, int world_size);
+
+// load_config_json then parse_config, with the path as the source.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   int world_size);
+
+}  // namespace zt
