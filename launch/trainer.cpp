@@ -78,8 +78,8 @@ EngineOptions engine_options(const Config& config, Model& model) {
   return o;
 }
 
-nlohmann::json peak_bytes_json(const MemoryTracker& mem) {
-  nlohmann::json j;
+nlohmann::ordered_json peak_bytes_json(const MemoryTracker& mem) {
+  nlohmann::ordered_json j;
   for (int c = 0; c < kNumMemCategories; ++c) {
     auto cat = static_cast<MemCategory>(c);
     j[std::string(mem_category_name(cat))] = mem.peak(cat);
@@ -149,7 +149,7 @@ TrainResult train(const Config& config, const Logger& log) {
     result.first_val_loss = result.last_val_loss =
         evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
     log.rank0("step {:>5} | val loss {:.6f}", 0, result.first_val_loss);
-    metrics << nlohmann::json{{"step", 0}, {"val_loss", result.first_val_loss}}.dump() << "\n";
+    metrics << nlohmann::ordered_json{{"step", 0}, {"val_loss", result.first_val_loss}}.dump() << "\n";
   }
 
   std::vector<std::vector<int32_t>> inputs(accumulation, std::vector<int32_t>(B * T));
@@ -171,7 +171,7 @@ TrainResult train(const Config& config, const Logger& log) {
       throw_input(fmt::format("loss became {} at step {}; lower optimizer.params.lr or enable "
                               "gradient_clipping", r.loss, step));
 
-    nlohmann::json row = {{"step", step},        {"loss", r.loss},
+    nlohmann::ordered_json row = {{"step", step},        {"loss", r.loss},
                           {"lr", r.lr},          {"grad_norm", r.grad_norm},
                           {"ms", ms},            {"tokens_per_s", tokens_per_s},
                           {"peak_bytes", peak_bytes_json(device.memory())}};
