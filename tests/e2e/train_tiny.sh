@@ -3,7 +3,7 @@
 # Usage: train_tiny.sh BIN_DIR SOURCE_DIR. Skips (77) when the corpus was not fetched.
 set -eu
 bin=$1 src=$2
-steps=${ZT_E2E_STEPS:-200}
+steps=${ZT_E2E_STEPS:-40}
 [ -f "$src/data/corpus/train.bin" ] || { echo "no corpus: run scripts/fetch_data.sh"; exit 77; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -1,0 +1,101 @@
+// Weights in and out: a save/load round trip through safetensors with Hugging Face names and
+// shapes, and the errors a wrong file gives.
+#include "launch/weights_io.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "model_zoo/gpt2.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/safetensors.h"
+#include "runtime/status.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Fixture {
+  explicit Fixture(Gpt2Config c, uint64_t seed) : model(c), engine(device, model, options(seed)) {}
+  static EngineOptions options(uint64_t seed) {
+    EngineOptions o;
+    o.seed = seed;
+    return o;
+  }
+  CpuDevice device;
+  Gpt2 model;
+  Engine engine;
+};
+
+fs::path temp_file(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("zt_weights_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInput);
+    return e.message();
+  }
+  return "no error";
+}
+
+const Gpt2Config kSmall{2, 2, 16, 61, 8};
+
+TEST(WeightsIo, RoundTripWithHuggingFaceShapes) {
+  const fs::path path = temp_file("roundtrip.safetensors");
+  Fixture a(kSmall, 1), b(kSmall, 2);
+  save_weights(a.engine, path.string());
+  SafetensorsReader reader = SafetensorsReader::open(path.string());
+  ASSERT_NE(reader.find("wte.weight"), nullptr);
+  EXPECT_EQ(reader.find("wte.weight")->shape, (std::vector<int64_t>{61, 16}));  // vocab unpadded
+  EXPECT_EQ(reader.find("h.1.mlp.c_fc.weight")->shape, (std::vector<int64_t>{16, 64}));
+  load_weights(b.engine, path.string());
+  for (int u = 0; u < a.engine.num_units(); ++u) {
+    const int64_t n = a.model.units()[u]->layout().numel();
+    EXPECT_EQ(std::memcmp(a.engine.unit_params(u), b.engine.unit_params(u), n * 4), 0) << u;
+  }
+}
+
+TEST(WeightsIo, WrongShapeMissingAndUnexpectedTensorsAreInputErrors) {
+  const fs::path path = temp_file("small.safetensors");
+  Fixture small(kSmall, 1);
+  save_weights(small.engine, path.string());
+  Fixture wider(Gpt2Config{2, 2, 32, 61, 8}, 1);
+  EXPECT_NE(error_of([&] { load_weights(wider.engine, path.string()); }).find("has shape [61, 16], expected [61, 32]"),
+            std::string::npos);
+  Fixture deeper(Gpt2Config{3, 2, 16, 61, 8}, 1);
+  EXPECT_NE(error_of([&] { load_weights(deeper.engine, path.string()); }).find("'h.2.ln_1.weight' is missing"),
+            std::string::npos);
+  Fixture shallower(Gpt2Config{1, 2, 16, 61, 8}, 1);
+  EXPECT_NE(error_of([&] { load_weights(shallower.engine, path.string()); }).find("unexpected tensor 'h.1."),
+            std::string::npos);
+}
+
+TEST(WeightsIo, AcceptsLmHeadModelExports) {
+  // GPT2LMHeadModel files prefix "transformer." and carry the tied head and mask buffers.
+  const fs::path path = temp_file("lmhead.safetensors");
+  Fixture a(kSmall, 5), b(kSmall, 6);
+  SafetensorsWriter w;
+  std::vector<float> mask(64, 1.0f);
+  for (int u = 0; u < a.engine.num_units(); ++u)
+    for (const auto& e : a.model.units()[u]->layout().entries()) {
+      std::vector<int64_t> shape = e.spec.shape;
+      shape[0] = e.spec.exported_rows();
+      w.add_f32("transformer." + e.spec.name, shape, a.engine.unit_params(u) + e.offset);
+    }
+  w.add_f32("transformer.h.0.attn.bias", {1, 1, 8, 8}, mask.data());
+  w.add_f32("lm_head.weight", {61, 16}, a.engine.unit_params(0));
+  w.write(path.string());
+  load_weights(b.engine, path.string());
+  const int64_t n = a.model.units()[0]->layout().numel();
+  EXPECT_EQ(std::memcmp(a.engine.unit_params(0), b.engine.unit_params(0), n * 4), 0);
+}
+
+}  // namespace
+}  // namespace zt
