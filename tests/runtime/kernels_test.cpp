@@ -3,11 +3,9 @@
 // finite differences of that double reference (and for accumulation: gradients are += into
 // buffers that start non-zero). Then the properties the ZeRO stages rely on: element-wise
 // kernels give an element the same bits wherever it sits, reductions give the same bits for 1,
-// 2 or 3 threads, and the SSE2 / AVX2 / AVX-512 paths agree bit for bit. Last, the dtype
-// conversions: all fp16 patterns, fp32->fp16 against the F16C instruction, fp32->bf16 against
-// a round-to-nearest-even reference. Not here: performance (see the kernel benchmarks).
-#include "runtime/kernels.h"
-
+// 2 or 3 threads, and the SSE2 / AVX2 / AVX-512 paths agree bit for bit (tables capped through
+// ZT_CPU_SIMD). Last, the dtype conversions: all fp16 patterns, fp32->fp16 against the F16C
+// instruction, fp32->bf16 against a round-to-nearest-even reference. Not here: performance.
 #include <gtest/gtest.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -27,6 +25,7 @@
 
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/dtype.h"
+#include "runtime/kernels.h"
 
 namespace zt {
 namespace {
