@@ -46,7 +46,7 @@ TEST(Device, BuffersAreTrackedAndReleased) {
 }
 
 TEST(FlatLayout, AlignedOffsetsAndCounts) {
-  FlatLayout layout({ParamSpec{"a", {3, 5}, Decay::kYes, {}, 2}, ParamSpec{"b", {7}}});
+  FlatLayout layout({ParamSpec{"a", {3, 5}, Decay::kYes, {}, 2}, ParamSpec{"b", {7}, Decay::kNo, {}, -1}});
   ASSERT_EQ(layout.entries().size(), 2u);
   EXPECT_EQ(layout.entries()[0].offset, 0);
   EXPECT_EQ(layout.entries()[1].offset, 16);  // 15 rounded up to 16 floats
