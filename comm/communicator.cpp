@@ -1,0 +1,240 @@
+// Communicator's shared half: argument validation, routing through an attached CommQueue,
+// CommStats, and the rank-order reduction arithmetic. No communication happens here.
+#include "comm/communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "comm/comm_queue.h"
+#include "runtime/status.h"
+
+namespace zt {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+std::string_view collective_kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+std::string CommStats::to_string() const {
+  std::string out;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    const CollectiveStats& s = by_kind[k];
+    if (s.calls == 0) continue;
+    out += fmt::format("{}: {} calls, {:.1f} MiB, {:.1f} ms\n",
+                       collective_kind_name(static_cast<CollectiveKind>(k)), s.calls,
+                       s.bytes / 1048576.0, s.seconds * 1e3);
+  }
+  return out;
+}
+
+int64_t collective_bytes(const CollectiveCall& call, int world) {
+  const int64_t elems = call.kind == CollectiveKind::kReduceScatter ||
+                                call.kind == CollectiveKind::kAllGather
+                            ? call.count * world
+                            : call.count;
+  return elems * static_cast<int64_t>(dtype_size(call.dtype));
+}
+
+Communicator::~Communicator() = default;
+
+namespace {
+
+bool disjoint(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa + static_cast<uintptr_t>(a_bytes) <= pb || pb + static_cast<uintptr_t>(b_bytes) <= pa;
+}
+
+}  // namespace
+
+void Communicator::validate(const CollectiveCall& call) const {
+  const std::string_view what = collective_kind_name(call.kind);
+  if (call.count < 0) throw_input(fmt::format("{}: count must be >= 0; got {}", what, call.count));
+  const int n = world();
+  const int64_t size = static_cast<int64_t>(dtype_size(call.dtype));
+  if (call.count > std::numeric_limits<int64_t>::max() / (int64_t(n) * size))
+    throw_input(fmt::format("{}: count {} x {} ranks overflows a byte count", what, call.count, n));
+  if (call.kind == CollectiveKind::kBroadcast && (call.root < 0 || call.root >= n))
+    throw_input(fmt::format("broadcast: root {} out of range [0, {})", call.root, n));
+  if (call.count == 0) return;
+  if (call.send == nullptr || call.recv == nullptr)
+    throw_input(fmt::format("{}: null buffer with count {}", what, call.count));
+
+  const int64_t block = call.count * size;  // one rank's block, in bytes
+  const char* send = static_cast<const char*>(call.send);
+  const char* recv = static_cast<const char*>(call.recv);
+  switch (call.kind) {
+    case CollectiveKind::kAllReduce:
+      if (send != recv && !disjoint(send, block, recv, block))
+        throw_input("all_reduce: send and recv overlap without being equal (in place means "
+                    "send == recv)");
+      break;
+    case CollectiveKind::kReduceScatter:
+      if (recv != send + rank() * block && !disjoint(send, n * block, recv, block))
+        throw_input("reduce_scatter: recv overlaps send without being in place (in place means "
+                    "recv == send + rank*recv_count*dtype_size)");
+      break;
+    case CollectiveKind::kAllGather:
+      if (send != recv + rank() * block && !disjoint(send, block, recv, n * block))
+        throw_input("all_gather: send overlaps recv without being in place (in place means "
+                    "send == recv + rank*send_count*dtype_size)");
+      break;
+    case CollectiveKind::kBroadcast:
+      ZT_ASSERT(send == recv, "broadcast call with send {} != recv {}", fmt::ptr(send),
+                fmt::ptr(recv));
+      break;
+  }
+}
+
+void Communicator::execute(const CollectiveCall& call) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (call.count > 0) {
+    switch (call.kind) {
+      case CollectiveKind::kAllReduce:
+        backend_all_reduce(call.send, call.recv, call.count, call.dtype, call.op);
+        break;
+      case CollectiveKind::kReduceScatter:
+        backend_reduce_scatter(call.send, call.recv, call.count, call.dtype, call.op);
+        break;
+      case CollectiveKind::kAllGather:
+        backend_all_gather(call.send, call.recv, call.count, call.dtype);
+        break;
+      case CollectiveKind::kBroadcast:
+        backend_broadcast(call.recv, call.count, call.dtype, call.root);
+        break;
+    }
+  }
+  CollectiveStats& s = stats_[call.kind];
+  s.calls += 1;
+  s.bytes += collective_bytes(call, world());
+  s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Communicator::submit_and_wait(const CollectiveCall& call) {
+  validate(call);
+  if (queue_ != nullptr && !queue_->on_worker_thread()) {
+    queue_->submit(call).wait();
+  } else {
+    execute(call);
+  }
+}
+
+void Communicator::all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                              ReduceOp op) {
+  submit_and_wait({CollectiveKind::kAllReduce, send, recv, count, dtype, op, 0});
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                  ReduceOp op) {
+  submit_and_wait({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype, op, 0});
+}
+
+void Communicator::all_gather(const void* send, void* recv, int64_t send_count, DType dtype) {
+  submit_and_wait({CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0});
+}
+
+void Communicator::broadcast(void* buf, int64_t count, DType dtype, int root) {
+  submit_and_wait({CollectiveKind::kBroadcast, buf, buf, count, dtype, ReduceOp::kSum, root});
+}
+
+// ---- rank-order reduction ----------------------------------------------------------------
+
+namespace {
+
+// How each dtype is stored and widened to / rounded from fp32.
+struct F32Codec {
+  using Storage = float;
+  static float widen(float v) { return v; }
+  static float narrow(float v) { return v; }
+};
+struct F16Codec {
+  using Storage = uint16_t;
+  static float widen(uint16_t v) { return fp16_to_fp32(v); }
+  static uint16_t narrow(float v) { return fp32_to_fp16(v); }
+};
+struct BF16Codec {
+  using Storage = uint16_t;
+  static float widen(uint16_t v) { return bf16_to_fp32(v); }
+  static uint16_t narrow(float v) { return fp32_to_bf16(v); }
+};
+
+struct SumOp {
+  static float apply(float acc, float x) { return acc + x; }
+};
+struct MaxOp {
+  // NaN wins, otherwise the larger; on a tie (+0 vs -0) the earlier rank's value stays.
+  static float apply(float acc, float x) {
+    float larger = x > acc ? x : acc;
+    return acc != acc ? acc : (x != x ? x : larger);
+  }
+};
+
+// Elements per tile: the fp32 accumulator (4 KiB) stays in L1 while every contribution is
+// added into it, so out may alias any one contribution: a tile reads all of them before it
+// writes. Full tiles have a compile-time length so the loops vectorize at -O2 (GCC's
+// very-cheap cost model needs a known trip count).
+constexpr int64_t kTile = 1024;
+
+template <class Codec, class Op, bool kFullTile>
+void reduce_tile(std::span<const void* const> contributions, void* out, int64_t base,
+                 int64_t tile_len) {
+  using S = typename Codec::Storage;
+  const int64_t n = kFullTile ? kTile : tile_len;
+  float acc[kTile];
+  const S* first = static_cast<const S*>(contributions[0]) + base;
+  for (int64_t j = 0; j < n; ++j) acc[j] = Codec::widen(first[j]);
+  for (size_t p = 1; p < contributions.size(); ++p) {
+    const S* x = static_cast<const S*>(contributions[p]) + base;
+    for (int64_t j = 0; j < n; ++j) acc[j] = Op::apply(acc[j], Codec::widen(x[j]));
+  }
+  S* o = static_cast<S*>(out) + base;
+  for (int64_t j = 0; j < n; ++j) o[j] = Codec::narrow(acc[j]);
+}
+
+template <class Codec, class Op>
+void reduce_all(std::span<const void* const> contributions, void* out, int64_t count) {
+  int64_t base = 0;
+  for (; base + kTile <= count; base += kTile)
+    reduce_tile<Codec, Op, true>(contributions, out, base, kTile);
+  if (base < count) reduce_tile<Codec, Op, false>(contributions, out, base, count - base);
+}
+
+template <class Codec>
+void reduce_codec(std::span<const void* const> contributions, void* out, int64_t count,
+                  ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return reduce_all<Codec, SumOp>(contributions, out, count);
+    case ReduceOp::kMax: return reduce_all<Codec, MaxOp>(contributions, out, count);
+  }
+}
+
+}  // namespace
+
+void reduce_in_rank_order(std::span<const void* const> contributions, void* out, int64_t count,
+                          DType dtype, ReduceOp op) {
+  ZT_ASSERT(!contributions.empty(), "reduce of {} elements with no contributions", count);
+  if (count <= 0) return;
+  switch (dtype) {
+    case DType::kF32: return reduce_codec<F32Codec>(contributions, out, count, op);
+    case DType::kF16: return reduce_codec<F16Codec>(contributions, out, count, op);
+    case DType::kBF16: return reduce_codec<BF16Codec>(contributions, out, count, op);
+  }
+}
+
+}  // namespace zt

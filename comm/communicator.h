@@ -1,0 +1,158 @@
+// Communicator: the collective interface of ZeroTrain (all-reduce, reduce-scatter, all-gather,
+// broadcast over host memory), with contracts written like nccl.h, and the rank-order reduction
+// arithmetic every CPU back end shares. The public calls validate their arguments, route through
+// an attached CommQueue when there is one, and keep CommStats; back ends (MpiCommunicator,
+// SelfCommunicator; NCCL later) implement only the protected backend_* entries.
+// This file does no communication itself and allocates nothing.
+//
+// Determinism contract (what ZeRO stages 0-3 being bitwise equal rests on): a reduction combines
+// each element over ranks in rank order, (((x0 op x1) op x2) op ...), in fp32; fp16 and bf16
+// inputs are widened to fp32 exactly and the fp32 result is rounded once, to nearest even
+// (runtime/dtype.h). An element's result therefore depends only on the ranks' values of that
+// element: all_reduce gives the same bits as reduce_scatter followed by all_gather, however a
+// caller splits a buffer into calls. Pinned by tests/mpi/comm_test.cpp (ReferenceExact and
+// AllReduceEqualsReduceScatterThenAllGather).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "runtime/dtype.h"
+
+namespace zt {
+
+enum class ReduceOp {
+  kSum,
+  kMax,  // NaN wins: the result is NaN when any contribution is NaN
+};
+std::string_view reduce_op_name(ReduceOp op);  // "sum", "max"
+
+enum class CollectiveKind { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+inline constexpr int kNumCollectiveKinds = 4;
+std::string_view collective_kind_name(CollectiveKind kind);  // "all_reduce", "reduce_scatter", ...
+
+// What one kind of collective cost on this rank. `bytes` counts the size of the whole buffer as
+// nccl-tests does: all_reduce and broadcast count*size, reduce_scatter the send buffer
+// (world*recv_count*size), all_gather the receive buffer (world*send_count*size). `seconds` is
+// the time spent executing (on the communication thread when a CommQueue runs it), not queued.
+struct CollectiveStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+
+struct CommStats {
+  std::array<CollectiveStats, kNumCollectiveKinds> by_kind{};
+
+  const CollectiveStats& operator[](CollectiveKind kind) const {
+    return by_kind[static_cast<size_t>(kind)];
+  }
+  CollectiveStats& operator[](CollectiveKind kind) { return by_kind[static_cast<size_t>(kind)]; }
+  // One line per kind that was called: "all_reduce: 12 calls, 48.0 MiB, 15.3 ms".
+  std::string to_string() const;
+};
+
+// One collective call, as validated by Communicator and queued by CommQueue. For broadcast,
+// send == recv == the buffer; `op` is unused by all_gather and broadcast, `root` only by broadcast.
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int64_t count = 0;  // elements: all_reduce/broadcast count, reduce_scatter recv_count,
+                      // all_gather send_count
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
+class CommQueue;
+
+// Not thread-safe by itself: one user thread calls it. With a CommQueue attached, the queue's
+// thread executes every collective (also the synchronous calls below, which then submit and
+// wait), so a back end is only ever entered by one thread at a time and, as long as every rank
+// calls in the same order, every rank issues its collectives in the same order.
+//
+// Every call is collective: all ranks of the communicator call it with the same count, dtype,
+// op and root. Buffers are host memory; count == 0 is a no-op on every rank (pointers may then be
+// null). An error throws zt::Error (kInput for arguments, kSystem for the transport); after a
+// kSystem error the communicator's ranks may be out of step and it should not be used again.
+class Communicator {
+ public:
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  virtual ~Communicator();
+
+  virtual std::string name() const = 0;  // "mpi", "self"
+  virtual int rank() const = 0;          // in [0, world)
+  virtual int world() const = 0;
+  virtual int local_rank() const = 0;    // among the ranks that share this machine
+  virtual int local_world() const = 0;
+
+  // recv[i] = op over ranks of send[i], i in [0, count), the same bits on every rank.
+  // send and recv hold count elements. In place when send == recv; any other overlap is an
+  // error. Returns when recv holds the result and send may be reused.
+  void all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op);
+
+  // send holds world*recv_count elements, block p = [p*recv_count, (p+1)*recv_count); recv
+  // (recv_count elements) receives block `rank` reduced over ranks. In place when
+  // recv == (char*)send + rank*recv_count*dtype_size; any other overlap is an error.
+  // Returns when recv holds the result and send may be reused.
+  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op);
+
+  // recv holds world*send_count elements; block r = rank r's send (send_count elements).
+  // In place when send == (char*)recv + rank*send_count*dtype_size; any other overlap is an
+  // error. Returns when recv holds every block and send may be reused.
+  void all_gather(const void* send, void* recv, int64_t send_count, DType dtype);
+
+  // Copies root's buf (count elements) into buf on every rank. root in [0, world), else kInput.
+  // Returns when buf holds root's data (on root: when buf may be modified).
+  void broadcast(void* buf, int64_t count, DType dtype, int root);
+
+  // Counters of the collectives this communicator executed. Read them while no collective of
+  // an attached CommQueue is in flight (after wait() or CommQueue::drain()).
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+  // The attached queue, or nullptr.
+  CommQueue* queue() const { return queue_; }
+
+ protected:
+  Communicator() = default;
+
+  // Back-end entries. Arguments are validated (count > 0, pointers non-null, buffers either
+  // exactly in place or disjoint, root in range); the same contracts as the public calls.
+  virtual void backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                                  ReduceOp op) = 0;
+  virtual void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count,
+                                      DType dtype, ReduceOp op) = 0;
+  virtual void backend_all_gather(const void* send, void* recv, int64_t send_count,
+                                  DType dtype) = 0;
+  virtual void backend_broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+
+ private:
+  friend class CommQueue;
+  // Throws kInput naming the collective when `call` breaks its contract.
+  void validate(const CollectiveCall& call) const;
+  // Runs a validated call on the calling thread: the back end, timed into stats_.
+  void execute(const CollectiveCall& call);
+  // validate, then execute here or (queue attached, called from another thread) via the queue.
+  void submit_and_wait(const CollectiveCall& call);
+
+  CommStats stats_;
+  CommQueue* queue_ = nullptr;  // set and cleared by CommQueue's constructor and destructor
+};
+
+// Bytes a call counts in CollectiveStats (see there).
+int64_t collective_bytes(const CollectiveCall& call, int world);
+
+// The reduction of the determinism contract: out[i] = op(...op(op(c[0][i], c[1][i]), c[2][i])...)
+// for i in [0, count), computed in fp32 and rounded once to dtype. contributions are in rank
+// order, each count elements of dtype. out may be the same address as any contribution (the
+// own block of an in-place reduce-scatter); any other overlap is undefined. Pure arithmetic.
+void reduce_in_rank_order(std::span<const void* const> contributions, void* out, int64_t count,
+                          DType dtype, ReduceOp op);
+
+}  // namespace zt

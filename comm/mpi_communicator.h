@@ -1,0 +1,92 @@
+// MpiCommunicator: the CPU back end of Communicator, over a duplicate of an MPI communicator.
+// reduce_scatter is our own schedule over point-to-point messages (direct pairwise exchange,
+// pipelined in chunks through bounded staging buffers, summed in rank order: the determinism
+// contract of comm/communicator.h); all_reduce is that reduce-scatter followed by an in-place
+// MPI all-gather; all_gather and broadcast are MPI_Allgather and MPI_Bcast. Every MPI call goes
+// through ZT_MPI_CHECK. It does not initialise MPI (MpiSession does) and allocates nothing after
+// construction.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/process_group.h"
+#include "runtime/device.h"
+
+namespace zt {
+
+struct MpiCommunicatorOptions {
+  // Bytes of one point-to-point message of reduce_scatter's pipeline: a multiple of 4 in
+  // [4, 1 GiB]. 256 KiB measured best on 2 and 4 ranks over shared memory (see comm/README in
+  // the report of zt-bench comm); the staging holds kPipelineDepth * (world-1) chunks.
+  size_t chunk_bytes = 256 << 10;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Chunks in flight per peer in reduce_scatter's pipeline (one reduced while the next arrives).
+  static constexpr int kPipelineDepth = 2;
+
+  // Collective over `parent` (MPI_Comm_dup). Sets MPI_ERRORS_RETURN on the duplicate and
+  // allocates the staging, kPipelineDepth * (world-1) * chunk_bytes, from `device` under
+  // MemCategory::kCommBuffers; device must outlive this communicator and is used by no other
+  // thread during construction. Throws kInput for a bad chunk_bytes, kSystem for MPI errors.
+  MpiCommunicator(Device& device, MPI_Comm parent = MPI_COMM_WORLD,
+                  MpiCommunicatorOptions options = {});
+  // Frees the duplicate unless MPI was finalised already. Not collective in effect on errors.
+  ~MpiCommunicator() override;
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return group_.rank; }
+  int world() const override { return group_.world; }
+  int local_rank() const override { return group_.local_rank; }
+  int local_world() const override { return group_.local_world; }
+
+  // The duplicate this communicator owns (for tests and benchmarks that compare with raw MPI;
+  // not to be used while a CommQueue runs collectives of this communicator).
+  MPI_Comm mpi_comm() const { return comm_; }
+  size_t chunk_bytes() const { return chunk_bytes_; }
+  size_t staging_bytes() const { return staging_.bytes(); }
+
+ protected:
+  void backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                          ReduceOp op) override;
+  void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                              ReduceOp op) override;
+  void backend_all_gather(const void* send, void* recv, int64_t send_count,
+                          DType dtype) override;
+  void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
+
+ private:
+  // A buffer of `total` elements cut into world blocks of `block` elements, the last ones
+  // shorter or empty when total is not a multiple: block p = [p*block, p*block + length(p)).
+  struct BlockSplit {
+    int64_t block;
+    int64_t total;
+    int64_t offset(int p) const { return p * block; }
+    int64_t length(int p) const;
+  };
+  // Reduces block `rank` of send over ranks into own_out (length(rank) elements; may be the
+  // block's own address in send: in place). Direct pairwise exchange: this rank sends block p,
+  // chunk by chunk, to rank p and receives every peer's chunks of its own block into staging;
+  // each chunk is reduced in rank order as soon as all peers' copies have arrived, while the
+  // next chunk's messages are already posted (kPipelineDepth).
+  void reduce_scatter_blocks(const char* send, char* own_out, const BlockSplit& split,
+                             DType dtype, ReduceOp op);
+  char* staging_slot(int64_t chunk_index, int distance) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  ProcessGroup group_;
+  size_t chunk_bytes_;
+  Buffer staging_;  // kPipelineDepth x (world-1) x chunk_bytes_
+  // Per-call scratch, sized once (world is fixed): requests and the rank-ordered pointers.
+  std::vector<MPI_Request> recv_requests_, send_requests_;  // kPipelineDepth x (world-1)
+  std::vector<const void*> contributions_;                  // world
+  std::vector<int> gather_counts_, gather_displs_;          // world
+};
+
+}  // namespace zt
