@@ -13,6 +13,7 @@
 #include "launch/bench.h"
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
+#include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/engine.h"
@@ -89,7 +90,8 @@ int bench_train(const BenchTrainOptions& o) {
     for (size_t l = 0; l < model.layers().size(); ++l)
       eo.checkpoint[l] = model.layers()[l]->checkpointable();
   }
-  Engine engine(device, model, eo);
+  SelfCommunicator comm;
+  Engine engine(device, comm, model, eo);
 
   const int64_t B = o.batch, T = o.seq_len;
   std::mt19937 rng(1234);

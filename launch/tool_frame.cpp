@@ -1,27 +1,62 @@
-// Error-to-exit-code mapping and the thread environment of the executables.
+// Error-to-exit-code mapping, the cross-rank agreement on set-up errors, and the thread
+// environment of the executables.
 #include "launch/tool_frame.h"
 
+#include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "runtime/status.h"
 
 namespace zt {
 
-int run_tool(const char* tool, const std::function<int()>& body) {
+namespace {
+
+// Runs body, turning any error into (exit code, one-line message).
+int capture(const std::function<int()>& body, std::string* message) {
   try {
     return body();
   } catch (const Error& e) {
-    std::fprintf(stderr, "%s: %s\n", tool,
-                 e.kind() == ErrorKind::kInput ? e.message().c_str() : e.describe().c_str());
+    *message = e.kind() == ErrorKind::kInput ? e.message() : e.describe();
     return e.kind() == ErrorKind::kInput ? 2 : 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", tool, e.what());
+    *message = std::string("internal error: ") + e.what();
     return 1;
   }
+}
+
+void print_error(const char* tool, int rank, const std::string& message) {
+  if (rank >= 0)
+    std::fprintf(stderr, "%s: rank %d: %s\n", tool, rank, message.c_str());
+  else
+    std::fprintf(stderr, "%s: %s\n", tool, message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int run_tool(const char* tool, const std::function<int()>& body, int rank) {
+  std::string message;
+  const int code = capture(body, &message);
+  if (code != 0 && !message.empty()) print_error(tool, rank, message);
+  return code;
+}
+
+int agree_on_exit_code(const char* tool, int rank, int world, const std::function<int()>& body) {
+  std::string message;
+  const int code = capture(body, &message);
+  // The lowest failing rank speaks: MIN over ranks of (rank if failed, else world).
+  int mine = code != 0 ? rank : world, first = world;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == world) return 0;
+  if (rank == first && !message.empty()) print_error(tool, world > 1 ? rank : -1, message);
+  int agreed = code;
+  MPI_Bcast(&agreed, 1, MPI_INT, first, MPI_COMM_WORLD);
+  return agreed;
 }
 
 void ensure_thread_environment(int argc, char** argv) {

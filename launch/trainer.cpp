@@ -41,7 +41,6 @@ void refuse_unbuilt_features(const Config& config) {
   auto refuse = [&](bool used, const char* what) {
     if (used) throw_input(fmt::format("{}: {} is not supported by this build yet", config.source, what));
   };
-  refuse(config.zero_optimization.stage != 0, "'zero_optimization.stage' > 0 (ZeRO sharding)");
   refuse(config.fp16.enabled, "'fp16.enabled' (mixed precision)");
   refuse(config.bf16.enabled, "'bf16.enabled' (mixed precision)");
   refuse(config.zero_optimization.offload_optimizer.device != OffloadDevice::kNone,
@@ -63,6 +62,12 @@ EngineOptions engine_options(const Config& config, Model& model) {
   o.optimizer.momentum = static_cast<float>(oc.momentum);
   o.gradient_clipping = static_cast<float>(config.gradient_clipping);
   o.seed = config.zt.seed;
+  const ZeroConfig& z = config.zero_optimization;
+  o.stage = z.stage;
+  o.overlap_comm = z.overlap_comm;
+  o.reduce_bucket_size = z.reduce_bucket_size;
+  o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  o.persistence_threshold = z.stage3_param_persistence_threshold;
   // Activation checkpointing: every checkpointable layer, or the first `count` of them.
   const auto& ac = config.activation_checkpointing;
   auto layers = model.layers();
@@ -103,31 +108,56 @@ double evaluate(Engine& engine, DataLoader& loader, int batches, int64_t B, int6
 
 }  // namespace
 
-TrainResult train(const Config& config, const Logger& log) {
-  // Everything that can be wrong with the job's input is checked before model memory exists.
+TrainSetup prepare_training(const std::string& config_path,
+                            const std::vector<std::string>& overrides, int rank, int world) {
+  Config config = load_config(config_path, overrides, world);
   refuse_unbuilt_features(config);
-  const Gpt2Config model_config = resolve_model(config);
+  const Gpt2Config model = resolve_model(config);
+  TokenFile train_file = TokenFile::open(config.zt.train_data, model.vocab_size);
+  // Constructing a loader checks the file holds at least one batch for every rank.
+  DataLoader(train_file, config.train_micro_batch_size_per_gpu, config.zt.seq_len, rank, world,
+             false, 0);
+  std::optional<TokenFile> val_file;
+  if (!config.zt.val_data.empty()) {
+    val_file.emplace(TokenFile::open(config.zt.val_data, model.vocab_size));
+    DataLoader(*val_file, config.train_micro_batch_size_per_gpu, config.zt.seq_len, rank, world,
+               false, 0);
+  }
+  if (!config.zt.init_from.empty()) {
+    Gpt2 shapes_only(model);  // tables only; no tensor memory
+    check_weights_file(config.zt.init_from, shapes_only);
+  }
+  if (rank == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(config.zt.output_dir, ec);
+    if (ec)
+      throw_input(fmt::format("{}: cannot create zt.output_dir '{}': {}", config.source,
+                              config.zt.output_dir, ec.message()));
+  }
+  return TrainSetup{std::move(config), model, std::move(train_file), std::move(val_file)};
+}
+
+TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, const Logger& log) {
+  const Config& config = setup.config;
+  const Gpt2Config& model_config = setup.model;
+  const int rank = comm.rank(), world = comm.world();
   const int64_t B = config.train_micro_batch_size_per_gpu, T = config.zt.seq_len;
   const int64_t accumulation = config.gradient_accumulation_steps;
-  TokenFile train_file = TokenFile::open(config.zt.train_data, model_config.vocab_size);
-  DataLoader train_loader(train_file, B, T, /*rank=*/0, /*world=*/1, config.zt.shuffle,
-                          config.zt.seed);
-  std::optional<TokenFile> val_file;
+  const TokenFile& train_file = setup.train_file;
+  const std::optional<TokenFile>& val_file = setup.val_file;
+  DataLoader train_loader(train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
-  if (!config.zt.val_data.empty()) {
-    val_file.emplace(TokenFile::open(config.zt.val_data, model_config.vocab_size));
-    val_loader.emplace(*val_file, B, T, 0, 1, false, config.zt.seed);
-  }
+  if (val_file) val_loader.emplace(*val_file, B, T, rank, world, false, config.zt.seed);
+  // Rank 0 writes the metrics.
   const std::filesystem::path out_dir = config.zt.output_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw_input(fmt::format("cannot create zt.output_dir '{}': {}", out_dir.string(), ec.message()));
-  std::ofstream metrics(out_dir / "metrics.jsonl");
-  if (!metrics) throw_input(fmt::format("cannot write {}", (out_dir / "metrics.jsonl").string()));
+  std::ofstream metrics;
+  if (rank == 0) {
+    metrics.open(out_dir / "metrics.jsonl");
+    if (!metrics) throw_input(fmt::format("cannot write {}", (out_dir / "metrics.jsonl").string()));
+  }
 
-  CpuDevice device;
   Gpt2 model(model_config);
-  Engine engine(device, model, engine_options(config, model));
+  Engine engine(device, comm, model, engine_options(config, model));
   if (!config.zt.init_from.empty()) {
     load_weights(engine, config.zt.init_from);
     log.rank0("loaded weights from {}", config.zt.init_from);
@@ -136,9 +166,10 @@ TrainResult train(const Config& config, const Logger& log) {
 
   int64_t params = 0;
   for (Unit* u : model.units()) params += u->layout().param_count();
-  log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | B={} T={} accumulation={} | "
-            "{} train tokens{}",
-            config.source, params / 1e6, model_config.n_layer, B, T, accumulation,
+  log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | "
+            "B={} T={} accumulation={} | {} train tokens{}",
+            config.source, params / 1e6, model_config.n_layer, world, world > 1 ? "s" : "",
+            config.zero_optimization.stage, B, T, accumulation,
             train_file.size(),
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
 
@@ -149,7 +180,9 @@ TrainResult train(const Config& config, const Logger& log) {
     result.first_val_loss = result.last_val_loss =
         evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
     log.rank0("step {:>5} | val loss {:.6f}", 0, result.first_val_loss);
-    metrics << nlohmann::ordered_json{{"step", 0}, {"val_loss", result.first_val_loss}}.dump() << "\n";
+    if (rank == 0)
+      metrics << nlohmann::ordered_json{{"step", 0}, {"val_loss", result.first_val_loss}}.dump()
+              << "\n";
   }
 
   std::vector<std::vector<int32_t>> inputs(accumulation, std::vector<int32_t>(B * T));
@@ -165,7 +198,7 @@ TrainResult train(const Config& config, const Logger& log) {
     const float lr = schedule.lr_at(step - 1);
     StepResult r = engine.train_step(micro, lr);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    const double tokens_per_s = static_cast<double>(B * T * accumulation) / (ms / 1e3);
+    const double tokens_per_s = static_cast<double>(B * T * accumulation * world) / (ms / 1e3);
     result.last_loss = r.loss;
     if (!std::isfinite(r.loss))
       throw_input(fmt::format("loss became {} at step {}; lower optimizer.params.lr or enable "
@@ -181,7 +214,7 @@ TrainResult train(const Config& config, const Logger& log) {
       result.last_val_loss = evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
       row["val_loss"] = result.last_val_loss;
     }
-    metrics << row.dump() << "\n" << std::flush;
+    if (rank == 0) metrics << row.dump() << "\n" << std::flush;
     if (step == 1 || step % config.steps_per_print == 0 || step == steps)
       log.rank0("step {:>5}/{} | loss {:.9g} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | "
                 "{:.1f} ms | peak {:.1f} MiB",
@@ -194,13 +227,35 @@ TrainResult train(const Config& config, const Logger& log) {
     save_weights(engine, config.zt.save_weights);
     log.rank0("saved weights to {}", config.zt.save_weights);
   }
+  // Every rank's peak bytes per category, gathered (doubles travel as fp32 word pairs through
+  // all_gather, which copies bits), shown as min/max over ranks and appended to the metrics.
   const MemoryTracker& mem = device.memory();
-  std::string peaks;
-  for (int c = 0; c < kNumMemCategories; ++c) {
-    auto cat = static_cast<MemCategory>(c);
-    peaks += fmt::format(" {} {:.1f}", mem_category_name(cat), mem.peak(cat) / 1048576.0);
+  std::vector<double> mine(kNumMemCategories + 1);
+  for (int c = 0; c < kNumMemCategories; ++c) mine[c] = mem.peak(static_cast<MemCategory>(c));
+  mine[kNumMemCategories] = static_cast<double>(mem.peak_total());
+  std::vector<double> all(mine.size() * world);
+  comm.all_gather(mine.data(), all.data(), 2 * static_cast<int64_t>(mine.size()), DType::kF32);
+  nlohmann::ordered_json low, high;
+  log.rank0("peak memory per rank (MiB):  {:>12} {:>10} {:>10}", "category", "min", "max");
+  for (size_t c = 0; c < mine.size(); ++c) {
+    double lo = all[c], hi = all[c];
+    for (int r = 1; r < world; ++r) {
+      lo = std::min(lo, all[r * mine.size() + c]);
+      hi = std::max(hi, all[r * mine.size() + c]);
+    }
+    const std::string name = c < static_cast<size_t>(kNumMemCategories)
+                                 ? std::string(mem_category_name(static_cast<MemCategory>(c)))
+                                 : "total";
+    log.rank0("                             {:>12} {:>10.1f} {:>10.1f}", name, lo / 1048576.0,
+              hi / 1048576.0);
+    low[name] = lo;
+    high[name] = hi;
   }
-  log.rank0("peak memory (MiB):{} | total {:.1f}", peaks, mem.peak_total() / 1048576.0);
+  if (rank == 0)
+    metrics << nlohmann::ordered_json{{"summary", {{"ranks", world},
+                                                   {"peak_bytes_min", low},
+                                                   {"peak_bytes_max", high}}}}.dump()
+            << "\n";
   return result;
 }
 

@@ -1,15 +1,31 @@
-// The trainer loop of zt-train: wires config, data, model, engine, schedule, evaluation,
-// progress lines, metrics.jsonl and weight export. Everything it needs is validated before
-// the first allocation of model memory.
+// The trainer of zt-train, in two phases. prepare_training() reads and checks everything a
+// job's input can get wrong (config, model shape, data files, output directory) and allocates
+// no model memory; zt-train agrees across ranks on its outcome before anything else, so a bad
+// input on any rank ends every rank with that rank's message. train() then wires data, model,
+// engine, schedule, evaluation, progress lines, metrics.jsonl and weight export.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "launch/logger.h"
+#include "model_zoo/gpt2.h"
 #include "runtime/config.h"
+#include "runtime/token_data.h"
 
 namespace zt {
+
+struct TrainSetup {
+  Config config;
+  Gpt2Config model;
+  TokenFile train_file;
+  std::optional<TokenFile> val_file;
+};
+
+TrainSetup prepare_training(const std::string& config_path,
+                            const std::vector<std::string>& overrides, int rank, int world);
 
 struct TrainResult {
   double first_val_loss = 0.0;  // before the first step; NaN without validation data
@@ -17,6 +33,8 @@ struct TrainResult {
   double last_loss = 0.0;
 };
 
-TrainResult train(const Config& config, const Logger& log);
+// Collective over `comm` (one call per rank).
+TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm,
+                  const Logger& log);
 
 }  // namespace zt

@@ -32,32 +32,37 @@ void save_weights(Engine& engine, const std::string& path) {
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   auto units = engine.model().units();
+  std::vector<std::vector<float>> full(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    const float* flat = engine.unit_params(static_cast<int>(u));
+    full[u].resize(static_cast<size_t>(units[u]->layout().numel()));
+    engine.read_unit_params(static_cast<int>(u), full[u].data());  // collective (stage 3)
     for (const auto& e : units[u]->layout().entries())
-      writer.add_f32(e.spec.name, exported_shape(e.spec), flat + e.offset);
+      writer.add_f32(e.spec.name, exported_shape(e.spec), full[u].data() + e.offset);
   }
-  writer.write(path);
+  if (engine.comm().rank() == 0) writer.write(path);
 }
 
-void load_weights(Engine& engine, const std::string& path) {
-  SafetensorsReader reader = SafetensorsReader::open(path);
+namespace {
+
+// Finds every parameter of `model` in the file (checking shapes) and every file entry among the
+// parameters or the ignorable buffers; returns the entry for each parameter, units in order.
+std::vector<std::vector<const SafetensorsEntry*>> match_entries(const SafetensorsReader& reader,
+                                                                Model& model,
+                                                                const std::string& path) {
   std::set<std::string> used;
-  auto units = engine.model().units();
-  for (size_t u = 0; u < units.size(); ++u) {
-    float* flat = engine.unit_params(static_cast<int>(u));
-    for (const auto& e : units[u]->layout().entries()) {
+  std::vector<std::vector<const SafetensorsEntry*>> matched;
+  for (Unit* unit : model.units()) {
+    matched.emplace_back();
+    for (const auto& e : unit->layout().entries()) {
       const SafetensorsEntry* entry = reader.find(e.spec.name);
       if (!entry) entry = reader.find("transformer." + e.spec.name);
-      if (!entry)
-        throw_input(fmt::format("{}: tensor '{}' is missing", path, e.spec.name));
+      if (!entry) throw_input(fmt::format("{}: tensor '{}' is missing", path, e.spec.name));
       const auto expected = exported_shape(e.spec);
       if (entry->shape != expected)
         throw_input(fmt::format("{}: tensor '{}' has shape {}, expected {} for this model", path,
                                 entry->name, shape_string(entry->shape),
                                 shape_string(expected)));
-      std::memset(flat + e.offset, 0, static_cast<size_t>(e.numel) * sizeof(float));
-      reader.read_as_f32(*entry, flat + e.offset);
+      matched.back().push_back(entry);
       used.insert(entry->name);
     }
   }
@@ -68,6 +73,26 @@ void load_weights(Engine& engine, const std::string& path) {
       continue;  // causal-mask buffers and the tied head: nothing to load
     throw_input(fmt::format("{}: unexpected tensor '{}' (not a parameter of this model)", path,
                             entry.name));
+  }
+  return matched;
+}
+
+}  // namespace
+
+void check_weights_file(const std::string& path, Model& model) {
+  match_entries(SafetensorsReader::open(path), model, path);
+}
+
+void load_weights(Engine& engine, const std::string& path) {
+  SafetensorsReader reader = SafetensorsReader::open(path);
+  const auto matched = match_entries(reader, engine.model(), path);
+  auto units = engine.model().units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::vector<float> full(static_cast<size_t>(units[u]->layout().numel()), 0.0f);
+    auto entries = units[u]->layout().entries();
+    for (size_t i = 0; i < entries.size(); ++i)
+      reader.read_as_f32(*matched[u][i], full.data() + entries[i].offset);
+    engine.write_unit_params(static_cast<int>(u), full.data());
   }
 }
 

@@ -9,12 +9,15 @@
 
 namespace zt {
 
-// Writes every parameter of every unit (atomic: temp file, fsync, rename).
+// Writes every parameter of every unit (atomic: temp file, fsync, rename). Collective: every
+// rank calls it (stage 3 gathers each unit); rank 0 writes.
 void save_weights(Engine& engine, const std::string& path);
-// Loads every parameter; a missing tensor, a wrong shape or an unexpected tensor is an input
+// Loads every parameter (every rank reads the file and keeps what it holds); a missing tensor, a wrong shape or an unexpected tensor is an input
 // error naming the file and the tensor. Accepts the "transformer." prefix of GPT2LMHeadModel
 // exports and ignores the buffers and tied head they carry (attn.bias, attn.masked_bias,
 // lm_head.weight).
 void load_weights(Engine& engine, const std::string& path);
+// The checks of load_weights without loading: for validating a job before allocating a model.
+void check_weights_file(const std::string& path, Model& model);
 
 }  // namespace zt

@@ -1,23 +1,35 @@
-// zt-train: trains a model from a JSON job config. `zt-train --config FILE [--set k.p=v]...`
+// zt-train: trains a model from a JSON job config, on one process or under mpirun.
+//   zt-train --config FILE [--set key.path=value]...
+//   mpirun -np N zt-train --config FILE ...
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
+#include "comm/mpi_communicator.h"
+#include "comm/process_group.h"
 #include "launch/logger.h"
 #include "launch/tool_frame.h"
 #include "launch/trainer.h"
+#include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 
 namespace po = boost::program_options;
 
 namespace {
 
-int train_main(int argc, char** argv) {
+struct CommandLine {
   std::string config_path;
   std::vector<std::string> overrides;
+  bool help = false;
+};
+
+CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
+  CommandLine cl;
   po::options_description desc("usage: zt-train --config FILE [--set key.path=value]...");
   desc.add_options()("help,h", "show this help")
-      ("config,c", po::value(&config_path), "job config (JSON, DeepSpeed key names + zt block)")
-      ("set", po::value(&overrides)->composing(),
+      ("config,c", po::value(&cl.config_path), "job config (JSON, DeepSpeed key names + zt block)")
+      ("set", po::value(&cl.overrides)->composing(),
        "override a config key, e.g. --set zt.steps=100 (repeatable; value parsed as JSON)");
   po::variables_map vm;
   try {
@@ -26,20 +38,48 @@ int train_main(int argc, char** argv) {
   } catch (const po::error& e) {
     zt::throw_input(fmt::format("{} (see zt-train --help)", e.what()));
   }
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
-  if (config_path.empty()) zt::throw_input("--config FILE is required (see zt-train --help)");
-  zt::Logger log;
-  zt::Config config = zt::load_config(config_path, overrides, /*world_size=*/1);
-  zt::train(config, log);
-  return 0;
+  std::ostringstream text;
+  text << desc;
+  *help_text = text.str();
+  cl.help = vm.count("help") > 0;
+  if (!cl.help && cl.config_path.empty())
+    zt::throw_input("--config FILE is required (see zt-train --help)");
+  return cl;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   zt::ensure_thread_environment(argc, argv);
-  return zt::run_tool("zt-train", [&] { return train_main(argc, argv); });
+  zt::MpiSession mpi(&argc, &argv);
+  const zt::ProcessGroup& group = mpi.group();
+  zt::Logger log(group.rank, group.world);
+
+  // Phase 1: everything the job's input can get wrong, on every rank, then one agreement: the
+  // lowest failing rank's message is printed once and every rank exits with its code.
+  std::optional<zt::TrainSetup> setup;
+  std::string help_text;
+  bool help = false;
+  const int setup_code = zt::agree_on_exit_code("zt-train", group.rank, group.world, [&] {
+    CommandLine cl = parse_command_line(argc, argv, &help_text);
+    help = cl.help;
+    if (!help) setup = zt::prepare_training(cl.config_path, cl.overrides, group.rank, group.world);
+    return 0;
+  });
+  if (setup_code != 0) return setup_code;
+  if (help) {
+    if (group.rank == 0) std::cout << help_text << "\n";
+    return 0;
+  }
+
+  // Phase 2: training. A failure here is one rank's, and the others may be inside a
+  // collective: print it and end the whole job.
+  const int code = zt::run_tool("zt-train", [&] {
+    zt::CpuDevice device;
+    zt::MpiCommunicator comm(device);
+    zt::train(*setup, device, comm, log);
+    return 0;
+  }, group.world > 1 ? group.rank : -1);
+  if (code != 0 && group.world > 1) mpi.abort(code);
+  return code;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "model_zoo/gpt2.h"
+#include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
@@ -18,13 +19,14 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Fixture {
-  explicit Fixture(Gpt2Config c, uint64_t seed) : model(c), engine(device, model, options(seed)) {}
+  explicit Fixture(Gpt2Config c, uint64_t seed) : model(c), engine(device, comm, model, options(seed)) {}
   static EngineOptions options(uint64_t seed) {
     EngineOptions o;
     o.seed = seed;
     return o;
   }
   CpuDevice device;
+  SelfCommunicator comm;
   Gpt2 model;
   Engine engine;
 };

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 #include "zero/engine.h"
@@ -72,7 +73,8 @@ TEST(Gpt2, WholeModelGradientMatchesFiniteDifferences) {
   CpuDevice device;
   Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
   EngineOptions options;
-  Engine engine(device, model, options);
+  SelfCommunicator comm;
+    Engine engine(device, comm, model, options);
   Tokens t = random_tokens(2, 5, 61, 7);
   engine.compute_gradients(t.batch);
   std::mt19937 rng(3);
@@ -114,7 +116,8 @@ TEST(Gpt2, CheckpointingGivesBitwiseIdenticalGradients) {
     Gpt2 model(config);
     EngineOptions options;
     if (ckpt) options.checkpoint = every_block(model);
-    Engine engine(device, model, options);
+    SelfCommunicator comm;
+    Engine engine(device, comm, model, options);
     engine.compute_gradients(t.batch);
     for (int u = 0; u < engine.num_units(); ++u) {
       const int64_t n = model.units()[u]->layout().numel();
@@ -138,7 +141,8 @@ TEST(Gpt2, CheckpointingCutsActivationPeak) {
     Gpt2 model(config);
     EngineOptions options;
     if (ckpt) options.checkpoint = every_block(model);
-    Engine engine(device, model, options);
+    SelfCommunicator comm;
+    Engine engine(device, comm, model, options);
     engine.compute_gradients(t.batch);
     peak[ckpt] = device.memory().peak(MemCategory::kActivations);
   }
@@ -151,7 +155,8 @@ TEST(Gpt2, CheckpointingCutsActivationPeak) {
 TEST(Gpt2, EvalLeavesParametersAndGradientsUntouched) {
   CpuDevice device;
   Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
-  Engine engine(device, model, EngineOptions{});
+  SelfCommunicator comm;
+  Engine engine(device, comm, model, EngineOptions{});
   Tokens t = random_tokens(2, 8, 61, 9);
   engine.compute_gradients(t.batch);
   const int64_t n = model.units()[1]->layout().numel();
