@@ -71,16 +71,22 @@ int64_t Engine::gather_window_bytes() const {
 }
 
 void Engine::prefetch(const std::vector<ScheduleItem>& schedule, size_t index) {
+  // Walk ahead in the schedule and gather the next units while their sizes fit the budget;
+  // units already gathered or gathering ahead count against it, so the gathered bytes stay
+  // within the current unit + stage3_prefetch_bucket_size.
   auto layers = model_.layers();
   const int current = layers[schedule[index].layer]->unit_index();
   int64_t budget = options_.prefetch_bucket_size;
-  for (size_t j = index + 1; j < schedule.size() && budget > 0; ++j) {
+  std::vector<bool> seen(groups_.size(), false);
+  seen[current] = true;
+  for (size_t j = index + 1; j < schedule.size(); ++j) {
     const int u = layers[schedule[j].layer]->unit_index();
     ParamGroup& g = *groups_[u];
-    if (u == current || !g.params_sharded() || g.state() != ParamState::kSharded) continue;
+    if (seen[u] || !g.params_sharded()) continue;
+    seen[u] = true;
     if (g.shard().padded > budget) break;
     budget -= g.shard().padded;
-    g.begin_gather(*queue_);
+    if (g.state() == ParamState::kSharded) g.begin_gather(*queue_);
   }
   note_gathered();
 }
