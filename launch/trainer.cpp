@@ -1,7 +1,10 @@
 // zt-train's loop.
 #include "launch/trainer.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +148,13 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
   const int64_t accumulation = config.gradient_accumulation_steps;
   const TokenFile& train_file = setup.train_file;
   const std::optional<TokenFile>& val_file = setup.val_file;
+  // Cores: zt.num_threads, else OMP_NUM_THREADS when set, else this machine's cores divided
+  // among the ranks on it (MACHINE.md: oversubscribed ranks crawl otherwise).
+  if (config.zt.num_threads > 0)
+    set_cpu_threads(config.zt.num_threads);
+  else if (std::getenv("OMP_NUM_THREADS") == nullptr)
+    set_cpu_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                    std::max(1, comm.local_world())));
   DataLoader train_loader(train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
   if (val_file) val_loader.emplace(*val_file, B, T, rank, world, false, config.zt.seed);
@@ -167,9 +177,10 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
   int64_t params = 0;
   for (Unit* u : model.units()) params += u->layout().param_count();
   log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | "
-            "B={} T={} accumulation={} | {} train tokens{}",
+            "{} thread{} per rank | B={} T={} accumulation={} | {} train tokens{}",
             config.source, params / 1e6, model_config.n_layer, world, world > 1 ? "s" : "",
-            config.zero_optimization.stage, B, T, accumulation,
+            config.zero_optimization.stage, cpu_threads(), cpu_threads() > 1 ? "s" : "", B, T,
+            accumulation,
             train_file.size(),
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
 

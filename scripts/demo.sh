@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The main job from a fresh clone: install what is missing, build, fetch the corpus and the
-# GPT-2 tokenizer, then train the tiny GPT-2 on real English text with a progress line per
-# `steps_per_print` steps. Extra arguments go to zt-train (e.g. --set zt.steps=100).
+# GPT-2 tokenizer, then train the tiny GPT-2 on real English text on 2 processes with ZeRO
+# stage 2, one progress line per step. Extra arguments go to zt-train (e.g. --set zt.steps=100).
+# ZT_RANKS sets the number of processes (default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
 scripts/build.sh
 scripts/fetch_data.sh
-exec build/bin/zt-train --config configs/gpt2-tiny.json "$@"
+mpi_flags=(--oversubscribe)
+[ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
+exec mpirun "${mpi_flags[@]}" -np "${ZT_RANKS:-2}" \
+  build/bin/zt-train --config configs/gpt2-tiny.json "$@"

@@ -1,6 +1,9 @@
 // CpuDevice allocation and copies.
 #include "runtime/cpu/cpu_device.h"
 
+#include <cblas.h>
+#include <omp.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -43,5 +46,13 @@ void CpuDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   std::memcpy(dst, host_src, bytes);
 }
 void CpuDevice::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+
+void set_cpu_threads(int threads) {
+  ZT_ASSERT(threads > 0, "threads={}", threads);
+  omp_set_num_threads(threads);
+  openblas_set_num_threads(threads);
+}
+
+int cpu_threads() { return omp_get_max_threads(); }
 
 }  // namespace zt

@@ -31,6 +31,11 @@ class CpuDevice final : public Device {
   size_t cached_bytes_ = 0;
 };
 
+// Threads for the CPU kernels: sets both OpenMP's and OpenBLAS's thread counts, so one budget
+// governs the cores a rank uses (several ranks on one machine divide its cores).
+void set_cpu_threads(int threads);
+int cpu_threads();  // OpenMP's current maximum
+
 // The CPU kernel table (runtime/cpu/cpu_kernels.cpp).
 std::unique_ptr<Kernels> make_cpu_kernels();
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# zt-train on the real corpus with the tiny GPT-2 lowers validation loss by at least 1.0 nat.
+# The README's main job, shortened: zt-train on the real corpus with the tiny GPT-2 on 2 ranks
+# (ZeRO stage 2, from configs/gpt2-tiny.json) lowers validation loss by at least 1.0 nat.
 # Usage: train_tiny.sh BIN_DIR SOURCE_DIR. Skips (77) when the corpus was not fetched.
 set -eu
 bin=$1 src=$2
@@ -8,7 +9,8 @@ steps=${ZT_E2E_STEPS:-40}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cd "$src"
-"$bin/zt-train" --config configs/gpt2-tiny.json --set zt.output_dir="$out" \
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun --oversubscribe -np 2 "$bin/zt-train" --config configs/gpt2-tiny.json --set zt.output_dir="$out" \
   --set zt.steps="$steps" --set zt.eval_every="$steps" \
   --set scheduler.params.total_num_steps="$steps"
 vals=$(grep -o '"val_loss":[-0-9.eE+]*' "$out/metrics.jsonl" | cut -d: -f2)
