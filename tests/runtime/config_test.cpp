@@ -680,7 +680,7 @@ TEST(ShippedConfigs, Gpt2TinyParses) {
     EXPECT_EQ(c.scheduler.total_num_steps, c.zt.steps);
     EXPECT_EQ(c.zt.steps, 300);
     EXPECT_EQ(c.zt.seq_len, 64);
-    EXPECT_EQ(c.zero_optimization.stage, 0);
+    EXPECT_EQ(c.zero_optimization.stage, 2);  // the demo runs 2 ranks with stage 2
   }
 }
 
