@@ -69,6 +69,21 @@ class SgemmProbe {
   std::vector<Shape> shapes_;
 };
 
+// GFLOP/s of a square 1024^3 sgemm, best of a few: the machine's peak-ish BLAS rate, a second
+// reference beside the model-shape probe (small-M shapes run below it).
+double square_sgemm_gflops() {
+  const int n = 1024;
+  std::vector<float> a(n * n, 0.01f), b(n * n, 0.02f), c(n * n);
+  double best = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto t0 = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+    best = std::max(best, 2.0 * n * n * n / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -125,6 +140,7 @@ int bench_train(const BenchTrainOptions& o) {
   const double gflops = flops_per_token * tokens_per_s / 1e9;
   const double sgemm = median(sgemm_rates);
   const double fraction = median(ratios);
+  const double square = square_sgemm_gflops();
   const auto& mem = device.memory();
 
   log.rank0("{:>12} {:>12} {:>10} {:>12} {:>10}", "ms/step", "tokens/s", "GFLOP/s",
@@ -134,6 +150,8 @@ int bench_train(const BenchTrainOptions& o) {
   log.rank0("model FLOPs/token {:.3g} (6 x params + attention); steps {} (median of {}); "
             "peak memory {:.1f} MiB",
             flops_per_token, o.steps, ms.size(), mem.peak_total() / 1048576.0);
+  log.rank0("square 1024^3 sgemm in the same run: {:.1f} GFLOP/s; the step reaches {:.1f}% of it",
+            square, 100.0 * gflops / square);
   log.rank0("'of sgemm' is the median over steps of (step GFLOP/s) / (sgemm GFLOP/s measured "
             "right after that step on the model's forward matmul shapes)");
 
@@ -149,6 +167,8 @@ int bench_train(const BenchTrainOptions& o) {
                         {"gflops", gflops},
                         {"sgemm_gflops", sgemm},
                         {"fraction_of_sgemm", fraction},
+                        {"square_sgemm_gflops", square},
+                        {"fraction_of_square_sgemm", gflops / square},
                         {"flops_per_token", flops_per_token},
                         {"step_ms", ms},
                         {"sgemm_gflops_per_step", sgemm_rates}};

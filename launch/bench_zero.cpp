@@ -1,0 +1,135 @@
+// zt-bench zero: every stage with overlap_comm off and on, the same model, batch and ranks.
+#include "launch/bench_zero.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/mpi_communicator.h"
+#include "launch/logger.h"
+#include "model_zoo/gpt2.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/status.h"
+#include "zero/engine.h"
+
+namespace zt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct StageFigures {
+  double ms = 0;         // median step time, max over ranks
+  double reduce_ms = 0;  // time in gradient reductions per step (the communication thread's)
+  double gather_ms = 0;  // time in all-gathers per step
+  std::array<double, kNumMemCategories> peak{};  // max over ranks
+};
+
+double max_over_ranks(double x) {
+  double m = x;
+  MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int stage,
+                       bool overlap) {
+  CpuDevice device;
+  MpiCommunicator comm(device);
+  Gpt2 model(config);
+  EngineOptions eo;
+  eo.optimizer.type = OptimizerOptions::Type::kAdamW;
+  eo.optimizer.weight_decay = 0.1f;
+  eo.gradient_clipping = 1.0f;
+  eo.stage = stage;
+  eo.overlap_comm = overlap;
+  eo.reduce_bucket_size = 5'000'000;
+  Engine engine(device, comm, model, eo);
+
+  std::mt19937 rng(77 + comm.rank());
+  std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
+  std::vector<int32_t> inputs(o.batch * o.seq_len), targets(o.batch * o.seq_len);
+  for (auto& t : inputs) t = token(rng);
+  for (auto& t : targets) t = token(rng);
+  const Batch batch{inputs.data(), targets.data(), o.batch, o.seq_len};
+
+  for (int i = 0; i < o.warmup; ++i) engine.train_step({&batch, 1}, 1e-4f);
+  comm.reset_stats();
+  std::vector<double> ms;
+  for (int i = 0; i < o.steps; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto t0 = Clock::now();
+    engine.train_step({&batch, 1}, 1e-4f);
+    ms.push_back(max_over_ranks(std::chrono::duration<double, std::milli>(Clock::now() - t0).count()));
+  }
+  std::sort(ms.begin(), ms.end());
+  StageFigures f;
+  f.ms = ms[ms.size() / 2];
+  const CommStats& s = comm.stats();
+  f.reduce_ms = max_over_ranks(1e3 * (s[CollectiveKind::kReduceScatter].seconds +
+                                      s[CollectiveKind::kAllReduce].seconds) / o.steps);
+  f.gather_ms = max_over_ranks(1e3 * s[CollectiveKind::kAllGather].seconds / o.steps);
+  for (int c = 0; c < kNumMemCategories; ++c)
+    f.peak[c] = max_over_ranks(static_cast<double>(device.memory().peak(static_cast<MemCategory>(c))));
+  return f;
+}
+
+}  // namespace
+
+int bench_zero(const BenchZeroOptions& o) {
+  int rank = 0, world = 1, local_world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  MPI_Comm_size(local, &local_world);
+  MPI_Comm_free(&local);
+  if (std::getenv("OMP_NUM_THREADS") == nullptr)
+    set_cpu_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_world));
+  Logger log(rank, world);
+  const Gpt2Config config = gpt2_zoo_config(o.model);
+  log.rank0("zt-bench zero: {} on {} ranks, {} thread(s) each, B={} T={} per rank, fp32 AdamW, "
+            "median of {} steps", o.model, world, cpu_threads(), o.batch, o.seq_len, o.steps);
+  log.rank0("{:>5} {:>12} {:>12} {:>12} {:>9} {:>11} {:>11} {:>11} {:>11}", "stage",
+            "ms (no ovl)", "ms (overlap)", "reduce ms", "hidden", "params MiB", "grads MiB",
+            "optim MiB", "comm MiB");
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (int stage = 0; stage <= 3; ++stage) {
+    const StageFigures off = run_stage(o, config, stage, false);
+    const StageFigures on = run_stage(o, config, stage, true);
+    // Share of the reduce time that overlap took off the step: (t_off - t_on) / reduce time.
+    const double hidden = off.reduce_ms > 0 ? (off.ms - on.ms) / off.reduce_ms : 0.0;
+    auto mib = [](double b) { return b / 1048576.0; };
+    log.rank0("{:>5} {:>12.1f} {:>12.1f} {:>12.1f} {:>8.0f}% {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f}",
+              stage, off.ms, on.ms, off.reduce_ms, 100.0 * hidden, mib(on.peak[0]),
+              mib(on.peak[1]), mib(on.peak[2]), mib(on.peak[4]));
+    nlohmann::ordered_json peak;
+    for (int c = 0; c < kNumMemCategories; ++c)
+      peak[std::string(mem_category_name(static_cast<MemCategory>(c)))] = on.peak[c];
+    rows.push_back({{"stage", stage},
+                    {"ranks", world},
+                    {"ms_per_step", off.ms},
+                    {"ms_per_step_overlap", on.ms},
+                    {"reduce_ms_per_step", off.reduce_ms},
+                    {"gather_ms_per_step", off.gather_ms},
+                    {"hidden_fraction", hidden},
+                    {"peak_bytes", peak}});
+  }
+  log.rank0("hidden = (ms without overlap - ms with overlap) / reduce ms: the share of the "
+            "gradient reduction time that overlap_comm removes from the step");
+  if (rank == 0 && !o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
+    out << nlohmann::ordered_json{{"bench", "zero"}, {"model", o.model}, {"batch", o.batch},
+                                  {"seq_len", o.seq_len}, {"rows", rows}}.dump(2)
+        << "\n";
+  }
+  return 0;
+}
+
+}  // namespace zt
