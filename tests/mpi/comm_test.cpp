@@ -287,7 +287,7 @@ TEST(MpiCommunicator, StagingIsBoundedAndTrackedAsCommBuffers) {
   const size_t chunk = 64 << 10;
   {
     MpiCommunicator comm(device, MPI_COMM_WORLD, {chunk});
-    const size_t expected = MpiCommunicator::kPipelineDepth * (comm.world() - 1) * chunk;
+    const size_t expected = MpiCommunicator::kRecvDepth * (comm.world() - 1) * chunk;
     EXPECT_EQ(comm.staging_bytes(), expected);
     EXPECT_EQ(device.memory().current(MemCategory::kCommBuffers), expected);
     // An all-reduce 40x the staging allocates nothing more.
