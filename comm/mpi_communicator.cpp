@@ -153,6 +153,17 @@ void MpiCommunicator::backend_all_reduce(const void* send, void* recv, int64_t c
     if (send != recv) std::memcpy(recv, send, count * size);
     return;
   }
+  if (count * size <= kGatherReduceMaxBytes && n * count * size <= int64_t(staging_.bytes())) {
+    // Small buffers: one all-gather of every rank's input into the staging, then each rank
+    // reduces all of it in rank order itself: one collective instead of two, and the same
+    // arithmetic, so the same bits as the reduce-scatter path.
+    const int bytes = static_cast<int>(count * size);
+    char* gathered = staging_.as<char>();
+    ZT_MPI_CHECK(MPI_Allgather(send, bytes, MPI_BYTE, gathered, bytes, MPI_BYTE, comm_));
+    for (int p = 0; p < n; ++p) contributions_[p] = gathered + int64_t(p) * bytes;
+    reduce_in_rank_order(contributions_, recv, count, dtype, op);
+    return;
+  }
   // Blocks of ceil(count/world) elements; the last ones are shorter or empty when count is not
   // a multiple of world (reduce_scatter_blocks and all-gather-v take uneven blocks directly, so
   // no padded copy of the buffer is made). In place, block p of the input is read from recv

@@ -2,8 +2,9 @@
 // reduce_scatter is our own schedule over point-to-point messages (direct pairwise exchange,
 // pipelined in chunks through bounded staging buffers, summed in rank order: the determinism
 // contract of comm/communicator.h); all_reduce is that reduce-scatter followed by an in-place
-// MPI all-gather; all_gather and broadcast are MPI_Allgather and MPI_Bcast. Every MPI call goes
-// through ZT_MPI_CHECK. It does not initialise MPI (MpiSession does) and allocates nothing after
+// MPI all-gather (small buffers: an all-gather of the inputs, reduced locally in rank order);
+// all_gather and broadcast are MPI_Allgather and MPI_Bcast. Every MPI call goes through
+// ZT_MPI_CHECK. It does not initialise MPI (MpiSession does) and allocates nothing after
 // construction.
 #pragma once
 
@@ -35,6 +36,9 @@ class MpiCommunicator final : public Communicator {
   // peers to pull what it sent).
   static constexpr int kRecvDepth = 2;
   static constexpr int kSendDepth = 4;
+  // all_reduce of at most this many bytes (and world times that fitting the staging) gathers
+  // every rank's input and reduces locally instead: latency, not bandwidth, rules there.
+  static constexpr int64_t kGatherReduceMaxBytes = 16 << 10;
 
   // Collective over `parent` (MPI_Comm_dup). Sets MPI_ERRORS_RETURN on the duplicate and
   // allocates the staging, kRecvDepth * (world-1) * chunk_bytes, from `device` under

@@ -28,6 +28,9 @@ struct BenchCommOptions {
   int64_t max_bytes = int64_t(256) << 20;  // as nccl-tests counts it)
   int iters = 20;
   int warmup = 5;
+  // Seconds of timed calls per size and implementation: fewer than `iters` calls (at least 3)
+  // where calls are slow, so that the default sweep to 256 MiB stays near a minute. 0: no cap.
+  double budget_seconds = 0.4;
   std::string dtype = "fp32";
   std::vector<std::string> ops;  // all_reduce, reduce_scatter, all_gather, broadcast; empty: all
   size_t chunk_bytes = 0;        // MpiCommunicator's pipeline chunk; 0: its default

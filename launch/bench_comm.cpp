@@ -109,6 +109,7 @@ struct Case {
 
 struct Measurement {
   double seconds;  // max over ranks of the mean per call
+  int iters;       // timed calls
   bool correct;    // on every rank
 };
 
@@ -166,21 +167,35 @@ bool verify(const Bench& b, const Case& c) {
 }
 
 // The harness, written once: warm-up, timed loop between barriers, the slowest rank's mean,
-// then inputs reset, one more call, and its result checked on every rank.
+// then inputs reset, one more call, and its result checked on every rank. The first warm-up
+// call, timed on the slowest rank, sizes the rest to the time budget; every rank derives the
+// same counts from that one figure, so all ranks make the same calls.
 Measurement measure(const Bench& b, const Case& c, const std::function<void()>& run) {
+  const BenchCommOptions& o = b.options;
   prepare(b, c);
-  for (int i = 0; i < b.options.warmup; ++i) run();
+  int warmup = o.warmup, iters = o.iters;
+  if (warmup > 0 && o.budget_seconds > 0) {
+    ZT_MPI_CHECK(MPI_Barrier(b.mpi_comm()));
+    const auto t0 = Clock::now();
+    run();
+    double first = std::chrono::duration<double>(Clock::now() - t0).count(), slowest = 0;
+    ZT_MPI_CHECK(MPI_Allreduce(&first, &slowest, 1, MPI_DOUBLE, MPI_MAX, b.mpi_comm()));
+    const double fit = o.budget_seconds / std::max(slowest, 1e-9);
+    warmup = static_cast<int>(std::clamp(fit / 4, 0.0, double(o.warmup - 1)));
+    iters = static_cast<int>(std::clamp(fit, 3.0, double(o.iters)));
+  }
+  for (int i = 0; i < warmup; ++i) run();
   ZT_MPI_CHECK(MPI_Barrier(b.mpi_comm()));
   const auto t0 = Clock::now();
-  for (int i = 0; i < b.options.iters; ++i) run();
-  double mean = std::chrono::duration<double>(Clock::now() - t0).count() / b.options.iters;
+  for (int i = 0; i < iters; ++i) run();
+  double mean = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
   double slowest = 0;
   ZT_MPI_CHECK(MPI_Allreduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, b.mpi_comm()));
   prepare(b, c);
   run();
   int ok = verify(b, c) ? 1 : 0, all_ok = 0;
   ZT_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, b.mpi_comm()));
-  return {slowest, all_ok == 1};
+  return {slowest, iters, all_ok == 1};
 }
 
 // Ours and raw MPI's call for a case.
@@ -271,12 +286,13 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
   const Bench b{o,       comm,        dtype, dtype == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T,
                 sum_op, send.as<char>(), recv.as<char>()};
 
-  log.rank0("zt-bench comm: {} ranks ({} per node), {}, {} iterations after {} warm-up; "
-            "reduce_scatter chunk {} KiB, staging {} KiB",
-            world, comm.local_world(), o.dtype, o.iters, o.warmup, comm.chunk_bytes() >> 10,
-            comm.staging_bytes() >> 10);
+  log.rank0("zt-bench comm: {} ranks ({} per node), {}, {} calls after {} warm-up (at most "
+            "{:g} s of calls per size, at least 3); reduce_scatter chunk {} KiB, staging {} KiB",
+            world, comm.local_world(), o.dtype, o.iters, o.warmup, o.budget_seconds,
+            comm.chunk_bytes() >> 10, comm.staging_bytes() >> 10);
   log.rank0("time: max over ranks of the mean per call; busbw = algbw x factor (nccl-tests "
-            "PERFORMANCE.md); MPI = the same collective of raw MPI on the same buffers");
+            "PERFORMANCE.md); MPI = the same collective of raw MPI on the same buffers; out of "
+            "place");
   nlohmann::json rows = nlohmann::json::array();
   bool all_correct = true;
   for (CollectiveKind kind : kinds) {
@@ -308,9 +324,11 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
                       {"ranks", world},
                       {"dtype", o.dtype},
                       {"time_us", our.seconds * 1e6},
+                      {"iters", our.iters},
                       {"algbw_gbps", algbw},
                       {"busbw_gbps", busbw},
                       {"mpi_time_us", mpi.seconds * 1e6},
+                      {"mpi_iters", mpi.iters},
                       {"mpi_busbw_gbps", mpi_busbw},
                       {"ratio", busbw / mpi_busbw},
                       {"correct", our.correct},
@@ -343,7 +361,8 @@ int bench_comm(const BenchCommOptions& o) {
   if (o.min_bytes <= 0 || o.max_bytes < o.min_bytes)
     throw_input(fmt::format("--min-bytes must be > 0 and <= --max-bytes; got {} and {}",
                             o.min_bytes, o.max_bytes));
-  if (o.iters <= 0 || o.warmup < 0) throw_input("--iters must be > 0 and --warmup >= 0");
+  if (o.iters <= 0 || o.warmup < 0 || o.budget_seconds < 0)
+    throw_input("--iters must be > 0, --warmup and --budget >= 0");
   MpiSession session(nullptr, nullptr);
   try {
     return run_bench(o, session.group());
