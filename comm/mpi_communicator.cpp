@@ -54,9 +54,9 @@ MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, MpiCommunicato
     throw;
   }
   const size_t peers = static_cast<size_t>(group_.world - 1);
-  staging_ = device.alloc(kPipelineDepth * peers * chunk_bytes_, MemCategory::kCommBuffers);
-  recv_requests_.assign(kPipelineDepth * peers, MPI_REQUEST_NULL);
-  send_requests_.assign(kPipelineDepth * peers, MPI_REQUEST_NULL);
+  staging_ = device.alloc(kRecvDepth * peers * chunk_bytes_, MemCategory::kCommBuffers);
+  recv_requests_.assign(kRecvDepth * peers, MPI_REQUEST_NULL);
+  send_requests_.assign(kSendDepth * peers, MPI_REQUEST_NULL);
   contributions_.assign(group_.world, nullptr);
   gather_counts_.assign(group_.world, 0);
   gather_displs_.assign(group_.world, 0);
@@ -70,7 +70,7 @@ MpiCommunicator::~MpiCommunicator() {
 
 char* MpiCommunicator::staging_slot(int64_t chunk_index, int distance) const {
   const int64_t peers = group_.world - 1;
-  const int64_t slot = (chunk_index % kPipelineDepth) * peers + (distance - 1);
+  const int64_t slot = (chunk_index % kRecvDepth) * peers + (distance - 1);
   return staging_.as<char>() + slot * static_cast<int64_t>(chunk_bytes_);
 }
 
@@ -95,14 +95,14 @@ void MpiCommunicator::reduce_scatter_blocks(const char* send, char* own_out,
   std::fill(send_requests_.begin(), send_requests_.end(), MPI_REQUEST_NULL);
   auto post_receives = [&](int64_t k) {
     if (k >= own_chunks) return;
-    MPI_Request* requests = &recv_requests_[(k % kPipelineDepth) * peers];
+    MPI_Request* requests = &recv_requests_[(k % kRecvDepth) * peers];
     for (int d = 1; d < n; ++d)
       ZT_MPI_CHECK(MPI_Irecv(staging_slot(k, d), chunk_bytes_of(r, k), MPI_BYTE, recv_peer(d),
                              kReduceScatterTag, comm_, &requests[d - 1]));
   };
   auto post_sends = [&](int64_t k) {
     if (k >= max_chunks) return;
-    MPI_Request* requests = &send_requests_[(k % kPipelineDepth) * peers];
+    MPI_Request* requests = &send_requests_[(k % kSendDepth) * peers];
     for (int d = 1; d < n; ++d) {
       const int p = send_peer(d);
       if (k * chunk >= split.length(p)) continue;  // block p has fewer chunks
@@ -112,24 +112,23 @@ void MpiCommunicator::reduce_scatter_blocks(const char* send, char* own_out,
     }
   };
 
-  for (int64_t k = 0; k < kPipelineDepth; ++k) {
-    post_receives(k);
-    post_sends(k);
-  }
+  for (int64_t k = 0; k < kRecvDepth; ++k) post_receives(k);
+  for (int64_t k = 0; k < kSendDepth; ++k) post_sends(k);
   for (int64_t k = 0; k < max_chunks; ++k) {
-    const int64_t slot = k % kPipelineDepth;
     if (k < own_chunks) {
-      ZT_MPI_CHECK(MPI_Waitall(peers, &recv_requests_[slot * peers], MPI_STATUSES_IGNORE));
+      ZT_MPI_CHECK(MPI_Waitall(peers, &recv_requests_[(k % kRecvDepth) * peers],
+                               MPI_STATUSES_IGNORE));
       const int64_t begin = k * chunk;
       for (int p = 0; p < n; ++p)
         contributions_[p] = p == r ? send + (split.offset(r) + begin) * size
                                    : staging_slot(k, (r - p + n) % n);
       reduce_in_rank_order(contributions_, own_out + begin * size,
                            std::min(chunk, own_length - begin), dtype, op);
-      post_receives(k + kPipelineDepth);  // into the slot just reduced
+      post_receives(k + kRecvDepth);  // into the slot just reduced
     }
-    ZT_MPI_CHECK(MPI_Waitall(peers, &send_requests_[slot * peers], MPI_STATUSES_IGNORE));
-    post_sends(k + kPipelineDepth);
+    ZT_MPI_CHECK(MPI_Waitall(peers, &send_requests_[(k % kSendDepth) * peers],
+                             MPI_STATUSES_IGNORE));
+    post_sends(k + kSendDepth);
   }
 }
 
@@ -152,6 +151,17 @@ void MpiCommunicator::backend_all_reduce(const void* send, void* recv, int64_t c
   char* out = static_cast<char*>(recv);
   if (n == 1) {
     if (send != recv) std::memcpy(recv, send, count * size);
+    return;
+  }
+  if (count * size <= kGatherReduceMaxBytes && n * count * size <= int64_t(staging_.bytes())) {
+    // Small buffers: one all-gather of every rank's input into the staging, then each rank
+    // reduces all of it in rank order itself: one collective instead of two, and the same
+    // arithmetic, so the same bits as the reduce-scatter path.
+    const int bytes = static_cast<int>(count * size);
+    char* gathered = staging_.as<char>();
+    ZT_MPI_CHECK(MPI_Allgather(send, bytes, MPI_BYTE, gathered, bytes, MPI_BYTE, comm_));
+    for (int p = 0; p < n; ++p) contributions_[p] = gathered + int64_t(p) * bytes;
+    reduce_in_rank_order(contributions_, recv, count, dtype, op);
     return;
   }
   // Blocks of ceil(count/world) elements; the last ones are shorter or empty when count is not

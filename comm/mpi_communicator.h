@@ -2,8 +2,9 @@
 // reduce_scatter is our own schedule over point-to-point messages (direct pairwise exchange,
 // pipelined in chunks through bounded staging buffers, summed in rank order: the determinism
 // contract of comm/communicator.h); all_reduce is that reduce-scatter followed by an in-place
-// MPI all-gather; all_gather and broadcast are MPI_Allgather and MPI_Bcast. Every MPI call goes
-// through ZT_MPI_CHECK. It does not initialise MPI (MpiSession does) and allocates nothing after
+// MPI all-gather (small buffers: an all-gather of the inputs, reduced locally in rank order);
+// all_gather and broadcast are MPI_Allgather and MPI_Bcast. Every MPI call goes through
+// ZT_MPI_CHECK. It does not initialise MPI (MpiSession does) and allocates nothing after
 // construction.
 #pragma once
 
@@ -21,18 +22,26 @@ namespace zt {
 
 struct MpiCommunicatorOptions {
   // Bytes of one point-to-point message of reduce_scatter's pipeline: a multiple of 4 in
-  // [4, 1 GiB]. 256 KiB measured best on 2 and 4 ranks over shared memory (see comm/README in
-  // the report of zt-bench comm); the staging holds kPipelineDepth * (world-1) chunks.
-  size_t chunk_bytes = 256 << 10;
+  // [4, 1 GiB]. 256 KiB to 2 MiB measured alike on 2 ranks and on 4 oversubscribed ranks over
+  // shared memory (CMA) at 16 and 64 MiB; smaller chunks pay per-message costs, larger ones
+  // leave L2. The staging holds kRecvDepth * (world-1) chunks.
+  size_t chunk_bytes = 512 << 10;
 };
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Chunks in flight per peer in reduce_scatter's pipeline (one reduced while the next arrives).
-  static constexpr int kPipelineDepth = 2;
+  // reduce_scatter's pipeline: chunks received ahead per peer (each needs a staging slot: one
+  // is reduced while the next arrives), and chunks sent ahead per peer (straight from send, no
+  // staging; a deeper send window lets a rank that is ahead carry on without waiting for its
+  // peers to pull what it sent).
+  static constexpr int kRecvDepth = 2;
+  static constexpr int kSendDepth = 4;
+  // all_reduce of at most this many bytes (and world times that fitting the staging) gathers
+  // every rank's input and reduces locally instead: latency, not bandwidth, rules there.
+  static constexpr int64_t kGatherReduceMaxBytes = 16 << 10;
 
   // Collective over `parent` (MPI_Comm_dup). Sets MPI_ERRORS_RETURN on the duplicate and
-  // allocates the staging, kPipelineDepth * (world-1) * chunk_bytes, from `device` under
+  // allocates the staging, kRecvDepth * (world-1) * chunk_bytes, from `device` under
   // MemCategory::kCommBuffers; device must outlive this communicator and is used by no other
   // thread during construction. Throws kInput for a bad chunk_bytes, kSystem for MPI errors.
   MpiCommunicator(Device& device, MPI_Comm parent = MPI_COMM_WORLD,
@@ -74,7 +83,7 @@ class MpiCommunicator final : public Communicator {
   // block's own address in send: in place). Direct pairwise exchange: this rank sends block p,
   // chunk by chunk, to rank p and receives every peer's chunks of its own block into staging;
   // each chunk is reduced in rank order as soon as all peers' copies have arrived, while the
-  // next chunk's messages are already posted (kPipelineDepth).
+  // next chunks' messages are already posted (kRecvDepth, kSendDepth).
   void reduce_scatter_blocks(const char* send, char* own_out, const BlockSplit& split,
                              DType dtype, ReduceOp op);
   char* staging_slot(int64_t chunk_index, int distance) const;
@@ -82,9 +91,10 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   ProcessGroup group_;
   size_t chunk_bytes_;
-  Buffer staging_;  // kPipelineDepth x (world-1) x chunk_bytes_
+  Buffer staging_;  // kRecvDepth x (world-1) x chunk_bytes_
   // Per-call scratch, sized once (world is fixed): requests and the rank-ordered pointers.
-  std::vector<MPI_Request> recv_requests_, send_requests_;  // kPipelineDepth x (world-1)
+  std::vector<MPI_Request> recv_requests_;  // kRecvDepth x (world-1)
+  std::vector<MPI_Request> send_requests_;  // kSendDepth x (world-1)
   std::vector<const void*> contributions_;                  // world
   std::vector<int> gather_counts_, gather_displs_;          // world
 };

@@ -2,7 +2,10 @@
 // (--json PATH). Figures are compared with a reference measured in the same run.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zt {
@@ -19,5 +22,28 @@ struct BenchTrainOptions {
 
 // GPT-2 training steps (fp32, AdamW) next to the sgemm rate of the model's own matmul shapes.
 int bench_train(const BenchTrainOptions& options);
+
+struct BenchCommOptions {
+  int64_t min_bytes = int64_t(1) << 10;    // sizes: powers of 2 from min to max (whole buffer,
+  int64_t max_bytes = int64_t(256) << 20;  // as nccl-tests counts it)
+  int iters = 20;
+  int warmup = 5;
+  // Seconds of timed calls per size and implementation: fewer than `iters` calls (at least 3)
+  // where calls are slow, so that the default sweep to 256 MiB stays near a minute. 0: no cap.
+  double budget_seconds = 0.4;
+  std::string dtype = "fp32";
+  std::vector<std::string> ops;  // all_reduce, reduce_scatter, all_gather, broadcast; empty: all
+  size_t chunk_bytes = 0;        // MpiCommunicator's pipeline chunk; 0: its default
+  std::string json_path;
+};
+
+// Under mpirun: each collective of MpiCommunicator next to the same collective of raw MPI on the
+// same buffers (MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast), one table
+// per collective with algbw/busbw as nccl-tests reports them; every result is checked. Starts
+// and ends MPI itself. Returns 0, or 1 when a result was wrong on any rank.
+int bench_comm(const BenchCommOptions& options);
+
+// "4096", "64K", "256M", "1G" (powers of 1024) -> bytes; kInput on anything else.
+int64_t parse_byte_size(std::string_view text);
 
 }  // namespace zt

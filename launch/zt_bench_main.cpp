@@ -1,4 +1,5 @@
-// zt-bench: benchmarks. `zt-bench train [options]`; every subcommand takes --json PATH.
+// zt-bench: benchmarks. `zt-bench train [options]`, `mpirun -np N zt-bench comm [options]`;
+// every subcommand takes --json PATH. This file only parses options; launch/bench_*.cpp measure.
 #include <boost/program_options.hpp>
 #include <iostream>
 
@@ -10,16 +11,23 @@ namespace po = boost::program_options;
 
 namespace {
 
-int bench_main(int argc, char** argv) {
-  const std::string usage = "usage: zt-bench train [options]   (zt-bench train --help)";
-  if (argc < 2) zt::throw_input(usage);
-  const std::string sub = argv[1];
-  if (sub == "--help" || sub == "-h") {
-    std::cout << usage << "\n";
-    return 0;
+// Parses argv (from the subcommand on) into vm; false when --help was printed instead.
+bool parse_options(int argc, char** argv, const po::options_description& desc,
+                   const char* subcommand, po::variables_map& vm) {
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    zt::throw_input(fmt::format("{} (see zt-bench {} --help)", e.what(), subcommand));
   }
-  if (sub != "train") zt::throw_input(fmt::format("unknown subcommand '{}'; {}", sub, usage));
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    return false;
+  }
+  return true;
+}
 
+int train_main(int argc, char** argv) {
   zt::BenchTrainOptions o;
   po::options_description desc("zt-bench train: GPT-2 training step vs measured sgemm rate");
   desc.add_options()("help,h", "show this help")
@@ -31,19 +39,52 @@ int bench_main(int argc, char** argv) {
       ("checkpoint", po::bool_switch(&o.checkpoint), "activation checkpointing of every block")
       ("json", po::value(&o.json_path), "also write the figures to this JSON file");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc - 1, argv + 1, desc), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    zt::throw_input(fmt::format("{} (see zt-bench train --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::cout << desc << "\n";
-    return 0;
-  }
+  if (!parse_options(argc, argv, desc, "train", vm)) return 0;
   if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.warmup < 0)
     zt::throw_input("--batch, --seq-len and --steps must be > 0, --warmup >= 0");
   return zt::bench_train(o);
+}
+
+int comm_main(int argc, char** argv) {
+  zt::BenchCommOptions o;
+  std::string min_bytes = "1K", max_bytes = "256M", chunk_bytes = "0";
+  po::options_description desc(
+      "zt-bench comm (under mpirun): MpiCommunicator's collectives vs raw MPI, nccl-tests style");
+  desc.add_options()("help,h", "show this help")
+      ("min-bytes,b", po::value(&min_bytes)->default_value(min_bytes), "smallest buffer (K/M/G)")
+      ("max-bytes,e", po::value(&max_bytes)->default_value(max_bytes), "largest buffer (K/M/G)")
+      ("iters,n", po::value(&o.iters)->default_value(o.iters), "timed calls per size")
+      ("warmup,w", po::value(&o.warmup)->default_value(o.warmup), "untimed calls first")
+      ("budget", po::value(&o.budget_seconds)->default_value(o.budget_seconds, "0.4"),
+       "seconds of timed calls per size and implementation (fewer --iters, at least 3, when "
+       "calls are slow); 0: no cap")
+      ("dtype,d", po::value(&o.dtype)->default_value(o.dtype), "fp32, fp16 or bf16")
+      ("op", po::value(&o.ops)->multitoken(),
+       "collectives to run (all_reduce reduce_scatter all_gather broadcast); default all")
+      ("chunk-bytes", po::value(&chunk_bytes)->default_value(chunk_bytes),
+       "reduce-scatter pipeline chunk (K/M); 0: the communicator's default")
+      ("json", po::value(&o.json_path), "also write the rows to this JSON file (rank 0)");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, "comm", vm)) return 0;
+  o.min_bytes = zt::parse_byte_size(min_bytes);
+  o.max_bytes = zt::parse_byte_size(max_bytes);
+  o.chunk_bytes = static_cast<size_t>(zt::parse_byte_size(chunk_bytes));
+  return zt::bench_comm(o);
+}
+
+int bench_main(int argc, char** argv) {
+  const std::string usage =
+      "usage: zt-bench train [options] | mpirun -np N zt-bench comm [options]   "
+      "(zt-bench <subcommand> --help)";
+  if (argc < 2) zt::throw_input(usage);
+  const std::string sub = argv[1];
+  if (sub == "--help" || sub == "-h") {
+    std::cout << usage << "\n";
+    return 0;
+  }
+  if (sub == "train") return train_main(argc - 1, argv + 1);
+  if (sub == "comm") return comm_main(argc - 1, argv + 1);
+  zt::throw_input(fmt::format("unknown subcommand '{}'; {}", sub, usage));
 }
 
 }  // namespace

@@ -158,45 +158,48 @@ TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   }
 }
 
-// The determinism contract: an element's result depends only on the ranks' values of it.
+// The determinism contract: an element's result depends only on the ranks' values of it,
+// whichever path all_reduce takes (gather-and-reduce for small buffers, reduce-scatter +
+// all-gather otherwise) and however the buffer is cut into calls or chunks.
 TEST(MpiCommunicator, AllReduceEqualsReduceScatterThenAllGather) {
   CpuDevice device;
   MpiCommunicator comm(device);
   MpiCommunicator small_chunks(device, MPI_COMM_WORLD, {4096});
   const int world = comm.world(), rank = comm.rank();
-  const int64_t count = 100003;
-  const int64_t block = (count + world - 1) / world;
-  for (DType dtype : kAllDTypes) {
-    SCOPED_TRACE(dtype_name(dtype));
-    const uint64_t seed = seed_of(13, int(dtype), 0, 0);
-    Elements input(dtype, count), whole(dtype, count);
-    input.fill_input(seed, rank, 0, 0, count);
-    comm.all_reduce(input.data(), whole.data(), count, dtype, ReduceOp::kSum);
+  for (const int64_t count : {int64_t(1000), int64_t(100003)}) {
+    const int64_t block = (count + world - 1) / world;
+    for (DType dtype : kAllDTypes) {
+      SCOPED_TRACE(fmt::format("{} count={}", dtype_name(dtype), count));
+      const uint64_t seed = seed_of(13, int(dtype), int(count % 1000), 0);
+      Elements input(dtype, count), whole(dtype, count);
+      input.fill_input(seed, rank, 0, 0, count);
+      comm.all_reduce(input.data(), whole.data(), count, dtype, ReduceOp::kSum);
 
-    // Zero-padded to world*block, reduce-scattered, then gathered.
-    Elements padded(dtype, world * block), shard(dtype, block), gathered(dtype, world * block);
-    padded.fill_bits(0);
-    padded.fill_input(seed, rank, 0, 0, count);
-    comm.reduce_scatter(padded.data(), shard.data(), block, dtype, ReduceOp::kSum);
-    comm.all_gather(shard.data(), gathered.data(), block, dtype);
+      // Zero-padded to world*block, reduce-scattered, then gathered.
+      Elements padded(dtype, world * block), shard(dtype, block), gathered(dtype, world * block);
+      padded.fill_bits(0);
+      padded.fill_input(seed, rank, 0, 0, count);
+      comm.reduce_scatter(padded.data(), shard.data(), block, dtype, ReduceOp::kSum);
+      comm.all_gather(shard.data(), gathered.data(), block, dtype);
 
-    // The same buffer reduced in three uneven pieces, and with another chunk size.
-    Elements pieces(dtype, count), rechunked(dtype, count);
-    const int64_t cuts[] = {0, 1, 33334, count};
-    for (int p = 0; p < 3; ++p)
-      comm.all_reduce(input.at(cuts[p]), pieces.at(cuts[p]), cuts[p + 1] - cuts[p], dtype,
-                      ReduceOp::kSum);
-    small_chunks.all_reduce(input.data(), rechunked.data(), count, dtype, ReduceOp::kSum);
+      // The same buffer reduced in three uneven pieces, and with another chunk size.
+      Elements pieces(dtype, count), rechunked(dtype, count);
+      const int64_t cuts[] = {0, 1, count / 3, count};
+      for (int p = 0; p < 3; ++p)
+        comm.all_reduce(input.at(cuts[p]), pieces.at(cuts[p]), cuts[p + 1] - cuts[p], dtype,
+                        ReduceOp::kSum);
+      small_chunks.all_reduce(input.data(), rechunked.data(), count, dtype, ReduceOp::kSum);
 
-    int64_t differ_gathered = 0, differ_pieces = 0, differ_rechunked = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      differ_gathered += whole.bits(i) != gathered.bits(i);
-      differ_pieces += whole.bits(i) != pieces.bits(i);
-      differ_rechunked += whole.bits(i) != rechunked.bits(i);
+      int64_t differ_gathered = 0, differ_pieces = 0, differ_rechunked = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        differ_gathered += whole.bits(i) != gathered.bits(i);
+        differ_pieces += whole.bits(i) != pieces.bits(i);
+        differ_rechunked += whole.bits(i) != rechunked.bits(i);
+      }
+      EXPECT_EQ(differ_gathered, 0);
+      EXPECT_EQ(differ_pieces, 0);
+      EXPECT_EQ(differ_rechunked, 0);
     }
-    EXPECT_EQ(differ_gathered, 0);
-    EXPECT_EQ(differ_pieces, 0);
-    EXPECT_EQ(differ_rechunked, 0);
   }
 }
 
@@ -287,7 +290,7 @@ TEST(MpiCommunicator, StagingIsBoundedAndTrackedAsCommBuffers) {
   const size_t chunk = 64 << 10;
   {
     MpiCommunicator comm(device, MPI_COMM_WORLD, {chunk});
-    const size_t expected = MpiCommunicator::kPipelineDepth * (comm.world() - 1) * chunk;
+    const size_t expected = MpiCommunicator::kRecvDepth * (comm.world() - 1) * chunk;
     EXPECT_EQ(comm.staging_bytes(), expected);
     EXPECT_EQ(device.memory().current(MemCategory::kCommBuffers), expected);
     // An all-reduce 40x the staging allocates nothing more.
