@@ -46,4 +46,15 @@ int bench_comm(const BenchCommOptions& options);
 // "4096", "64K", "256M", "1G" (powers of 1024) -> bytes; kInput on anything else.
 int64_t parse_byte_size(std::string_view text);
 
+struct BenchZeroOptions {
+  std::string model = "gpt2-tiny";
+  int batch = 8;
+  int seq_len = 64;
+  int steps = 6;
+  int warmup = 2;
+  std::string json_path;
+};
+
+int bench_zero(const BenchZeroOptions& options);
+
 }  // namespace zt

@@ -1,5 +1,5 @@
 // zt-bench zero: every stage with overlap_comm off and on, the same model, batch and ranks.
-#include "launch/bench_zero.h"
+#include "launch/bench.h"
 
 #include <mpi.h>
 
@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/mpi_communicator.h"
+#include "comm/process_group.h"
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
@@ -82,13 +83,9 @@ StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int 
 }  // namespace
 
 int bench_zero(const BenchZeroOptions& o) {
-  int rank = 0, world = 1, local_world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-  MPI_Comm_size(local, &local_world);
-  MPI_Comm_free(&local);
+  MpiSession session(nullptr, nullptr);
+  const int rank = session.group().rank, world = session.group().world;
+  const int local_world = session.group().local_world;
   if (std::getenv("OMP_NUM_THREADS") == nullptr)
     set_cpu_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_world));
   Logger log(rank, world);

@@ -1,4 +1,4 @@
-// zt-bench: benchmarks. `zt-bench train [options]`, `mpirun -np N zt-bench comm [options]`;
+// zt-bench: benchmarks. `zt-bench train [options]`, `mpirun -np N zt-bench comm|zero [options]`;
 // every subcommand takes --json PATH. This file only parses options; launch/bench_*.cpp measure.
 #include <boost/program_options.hpp>
 #include <iostream>
@@ -72,9 +72,27 @@ int comm_main(int argc, char** argv) {
   return zt::bench_comm(o);
 }
 
+int zero_main(int argc, char** argv) {
+  zt::BenchZeroOptions o;
+  po::options_description desc(
+      "zt-bench zero (under mpirun): ZeRO stages 0-3 side by side, overlap_comm off and on");
+  desc.add_options()("help,h", "show this help")
+      ("model", po::value(&o.model)->default_value(o.model), "model zoo name")
+      ("batch,B", po::value(&o.batch)->default_value(o.batch), "micro-batch size per rank")
+      ("seq-len,T", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length")
+      ("steps", po::value(&o.steps)->default_value(o.steps), "timed steps per configuration")
+      ("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first")
+      ("json", po::value(&o.json_path), "also write the rows to this JSON file (rank 0)");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, "zero", vm)) return 0;
+  if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.warmup < 0)
+    zt::throw_input("--batch, --seq-len and --steps must be > 0, --warmup >= 0");
+  return zt::bench_zero(o);
+}
+
 int bench_main(int argc, char** argv) {
   const std::string usage =
-      "usage: zt-bench train [options] | mpirun -np N zt-bench comm [options]   "
+      "usage: zt-bench train [options] | mpirun -np N zt-bench comm|zero [options]   "
       "(zt-bench <subcommand> --help)";
   if (argc < 2) zt::throw_input(usage);
   const std::string sub = argv[1];
@@ -84,6 +102,7 @@ int bench_main(int argc, char** argv) {
   }
   if (sub == "train") return train_main(argc - 1, argv + 1);
   if (sub == "comm") return comm_main(argc - 1, argv + 1);
+  if (sub == "zero") return zero_main(argc - 1, argv + 1);
   zt::throw_input(fmt::format("unknown subcommand '{}'; {}", sub, usage));
 }
 
