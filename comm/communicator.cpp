@@ -260,7 +260,8 @@ ZT_AVX2 inline void store8(void* data, int64_t j, __m256 f) {
     // fp32_to_bf16 lane-wise: (x + 0x7fff + lsb) >> 16; NaN: (x >> 16) | 0x40.
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+        _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
+                          16);
     const __m256i nan_bits = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
     const __m256i bits = _mm256_castps_si256(_mm256_blendv_ps(
         _mm256_castsi256_ps(rounded), _mm256_castsi256_ps(nan_bits), is_nan));
@@ -309,10 +310,11 @@ int64_t reduce_avx2(std::span<const void* const> contributions, void* out, int64
 
 template <class Op>
 void reduce_op(std::span<const void* const> contributions, void* out, int64_t count,
-               DType dtype) {
+               DType dtype, ReduceKernel kernel) {
   int64_t begin = 0;
 #if defined(__x86_64__)
-  if (has_avx2_f16c()) begin = reduce_avx2<Op>(contributions, out, count, dtype);
+  if (kernel == ReduceKernel::kFastest && has_avx2_f16c())
+    begin = reduce_avx2<Op>(contributions, out, count, dtype);
 #endif
   switch (dtype) {
     case DType::kF32: return reduce_portable<F32Codec, Op>(contributions, out, begin, count);
@@ -324,12 +326,12 @@ void reduce_op(std::span<const void* const> contributions, void* out, int64_t co
 }  // namespace
 
 void reduce_in_rank_order(std::span<const void* const> contributions, void* out, int64_t count,
-                          DType dtype, ReduceOp op) {
+                          DType dtype, ReduceOp op, ReduceKernel kernel) {
   ZT_ASSERT(!contributions.empty(), "reduce of {} elements with no contributions", count);
   if (count <= 0) return;
   switch (op) {
-    case ReduceOp::kSum: return reduce_op<SumOp>(contributions, out, count, dtype);
-    case ReduceOp::kMax: return reduce_op<MaxOp>(contributions, out, count, dtype);
+    case ReduceOp::kSum: return reduce_op<SumOp>(contributions, out, count, dtype, kernel);
+    case ReduceOp::kMax: return reduce_op<MaxOp>(contributions, out, count, dtype, kernel);
   }
 }
 

@@ -10,8 +10,9 @@
 // inputs are widened to fp32 exactly and the fp32 result is rounded once, to nearest even
 // (runtime/dtype.h). An element's result therefore depends only on the ranks' values of that
 // element: all_reduce gives the same bits as reduce_scatter followed by all_gather, however a
-// caller splits a buffer into calls. Pinned by tests/mpi/comm_test.cpp (ReferenceExact and
-// AllReduceEqualsReduceScatterThenAllGather).
+// caller splits a buffer into calls. Pinned by tests/mpi/comm_test.cpp
+// (*MatchesRankOrderReference, AllReduceEqualsReduceScatterThenAllGather) and
+// tests/mpi/reduction_test.cpp.
 #pragma once
 
 #include <array>
@@ -148,11 +149,16 @@ class Communicator {
 // Bytes a call counts in CollectiveStats (see there).
 int64_t collective_bytes(const CollectiveCall& call, int world);
 
+// Which code reduce_in_rank_order runs: the fastest the CPU offers (AVX2 + F16C, chosen at run
+// time) or the portable one. Both give the same bits; tests pin that (ReductionKernels).
+enum class ReduceKernel { kFastest, kPortable };
+
 // The reduction of the determinism contract: out[i] = op(...op(op(c[0][i], c[1][i]), c[2][i])...)
 // for i in [0, count), computed in fp32 and rounded once to dtype. contributions are in rank
 // order, each count elements of dtype. out may be the same address as any contribution (the
-// own block of an in-place reduce-scatter); any other overlap is undefined. Pure arithmetic.
+// own block of an in-place reduce-scatter); any other overlap is undefined. When several NaNs
+// meet, the result is a NaN (which one is unspecified). Pure arithmetic.
 void reduce_in_rank_order(std::span<const void* const> contributions, void* out, int64_t count,
-                          DType dtype, ReduceOp op);
+                          DType dtype, ReduceOp op, ReduceKernel kernel = ReduceKernel::kFastest);
 
 }  // namespace zt

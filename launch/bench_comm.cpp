@@ -4,6 +4,7 @@
 // result is checked exactly. Out-of-place only; no in-place or queued (CommQueue) variants.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -132,7 +133,8 @@ struct Bench {
 void prepare(const Bench& b, const Case& c) {
   const int rank = b.rank();
   if (c.kind == CollectiveKind::kBroadcast) {
-    for (int64_t i = 0; i < c.count; ++i) store(b.dtype, b.send, i, rank == 0 ? input_value(i, 0) : 3.5f);
+    for (int64_t i = 0; i < c.count; ++i)
+      store(b.dtype, b.send, i, rank == 0 ? input_value(i, 0) : 3.5f);
     return;
   }
   for (int64_t i = 0; i < c.send_count; ++i) store(b.dtype, b.send, i, input_value(i, rank));
@@ -150,7 +152,10 @@ bool verify(const Bench& b, const Case& c) {
   for (int64_t j = 0; j < c.recv_count; ++j) {
     float expected = 0, got = 0;
     switch (c.kind) {
-      case CollectiveKind::kAllReduce: expected = summed(j); got = load(b.dtype, b.recv, j); break;
+      case CollectiveKind::kAllReduce:
+        expected = summed(j);
+        got = load(b.dtype, b.recv, j);
+        break;
       case CollectiveKind::kReduceScatter:
         expected = summed(rank * c.rank_count + j);
         got = load(b.dtype, b.recv, j);
@@ -159,7 +164,10 @@ bool verify(const Bench& b, const Case& c) {
         expected = input_value(j % c.rank_count, static_cast<int>(j / c.rank_count));
         got = load(b.dtype, b.recv, j);
         break;
-      case CollectiveKind::kBroadcast: expected = input_value(j, 0); got = load(b.dtype, b.send, j); break;
+      case CollectiveKind::kBroadcast:
+        expected = input_value(j, 0);
+        got = load(b.dtype, b.send, j);
+        break;
     }
     if (got != expected) return false;
   }
@@ -204,7 +212,9 @@ std::function<void()> ours(const Bench& b, const Case& c) {
     case CollectiveKind::kAllReduce:
       return [&b, c] { b.comm.all_reduce(b.send, b.recv, c.count, b.dtype, ReduceOp::kSum); };
     case CollectiveKind::kReduceScatter:
-      return [&b, c] { b.comm.reduce_scatter(b.send, b.recv, c.rank_count, b.dtype, ReduceOp::kSum); };
+      return [&b, c] {
+        b.comm.reduce_scatter(b.send, b.recv, c.rank_count, b.dtype, ReduceOp::kSum);
+      };
     case CollectiveKind::kAllGather:
       return [&b, c] { b.comm.all_gather(b.send, b.recv, c.rank_count, b.dtype); };
     case CollectiveKind::kBroadcast:
@@ -337,8 +347,10 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
   }
   if (sum_op != MPI_SUM) ZT_MPI_CHECK(MPI_Op_free(&sum_op));
   log.rank0("");
-  log.rank0("comm buffers: peak {} KiB (staging); stats of this run:\n{}",
-            device.memory().peak(MemCategory::kCommBuffers) >> 10, comm.stats().to_string());
+  std::string stats = comm.stats().to_string();
+  if (!stats.empty()) stats.pop_back();  // the logger ends the line
+  log.rank0("comm buffers: peak {} KiB (staging); our collectives in this run:\n{}",
+            device.memory().peak(MemCategory::kCommBuffers) >> 10, stats);
 
   if (group.rank == 0 && !o.json_path.empty()) {
     nlohmann::json j = {{"bench", "comm"},          {"ranks", world},
