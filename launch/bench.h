@@ -26,10 +26,11 @@ int bench_train(const BenchTrainOptions& options);
 struct BenchCommOptions {
   int64_t min_bytes = int64_t(1) << 10;    // sizes: powers of 2 from min to max (whole buffer,
   int64_t max_bytes = int64_t(256) << 20;  // as nccl-tests counts it)
-  int iters = 20;
+  int iters = 20;  // timed calls per round; each implementation is timed in two rounds
   int warmup = 5;
-  // Seconds of timed calls per size and implementation: fewer than `iters` calls (at least 3)
-  // where calls are slow, so that the default sweep to 256 MiB stays near a minute. 0: no cap.
+  // Seconds of timed calls per size and implementation: fewer than `iters` calls (at least 2
+  // per round) where calls are slow, so that the default sweep to 256 MiB stays near a minute.
+  // 0: no cap.
   double budget_seconds = 0.4;
   std::string dtype = "fp32";
   std::vector<std::string> ops;  // all_reduce, reduce_scatter, all_gather, broadcast; empty: all

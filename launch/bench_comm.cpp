@@ -1,7 +1,8 @@
 // zt-bench comm: MpiCommunicator's collectives against the same collective of raw MPI, on the
 // same buffers in the same run, as nccl-tests reports them. One harness for every collective:
-// warm-up, timed loop, time = max over ranks of the mean per call, then a fresh run whose
-// result is checked exactly. Out-of-place only; no in-place or queued (CommQueue) variants.
+// warm-up, timed loop, time = max over ranks of the mean per call (ours and MPI in rounds
+// ordered ours, MPI, MPI, ours), then a fresh call whose result is checked exactly.
+// Out-of-place only; no in-place or queued (CommQueue) variants.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -108,10 +109,11 @@ struct Case {
   int64_t recv_count;
 };
 
+// One implementation's figures at one size.
 struct Measurement {
-  double seconds;  // max over ranks of the mean per call
-  int iters;       // timed calls
-  bool correct;    // on every rank
+  double seconds = 0;    // max over ranks of the mean per call
+  int iters = 0;         // timed calls
+  bool correct = false;  // on every rank
 };
 
 // The MPI-side environment of the benchmark: the communicator under test, its raw MPI_Comm and
@@ -174,23 +176,22 @@ bool verify(const Bench& b, const Case& c) {
   return true;
 }
 
-// The harness, written once: warm-up, timed loop between barriers, the slowest rank's mean,
-// then inputs reset, one more call, and its result checked on every rank. The first warm-up
-// call, timed on the slowest rank, sizes the rest to the time budget; every rank derives the
-// same counts from that one figure, so all ranks make the same calls.
-Measurement measure(const Bench& b, const Case& c, const std::function<void()>& run) {
+// Warm-up, then a timed loop between barriers; returns the slowest rank's mean per call. The
+// first warm-up call, timed on the slowest rank, sizes the rest to `budget` seconds (at most
+// options.iters calls, at least 2); every rank derives the same counts from that one figure,
+// so all ranks make the same calls.
+Measurement time_calls(const Bench& b, const std::function<void()>& run, double budget) {
   const BenchCommOptions& o = b.options;
-  prepare(b, c);
   int warmup = o.warmup, iters = o.iters;
-  if (warmup > 0 && o.budget_seconds > 0) {
+  if (warmup > 0 && budget > 0) {
     ZT_MPI_CHECK(MPI_Barrier(b.mpi_comm()));
     const auto t0 = Clock::now();
     run();
     double first = std::chrono::duration<double>(Clock::now() - t0).count(), slowest = 0;
     ZT_MPI_CHECK(MPI_Allreduce(&first, &slowest, 1, MPI_DOUBLE, MPI_MAX, b.mpi_comm()));
-    const double fit = o.budget_seconds / std::max(slowest, 1e-9);
+    const double fit = budget / std::max(slowest, 1e-9);
     warmup = static_cast<int>(std::clamp(fit / 4, 0.0, double(o.warmup - 1)));
-    iters = static_cast<int>(std::clamp(fit, 3.0, double(o.iters)));
+    iters = static_cast<int>(std::clamp(fit, std::min(2.0, double(o.iters)), double(o.iters)));
   }
   for (int i = 0; i < warmup; ++i) run();
   ZT_MPI_CHECK(MPI_Barrier(b.mpi_comm()));
@@ -199,11 +200,36 @@ Measurement measure(const Bench& b, const Case& c, const std::function<void()>& 
   double mean = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
   double slowest = 0;
   ZT_MPI_CHECK(MPI_Allreduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, b.mpi_comm()));
+  return {slowest, iters, false};
+}
+
+// Fresh inputs, one call, and its result checked on every rank.
+bool check(const Bench& b, const Case& c, const std::function<void()>& run) {
   prepare(b, c);
   run();
   int ok = verify(b, c) ? 1 : 0, all_ok = 0;
   ZT_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, b.mpi_comm()));
-  return {slowest, iters, all_ok == 1};
+  return all_ok == 1;
+}
+
+// The harness, written once for every collective: ours and raw MPI timed in the order
+// ours, MPI, MPI, ours (each half of the time budget), each figure the mean of its two rounds,
+// so that neither gains from going first or from drift during the measurement; then both
+// results are checked.
+std::pair<Measurement, Measurement> measure(const Bench& b, const Case& c,
+                                            const std::function<void()>& our_call,
+                                            const std::function<void()>& mpi_call) {
+  const double half = b.options.budget_seconds / 2;
+  prepare(b, c);
+  const Measurement our1 = time_calls(b, our_call, half);
+  const Measurement mpi1 = time_calls(b, mpi_call, half);
+  const Measurement mpi2 = time_calls(b, mpi_call, half);
+  const Measurement our2 = time_calls(b, our_call, half);
+  const Measurement ours{(our1.seconds + our2.seconds) / 2, our1.iters + our2.iters,
+                         check(b, c, our_call)};
+  const Measurement mpi{(mpi1.seconds + mpi2.seconds) / 2, mpi1.iters + mpi2.iters,
+                        check(b, c, mpi_call)};
+  return {ours, mpi};
 }
 
 // Ours and raw MPI's call for a case.
@@ -296,13 +322,14 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
   const Bench b{o,       comm,        dtype, dtype == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T,
                 sum_op, send.as<char>(), recv.as<char>()};
 
-  log.rank0("zt-bench comm: {} ranks ({} per node), {}, {} calls after {} warm-up (at most "
-            "{:g} s of calls per size, at least 3); reduce_scatter chunk {} KiB, staging {} KiB",
+  log.rank0("zt-bench comm: {} ranks ({} per node), {}, 2 rounds of {} calls after {} warm-up "
+            "(fewer when slow: {:g} s of calls per size); reduce_scatter chunk {} KiB, staging "
+            "{} KiB",
             world, comm.local_world(), o.dtype, o.iters, o.warmup, o.budget_seconds,
             comm.chunk_bytes() >> 10, comm.staging_bytes() >> 10);
-  log.rank0("time: max over ranks of the mean per call; busbw = algbw x factor (nccl-tests "
-            "PERFORMANCE.md); MPI = the same collective of raw MPI on the same buffers; out of "
-            "place");
+  log.rank0("time: max over ranks of the mean per call, averaged over rounds timed as ours, "
+            "MPI, MPI, ours; busbw = algbw x factor (nccl-tests PERFORMANCE.md); MPI = the same "
+            "collective of raw MPI on the same buffers; out of place");
   nlohmann::json rows = nlohmann::json::array();
   bool all_correct = true;
   for (CollectiveKind kind : kinds) {
@@ -318,8 +345,7 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
     for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
       const std::optional<Case> c = make_case(kind, bytes, dtype, world);
       if (!c) continue;
-      const Measurement our = measure(b, *c, ours(b, *c));
-      const Measurement mpi = measure(b, *c, raw_mpi(b, *c));
+      const auto [our, mpi] = measure(b, *c, ours(b, *c), raw_mpi(b, *c));
       const double algbw = c->bytes / our.seconds / 1e9, mpi_algbw = c->bytes / mpi.seconds / 1e9;
       const double busbw = algbw * bus_factor(kind, world);
       const double mpi_busbw = mpi_algbw * bus_factor(kind, world);

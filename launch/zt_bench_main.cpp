@@ -53,11 +53,12 @@ int comm_main(int argc, char** argv) {
   desc.add_options()("help,h", "show this help")
       ("min-bytes,b", po::value(&min_bytes)->default_value(min_bytes), "smallest buffer (K/M/G)")
       ("max-bytes,e", po::value(&max_bytes)->default_value(max_bytes), "largest buffer (K/M/G)")
-      ("iters,n", po::value(&o.iters)->default_value(o.iters), "timed calls per size")
+      ("iters,n", po::value(&o.iters)->default_value(o.iters),
+       "timed calls per round (two rounds per size and implementation)")
       ("warmup,w", po::value(&o.warmup)->default_value(o.warmup), "untimed calls first")
       ("budget", po::value(&o.budget_seconds)->default_value(o.budget_seconds, "0.4"),
-       "seconds of timed calls per size and implementation (fewer --iters, at least 3, when "
-       "calls are slow); 0: no cap")
+       "seconds of timed calls per size and implementation (fewer --iters, at least 2 per "
+       "round, when calls are slow); 0: no cap")
       ("dtype,d", po::value(&o.dtype)->default_value(o.dtype), "fp32, fp16 or bf16")
       ("op", po::value(&o.ops)->multitoken(),
        "collectives to run (all_reduce reduce_scatter all_gather broadcast); default all")
