@@ -17,6 +17,7 @@
 
 #include "runtime/status.h"
 #include "runtime/token_data.h"
+#include "runtime/file_io.h"
 #include "runtime/tokenizer.h"
 
 namespace {
@@ -31,20 +32,7 @@ struct PrepOptions {
   std::vector<std::string> inputs;
 };
 
-std::string read_document(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    zt::throw_input(fmt::format("cannot open input {}: {}", path, std::strerror(errno)));
-  }
-  std::string text;
-  char chunk[1 << 16];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, n);
-  bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) zt::throw_input(fmt::format("error reading input {}", path));
-  return text;
-}
+std::string read_document(const std::string& path) { return zt::read_file(path, "input"); }
 
 // Tokenises documents [begin, end) into one file and prints its summary line.
 void write_split(zt::Gpt2Tokenizer& tokenizer, const std::vector<std::string>& inputs,

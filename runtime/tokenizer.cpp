@@ -2,6 +2,8 @@
 // with a per-word cache, and decoding. Reads files only at construction; no threads.
 #include "runtime/tokenizer.h"
 
+#include "runtime/file_io.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -73,20 +75,9 @@ bool alphabet_to_bytes(std::string_view token, std::string& bytes) {
 }
 
 std::string read_whole_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    throw_input(fmt::format("cannot open GPT-2 vocabulary file {}: {} (run scripts/fetch_data.sh, "
-                            "or pass the directory holding encoder.json and vocab.bpe)",
-                            path, std::strerror(errno)));
-  }
-  std::string text;
-  char chunk[1 << 16];
-  size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, n);
-  bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw_system(fmt::format("error reading {}", path));
-  return text;
+  return read_file(path, "GPT-2 vocabulary file",
+                   " (run scripts/fetch_data.sh, or pass the directory holding encoder.json and "
+                   "vocab.bpe)");
 }
 
 std::string pcre2_message(int code) {
