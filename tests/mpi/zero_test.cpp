@@ -65,6 +65,7 @@ struct RunSpec {
   bool single_process = false;  // world of 1 over the whole global batch
   Gpt2Config model = kModel;
   int64_t prefetch = 20'000;  // stage3_prefetch_bucket_size: about one block ahead
+  int64_t persistence = 0;    // stage3_param_persistence_threshold
 };
 
 RunResult run(const RunSpec& spec) {
@@ -82,7 +83,7 @@ RunResult run(const RunSpec& spec) {
   o.gradient_clipping = 0.5f;  // small enough to clip: the norm path must agree too
   o.stage = spec.stage;
   o.overlap_comm = spec.overlap;
-  o.persistence_threshold = 0;
+  o.persistence_threshold = spec.persistence;
   o.prefetch_bucket_size = spec.prefetch;
   o.reduce_bucket_size = 10'000;
   if (spec.checkpoint)
@@ -142,6 +143,13 @@ TEST(ZeroStages, BitwiseIdenticalParametersAfterFiveSteps) {
       EXPECT_EQ(reference.losses, r.losses) << "stage " << stage;
     }
   }
+}
+
+TEST(ZeroStages, PersistentUnitsChangeNothing) {
+  // The root unit (about 4.7k elements) stays gathered; the blocks are still sharded.
+  RunSpec persistent{3};
+  persistent.persistence = 10'000;
+  EXPECT_TRUE(bitwise_equal(run({0}), run(persistent)));
 }
 
 TEST(ZeroStages, OverlapChangesNothing) {
