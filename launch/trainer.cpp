@@ -211,9 +211,12 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const double tokens_per_s = static_cast<double>(B * T * accumulation * world) / (ms / 1e3);
     result.last_loss = r.loss;
-    if (!std::isfinite(r.loss))
-      throw_input(fmt::format("loss became {} at step {}; lower optimizer.params.lr or enable "
-                              "gradient_clipping", r.loss, step));
+    if (!std::isfinite(r.loss)) {
+      // Every rank holds the same (reduced) loss, so every rank stops here together.
+      result.failure = fmt::format("{}: loss became {} at step {}; lower optimizer.params.lr or "
+                                   "enable gradient_clipping", config.source, r.loss, step);
+      return result;
+    }
 
     nlohmann::ordered_json row = {{"step", step},        {"loss", r.loss},
                           {"lr", r.lr},          {"grad_norm", r.grad_norm},

@@ -31,6 +31,9 @@ struct TrainResult {
   double first_val_loss = 0.0;  // before the first step; NaN without validation data
   double last_val_loss = 0.0;
   double last_loss = 0.0;
+  // Non-empty when training stopped early for a reason every rank agrees on (the loss, which
+  // is reduced across ranks, became NaN or inf): rank 0 reports it, every rank exits 1.
+  std::string failure;
 };
 
 // Collective over `comm` (one call per rank).

@@ -2,6 +2,7 @@
 //   zt-train --config FILE [--set key.path=value]...
 //   mpirun -np N zt-train --config FILE ...
 #include <boost/program_options.hpp>
+#include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -74,12 +75,16 @@ int main(int argc, char** argv) {
 
   // Phase 2: training. A failure here is one rank's, and the others may be inside a
   // collective: print it and end the whole job.
+  bool agreed_failure = false;
   const int code = zt::run_tool("zt-train", [&] {
     zt::CpuDevice device;
     zt::MpiCommunicator comm(device);
-    zt::train(*setup, device, comm, log);
-    return 0;
+    const zt::TrainResult result = zt::train(*setup, device, comm, log);
+    if (result.failure.empty()) return 0;
+    agreed_failure = true;
+    if (group.rank == 0) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());
+    return 1;
   }, group.world > 1 ? group.rank : -1);
-  if (code != 0 && group.world > 1) mpi.abort(code);
+  if (code != 0 && group.world > 1 && !agreed_failure) mpi.abort(code);
   return code;
 }

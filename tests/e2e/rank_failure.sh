@@ -43,4 +43,17 @@ failed=0
 grep -q '^zt-train: rank 1: token file .*missing\.bin does not exist' "$tmp/stderr" ||
   { echo "FAIL: rank 1's message is missing"; failed=1; }
 [ "$failed" -eq 0 ] && echo "the job ended in ${elapsed}s with rank 1's message"
+
+# A loss that diverges is known to every rank at once (it is reduced): reported once, exit 1.
+timeout 60 mpirun --oversubscribe -np 2 "$bin/zt-train" --config "$tmp/job.json" \
+  --set 'optimizer={"type": "SGD", "params": {"lr": 1e8}}' --set zt.steps=50 > "$tmp/stdout" 2> "$tmp/stderr"
+rc=$?
+ours=$(grep -c '^zt-train: ' "$tmp/stderr")
+if [ "$rc" -ne 1 ] || [ "$ours" -ne 1 ] || ! grep -q 'loss became' "$tmp/stderr"; then
+  echo "FAIL: diverging loss: exit $rc, $ours zt-train lines:"
+  sed 's/^/    /' "$tmp/stderr"
+  failed=1
+else
+  echo "diverging loss: $(grep '^zt-train: ' "$tmp/stderr")"
+fi
 exit "$failed"
