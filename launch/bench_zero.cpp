@@ -35,7 +35,7 @@ struct StageFigures {
 
 double max_over_ranks(double x) {
   double m = x;
-  MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  ZT_MPI_CHECK(MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return m;
 }
 
@@ -63,7 +63,7 @@ struct StageRun {
   }
   // One step; returns its time in ms, the max over ranks.
   double step() {
-    MPI_Barrier(MPI_COMM_WORLD);
+    ZT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     auto t0 = Clock::now();
     engine.train_step({&batch, 1}, 1e-4f);
     return max_over_ranks(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());

@@ -10,6 +10,7 @@
 #include <exception>
 #include <string>
 
+#include "comm/process_group.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -51,11 +52,11 @@ int agree_on_exit_code(const char* tool, int rank, int world, const std::functio
   const int code = capture(body, &message);
   // The lowest failing rank speaks: MIN over ranks of (rank if failed, else world).
   int mine = code != 0 ? rank : world, first = world;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  ZT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first == world) return 0;
   if (rank == first && !message.empty()) print_error(tool, world > 1 ? rank : -1, message);
   int agreed = code;
-  MPI_Bcast(&agreed, 1, MPI_INT, first, MPI_COMM_WORLD);
+  ZT_MPI_CHECK(MPI_Bcast(&agreed, 1, MPI_INT, first, MPI_COMM_WORLD));
   return agreed;
 }
 
