@@ -335,4 +335,11 @@ void reduce_in_rank_order(std::span<const void* const> contributions, void* out,
   }
 }
 
+std::vector<double> all_gather_doubles(Communicator& comm, std::span<const double> values) {
+  static_assert(sizeof(double) == 2 * sizeof(float));
+  std::vector<double> all(values.size() * static_cast<size_t>(comm.world()));
+  comm.all_gather(values.data(), all.data(), 2 * static_cast<int64_t>(values.size()), DType::kF32);
+  return all;
+}
+
 }  // namespace zt

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/dtype.h"
 
@@ -145,6 +146,10 @@ class Communicator {
   CommStats stats_;
   CommQueue* queue_ = nullptr;  // set and cleared by CommQueue's constructor and destructor
 };
+
+// Every rank's `values` (the same count on each), rank after rank: values travel as fp32 word
+// pairs through all_gather, which copies bits and never does arithmetic. Collective.
+std::vector<double> all_gather_doubles(Communicator& comm, std::span<const double> values);
 
 // Bytes a call counts in CollectiveStats (see there).
 int64_t collective_bytes(const CollectiveCall& call, int world);

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <fstream>
 #include <random>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -117,8 +116,7 @@ int bench_zero(const BenchZeroOptions& o) {
   MpiSession session(nullptr, nullptr);
   const int rank = session.group().rank, world = session.group().world;
   const int local_world = session.group().local_world;
-  if (std::getenv("OMP_NUM_THREADS") == nullptr)
-    set_cpu_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local_world));
+  choose_cpu_threads(0, local_world);
   Logger log(rank, world);
   const Gpt2Config config = gpt2_zoo_config(o.model);
   log.rank0("zt-bench zero: {} on {} ranks, {} thread(s) each, B={} T={} per rank, fp32 AdamW, "

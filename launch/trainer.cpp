@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -148,13 +146,7 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
   const int64_t accumulation = config.gradient_accumulation_steps;
   const TokenFile& train_file = setup.train_file;
   const std::optional<TokenFile>& val_file = setup.val_file;
-  // Cores: zt.num_threads, else OMP_NUM_THREADS when set, else this machine's cores divided
-  // among the ranks on it (MACHINE.md: oversubscribed ranks crawl otherwise).
-  if (config.zt.num_threads > 0)
-    set_cpu_threads(config.zt.num_threads);
-  else if (std::getenv("OMP_NUM_THREADS") == nullptr)
-    set_cpu_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                    std::max(1, comm.local_world())));
+  choose_cpu_threads(config.zt.num_threads, comm.local_world());
   DataLoader train_loader(train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
   if (val_file) val_loader.emplace(*val_file, B, T, rank, world, false, config.zt.seed);
@@ -241,14 +233,13 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
     save_weights(engine, config.zt.save_weights);
     log.rank0("saved weights to {}", config.zt.save_weights);
   }
-  // Every rank's peak bytes per category, gathered (doubles travel as fp32 word pairs through
-  // all_gather, which copies bits), shown as min/max over ranks and appended to the metrics.
+  // Every rank's peak bytes per category, gathered, shown as min/max over ranks and appended to
+  // the metrics.
   const MemoryTracker& mem = device.memory();
   std::vector<double> mine(kNumMemCategories + 1);
   for (int c = 0; c < kNumMemCategories; ++c) mine[c] = mem.peak(static_cast<MemCategory>(c));
   mine[kNumMemCategories] = static_cast<double>(mem.peak_total());
-  std::vector<double> all(mine.size() * world);
-  comm.all_gather(mine.data(), all.data(), 2 * static_cast<int64_t>(mine.size()), DType::kF32);
+  const std::vector<double> all = all_gather_doubles(comm, mine);
   nlohmann::ordered_json low, high;
   log.rank0("peak memory per rank (MiB):  {:>12} {:>10} {:>10}", "category", "min", "max");
   for (size_t c = 0; c < mine.size(); ++c) {

@@ -32,14 +32,19 @@ void save_weights(Engine& engine, const std::string& path) {
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   auto units = engine.model().units();
-  std::vector<std::vector<float>> full(units.size());
+  const bool writes = engine.comm().rank() == 0;
+  // Rank 0 keeps every unit until the file is written; the others only take part in the
+  // gathers, one unit at a time.
+  std::vector<std::vector<float>> full(writes ? units.size() : 1);
   for (size_t u = 0; u < units.size(); ++u) {
-    full[u].resize(static_cast<size_t>(units[u]->layout().numel()));
-    engine.read_unit_params(static_cast<int>(u), full[u].data());  // collective (stage 3)
+    std::vector<float>& unit = full[writes ? u : 0];
+    unit.resize(static_cast<size_t>(units[u]->layout().numel()));
+    engine.read_unit_params(static_cast<int>(u), unit.data());  // collective (stage 3)
+    if (!writes) continue;
     for (const auto& e : units[u]->layout().entries())
-      writer.add_f32(e.spec.name, exported_shape(e.spec), full[u].data() + e.offset);
+      writer.add_f32(e.spec.name, exported_shape(e.spec), unit.data() + e.offset);
   }
-  if (engine.comm().rank() == 0) writer.write(path);
+  if (writes) writer.write(path);
 }
 
 namespace {

@@ -49,10 +49,8 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
 Engine::~Engine() = default;
 
 double Engine::all_ranks_sum(double local) {
-  // A double travels as two fp32 words: all_gather copies bits, it never does arithmetic.
-  std::vector<double> all(comm_.world());
-  queue_->all_gather(&local, all.data(), 2, DType::kF32).wait();
   double sum = 0.0;
+  const std::vector<double> all = all_gather_doubles(comm_, {&local, 1});
   for (double x : all) sum += x;  // rank order
   return sum;
 }
