@@ -14,6 +14,7 @@ std::string_view mem_category_name(MemCategory c) {
     case MemCategory::kOptimizer: return "optimizer";
     case MemCategory::kActivations: return "activations";
     case MemCategory::kCommBuffers: return "comm";
+    case MemCategory::kWorkspace: return "workspace";
     case MemCategory::kOther: return "other";
   }
   return "?";

@@ -9,9 +9,15 @@
 
 namespace zt {
 
-enum class MemCategory { kParams, kGrads, kOptimizer, kActivations, kCommBuffers, kOther };
-inline constexpr int kNumMemCategories = 6;
-// "params", "grads", "optimizer", "activations", "comm", "other": the metrics file's keys.
+// kWorkspace: transient fp32 copies a back end that computes in fp32 makes of 16-bit values
+// (the CPU back end under mixed precision: a unit's parameters while in use, its gradient
+// while produced, a shard's gradient during the optimizer step). Not model state.
+enum class MemCategory {
+  kParams, kGrads, kOptimizer, kActivations, kCommBuffers, kWorkspace, kOther
+};
+inline constexpr int kNumMemCategories = 7;
+// "params", "grads", "optimizer", "activations", "comm", "workspace", "other": the metrics
+// file's keys.
 std::string_view mem_category_name(MemCategory c);
 
 class MemoryTracker {
