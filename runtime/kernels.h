@@ -105,6 +105,13 @@ class Kernels {
 
   // Element-wise utilities.
   virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) = 0;
+  // x = float(dtype(x)) in place: every element rounded to the nearest value of `dtype`
+  // (round to nearest even, as cast does; fp16 overflow gives ±inf; NaN stays NaN). kF32: no-op.
+  virtual void round_to(float* x, DType dtype, int64_t n) = 0;
+  // dst = dst_type(float(a) + float(b)) element-wise with one rounding, the sum in fp32. `a` may
+  // be null (read as 0: a plain rounding cast of b). dst may alias a or b when the types match.
+  virtual void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
+                   DType b_type, int64_t n) = 0;
   virtual void scale(float* x, float s, int64_t n) = 0;
   virtual void fill(float* x, float value, int64_t n) = 0;
   virtual bool has_nonfinite(const float* x, int64_t n) = 0;

@@ -10,7 +10,8 @@
 // body instantiates them with V = a native vector (F4 for SSE2, F8 for AVX2, F16 for AVX-512) and
 // the tail with V = float. Body and tail therefore run the same IEEE operations in the same order
 // on every element (pinned by the position-invariance tests in tests/runtime/kernels_test.cpp).
-// Simple loops (residual, scale, casts) use `#pragma omp simd`, which GCC does vectorise.
+// Simple loops (residual, scale, casts, round_to, add) use `#pragma omp simd`, which GCC does
+// vectorise.
 // The widest instruction set the CPU offers is chosen once at construction
 // (__builtin_cpu_supports); the environment variable ZT_CPU_SIMD=sse2|avx2|avx512 caps it, so tests
 // can compare the paths. FMA is never enabled, and the build's -ffp-contract=off keeps the AVX-512
@@ -991,6 +992,131 @@ inline void cast_range(void* dst, DType dst_type, const void* src, DType src_typ
   }
 }
 
+// round_to and add: element-wise through fp32 with dtype.h's conversions (16-bit loads by
+// fp16_to_fp32_branchless, which vectorises). A storage type is a tag naming the element type
+// and its two conversions, so each (dst, a, b) combination is one plain `omp simd` loop.
+struct F32Storage {
+  using Elem = float;
+  static float to_fp32(float x) { return x; }
+  static float from_fp32(float x) { return x; }
+};
+struct F16Storage {
+  using Elem = uint16_t;
+  static float to_fp32(uint16_t h) { return fp16_to_fp32_branchless(h); }
+  static uint16_t from_fp32(float x) { return fp32_to_fp16(x); }
+};
+struct BF16Storage {
+  using Elem = uint16_t;
+  static float to_fp32(uint16_t h) { return bf16_to_fp32(h); }
+  static uint16_t from_fp32(float x) { return fp32_to_bf16(x); }
+};
+
+// f(S{}) with the storage tag S of t.
+template <class F>
+inline void visit_storage(DType t, const F& f) {
+  switch (t) {
+    case DType::kF32:
+      f(F32Storage{});
+      return;
+    case DType::kF16:
+      f(F16Storage{});
+      return;
+    case DType::kBF16:
+      f(BF16Storage{});
+      return;
+  }
+}
+
+// Element i of a buffer of S's elements.
+template <class S>
+inline typename S::Elem* elems(void* p, int64_t i) {
+  return static_cast<typename S::Elem*>(p) + i;
+}
+template <class S>
+inline const typename S::Elem* elems(const void* p, int64_t i) {
+  return static_cast<const typename S::Elem*>(p) + i;
+}
+
+// x[0, n) = float(S(x)).
+template <class S>
+inline void round_n(float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = S::to_fp32(S::from_fp32(x[i]));
+}
+
+// x[i0, i1) rounded to fp16 and back by F16C: the bits of dtype.h for every non-NaN float (see
+// fp32_to_fp16_f16c; VCVTPH2PS equals fp16_to_fp32 on every non-NaN pattern, kernels_test checks
+// all of them). A group holding a NaN is done by dtype.h, checked before the in-place store.
+__attribute__((target("avx2,f16c"))) void round_to_fp16_f16c(float* x, int64_t i0, int64_t i1) {
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+      for (int64_t j = i; j < i + 8; ++j) x[j] = fp16_to_fp32(fp32_to_fp16(x[j]));
+      continue;
+    }
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
+  }
+  for (; i < i1; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+}
+
+// dst[0, n) = D(float(a) + float(b)). dst may be a or b itself (each element is read before it
+// is written), not a partial overlap.
+template <class D, class A, class B>
+inline void add_n(typename D::Elem* dst, const typename A::Elem* a, const typename B::Elem* b,
+                  int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = D::from_fp32(A::to_fp32(a[i]) + B::to_fp32(b[i]));
+}
+
+// add_n by F16C, for any (dst, a, b) with an fp16 among them, a block (in L1) at a time: the
+// operands as fp32 (fp16 by VCVTPH2PS, which equals fp16_to_fp32 on every non-NaN pattern), the
+// fp32 sums, then the store (fp16 by fp32_to_fp16_f16c). The same fp32 additions as add_n's, so
+// the same bits as the portable path: VCVTPH2PS returns a signalling NaN quiet where
+// fp16_to_fp32 keeps it signalling, but the addition quiets a NaN operand either way.
+template <class S>
+__attribute__((target("avx2,f16c"))) inline const float* block_as_fp32(
+    float* block, const typename S::Elem* src, int64_t n) {
+  if constexpr (std::is_same_v<S, F32Storage>) {
+    return src;
+  } else if constexpr (std::is_same_v<S, F16Storage>) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(block + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(src + i))));
+    for (; i < n; ++i) block[i] = _cvtsh_ss(src[i]);
+    return block;
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) block[i] = S::to_fp32(src[i]);
+    return block;
+  }
+}
+
+template <class D, class A, class B>
+__attribute__((target("avx2,f16c"))) void add_n_f16c(typename D::Elem* dst,
+                                                     const typename A::Elem* a,
+                                                     const typename B::Elem* b, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  alignas(64) float a_block[kBlock], b_block[kBlock], sums[kBlock];
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t len = std::min(kBlock, n - j0);
+    const float* fa = block_as_fp32<A>(a_block, a + j0, len);
+    const float* fb = block_as_fp32<B>(b_block, b + j0, len);
+    if constexpr (std::is_same_v<D, F32Storage>) {
+      add_n<F32Storage, F32Storage, F32Storage>(dst + j0, fa, fb, len);  // dst may be fa itself
+    } else {
+      add_n<F32Storage, F32Storage, F32Storage>(sums, fa, fb, len);
+      if constexpr (std::is_same_v<D, F16Storage>) {
+        fp32_to_fp16_f16c(dst + j0, sums, 0, len);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < len; ++i) dst[j0 + i] = D::from_fp32(sums[i]);
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 class CpuKernels final : public Kernels {
@@ -1271,6 +1397,51 @@ class CpuKernels final : public Kernels {
     });
   }
 
+  void round_to(float* x, DType dtype, int64_t n) override {
+    if (dtype == DType::kF32) return;
+    parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+      if (f16c_ && dtype == DType::kF16) {
+        round_to_fp16_f16c(x, i0, i1);
+        return;
+      }
+      run_isa(isa_, [&](auto) {
+        visit_storage(dtype, [&](auto s) { round_n<decltype(s)>(x + i0, i1 - i0); });
+      });
+    });
+  }
+
+  void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
+           int64_t n) override {
+    ZT_ASSERT(dst != b || dst_type == b_type, "add: dst aliases b with types {} and {}",
+              dtype_name(dst_type), dtype_name(b_type));
+    if (!a) {  // a rounding cast of b (so -0 stays -0, where 0 + b would give +0)
+      if (dst != b) cast(dst, dst_type, b, b_type, n);
+      return;
+    }
+    ZT_ASSERT(dst != a || dst_type == a_type, "add: dst aliases a with types {} and {}",
+              dtype_name(dst_type), dtype_name(a_type));
+    parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+      visit_storage(a_type, [&](auto a_tag) {
+        visit_storage(b_type, [&](auto b_tag) {
+          using A = decltype(a_tag);
+          using B = decltype(b_tag);
+          const bool any_fp16 =
+              dst_type == DType::kF16 || a_type == DType::kF16 || b_type == DType::kF16;
+          visit_storage(dst_type, [&](auto dst_tag) {
+            using D = decltype(dst_tag);
+            if (f16c_ && any_fp16) {
+              add_n_f16c<D, A, B>(elems<D>(dst, i0), elems<A>(a, i0), elems<B>(b, i0), i1 - i0);
+              return;
+            }
+            run_isa(isa_, [&](auto) {
+              add_n<D, A, B>(elems<D>(dst, i0), elems<A>(a, i0), elems<B>(b, i0), i1 - i0);
+            });
+          });
+        });
+      });
+    });
+  }
+
   void scale(float* x, float s, int64_t n) override {
     parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
@@ -1332,8 +1503,8 @@ class CpuKernels final : public Kernels {
   }
 
   Isa isa_;
-  bool f16c_;  // fp32 -> fp16 by the F16C instruction (AVX2 paths only, so ZT_CPU_SIMD=sse2 tests
-               // the portable conversion)
+  bool f16c_;  // fp16 conversions by the F16C instructions in cast (fp32 -> fp16), round_to and
+               // add (AVX2 paths only, so ZT_CPU_SIMD=sse2 tests the portable conversions)
 };
 
 }  // namespace

@@ -5,7 +5,8 @@
 // kernels give an element the same bits wherever it sits, reductions give the same bits for 1,
 // 2 or 3 threads, and the SSE2 / AVX2 / AVX-512 paths agree bit for bit (tables capped through
 // ZT_CPU_SIMD). Last, the dtype conversions: all fp16 patterns, fp32->fp16 against the F16C
-// instruction, fp32->bf16 against a round-to-nearest-even reference. Not here: performance.
+// instruction, fp32->bf16 against a round-to-nearest-even reference, and round_to / add against
+// dtype.h's scalar conversions on every path. Not here: performance.
 #include <gtest/gtest.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -959,6 +960,191 @@ TEST_F(KernelsTest, CastBetweenSixteenBitTypesGoesThroughFp32) {
     ASSERT_EQ(bh[i], fp32_to_fp16(bf16_to_fp32(b[i])));
   }
   EXPECT_EQ(copy, h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// round_to and add: dtype.h's scalar conversions, element by element, on every path.
+
+// float(t(x)) by dtype.h.
+float round_ref(float x, DType t) {
+  switch (t) {
+    case DType::kF16: return fp16_to_fp32(fp32_to_fp16(x));
+    case DType::kBF16: return bf16_to_fp32(fp32_to_bf16(x));
+    case DType::kF32: return x;
+  }
+  return x;
+}
+
+bool same_float_bits(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+// conversion_inputs() (random patterns with fp32 subnormals, fp16's range edges and ties, values
+// past 65504, ±inf), plus bf16 ties (even and odd below, and the one that rounds to inf) and NaNs
+// with payloads.
+std::vector<float> rounding_inputs() {
+  auto v = conversion_inputs();
+  for (uint32_t bits :
+       {0x3f808000u, 0x3f818000u, 0xbf818000u, 0x7f7f8000u, 0x7f7f7fffu, 0x7f7fffffu, 0x00000001u,
+        0x00400000u, 0x807fffffu, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fa00000u, 0xff812345u})
+    v.push_back(std::bit_cast<float>(bits));
+  return v;
+}
+
+TEST_F(KernelsTest, RoundToMatchesDtypeConversionsOnEveryPath) {
+  const auto in = rounding_inputs();
+  const int64_t n = int64_t(in.size());
+  for (const char* level : simd_levels()) {
+    auto k = kernels_capped_at(level);
+    std::vector<float> x = in;
+    k->round_to(x.data(), DType::kF32, n);
+    ASSERT_TRUE(same_bits(x, in)) << level << " fp32 is a no-op";
+    for (DType t : {DType::kF16, DType::kBF16}) {
+      x = in;
+      k->round_to(x.data(), t, n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_float_bits(x[i], round_ref(in[i], t)))
+            << level << " " << dtype_name(t) << " " << std::hexfloat << in[i] << " gave " << x[i];
+      // Odd lengths at unaligned starts: the same bits, and nothing outside the range touched.
+      for (int64_t off : {1, 3, 7}) {
+        for (int64_t len : {1, 5, 13, 1001}) {
+          x = in;
+          k->round_to(x.data() + off, t, len);
+          for (int64_t i = 0; i < off + len + 8; ++i) {
+            const float want = i >= off && i < off + len ? round_ref(in[i], t) : in[i];
+            ASSERT_TRUE(same_float_bits(x[i], want))
+                << level << " " << dtype_name(t) << " off " << off << " len " << len << " i " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// n values of one dtype, made from fp32 by dtype.h.
+struct TypedValues {
+  DType type;
+  std::vector<float> f32;
+  std::vector<uint16_t> h16;
+  TypedValues(DType t, const std::vector<float>& x) : type(t) {
+    if (t == DType::kF32) {
+      f32 = x;
+      return;
+    }
+    for (float v : x) h16.push_back(t == DType::kF16 ? fp32_to_fp16(v) : fp32_to_bf16(v));
+  }
+  TypedValues(DType t, int64_t n) : type(t) {
+    if (t == DType::kF32)
+      f32.assign(n, 0.0f);
+    else
+      h16.assign(n, 0);
+  }
+  void* data() { return type == DType::kF32 ? static_cast<void*>(f32.data()) : h16.data(); }
+  void* at(int64_t i) { return static_cast<char*>(data()) + i * int64_t(dtype_size(type)); }
+  float get(int64_t i) const {
+    switch (type) {
+      case DType::kF16: return fp16_to_fp32(h16[i]);
+      case DType::kBF16: return bf16_to_fp32(h16[i]);
+      case DType::kF32: return f32[i];
+    }
+    return 0.0f;
+  }
+};
+
+// Element i of dst equals t(sum) by dtype.h's rounding, bit for bit (any NaN for a NaN sum: the
+// payload of NaN + NaN depends on operand order, which the compiler may swap).
+::testing::AssertionResult stored_as(const TypedValues& dst, int64_t i, float sum) {
+  const float want = round_ref(sum, dst.type), got = dst.get(i);
+  if (std::isnan(want) ? std::isnan(got) : same_float_bits(got, want))
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "i " << i << ": got " << std::hexfloat << got << ", want " << want;
+}
+
+// Random values of several magnitudes, with specials: ±0, ±inf, NaN, fp16 overflow and ties,
+// fp16 and fp32 subnormals.
+std::vector<float> add_inputs(int64_t n, uint32_t seed) {
+  auto v = random_floats(size_t(n), seed, -4.0f, 4.0f);
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> scale(-30, 20);
+  for (float& x : v) x = std::ldexp(x, scale(gen));
+  const float specials[] = {0.0f,      -0.0f,          INFINITY,       -INFINITY, NAN,
+                            65504.0f,  65520.0f,       -70000.0f,      0x1p-24f,  0x1p-25f,
+                            0x1p-130f, 1.00048828125f, 1.00146484375f, 3.0e38f};
+  for (size_t j = 0; j < std::size(specials); ++j) v[(j * 997 + seed) % size_t(n)] = specials[j];
+  return v;
+}
+
+// Signalling NaNs (which F16C's fp16 load returns quiet) at elements 100 and 20001 of a, 101 and
+// 20001 of b: the sums are NaN either way.
+void add_signalling_nans(TypedValues& v, int64_t first) {
+  for (int64_t i : {first, int64_t(20001)}) {
+    if (v.type == DType::kF32)
+      v.f32[i] = std::bit_cast<float>(i == first ? 0x7f800001u : 0xffa00000u);
+    else if (v.type == DType::kF16)
+      v.h16[i] = i == first ? 0x7c01 : 0xfd55;
+    else
+      v.h16[i] = i == first ? 0x7f81 : 0xffa0;
+  }
+}
+
+TEST_F(KernelsTest, AddMatchesScalarReferenceForEveryDtypeCombination) {
+  const int64_t n = 40003;  // more than one kElementGrain chunk, odd tail
+  const auto xa = add_inputs(n, 170), xb = add_inputs(n, 171);
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16};
+  std::vector<std::pair<const char*, std::unique_ptr<Kernels>>> paths;
+  for (const char* level : simd_levels()) paths.emplace_back(level, kernels_capped_at(level));
+  for (DType dt : types)
+    for (DType at : types)
+      for (DType bt : types) {
+        TypedValues a(at, xa), b(bt, xb), first(dt, n);
+        add_signalling_nans(a, 100);
+        add_signalling_nans(b, 101);
+        for (auto& [level, k] : paths) {
+          TypedValues dst(dt, n), part(dt, n);
+          const std::string what = std::string(level) + " " + std::string(dtype_name(dt)) +
+                                   " = " + std::string(dtype_name(at)) + " + " +
+                                   std::string(dtype_name(bt));
+          k->add(dst.data(), dt, a.data(), at, b.data(), bt, n);
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_TRUE(stored_as(dst, i, a.get(i) + b.get(i))) << what;
+          // Every path gives the same bits, NaNs included (but NaN + NaN, whose payload depends
+          // on operand order).
+          if (k == paths.front().second) first = dst;
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_TRUE(same_float_bits(dst.get(i), first.get(i)) ||
+                        (std::isnan(a.get(i)) && std::isnan(b.get(i))))
+                << what << " differs from " << paths.front().first << " at " << i;
+          // An unaligned start and odd length give the same bits.
+          k->add(part.at(3), dt, a.at(3), at, b.at(3), bt, 1001);
+          for (int64_t i = 3; i < 1004; ++i)
+            ASSERT_TRUE(same_float_bits(part.get(i), dst.get(i)))
+                << what << " at offset 3, i " << i;
+        }
+      }
+  for (auto& [level, k] : paths) {
+    for (DType dt : types)
+      for (DType bt : types) {  // a null: a rounding cast of b (-0 stays -0)
+        TypedValues b(bt, xb), dst(dt, n);
+        k->add(dst.data(), dt, nullptr, DType::kF32, b.data(), bt, n);
+        const std::string what = std::string(level) + " null + " + std::string(dtype_name(bt));
+        for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(stored_as(dst, i, b.get(i))) << what;
+      }
+    for (DType t : types)
+      for (DType other : types) {  // dst is a, then dst is b
+        TypedValues a(t, xa), b(other, xb);
+        const std::string what = std::string(level) + " in place " + std::string(dtype_name(t));
+        k->add(a.data(), t, a.data(), t, b.data(), other, n);
+        const TypedValues a0(t, xa);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_TRUE(stored_as(a, i, a0.get(i) + b.get(i))) << what << " dst=a";
+        TypedValues c(other, xa), d(t, xb);
+        k->add(d.data(), t, c.data(), other, d.data(), t, n);
+        const TypedValues d0(t, xb);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_TRUE(stored_as(d, i, c.get(i) + d0.get(i))) << what << " dst=b";
+      }
+  }
 }
 
 }  // namespace
