@@ -131,15 +131,15 @@ class BlockLayer final : public Layer {
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
     const int64_t B = io.batch->B, T = io.batch->T, C = c_.n_embd, NH = c_.n_head, N = B * T;
     float* ln1 = acts.alloc_floats(N * C);           // (N, C)
-    float* ln1_mean = acts.alloc_floats(N);          // (N)
-    float* ln1_rstd = acts.alloc_floats(N);          // (N)
+    float* ln1_mean = acts.alloc_stats(N);           // (N)
+    float* ln1_rstd = acts.alloc_stats(N);           // (N)
     float* qkv = acts.alloc_floats(N * 3 * C);       // (N, 3C)
     float* att = acts.alloc_floats(B * NH * T * T);  // (B, NH, T, T)
     float* atty = acts.alloc_floats(N * C);          // (N, C)
     float* res2 = acts.alloc_floats(N * C);          // (N, C) x + attention
     float* ln2 = acts.alloc_floats(N * C);           // (N, C)
-    float* ln2_mean = acts.alloc_floats(N);          // (N)
-    float* ln2_rstd = acts.alloc_floats(N);          // (N)
+    float* ln2_mean = acts.alloc_stats(N);           // (N)
+    float* ln2_rstd = acts.alloc_stats(N);           // (N)
     float* fc = acts.alloc_floats(N * 4 * C);        // (N, 4C)
     float* gelu = acts.alloc_floats(N * 4 * C);      // (N, 4C)
     const float* x = io.input;
@@ -216,8 +216,8 @@ class HeadLayer final : public Layer {
     const int64_t N = io.batch->B * io.batch->T, C = c_.n_embd;
     const int64_t V = c_.vocab_size, Vp = c_.padded_vocab_size();
     float* lnf = acts.alloc_floats(N * C);  // (N, C)
-    float* lnf_mean = acts.alloc_floats(N);
-    float* lnf_rstd = acts.alloc_floats(N);
+    float* lnf_mean = acts.alloc_stats(N);  // (N)
+    float* lnf_rstd = acts.alloc_stats(N);  // (N)
     k.layernorm_forward(lnf, lnf_mean, lnf_rstd, io.input, root_.param(kLnfW),
                         root_.param(kLnfB), N, C);
     const bool training = io.dloss != 0.0f;
