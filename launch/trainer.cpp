@@ -42,8 +42,6 @@ void refuse_unbuilt_features(const Config& config) {
   auto refuse = [&](bool used, const char* what) {
     if (used) throw_input(fmt::format("{}: {} is not supported by this build yet", config.source, what));
   };
-  refuse(config.fp16.enabled, "'fp16.enabled' (mixed precision)");
-  refuse(config.bf16.enabled, "'bf16.enabled' (mixed precision)");
   refuse(config.zero_optimization.offload_optimizer.device != OffloadDevice::kNone,
          "'zero_optimization.offload_optimizer'");
   refuse(config.zero_optimization.offload_param.device != OffloadDevice::kNone,
@@ -69,6 +67,7 @@ EngineOptions engine_options(const Config& config, Model& model) {
   o.reduce_bucket_size = z.reduce_bucket_size;
   o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
   o.persistence_threshold = z.stage3_param_persistence_threshold;
+  o.precision = precision_from_config(config);
   // Activation checkpointing: every checkpointable layer, or the first `count` of them.
   const auto& ac = config.activation_checkpointing;
   auto layers = model.layers();
@@ -113,6 +112,7 @@ TrainSetup prepare_training(const std::string& config_path,
                             const std::vector<std::string>& overrides, int rank, int world) {
   Config config = load_config(config_path, overrides, world);
   refuse_unbuilt_features(config);
+  precision_from_config(config);  // rejects data types that do not fit the precision
   const Gpt2Config model = resolve_model(config);
   TokenFile train_file = TokenFile::open(config.zt.train_data, model.vocab_size);
   // Constructing a loader checks the file holds at least one batch for every rank.
@@ -168,13 +168,33 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
 
   int64_t params = 0;
   for (Unit* u : model.units()) params += u->layout().param_count();
-  log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | "
+  const Precision& precision = engine.options().precision;
+  log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | {} | "
             "{} thread{} per rank | B={} T={} accumulation={} | {} train tokens{}",
             config.source, params / 1e6, model_config.n_layer, world, world > 1 ? "s" : "",
-            config.zero_optimization.stage, cpu_threads(), cpu_threads() > 1 ? "s" : "", B, T,
+            config.zero_optimization.stage, precision_name(precision), cpu_threads(),
+            cpu_threads() > 1 ? "s" : "", B, T,
             accumulation,
             train_file.size(),
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
+
+  if (precision.mixed())
+    log.rank0("precision: {} working parameters, activations and gradients; gradients stored in "
+              "{}, reduced in {}; {}{}",
+              dtype_name(precision.compute), dtype_name(precision.grad_accum),
+              dtype_name(precision.comm),
+              precision.has_master() ? "fp32 master weights" : "no master weights",
+              precision.loss_scaling()
+                  ? (precision.fp16.loss_scale > 0
+                         ? fmt::format("; static loss scale {}", precision.fp16.loss_scale)
+                         : fmt::format("; dynamic loss scale from 2^{}",
+                                       precision.fp16.initial_scale_power))
+                  : std::string());
+  if (precision.mixed() && !precision.master_weights)
+    log.rank0("warning: pure {} training (no fp32 master weights) is less stable than mixed "
+              "precision: updates smaller than half a unit in the last place of a weight are "
+              "lost; use it to compare memory, not to train for quality",
+              dtype_name(precision.compute));
 
   TrainResult result;
   result.first_val_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
@@ -198,8 +218,15 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
       train_loader.next(inputs[i].data(), targets[i].data());
       micro[i] = Batch{inputs[i].data(), targets[i].data(), B, T};
     }
-    const float lr = schedule.lr_at(step - 1);
+    // The schedule advances with applied steps: a skipped fp16 step does not move it.
+    const float lr = schedule.lr_at(engine.optimizer_steps());
     StepResult r = engine.train_step(micro, lr);
+    if (!r.failure.empty()) {
+      // Agreed on every rank (the loss scaler at its minimum still overflowing): ends the run
+      // like a diverging loss rather than an abort.
+      result.failure = fmt::format("{}: step {}: {}", config.source, step, r.failure);
+      return result;
+    }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     const double tokens_per_s = static_cast<double>(B * T * accumulation * world) / (ms / 1e3);
     result.last_loss = r.loss;
@@ -214,6 +241,11 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
                           {"lr", r.lr},          {"grad_norm", r.grad_norm},
                           {"ms", ms},            {"tokens_per_s", tokens_per_s},
                           {"peak_bytes", peak_bytes_json(device.memory())}};
+    if (precision.loss_scaling()) {
+      row["loss_scale"] = r.loss_scale;
+      row["skipped"] = r.skipped;
+      if (r.skipped) log.rank0("step {:>5}/{} | {}", step, steps, r.scale_update.describe());
+    }
     const bool eval_now = can_eval && config.zt.eval_every > 0 &&
                           (step % config.zt.eval_every == 0 || step == steps);
     if (eval_now) {
@@ -256,11 +288,17 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
     low[name] = lo;
     high[name] = hi;
   }
-  if (rank == 0)
-    metrics << nlohmann::ordered_json{{"summary", {{"ranks", world},
-                                                   {"peak_bytes_min", low},
-                                                   {"peak_bytes_max", high}}}}.dump()
-            << "\n";
+  nlohmann::ordered_json summary = {{"ranks", world},
+                                    {"precision", precision_name(precision)},
+                                    {"peak_bytes_min", low},
+                                    {"peak_bytes_max", high}};
+  if (const LossScaler* scaler = engine.loss_scaler()) {
+    summary["loss_scale"] = scaler->scale();
+    summary["skipped_steps"] = scaler->counters().skipped_steps;
+    log.rank0("fp16: {} of {} steps skipped on overflow; final loss scale {}",
+              scaler->counters().skipped_steps, steps, scaler->scale());
+  }
+  if (rank == 0) metrics << nlohmann::ordered_json{{"summary", summary}}.dump() << "\n";
   return result;
 }
 

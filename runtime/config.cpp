@@ -532,6 +532,7 @@ constexpr Field<Fp16Config> kFp16Fields[] = {
     {"hysteresis", &Fp16Config::hysteresis, Bound::kPositive},
     {"consecutive_hysteresis", &Fp16Config::consecutive_hysteresis},
     {"min_loss_scale", &Fp16Config::min_loss_scale, Bound::kPositive},
+    {"fp16_master_weights_and_grads", &Fp16Config::fp16_master_weights_and_grads},
 };
 
 // DeepSpeed's DtypeEnum spellings.
@@ -558,9 +559,11 @@ Bf16Config parse_bf16(const Reader& r, const json& j) {
   const json* block = bf16 ? bf16 : bfloat16;
   if (!block) return b;
   std::string_view name = bf16 ? "bf16" : "bfloat16";
-  static constexpr std::string_view kKeys[] = {"enabled"};
+  static constexpr std::string_view kKeys[] = {"enabled", "bf16_master_weights_and_grads"};
   r.check_keys(*block, name, kKeys);
   if (const json* v = Reader::find(*block, "enabled")) b.enabled = r.boolean(*v, join(name, "enabled"));
+  if (const json* v = Reader::find(*block, "bf16_master_weights_and_grads"))
+    b.bf16_master_weights_and_grads = r.boolean(*v, join(name, "bf16_master_weights_and_grads"));
   return b;
 }
 

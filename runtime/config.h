@@ -86,9 +86,13 @@ struct Fp16Config {
   int hysteresis = 2;
   bool consecutive_hysteresis = false;
   double min_loss_scale = 1.0;
+  // Pure 16-bit: no fp32 master copy; the optimizer updates the fp16 parameters (DeepSpeed's
+  // key; it keeps the optimizer states fp32, as we do).
+  bool fp16_master_weights_and_grads = false;
 };
 struct Bf16Config {
   bool enabled = false;  // block "bf16" or its alias "bfloat16"
+  bool bf16_master_weights_and_grads = false;  // pure 16-bit, as the fp16 key
 };
 struct DataTypesConfig {
   std::optional<DType> grad_accum_dtype;  // absent: the engine's choice

@@ -8,7 +8,9 @@
 // all-gather that refreshes full parameters. What is sharded comes from the ZeroPolicy.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -17,8 +19,11 @@
 #include "comm/communicator.h"
 #include "runtime/device.h"
 #include "runtime/model.h"
+#include "runtime/rounding_kernels.h"
+#include "zero/loss_scaler.h"
 #include "zero/optimizer.h"
 #include "zero/param_group.h"
+#include "zero/precision.h"
 #include "zero/zero_policy.h"
 
 namespace zt {
@@ -35,13 +40,26 @@ struct EngineOptions {
   int64_t reduce_bucket_size = 500'000'000;     // elements of gradient per reduction launch
   int64_t prefetch_bucket_size = 50'000'000;    // stage 3: elements gathered ahead of use
   int64_t persistence_threshold = 100'000;      // stage 3: units this small stay gathered
+  Precision precision;                          // fp32, mixed or pure 16-bit
 };
 
 struct StepResult {
   double loss = 0.0;       // mean over the step's micro-batches, positions and ranks
-  double grad_norm = 0.0;  // global L2 norm before clipping
+  double grad_norm = 0.0;  // global L2 norm before clipping (unscaled; inf on overflow)
   float lr = 0.0f;
+  // fp16: the scale this step's loss was multiplied by, and what the scaler did. A skipped
+  // step (overflow on any rank) changed no parameter and no optimizer state.
+  float loss_scale = 1.0f;
+  bool skipped = false;
+  LossScalerEvent scale_update;
+  // Non-empty when training cannot go on, agreed on every rank: an overflow with the loss scale
+  // already at min_loss_scale (DeepSpeed raises there). Nothing was updated.
+  std::string failure;
 };
+
+// Called with this rank's fp32 gradient of a unit as soon as the micro-batch's backward has
+// completed it, before it is reduced (tests inject faults through it).
+using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
 
 class Engine {
  public:
@@ -51,6 +69,8 @@ class Engine {
   ~Engine();
 
   // One optimizer step over this rank's micro-batches (gradient accumulation = their number).
+  // Under fp16 an overflow on any rank skips the step on every rank (StepResult::skipped) and
+  // the loss scaler updates; at its minimum scale a further overflow sets StepResult::failure.
   // Collective.
   StepResult train_step(std::span<const Batch> micro_batches, float lr);
   // Forward only: the mean loss over this rank's batch and every rank's. Parameters and
@@ -60,22 +80,34 @@ class Engine {
   // step; returns this rank's mean loss. Gradients readable by unit_grads() when not sharded.
   double compute_gradients(const Batch& batch);
 
-  // Full parameters of unit u (layout().numel() elements) into dst. Collective under stage 3.
+  // Full parameters of unit u (layout().numel() elements) into dst: the fp32 master under mixed
+  // precision, the working parameters otherwise. Collective under stage 3, and under stages 1
+  // and 2 with a sharded master.
   void read_unit_params(int u, float* dst);
-  // Sets unit u's parameters from full values (the same on every rank). Not collective.
+  // Sets unit u's parameters from full values (the same on every rank): master and working
+  // copy. Not collective.
   void write_unit_params(int u, const float* src);
-  // The full parameter / reduced gradient buffer of unit u, when not sharded.
+  // fp32 training: the full parameter / reduced gradient buffer of unit u, when not sharded.
   float* unit_params(int u);
   const float* unit_grads(int u);
+  // This rank's model state of unit u as bytes: working parameters, master, optimizer state
+  // (tests compare them across skipped steps).
+  std::vector<std::byte> model_state_bytes(int u);
+  void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+  const LossScaler* loss_scaler() const { return loss_scaler_.get(); }
 
   int num_units() const { return static_cast<int>(groups_.size()); }
+  // Steps applied (skipped fp16 steps do not count): Adam's bias-correction step, and the
+  // position of the learning-rate schedule (DeepSpeed does not advance it on a skipped step).
   int64_t optimizer_steps() const { return step_; }
   const ZeroPolicy& policy() const { return policy_; }
+  const EngineOptions& options() const { return options_; }
   Device& device() { return device_; }
   Model& model() { return model_; }
   Communicator& comm() { return comm_; }
   // Stage 3: the most bytes of gathered (non-persistent) parameters held at once, and the
-  // bound the engine keeps: 4 * (largest unit + stage3_prefetch_bucket_size elements).
+  // bound the engine keeps: (largest unit + stage3_prefetch_bucket_size elements) in the
+  // working dtype.
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
   int64_t gather_window_bytes() const;
 
@@ -88,6 +120,11 @@ class Engine {
   void prefetch(const std::vector<ScheduleItem>& schedule, size_t index);
   void note_gathered();
   double all_ranks_sum(double local);  // sum over ranks in rank order, same on every rank
+  // The kernels layers compute with: the device's, or rounding to the 16-bit working dtype.
+  Kernels& compute_kernels();
+  // fp32 view of n elements of `dtype` at src: src itself for fp32, else converted into scratch.
+  const float* as_fp32(const void* src, DType dtype, int64_t n, Buffer& scratch);
+  void optimizer_step(int u, float lr, float grad_scale);
 
   Device& device_;
   Communicator& comm_;
@@ -97,6 +134,9 @@ class Engine {
   std::unique_ptr<CommQueue> queue_;
   std::vector<std::unique_ptr<ParamGroup>> groups_;  // one per unit
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<RoundingKernels> rounding_;   // mixed precision
+  std::unique_ptr<LossScaler> loss_scaler_;     // fp16
+  GradientHook gradient_hook_;
   std::vector<size_t> last_backward_layer_;  // per unit: the layer whose backward completes it
   int64_t step_ = 0;
   int64_t peak_gathered_bytes_ = 0;

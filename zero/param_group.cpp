@@ -1,6 +1,7 @@
 // ParamGroup buffers, transitions and collectives.
 #include "zero/param_group.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/status.h"
@@ -18,37 +19,65 @@ const char* param_state_name(ParamState s) {
 }
 
 namespace {
+
 size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+
+template <class T>
+T* offset_by(T* base, int64_t elements, DType dtype) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+  return reinterpret_cast<Byte*>(base) + static_cast<size_t>(elements) * dtype_size(dtype);
+}
+
+// Elements [begin, end) of the unit's padded flat buffer at its initial values into dst (which
+// is zeroed first: padding between and after tensors is 0). Each element's value depends only
+// on (seed, tensor, index), so any range initialised alone equals that range of the whole.
+void init_flat_range(const FlatLayout& layout, uint64_t seed, int64_t begin, int64_t end,
+                     float* dst) {
+  std::fill(dst, dst + (end - begin), 0.0f);
+  for (const auto& e : layout.entries()) {
+    const int64_t lo = std::max(begin, e.offset);
+    const int64_t hi = std::min(end, e.offset + e.numel);
+    if (lo < hi) init_param_range(e.spec, seed, lo - e.offset, hi - e.offset, dst + (lo - begin));
+  }
+}
+
 }  // namespace
 
 ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
-                       const ZeroPolicy& policy, bool persistent, uint64_t seed)
+                       const ZeroPolicy& policy, const Precision& precision, bool persistent,
+                       uint64_t seed)
     : device_(device),
       unit_(unit),
       shard_(shard),
       policy_(policy),
+      precision_(precision),
+      compute_(precision.compute),
+      grad_dtype_(precision.mixed() ? precision.grad_accum : DType::kF32),
       params_sharded_(policy.shard_params && !persistent),
+      separate_grads_(policy.shard_grads || precision.mixed()),
       state_(params_sharded_ ? ParamState::kSharded : ParamState::kFull) {
   const FlatLayout& layout = unit.layout();
   ZT_ASSERT(layout.numel() == shard.numel, "unit {}: layout {} vs shard layout {}", name(),
             layout.numel(), shard.numel);
-  if (params_sharded_) {
-    // Each element's initial value depends only on (seed, tensor, index): a shard initialised
-    // alone equals the same range of the whole buffer.
-    params_ = device_.alloc_zeroed(float_bytes(shard.shard), MemCategory::kParams);
-    float* p = params_.as<float>();
-    for (const auto& e : layout.entries()) {
-      const int64_t lo = std::max(shard.begin(), e.offset);
-      const int64_t hi = std::min(shard.end(), e.offset + e.numel);
-      if (lo < hi)
-        init_param_range(e.spec, seed, lo - e.offset, hi - e.offset, p + (lo - shard.begin()));
-    }
+  const int64_t work_begin = params_sharded_ ? shard.begin() : 0;
+  const int64_t work_size = params_sharded_ ? shard.shard : shard.padded;
+  params_ = device_.alloc(param_bytes(work_size), MemCategory::kParams);
+  if (!precision.mixed()) {
+    init_flat_range(layout, seed, work_begin, work_begin + work_size, params_.as<float>());
   } else {
-    params_ = device_.alloc_zeroed(float_bytes(shard.padded), MemCategory::kParams);
-    init_flat_buffer(layout, seed, params_.as<float>());
+    // Initial values in fp32, then the working copy rounded from them; the master keeps them.
+    Buffer values = device_.alloc(float_bytes(work_size), MemCategory::kWorkspace);
+    init_flat_range(layout, seed, work_begin, work_begin + work_size, values.as<float>());
+    device_.kernels().cast(params_.data(), compute_, values.data(), DType::kF32, work_size);
+    if (precision.has_master()) {
+      master_ = device_.alloc(float_bytes(master_size()), MemCategory::kOptimizer);
+      device_.kernels().cast(master_.data(), DType::kF32,
+                             values.as<float>() + (master_offset() - work_begin), DType::kF32,
+                             master_size());
+    }
   }
-  grads_ = device_.alloc_zeroed(
-      float_bytes(policy.shard_grads ? shard.shard : shard.padded), MemCategory::kGrads);
+  grads_ = device_.alloc_zeroed(grad_bytes(policy.shard_grads ? shard.shard : shard.padded),
+                                MemCategory::kGrads);
   bind();
 }
 
@@ -58,17 +87,21 @@ void ParamGroup::wrong_state(const char* call) const {
 }
 
 void ParamGroup::bind() {
-  float* params = state_ == ParamState::kFull ? full_params() : nullptr;
-  float* grads = policy_.shard_grads ? (grads_full_ ? grads_full_.as<float>() : nullptr)
-                                     : grads_.as<float>();
+  float* params = nullptr;
+  if (precision_.mixed())
+    params = compute_copy_ ? compute_copy_.as<float>() : nullptr;
+  else if (state_ == ParamState::kFull)
+    params = full_params();
+  float* grads = separate_grads_ ? (grads_full_ ? grads_full_.as<float>() : nullptr)
+                                 : grads_.as<float>();
   unit_.bind(params, grads);
 }
 
 void ParamGroup::begin_gather(CommQueue& queue) {
   if (!params_sharded_ || state_ != ParamState::kSharded) wrong_state("begin_gather");
-  gathered_ = device_.alloc(float_bytes(shard_.padded), MemCategory::kCommBuffers);
+  gathered_ = device_.alloc(param_bytes(shard_.padded), MemCategory::kCommBuffers);
   state_ = ParamState::kGathering;
-  pending_gather_ = queue.all_gather(params_.data(), gathered_.data(), shard_.shard, DType::kF32);
+  pending_gather_ = queue.all_gather(params_.data(), gathered_.data(), shard_.shard, compute_);
 }
 
 void ParamGroup::finish_gather() {
@@ -90,14 +123,46 @@ void ParamGroup::ensure_full(CommQueue& queue) {
   if (state_ == ParamState::kGathering) finish_gather();
 }
 
+void ParamGroup::use(CommQueue& queue) {
+  ensure_full(queue);
+  if (precision_.mixed() && !compute_copy_) {
+    compute_copy_ = device_.alloc(float_bytes(shard_.padded), MemCategory::kWorkspace);
+    device_.kernels().cast(compute_copy_.data(), DType::kF32, full_working(), compute_,
+                           shard_.padded);
+    bind();
+  }
+}
+
+void ParamGroup::done() {
+  if (compute_copy_) {
+    compute_copy_.reset();
+    bind();
+  }
+  if (params_sharded_ && state_ == ParamState::kFull) release();
+}
+
+void* ParamGroup::full_working() {
+  if (state_ != ParamState::kFull) wrong_state("full_working");
+  return params_sharded_ ? gathered_.data() : params_.data();
+}
+
 float* ParamGroup::full_params() {
+  ZT_ASSERT(!precision_.mixed(), "unit {}: fp32 parameters asked of a {} group", name(),
+            dtype_name(compute_));
   if (state_ != ParamState::kFull) wrong_state("full_params");
-  return params_sharded_ ? gathered_.as<float>() : params_.as<float>();
+  return static_cast<float*>(full_working());
+}
+
+const float* ParamGroup::bound_params() {
+  if (!precision_.mixed()) return full_params();
+  ZT_ASSERT(compute_copy_, "unit {}: no compute copy (use() first)", name());
+  return compute_copy_.as<float>();
 }
 
 int64_t ParamGroup::gathered_bytes() const { return static_cast<int64_t>(gathered_.bytes()); }
 
 float* ParamGroup::master() {
+  if (precision_.mixed()) return master_ ? master_.as<float>() : nullptr;
   if (params_sharded_) return params_.as<float>();
   return params_.as<float>() + master_offset();
 }
@@ -110,54 +175,115 @@ int64_t ParamGroup::master_offset() const {
   return policy_.shard_optimizer ? shard_.begin() : 0;
 }
 
+void* ParamGroup::working_master_range() {
+  // Sharded parameters are the shard itself, which is the master's range (stage 3 shards the
+  // optimizer too).
+  if (params_sharded_) return params_.data();
+  return offset_by(params_.data(), master_offset(), compute_);
+}
+
+void ParamGroup::sync_working(Kernels& k) {
+  if (!precision_.has_master()) return;
+  k.cast(working_master_range(), compute_, master_.data(), DType::kF32, master_size());
+}
+
 CommHandle ParamGroup::begin_refresh(CommQueue& queue) {
   if (params_sharded_ || !policy_.shard_optimizer) return CommHandle();
-  float* full = params_.as<float>();
-  return queue.all_gather(full + shard_.begin(), full, shard_.shard, DType::kF32);
+  void* full = params_.data();
+  return queue.all_gather(offset_by(full, shard_.begin(), compute_), full, shard_.shard,
+                          compute_);
 }
 
 void ParamGroup::zero_grads() { device_.zero(grads_.data(), grads_.bytes()); }
 
 void ParamGroup::ensure_grads() {
-  if (policy_.shard_grads && !grads_full_) {
-    grads_full_ = device_.alloc_zeroed(float_bytes(shard_.padded), MemCategory::kCommBuffers);
+  if (separate_grads_ && !grads_full_) {
+    grads_full_ = device_.alloc_zeroed(float_bytes(shard_.padded),
+                                       precision_.mixed() ? MemCategory::kWorkspace
+                                                          : MemCategory::kCommBuffers);
     bind();
   }
 }
 
 float* ParamGroup::full_grads() {
-  if (!policy_.shard_grads) return grads_.as<float>();
+  if (!separate_grads_) return grads_.as<float>();
   ZT_ASSERT(grads_full_, "unit {}: no full gradient buffer (ensure_grads first)", name());
   return grads_full_.as<float>();
 }
 
-CommHandle ParamGroup::begin_reduce(CommQueue& queue) {
-  float* full = full_grads();
-  // Without a sharded optimizer every rank needs every reduced element; otherwise only its
-  // slice, reduced in place. Both sum in rank order, so the slice's bits are the same.
-  if (!policy_.shard_optimizer)
-    return queue.all_reduce(full, full, shard_.padded, DType::kF32, ReduceOp::kSum);
-  return queue.reduce_scatter(full, full + shard_.begin(), shard_.shard, DType::kF32,
-                              ReduceOp::kSum);
-}
-
-void ParamGroup::finish_reduce(Kernels& k) {
-  if (!policy_.shard_grads) return;
-  // Gradient accumulation under sharded gradients: every micro-batch's reduced slice is added
-  // to the shard (0 + x == x exactly for the first).
-  k.accumulate(grads_.as<float>(), grads_full_.as<float>() + shard_.begin(), shard_.shard);
+void ParamGroup::fold_grads(Kernels& k) {
+  if (!precision_.mixed()) return;
+  ZT_ASSERT(!policy_.shard_grads, "unit {}: sharded gradients are reduced, not folded", name());
+  k.add(grads_.data(), grad_dtype_, grads_.data(), grad_dtype_, full_grads(), DType::kF32,
+        shard_.padded);
   grads_full_.reset();
   bind();
 }
 
-const float* ParamGroup::grad_master() {
-  if (policy_.shard_grads) return grads_.as<float>();
-  return grads_.as<float>() + master_offset();
+CommHandle ParamGroup::begin_reduce(CommQueue& queue, Kernels& k) {
+  // Without a sharded optimizer every rank needs every reduced element; otherwise only its
+  // slice, reduced in place. Both sum in rank order, so the slice's bits are the same.
+  DType dtype = DType::kF32;
+  void* full = nullptr;
+  if (!precision_.mixed()) {
+    full = full_grads();
+  } else {
+    // One rounding into the communication dtype of (what earlier micro-batches stored + this
+    // one's gradient); with sharded gradients the store holds reduced slices, added afterwards.
+    dtype = precision_.comm;
+    reduce_buf_ = device_.alloc(static_cast<size_t>(shard_.padded) * dtype_size(dtype),
+                                MemCategory::kCommBuffers);
+    k.add(reduce_buf_.data(), dtype, policy_.shard_grads ? nullptr : grads_.data(), grad_dtype_,
+          full_grads(), DType::kF32, shard_.padded);
+    grads_full_.reset();
+    bind();
+    full = reduce_buf_.data();
+  }
+  if (!policy_.shard_optimizer)
+    return queue.all_reduce(full, full, shard_.padded, dtype, ReduceOp::kSum);
+  return queue.reduce_scatter(full, offset_by(full, shard_.begin(), dtype), shard_.shard, dtype,
+                              ReduceOp::kSum);
 }
 
-const float* ParamGroup::grad_shard() {
-  if (policy_.shard_grads) return grads_.as<float>();
-  return grads_.as<float>() + shard_.begin();
+void ParamGroup::finish_reduce(Kernels& k) {
+  if (!precision_.mixed()) {
+    if (!policy_.shard_grads) return;
+    // Gradient accumulation under sharded gradients: every micro-batch's reduced slice is added
+    // to the shard (0 + x == x exactly for the first).
+    k.accumulate(grads_.as<float>(), grads_full_.as<float>() + shard_.begin(), shard_.shard);
+    grads_full_.reset();
+    bind();
+    return;
+  }
+  const DType comm = precision_.comm;
+  const void* slice = offset_by(reduce_buf_.data(), shard_.begin(), comm);
+  if (policy_.shard_grads) {
+    k.add(grads_.data(), grad_dtype_, grads_.data(), grad_dtype_, slice, comm, shard_.shard);
+  } else if (policy_.shard_optimizer) {
+    k.cast(offset_by(grads_.data(), shard_.begin(), grad_dtype_), grad_dtype_, slice, comm,
+           shard_.shard);
+  } else {
+    k.cast(grads_.data(), grad_dtype_, reduce_buf_.data(), comm, shard_.padded);
+  }
+  reduce_buf_.reset();
+}
+
+const void* ParamGroup::grad_master() const {
+  if (policy_.shard_grads) return grads_.data();
+  return offset_by(static_cast<const void*>(grads_.data()), master_offset(), grad_dtype_);
+}
+
+const void* ParamGroup::grad_shard() const {
+  if (policy_.shard_grads) return grads_.data();
+  return offset_by(static_cast<const void*>(grads_.data()), shard_.begin(), grad_dtype_);
+}
+
+std::span<const std::byte> ParamGroup::working_bytes() const {
+  return {params_.as<const std::byte>(), params_.bytes()};
+}
+
+std::span<const std::byte> ParamGroup::master_bytes() const {
+  return {master_.as<const std::byte>(), master_.bytes()};
 }
 
 }  // namespace zt

@@ -1,17 +1,30 @@
-// ParamGroup: one unit's parameters, gradients and master shard as ZeRO keeps them, and the
-// state machine of its parameters (sharded -> gathering -> full -> sharded). Which buffers
-// exist follows the ZeroPolicy: parameters full (kParams) or a shard (kParams) plus a gathered
-// full copy while in use (kCommBuffers); gradients full (kGrads) or a shard (kGrads) plus the
-// unit's full gradient while it is being produced (kCommBuffers). Collectives go through the
-// engine's CommQueue; begin_* submits, finish_* waits. Every transition checks the state it
-// starts from and throws an error naming the unit, the rank and the state.
+// ParamGroup: one unit's parameters, gradients and master as ZeRO keeps them, and the state
+// machine of its parameters (sharded -> gathering -> full -> sharded). Which buffers exist
+// follows the ZeroPolicy (what is sharded) and the Precision (in which dtype):
+//   working params  compute dtype, full or this rank's shard (kParams); fp32 training: they are
+//                   also the master
+//   master          mixed precision: fp32, the optimizer's range (kOptimizer, beside Adam's m, v)
+//   gathered        stage 3: the full working params while in use (kCommBuffers)
+//   compute copy    16-bit compute on a back end computing in fp32: the unit's fp32 parameters
+//                   while in use (kWorkspace)
+//   stored grads    grad_accum dtype, full or this rank's shard (kGrads)
+//   produced grads  the unit's full fp32 gradient while its backward runs, when it is not the
+//                   store itself (sharded gradients: kCommBuffers; mixed precision: kWorkspace)
+//   reduce buffer   mixed precision: the full gradient in the communication dtype while reduced
+//                   (kCommBuffers)
+// Collectives go through the engine's CommQueue; begin_* submits, finish_* waits. Every
+// transition checks the state it starts from and throws an error naming the unit, the rank and
+// the state.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "comm/comm_queue.h"
 #include "runtime/device.h"
 #include "runtime/model.h"
+#include "zero/precision.h"
 #include "zero/zero_policy.h"
 
 namespace zt {
@@ -23,7 +36,7 @@ class ParamGroup {
  public:
   // `persistent`: a small unit kept gathered under stage 3 (stage3_param_persistence_threshold).
   ParamGroup(Device& device, Unit& unit, const ShardLayout& shard, const ZeroPolicy& policy,
-             bool persistent, uint64_t seed);
+             const Precision& precision, bool persistent, uint64_t seed);
 
   const ShardLayout& shard() const { return shard_; }
   const std::string& name() const { return unit_.name(); }
@@ -36,46 +49,81 @@ class ParamGroup {
   void finish_gather();                 // kGathering -> kFull
   void release();                       // kFull -> kSharded (sharded groups only)
   void ensure_full(CommQueue& queue);   // whatever it takes to reach kFull
-  float* full_params();                 // kFull only; padded buffer of shard().padded
+  // The unit is about to compute: full, and its fp32 compute copy made when the working dtype
+  // is 16-bit; the parameters are bound into the unit.
+  void use(CommQueue& queue);
+  // The engine is done with the unit for now: the compute copy dropped and, for sharded
+  // parameters, the gathered copy released.
+  void done();
+  float* full_params();                 // fp32 training, kFull only; padded buffer
+  // The fp32 parameters bound into the unit (after use()): the compute copy or full_params().
+  const float* bound_params();
+  // The working parameters this rank holds (full or shard), compute dtype, for writing them.
+  void* working_data() { return params_.data(); }
   int64_t gathered_bytes() const;       // bytes of the gathered copy now held (0 if none)
-  // The fp32 range this rank's optimizer updates: shard().shard elements (whole buffer when
-  // the optimizer is not sharded: shard().padded).
+  // The fp32 range this rank's optimizer updates: shard().shard elements (whole padded buffer
+  // when the optimizer is not sharded). Null under pure 16-bit (no master).
   float* master();
   int64_t master_size() const;
   int64_t master_offset() const;  // where master() starts in the padded buffer
+  // The working parameters over master()'s range, in the compute dtype.
+  void* working_master_range();
+  // Mixed precision, after the optimizer updated master(): the working range = master rounded.
+  void sync_working(Kernels& k);
   // After the optimizer step: refresh full parameters from every rank's master (all_gather in
-  // place) when parameters are full but the optimizer is sharded.
+  // place, compute dtype) when parameters are full but the optimizer is sharded.
   CommHandle begin_refresh(CommQueue& queue);
 
   // ---- gradients ----
   void zero_grads();                  // start of a step
-  void ensure_grads();                // the full gradient buffer exists (allocated zeroed)
-  float* full_grads();                // after ensure_grads()
-  // Starts reducing the full gradient: all_reduce (grads full and optimizer full), or
-  // reduce_scatter in place into this rank's slice. finish_reduce() then accumulates that
-  // slice into the gradient shard and frees the full buffer when gradients are sharded.
-  CommHandle begin_reduce(CommQueue& queue);
+  void ensure_grads();                // the produced-gradient buffer exists (allocated zeroed)
+  // The fp32 full gradient the unit's backward accumulates into (after ensure_grads()).
+  float* full_grads();
+  // The unit's gradient of this micro-batch is complete but reduced later (gradients not
+  // sharded, not the last micro-batch): mixed precision adds it to the store and frees it; in
+  // fp32 the backward accumulated into the store already.
+  void fold_grads(Kernels& k);
+  // Starts reducing the gradient: all_reduce (optimizer not sharded), or reduce_scatter in place
+  // into this rank's slice. Mixed precision first converts (store + produced) to the
+  // communication dtype. finish_reduce() then puts the slice into the store: added to the shard
+  // when gradients are sharded (accumulation across micro-batches), else written over it.
+  CommHandle begin_reduce(CommQueue& queue, Kernels& k);
   void finish_reduce(Kernels& k);
-  // This rank's reduced gradient for master(): master_size() elements.
-  const float* grad_master();
-  // This rank's shard of the reduced gradient (shard().shard elements) in every stage: the
-  // range each rank's partial of the global norm covers.
-  const float* grad_shard();
+  DType grad_dtype() const { return grad_dtype_; }
+  // This rank's reduced gradient for master(): master_size() elements of grad_dtype().
+  const void* grad_master() const;
+  // This rank's shard of the reduced gradient (shard().shard elements of grad_dtype()) in every
+  // stage: the range each rank's partial of the global norm covers.
+  const void* grad_shard() const;
+
+  // ---- inspection (tests): the bytes of the working params and the master this rank holds.
+  std::span<const std::byte> working_bytes() const;
+  std::span<const std::byte> master_bytes() const;
 
  private:
   [[noreturn]] void wrong_state(const char* call) const;
   void bind();
+  void* full_working();  // kFull: the full working parameters, compute dtype, padded
+  size_t param_bytes(int64_t n) const { return static_cast<size_t>(n) * dtype_size(compute_); }
+  size_t grad_bytes(int64_t n) const { return static_cast<size_t>(n) * dtype_size(grad_dtype_); }
 
   Device& device_;
   Unit& unit_;
   ShardLayout shard_;
   ZeroPolicy policy_;
+  Precision precision_;
+  DType compute_;     // working params' dtype
+  DType grad_dtype_;  // stored gradients' dtype
   bool params_sharded_;
+  bool separate_grads_;  // the backward writes a buffer other than the store
   ParamState state_;
-  Buffer params_;        // full (kParams) or this rank's shard (kParams)
-  Buffer gathered_;      // stage 3: the full copy while gathered (kCommBuffers)
-  Buffer grads_;         // full (kGrads) or this rank's shard (kGrads)
-  Buffer grads_full_;    // sharded gradients: the unit's full gradient while produced (kComm)
+  Buffer params_;        // working params: full or this rank's shard
+  Buffer master_;        // mixed precision with a master
+  Buffer gathered_;      // stage 3
+  Buffer compute_copy_;  // 16-bit compute: fp32 parameters while in use
+  Buffer grads_;         // stored gradients: full or this rank's shard
+  Buffer grads_full_;    // produced gradients (separate_grads_)
+  Buffer reduce_buf_;    // mixed precision: the gradient in the communication dtype
   CommHandle pending_gather_;
 };
 

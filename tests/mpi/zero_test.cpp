@@ -7,48 +7,18 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
 #include "zero/engine.h"
+#include "zero_test_util.h"
 
 namespace zt {
 namespace {
 
-const Gpt2Config kModel{2, 2, 32, 97, 16};
-constexpr int64_t kB = 2, kT = 16;  // per rank and micro-batch
-constexpr int kSteps = 5;
-
-int world_size() {
-  int w = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &w);
-  return w;
-}
-int my_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-// Rows of the global batch of (step, micro-batch): world * kB rows of kT tokens, the same on
-// every rank; rank r trains on rows [r*kB, (r+1)*kB).
-struct GlobalBatch {
-  std::vector<int32_t> inputs, targets;
-  GlobalBatch(int step, int micro, int world) {
-    std::mt19937 rng(1000 * step + micro);
-    std::uniform_int_distribution<int32_t> token(0, kModel.vocab_size - 1);
-    inputs.resize(world * kB * kT);
-    targets.resize(world * kB * kT);
-    for (auto& t : inputs) t = token(rng);
-    for (auto& t : targets) t = token(rng);
-  }
-  Batch rows(int64_t first_row, int64_t count) const {
-    return Batch{inputs.data() + first_row * kT, targets.data() + first_row * kT, count, kT};
-  }
-};
+using namespace zero_test;
 
 struct RunResult {
   std::vector<double> losses;

@@ -28,7 +28,7 @@ TEST(ParamGroup, Stage3TransitionsCheckTheirState) {
   Gpt2 model(Gpt2Config{1, 2, 16, 61, 8});
   Unit& unit = *model.units()[1];
   ParamGroup g(device, unit, ShardLayout(unit.layout().numel(), 1, 0), ZeroPolicy::for_stage(3),
-               /*persistent=*/false, 7);
+               Precision{}, /*persistent=*/false, 7);
   EXPECT_EQ(g.state(), ParamState::kSharded);
   EXPECT_EQ(error_of([&] { g.release(); }), "unit h.0 on rank 0: release called in state sharded");
   EXPECT_NE(error_of([&] { g.full_params(); }).find("full_params called in state sharded"),
@@ -52,7 +52,7 @@ TEST(ParamGroup, PersistentAndUnshardedGroupsAreAlwaysFull) {
   Gpt2 model(Gpt2Config{1, 2, 16, 61, 8});
   Unit& unit = *model.units()[1];
   const ShardLayout shard(unit.layout().numel(), 1, 0);
-  ParamGroup persistent(device, unit, shard, ZeroPolicy::for_stage(3), true, 7);
+  ParamGroup persistent(device, unit, shard, ZeroPolicy::for_stage(3), Precision{}, true, 7);
   EXPECT_EQ(persistent.state(), ParamState::kFull);
   EXPECT_FALSE(persistent.params_sharded());
   EXPECT_NE(error_of([&] { persistent.release(); }).find("release called in state full"),
