@@ -17,10 +17,14 @@ struct BenchTrainOptions {
   int steps = 8;
   int warmup = 2;
   bool checkpoint = false;
+  // Each is measured in turn in the same run: fp32, bf16, fp16 (mixed, fp32 master), bf16-pure,
+  // fp16-pure (no master).
+  std::vector<std::string> precisions = {"fp32"};
   std::string json_path;
 };
 
-// GPT-2 training steps (fp32, AdamW) next to the sgemm rate of the model's own matmul shapes.
+// GPT-2 training steps (AdamW) next to the sgemm rate of the model's own matmul shapes, for
+// each precision asked, with peak memory per category: apex's O0 / O2 / O3 side by side.
 int bench_train(const BenchTrainOptions& options);
 
 struct BenchCommOptions {

@@ -89,17 +89,33 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
 
-int bench_train(const BenchTrainOptions& o) {
-  Logger log;
-  Gpt2Config config = gpt2_zoo_config(o.model);
-  CpuDevice device;
+Precision bench_precision(const std::string& name) {
+  Precision p;
+  if (name == "fp32") return p;
+  p.compute = name.starts_with("bf16") ? DType::kBF16 : DType::kF16;
+  p.grad_accum = p.comm = p.compute;
+  p.master_weights = !name.ends_with("-pure");
+  return p;
+}
+
+struct PrecisionRow {
+  std::string name;
+  double ms = 0, tokens_per_s = 0, gflops = 0, sgemm = 0, fraction = 0;
+  int64_t skipped = 0;
+  std::vector<double> step_ms, sgemm_rates;
+  MemoryTracker memory;
+};
+
+PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
+                     const std::string& precision, const Batch& batch, SgemmProbe& probe) {
+  CpuDevice device;  // one device per precision: its own peak memory
   Gpt2 model(config);
   EngineOptions eo;
   eo.optimizer.type = OptimizerOptions::Type::kAdamW;
   eo.optimizer.weight_decay = 0.1f;
   eo.gradient_clipping = 1.0f;
+  eo.precision = bench_precision(precision);
   if (o.checkpoint) {
     eo.checkpoint.assign(model.layers().size(), false);
     for (size_t l = 0; l < model.layers().size(); ++l)
@@ -107,77 +123,118 @@ int bench_train(const BenchTrainOptions& o) {
   }
   SelfCommunicator comm;
   Engine engine(device, comm, model, eo);
+  const double flops_per_token = 3.0 * model.forward_flops_per_token(batch.T);  // fwd + 2x bwd
+  const double tokens = static_cast<double>(batch.B * batch.T);
+  PrecisionRow row;
+  row.name = precision;
+  for (int i = 0; i < o.warmup; ++i) {
+    row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
+    probe.run();
+  }
+  // Steps and sgemm probes alternate, so both see the same machine: the reported fraction is
+  // the median of per-pair ratios, robust to a neighbour's load coming and going.
+  std::vector<double> ratios;
+  for (int i = 0; i < o.steps; ++i) {
+    auto t0 = Clock::now();
+    row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
+    row.step_ms.push_back(seconds_since(t0) * 1e3);
+    row.sgemm_rates.push_back(probe.run());
+    ratios.push_back(flops_per_token * tokens / (row.step_ms.back() / 1e3) / 1e9 /
+                     row.sgemm_rates.back());
+  }
+  row.ms = median(row.step_ms);
+  row.tokens_per_s = tokens / (row.ms / 1e3);
+  row.gflops = flops_per_token * row.tokens_per_s / 1e9;
+  row.sgemm = median(row.sgemm_rates);
+  row.fraction = median(ratios);
+  row.memory = device.memory();
+  return row;
+}
 
+double mib(size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+
+}  // namespace
+
+int bench_train(const BenchTrainOptions& o) {
+  Logger log;
+  const Gpt2Config config = gpt2_zoo_config(o.model);
   const int64_t B = o.batch, T = o.seq_len;
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
   std::vector<int32_t> inputs(B * T), targets(B * T);
   for (auto& t : inputs) t = token(rng);
   for (auto& t : targets) t = token(rng);
-  Batch batch{inputs.data(), targets.data(), B, T};
+  const Batch batch{inputs.data(), targets.data(), B, T};
+  const double flops_per_token = 3.0 * Gpt2(config).forward_flops_per_token(T);
 
-  log.rank0("zt-bench train: {} ({:.1f}M parameters), B={} T={} fp32 AdamW, {} threads",
-            o.model, model.forward_flops_per_token(0) / 2e6, B, T,
-            openblas_get_num_threads());
-  const double flops_per_token = 3.0 * model.forward_flops_per_token(T);  // fwd + 2x bwd
+  log.rank0("zt-bench train: {} ({:.1f}M parameters), B={} T={} AdamW{}, {} threads",
+            o.model, Gpt2(config).forward_flops_per_token(0) / 2e6, B, T,
+            o.checkpoint ? ", activation checkpointing" : "", openblas_get_num_threads());
   SgemmProbe probe(config, B * T);
-  for (int i = 0; i < o.warmup; ++i) {
-    engine.train_step({&batch, 1}, 1e-4f);
-    probe.run();
-  }
-  // Steps and sgemm probes alternate, so both see the same machine: the reported fraction is
-  // the median of per-pair ratios, robust to a neighbour's load coming and going.
-  std::vector<double> ms, sgemm_rates, ratios;
-  for (int i = 0; i < o.steps; ++i) {
-    auto t0 = Clock::now();
-    engine.train_step({&batch, 1}, 1e-4f);
-    ms.push_back(seconds_since(t0) * 1e3);
-    sgemm_rates.push_back(probe.run());
-    ratios.push_back(flops_per_token * B * T / (ms.back() / 1e3) / 1e9 / sgemm_rates.back());
-  }
-  const double median_ms = median(ms);
-  const double tokens_per_s = B * T / (median_ms / 1e3);
-  const double gflops = flops_per_token * tokens_per_s / 1e9;
-  const double sgemm = median(sgemm_rates);
-  const double fraction = median(ratios);
+  std::vector<PrecisionRow> rows;
+  for (const std::string& precision : o.precisions)
+    rows.push_back(measure(o, config, precision, batch, probe));
   const double square = square_sgemm_gflops();
-  const auto& mem = device.memory();
 
-  log.rank0("{:>12} {:>12} {:>10} {:>12} {:>10}", "ms/step", "tokens/s", "GFLOP/s",
-            "sgemm GF/s", "of sgemm");
-  log.rank0("{:>12.1f} {:>12.0f} {:>10.1f} {:>12.1f} {:>9.1f}%", median_ms, tokens_per_s, gflops,
-            sgemm, 100.0 * fraction);
-  log.rank0("model FLOPs/token {:.3g} (6 x params + attention); steps {} (median of {}); "
-            "peak memory {:.1f} MiB",
-            flops_per_token, o.steps, ms.size(), mem.peak_total() / 1048576.0);
-  log.rank0("square 1024^3 sgemm in the same run: {:.1f} GFLOP/s; the step reaches {:.1f}% of it",
-            square, 100.0 * gflops / square);
-  log.rank0("'of sgemm' is the median over steps of (step GFLOP/s) / (sgemm GFLOP/s measured "
-            "right after that step on the model's forward matmul shapes)");
+  log.rank0("{:>10} {:>10} {:>10} {:>9} {:>10} {:>9} | peak MiB: {:>8} {:>8} {:>8} {:>8} "
+            "{:>8} {:>8}",
+            "precision", "ms/step", "tokens/s", "GFLOP/s", "sgemm GF/s", "of sgemm", "params",
+            "grads", "optim", "activ", "work", "total");
+  for (const PrecisionRow& r : rows) {
+    const MemoryTracker& m = r.memory;
+    log.rank0("{:>10} {:>10.1f} {:>10.0f} {:>9.1f} {:>10.1f} {:>8.1f}% | {:>18.1f} {:>8.1f} "
+              "{:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}",
+              r.name, r.ms, r.tokens_per_s, r.gflops, r.sgemm, 100.0 * r.fraction,
+              mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
+              mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
+              mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
+    if (r.skipped > 0)
+      log.rank0("{:>10} {} of {} steps skipped on fp16 overflow", "", r.skipped,
+                o.warmup + o.steps);
+  }
+  log.rank0("model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps",
+            flops_per_token, o.steps);
+  log.rank0("square 1024^3 sgemm in the same run: {:.1f} GFLOP/s; the rows reach {} of it",
+            square, [&] {
+              std::string s;
+              for (const PrecisionRow& r : rows)
+                s += fmt::format("{}{}: {:.1f}%", s.empty() ? "" : ", ", r.name,
+                                 100.0 * r.gflops / square);
+              return s;
+            }());
+  log.rank0("'of sgemm' is the median over steps of (step GFLOP/s) / (fp32 sgemm GFLOP/s "
+            "measured right after that step on the model's forward matmul shapes). 16-bit rows "
+            "compute in fp32 on this back end (values rounded to 16 bits where stored); 'work' "
+            "is the fp32 copies that takes");
 
   if (!o.json_path.empty()) {
     nlohmann::json j = {{"bench", "train"},
                         {"model", o.model},
                         {"batch", B},
                         {"seq_len", T},
-                        {"dtype", "fp32"},
                         {"activation_checkpointing", o.checkpoint},
-                        {"ms_per_step", median_ms},
-                        {"tokens_per_s", tokens_per_s},
-                        {"gflops", gflops},
-                        {"sgemm_gflops", sgemm},
-                        {"fraction_of_sgemm", fraction},
-                        {"square_sgemm_gflops", square},
-                        {"fraction_of_square_sgemm", gflops / square},
                         {"flops_per_token", flops_per_token},
-                        {"step_ms", ms},
-                        {"sgemm_gflops_per_step", sgemm_rates}};
-    nlohmann::json peak;
-    for (int c = 0; c < kNumMemCategories; ++c) {
-      auto cat = static_cast<MemCategory>(c);
-      peak[std::string(mem_category_name(cat))] = mem.peak(cat);
+                        {"square_sgemm_gflops", square},
+                        {"rows", nlohmann::json::array()}};
+    for (const PrecisionRow& r : rows) {
+      nlohmann::json peak;
+      for (int c = 0; c < kNumMemCategories; ++c) {
+        auto cat = static_cast<MemCategory>(c);
+        peak[std::string(mem_category_name(cat))] = r.memory.peak(cat);
+      }
+      peak["total"] = r.memory.peak_total();
+      j["rows"].push_back({{"precision", r.name},
+                           {"ms_per_step", r.ms},
+                           {"tokens_per_s", r.tokens_per_s},
+                           {"gflops", r.gflops},
+                           {"sgemm_gflops", r.sgemm},
+                           {"fraction_of_sgemm", r.fraction},
+                           {"fraction_of_square_sgemm", r.gflops / square},
+                           {"skipped_steps", r.skipped},
+                           {"step_ms", r.step_ms},
+                           {"sgemm_gflops_per_step", r.sgemm_rates},
+                           {"peak_bytes", peak}});
     }
-    j["peak_bytes"] = peak;
     std::ofstream out(o.json_path);
     if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
     out << j.dump(2) << "\n";

@@ -1,6 +1,7 @@
 // zt-bench: benchmarks. `zt-bench train [options]`, `mpirun -np N zt-bench comm|zero [options]`;
 // every subcommand takes --json PATH. This file only parses options; launch/bench_*.cpp measure.
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <iostream>
 
 #include "launch/bench.h"
@@ -37,9 +38,25 @@ int train_main(int argc, char** argv) {
       ("steps", po::value(&o.steps)->default_value(o.steps), "timed steps")
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first")
       ("checkpoint", po::bool_switch(&o.checkpoint), "activation checkpointing of every block")
+      ("precision", po::value<std::string>()->default_value("fp32"),
+       "comma-separated list measured in turn: fp32, bf16, fp16 (mixed, fp32 master), "
+       "bf16-pure, fp16-pure (no master), or all")
       ("json", po::value(&o.json_path), "also write the figures to this JSON file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "train", vm)) return 0;
+  o.precisions.clear();
+  std::string list = vm["precision"].as<std::string>();
+  if (list == "all") list = "fp32,bf16,fp16,bf16-pure,fp16-pure";
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string name = list.substr(at, comma - at);
+    if (name != "fp32" && name != "bf16" && name != "fp16" && name != "bf16-pure" &&
+        name != "fp16-pure")
+      zt::throw_input(fmt::format("--precision: unknown '{}'; use fp32, bf16, fp16, bf16-pure, "
+                                  "fp16-pure or all", name));
+    o.precisions.push_back(name);
+    at = comma + 1;
+  }
   if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.warmup < 0)
     zt::throw_input("--batch, --seq-len and --steps must be > 0, --warmup >= 0");
   return zt::bench_train(o);
