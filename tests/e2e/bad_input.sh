@@ -69,6 +69,15 @@ write_config "$tmp/nodata.json" "" "$tmp/absent.bin"
 expect "missing data file" "absent\.bin" --config "$tmp/nodata.json"
 expect "bad override" "zt\.stepz" --config "$tmp/ok.json" --set zt.stepz=3
 expect "unknown option" "bogus" --config "$tmp/ok.json" --bogus
+write_config "$tmp/both16.json" '"fp16": {"enabled": true}, "bf16": {"enabled": true},'
+expect "fp16 and bf16 both" "both16\.json.*fp16\.enabled.*bf16\.enabled" --config "$tmp/both16.json"
+write_config "$tmp/commtype.json" '"bf16": {"enabled": true}, "communication_data_type": "fp16",'
+expect "reduction type of the other 16-bit family" "commtype\.json.*communication_data_type.*bf16" \
+  --config "$tmp/commtype.json"
+write_config "$tmp/accum32.json" '"data_types": {"grad_accum_dtype": "bf16"},'
+expect "16-bit gradient store in fp32 training" "accum32\.json.*grad_accum_dtype" --config "$tmp/accum32.json"
+write_config "$tmp/window.json" '"fp16": {"enabled": true, "loss_scale_window": 0},'
+expect "fp16 loss_scale_window 0" "window\.json.*loss_scale_window" --config "$tmp/window.json"
 
 [ "$failures" -eq 0 ] || { echo "$failures bad-input case(s) failed"; exit 1; }
 echo "all bad-input cases exit 2 with one clear line"
