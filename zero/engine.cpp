@@ -56,11 +56,23 @@ Kernels& Engine::compute_kernels() {
   return rounding_ ? static_cast<Kernels&>(*rounding_) : device_.kernels();
 }
 
-const float* Engine::as_fp32(const void* src, DType dtype, int64_t n, Buffer& scratch) {
-  if (dtype == DType::kF32) return static_cast<const float*>(src);
-  scratch = device_.alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kWorkspace);
-  device_.kernels().cast(scratch.data(), DType::kF32, src, dtype, n);
-  return scratch.as<float>();
+void Engine::for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
+                                 const std::function<void(const float*, int64_t, int64_t)>& f) {
+  if (dtype == DType::kF32) {
+    f(static_cast<const float*>(src), 0, n);
+    return;
+  }
+  const int64_t chunk = std::min(n, kWorkspaceChunk);
+  Buffer scratch = device_.alloc(static_cast<size_t>(chunk) * sizeof(float),
+                                 MemCategory::kWorkspace);
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t count = std::min(chunk, n - begin);
+    device_.kernels().cast(scratch.data(), DType::kF32,
+                           static_cast<const std::byte*>(src) +
+                               static_cast<size_t>(begin) * dtype_size(dtype),
+                           dtype, count);
+    f(scratch.as<float>(), begin, count);
+  }
 }
 
 double Engine::all_ranks_sum(double local) {
@@ -168,7 +180,7 @@ double Engine::forward_backward(const Batch& batch, float dloss, bool last_micro
   auto launch_bucket = [&] {
     finish_in_flight();
     for (int u : bucket) {
-      in_flight.emplace_back(u, groups_[u]->begin_reduce(*queue_, device_.kernels()));
+      in_flight.emplace_back(u, groups_[u]->begin_reduce(*queue_));
       if (!options_.overlap_comm) finish_in_flight();
     }
     bucket.clear();
@@ -215,12 +227,11 @@ double Engine::forward_backward(const Batch& batch, float dloss, bool last_micro
       acts[l].release();
       if (last_backward_layer_[u] == l) {  // the unit's gradient of this micro-batch is complete
         if (gradient_hook_) gradient_hook_(u, g.full_grads(), g.shard().numel);
+        g.finish_grads(device_.kernels(), reduce_now);
         if (reduce_now) {
           bucket.push_back(u);
           bucket_elements += g.shard().padded;
           if (bucket_elements >= options_.reduce_bucket_size) launch_bucket();
-        } else {
-          g.fold_grads(device_.kernels());
         }
       }
     }
@@ -267,9 +278,10 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   // any rank makes the sum non-finite on every rank: that is the agreed overflow flag.
   double partial = 0.0;
   for (auto& g : groups_) {
-    Buffer scratch;
-    partial += device_.kernels().sum_squares(
-        as_fp32(g->grad_shard(), g->grad_dtype(), g->shard().shard, scratch), g->shard().shard);
+    for_each_fp32_chunk(g->grad_shard(), g->grad_dtype(), g->shard().shard,
+                        [&](const float* x, int64_t, int64_t n) {
+                          partial += device_.kernels().sum_squares(x, n);
+                        });
   }
   const double norm_squared = all_ranks_sum(partial);
   result.grad_norm = std::sqrt(norm_squared) / scale;
@@ -309,20 +321,30 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
 void Engine::optimizer_step(int u, float lr, float grad_scale) {
   ParamGroup& g = *groups_[u];
   const int64_t n = g.master_size();
-  Buffer grad_scratch;
-  const float* grads = as_fp32(g.grad_master(), g.grad_dtype(), n, grad_scratch);
-  if (float* master = g.master()) {
-    optimizer_->step(u, master, grads, lr, grad_scale, step_);
-    g.sync_working(device_.kernels());  // mixed: working = master rounded; fp32: they are one
-    return;
-  }
-  // Pure 16-bit: the update computed in fp32 from the working values and rounded back.
+  float* master = g.master();
   const DType dtype = options_.precision.compute;
-  Buffer params = device_.alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kWorkspace);
   Kernels& k = device_.kernels();
-  k.cast(params.data(), DType::kF32, g.working_master_range(), dtype, n);
-  optimizer_->step(u, params.as<float>(), grads, lr, grad_scale, step_);
-  k.cast(g.working_master_range(), dtype, params.data(), DType::kF32, n);
+  // Chunk by chunk when the gradients (or, without a master, the parameters) are 16-bit: the
+  // fp32 workspace stays one chunk, and the update is element-wise, so the bits are those of
+  // one pass over the whole range.
+  for_each_fp32_chunk(g.grad_master(), g.grad_dtype(), n,
+                      [&](const float* grads, int64_t begin, int64_t count) {
+    if (master) {
+      optimizer_->step_part(u, begin, begin + count, master + begin, grads, lr, grad_scale,
+                            step_);
+      return;
+    }
+    // Pure 16-bit: the update computed in fp32 from the working values and rounded back.
+    void* working = static_cast<std::byte*>(g.working_master_range()) +
+                    static_cast<size_t>(begin) * dtype_size(dtype);
+    Buffer params = device_.alloc(static_cast<size_t>(count) * sizeof(float),
+                                  MemCategory::kWorkspace);
+    k.cast(params.data(), DType::kF32, working, dtype, count);
+    optimizer_->step_part(u, begin, begin + count, params.as<float>(), grads, lr, grad_scale,
+                          step_);
+    k.cast(working, dtype, params.data(), DType::kF32, count);
+  });
+  g.sync_working(k);  // mixed: working = master rounded; fp32: they are one buffer
 }
 
 double Engine::eval_loss(const Batch& batch) {

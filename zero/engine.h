@@ -122,8 +122,12 @@ class Engine {
   double all_ranks_sum(double local);  // sum over ranks in rank order, same on every rank
   // The kernels layers compute with: the device's, or rounding to the 16-bit working dtype.
   Kernels& compute_kernels();
-  // fp32 view of n elements of `dtype` at src: src itself for fp32, else converted into scratch.
-  const float* as_fp32(const void* src, DType dtype, int64_t n, Buffer& scratch);
+  // Calls f(values, begin, count) over n elements of `dtype` at src as fp32: src itself in one
+  // call for fp32, else converted chunk by chunk (kWorkspaceChunk elements, chunk boundaries
+  // counted from src) into one workspace buffer.
+  void for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
+                           const std::function<void(const float*, int64_t, int64_t)>& f);
+  static constexpr int64_t kWorkspaceChunk = int64_t{1} << 22;
   void optimizer_step(int u, float lr, float grad_scale);
 
   Device& device_;

@@ -37,19 +37,29 @@ Optimizer::Optimizer(Device& device, const OptimizerOptions& options,
 
 void Optimizer::step(int range, float* params, const float* grads, float lr, float grad_scale,
                      int64_t step) {
+  const int64_t end = ranges_[range].empty() ? 0 : ranges_[range].back().end;
+  step_part(range, 0, end, params, grads, lr, grad_scale, step);
+}
+
+void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
+                          const float* grads, float lr, float grad_scale, int64_t step) {
   Kernels& k = device_.kernels();
   float* m = first_[range].as<float>();
   float* v = second_[range].as<float>();
   for (const DecayRange& r : ranges_[range]) {
-    const int64_t n = r.end - r.begin;
+    const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
+    if (lo >= hi) continue;
+    const int64_t n = hi - lo;
+    float* p = params + (lo - begin);
+    const float* g = grads + (lo - begin);
     const float wd = r.decay == Decay::kYes ? options_.weight_decay : 0.0f;
     if (options_.type == OptimizerOptions::Type::kSgd) {
       SgdArgs a{lr, options_.momentum, wd, grad_scale};
-      k.sgd(params + r.begin, grads + r.begin, m ? m + r.begin : nullptr, n, a);
+      k.sgd(p, g, m ? m + lo : nullptr, n, a);
     } else {
       AdamWArgs a{lr, options_.beta1, options_.beta2, options_.eps, wd, step, grad_scale,
                   options_.type == OptimizerOptions::Type::kAdamW};
-      k.adamw(params + r.begin, grads + r.begin, m + r.begin, v + r.begin, n, a);
+      k.adamw(p, g, m + lo, v + lo, n, a);
     }
   }
 }

@@ -40,6 +40,11 @@ class Optimizer {
   // Updates params (range i) from grads multiplied by grad_scale. `step` is 1-based.
   void step(int range, float* params, const float* grads, float lr, float grad_scale,
             int64_t step);
+  // The same over elements [begin, end) of range i only; params and grads point at element
+  // `begin` (a chunk of a range converted from 16-bit into a bounded workspace). Element-wise:
+  // updating a range chunk by chunk gives the bits of updating it whole.
+  void step_part(int range, int64_t begin, int64_t end, float* params, const float* grads,
+                 float lr, float grad_scale, int64_t step);
   const OptimizerOptions& options() const { return options_; }
   // State tensors of range i (Adam: m then v; SGD with momentum: the buffer), for checkpoints.
   std::vector<float*> state(int range);

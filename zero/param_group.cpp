@@ -211,33 +211,38 @@ float* ParamGroup::full_grads() {
   return grads_full_.as<float>();
 }
 
-void ParamGroup::fold_grads(Kernels& k) {
+void ParamGroup::finish_grads(Kernels& k, bool reduce) {
   if (!precision_.mixed()) return;
-  ZT_ASSERT(!policy_.shard_grads, "unit {}: sharded gradients are reduced, not folded", name());
-  k.add(grads_.data(), grad_dtype_, grads_.data(), grad_dtype_, full_grads(), DType::kF32,
-        shard_.padded);
+  const bool into_store =
+      !policy_.shard_grads && (!reduce || precision_.comm == grad_dtype_);
+  if (into_store) {
+    k.add(grads_.data(), grad_dtype_, grads_.data(), grad_dtype_, full_grads(), DType::kF32,
+          shard_.padded);
+  } else {
+    // One rounding into the communication dtype of (what earlier micro-batches stored + this
+    // one's gradient); with sharded gradients the store holds reduced slices, added afterwards.
+    reduce_buf_ = device_.alloc(static_cast<size_t>(shard_.padded) * dtype_size(precision_.comm),
+                                MemCategory::kCommBuffers);
+    k.add(reduce_buf_.data(), precision_.comm, policy_.shard_grads ? nullptr : grads_.data(),
+          grad_dtype_, full_grads(), DType::kF32, shard_.padded);
+  }
   grads_full_.reset();
   bind();
 }
 
-CommHandle ParamGroup::begin_reduce(CommQueue& queue, Kernels& k) {
+CommHandle ParamGroup::begin_reduce(CommQueue& queue) {
   // Without a sharded optimizer every rank needs every reduced element; otherwise only its
   // slice, reduced in place. Both sum in rank order, so the slice's bits are the same.
   DType dtype = DType::kF32;
   void* full = nullptr;
   if (!precision_.mixed()) {
     full = full_grads();
-  } else {
-    // One rounding into the communication dtype of (what earlier micro-batches stored + this
-    // one's gradient); with sharded gradients the store holds reduced slices, added afterwards.
+  } else if (reduce_buf_) {
     dtype = precision_.comm;
-    reduce_buf_ = device_.alloc(static_cast<size_t>(shard_.padded) * dtype_size(dtype),
-                                MemCategory::kCommBuffers);
-    k.add(reduce_buf_.data(), dtype, policy_.shard_grads ? nullptr : grads_.data(), grad_dtype_,
-          full_grads(), DType::kF32, shard_.padded);
-    grads_full_.reset();
-    bind();
     full = reduce_buf_.data();
+  } else {  // reduced in place in the (full) store
+    dtype = grad_dtype_;
+    full = grads_.data();
   }
   if (!policy_.shard_optimizer)
     return queue.all_reduce(full, full, shard_.padded, dtype, ReduceOp::kSum);
@@ -255,8 +260,9 @@ void ParamGroup::finish_reduce(Kernels& k) {
     bind();
     return;
   }
+  if (!reduce_buf_) return;  // reduced in place in the store
   const DType comm = precision_.comm;
-  const void* slice = offset_by(reduce_buf_.data(), shard_.begin(), comm);
+  const void* slice = offset_by(static_cast<const void*>(reduce_buf_.data()), shard_.begin(), comm);
   if (policy_.shard_grads) {
     k.add(grads_.data(), grad_dtype_, grads_.data(), grad_dtype_, slice, comm, shard_.shard);
   } else if (policy_.shard_optimizer) {

@@ -79,15 +79,18 @@ class ParamGroup {
   void ensure_grads();                // the produced-gradient buffer exists (allocated zeroed)
   // The fp32 full gradient the unit's backward accumulates into (after ensure_grads()).
   float* full_grads();
-  // The unit's gradient of this micro-batch is complete but reduced later (gradients not
-  // sharded, not the last micro-batch): mixed precision adds it to the store and frees it; in
-  // fp32 the backward accumulated into the store already.
-  void fold_grads(Kernels& k);
-  // Starts reducing the gradient: all_reduce (optimizer not sharded), or reduce_scatter in place
-  // into this rank's slice. Mixed precision first converts (store + produced) to the
-  // communication dtype. finish_reduce() then puts the slice into the store: added to the shard
-  // when gradients are sharded (accumulation across micro-batches), else written over it.
-  CommHandle begin_reduce(CommQueue& queue, Kernels& k);
+  // The unit's gradient of this micro-batch is complete. Mixed precision frees its fp32
+  // buffer at once: when it is not reduced now (gradients not sharded, not the last
+  // micro-batch), or reduced in place in the store (gradients not sharded and store dtype ==
+  // communication dtype), it is added to the store; otherwise (store + it) is rounded into the
+  // reduce buffer in the communication dtype. fp32: nothing (the backward accumulated into the
+  // store, or into the buffer the reduction reads).
+  void finish_grads(Kernels& k, bool reduce);
+  // Starts reducing the gradient (after finish_grads(k, true)): all_reduce when the optimizer
+  // is not sharded, else reduce_scatter in place into this rank's slice. finish_reduce() then
+  // puts the slice into the store: added to the shard when gradients are sharded (accumulation
+  // across micro-batches), else written over it.
+  CommHandle begin_reduce(CommQueue& queue);
   void finish_reduce(Kernels& k);
   DType grad_dtype() const { return grad_dtype_; }
   // This rank's reduced gradient for master(): master_size() elements of grad_dtype().
