@@ -1,0 +1,62 @@
+// CudaDevice: one GPU. A compute stream on which every kernel and copy of this device runs in
+// order, a communication stream for collectives (ordered against compute with events by the
+// communicator), and a caching allocator behind Device::alloc: freed blocks are kept in size
+// classes and reused on the compute stream, so steady-state steps call cudaMalloc no more, and
+// every allocation is tracked by category by the base class (current and peak, like
+// torch.cuda.max_memory_allocated); reserved_bytes() is what cudaMalloc holds.
+// Host copies synchronise the compute stream (a read sees every kernel queued before it).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/device.h"
+
+namespace zt {
+
+class CudaKernels;
+
+class CudaDevice final : public Device {
+ public:
+  // `ordinal` among the visible GPUs. Throws kSystem naming the reason when it is unusable.
+  explicit CudaDevice(int ordinal);
+  ~CudaDevice() override;
+
+  std::string name() const override;  // "cuda:0 (NVIDIA H200)"
+  Kernels& kernels() override;
+  CudaKernels& cuda_kernels();
+
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void zero(void* dst, size_t bytes) override;
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t compute_stream() const { return compute_; }
+  cudaStream_t comm_stream() const { return comm_; }
+  void synchronize();  // both streams
+
+  size_t reserved_bytes() const;     // held from cudaMalloc, in use or cached
+  int64_t device_mallocs() const;    // cudaMalloc calls so far
+  void empty_cache();                // returns cached blocks to the driver
+
+ protected:
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* data, size_t bytes) override;
+
+ private:
+  int ordinal_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t comm_ = nullptr;
+  std::unique_ptr<CudaKernels> kernels_;
+  mutable std::mutex mutex_;                 // the allocator's state
+  std::multimap<size_t, void*> free_blocks_; // rounded size -> block
+  size_t reserved_ = 0;
+  int64_t mallocs_ = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,39 @@
+// CudaKernels::Impl: what the two kernel files of the CUDA back end share. Private to
+// runtime/cuda.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_kernels.h"
+
+#define ZT_CUBLAS_CHECK(call)                                                              \
+  do {                                                                                     \
+    const cublasStatus_t zt_cublas_status_ = (call);                                       \
+    if (zt_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                        \
+      ::zt::throw_system(fmt::format("{} failed: cuBLAS status {}", #call,                 \
+                                     static_cast<int>(zt_cublas_status_)));                \
+  } while (0)
+
+namespace zt {
+
+struct CudaKernels::Impl {
+  cublasHandle_t cublas = nullptr;     // bound to the stream
+  cublasLtHandle_t lt = nullptr;
+  void* lt_workspace = nullptr;        // cuBLASLt workspace (device)
+  size_t lt_workspace_bytes = 0;
+  bool allow_tf32 = false;
+  // Reductions that return to the host (sum_squares, has_nonfinite): device partials and a
+  // pinned host landing slot.
+  double* partials = nullptr;
+  size_t partials_capacity = 0;        // elements
+  double* host_result = nullptr;       // pinned
+  int* flag = nullptr;                 // device
+  int* host_flag = nullptr;            // pinned
+};
+
+}  // namespace zt

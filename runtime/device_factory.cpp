@@ -1,0 +1,58 @@
+// Back-end choice at run time; the one #if on CUDA outside runtime/cuda.
+#include "runtime/device_factory.h"
+
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/status.h"
+
+#if ZT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/cuda/cuda_device.h"
+#endif
+
+namespace zt {
+
+DeviceKind parse_device_kind(const std::string& name, const std::string& what) {
+  if (name == "cpu") return DeviceKind::kCpu;
+  if (name == "cuda") return DeviceKind::kCuda;
+  throw_input(fmt::format("{}: unknown device '{}'; use cpu or cuda", what, name));
+}
+
+int cuda_device_count() {
+#if ZT_HAVE_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky status of the failed query
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+std::string cuda_unavailable_reason() {
+#if ZT_HAVE_CUDA
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("no usable CUDA driver or device: {} ({})", cudaGetErrorString(status),
+                       cudaGetErrorName(status));
+  }
+  return count > 0 ? std::string() : "no CUDA device visible (check CUDA_VISIBLE_DEVICES)";
+#else
+  return "this build has no CUDA back end (nvcc was not found when it was configured)";
+#endif
+}
+
+std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal) {
+  if (kind == DeviceKind::kCpu) return std::make_unique<CpuDevice>();
+#if ZT_HAVE_CUDA
+  const int count = cuda_device_count();
+  if (count > 0) return std::make_unique<CudaDevice>(ordinal % count);
+#endif
+  throw_input(fmt::format("a CUDA device was asked for, but {}", cuda_unavailable_reason()));
+}
+
+}  // namespace zt
