@@ -1,5 +1,5 @@
-// CudaKernels::Impl: what the two kernel files of the CUDA back end share. Private to
-// runtime/cuda.
+// CudaKernels::Impl: what the two kernel files of the CUDA back end share, and their checking
+// macros. Private to runtime/cuda; free of fmt and status.h (see cuda_check.h).
 #pragma once
 
 #include <cublasLt.h>
@@ -15,8 +15,14 @@
   do {                                                                                     \
     const cublasStatus_t zt_cublas_status_ = (call);                                       \
     if (zt_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                        \
-      ::zt::throw_system(fmt::format("{} failed: cuBLAS status {}", #call,                 \
-                                     static_cast<int>(zt_cublas_status_)));                \
+      ::zt::throw_cublas_error(#call, static_cast<int>(zt_cublas_status_), __FILE__,       \
+                               __LINE__);                                                  \
+  } while (0)
+// A broken invariant inside a .cu file (no fmt there).
+#define ZT_CUDA_ASSERT(cond, message)                                                      \
+  do {                                                                                     \
+    if (!(cond)) ::zt::throw_cuda_internal("check failed: " #cond ": " message, __FILE__,   \
+                                           __LINE__);                                      \
   } while (0)
 
 namespace zt {
