@@ -47,6 +47,9 @@ class Device {
   virtual ~Device() = default;
   virtual std::string name() const = 0;
   virtual Kernels& kernels() = 0;
+  // True when the host may read and write this device's memory directly (the CPU device);
+  // false for a GPU, whose memory moves through copy_to_host / copy_from_host.
+  virtual bool host_accessible() const { return true; }
 
   // Tracked allocation, 64-byte aligned, contents unspecified. Zero bytes gives an empty Buffer.
   Buffer alloc(size_t bytes, MemCategory category);

@@ -29,6 +29,7 @@ class CudaDevice final : public Device {
 
   std::string name() const override;  // "cuda:0 (NVIDIA H200)"
   Kernels& kernels() override;
+  bool host_accessible() const override { return false; }
   CudaKernels& cuda_kernels();
 
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
