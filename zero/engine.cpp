@@ -117,8 +117,19 @@ void Engine::prefetch(const std::vector<ScheduleItem>& schedule, size_t index) {
   note_gathered();
 }
 
-double Engine::forward_backward(const Batch& batch, float dloss, bool last_micro_batch) {
+double Engine::forward_backward(const Batch& host_batch, float dloss, bool last_micro_batch) {
   Kernels& k = compute_kernels();
+  // Kernels read token ids from device memory: a GPU gets a copy of the micro-batch.
+  Batch batch = host_batch;
+  Buffer tokens;
+  if (!device_.host_accessible()) {
+    const size_t bytes = static_cast<size_t>(batch.B * batch.T) * sizeof(int32_t);
+    tokens = device_.alloc(2 * bytes, MemCategory::kActivations);
+    device_.copy_from_host(tokens.data(), host_batch.inputs, bytes);
+    device_.copy_from_host(tokens.as<char>() + bytes, host_batch.targets, bytes);
+    batch.inputs = tokens.as<const int32_t>();
+    batch.targets = reinterpret_cast<const int32_t*>(tokens.as<char>() + bytes);
+  }
   auto layers = model_.layers();
   const size_t L = layers.size();
   const int64_t N = batch.B * batch.T, C = model_.hidden_size();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "runtime/status.h"
 #include "zero/param_init.h"
@@ -62,18 +63,21 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
   const int64_t work_begin = params_sharded_ ? shard.begin() : 0;
   const int64_t work_size = params_sharded_ ? shard.shard : shard.padded;
   params_ = device_.alloc(param_bytes(work_size), MemCategory::kParams);
+  // Initial values are computed on the host and copied in (the device may be a GPU).
+  std::vector<float> values(static_cast<size_t>(work_size));
+  init_flat_range(layout, seed, work_begin, work_begin + work_size, values.data());
+  const size_t values_bytes = float_bytes(work_size);
   if (!precision.mixed()) {
-    init_flat_range(layout, seed, work_begin, work_begin + work_size, params_.as<float>());
+    device_.copy_from_host(params_.data(), values.data(), values_bytes);
   } else {
-    // Initial values in fp32, then the working copy rounded from them; the master keeps them.
-    Buffer values = device_.alloc(float_bytes(work_size), MemCategory::kWorkspace);
-    init_flat_range(layout, seed, work_begin, work_begin + work_size, values.as<float>());
-    device_.kernels().cast(params_.data(), compute_, values.data(), DType::kF32, work_size);
+    // The working copy is rounded from the fp32 values; the master keeps them.
+    Buffer staged = device_.alloc(values_bytes, MemCategory::kWorkspace);
+    device_.copy_from_host(staged.data(), values.data(), values_bytes);
+    device_.kernels().cast(params_.data(), compute_, staged.data(), DType::kF32, work_size);
     if (precision.has_master()) {
       master_ = device_.alloc(float_bytes(master_size()), MemCategory::kOptimizer);
-      device_.kernels().cast(master_.data(), DType::kF32,
-                             values.as<float>() + (master_offset() - work_begin), DType::kF32,
-                             master_size());
+      device_.copy_from_host(master_.data(), values.data() + (master_offset() - work_begin),
+                             float_bytes(master_size()));
     }
   }
   grads_ = device_.alloc_zeroed(grad_bytes(policy.shard_grads ? shard.shard : shard.padded),
