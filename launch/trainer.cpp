@@ -13,6 +13,7 @@
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/device_factory.h"
 #include "runtime/status.h"
 #include "runtime/token_data.h"
 #include "zero/engine.h"
@@ -113,6 +114,9 @@ TrainSetup prepare_training(const std::string& config_path,
   Config config = load_config(config_path, overrides, world);
   refuse_unbuilt_features(config);
   precision_from_config(config);  // rejects data types that do not fit the precision
+  if (config.zt.device == "cuda" && cuda_device_count() == 0)
+    throw_input(fmt::format("{}: 'zt.device' is cuda, but {}", config.source,
+                            cuda_unavailable_reason()));
   const Gpt2Config model = resolve_model(config);
   TokenFile train_file = TokenFile::open(config.zt.train_data, model.vocab_size);
   // Constructing a loader checks the file holds at least one batch for every rank.

@@ -680,6 +680,10 @@ constexpr Field<ZtConfig> kZtFields[] = {
     {"save_weights", &ZtConfig::save_weights},
     {"shuffle", &ZtConfig::shuffle},
     {"num_threads", &ZtConfig::num_threads, Bound::kNonNegative},
+    {"device", &ZtConfig::device},
+    {"allow_tf32", &ZtConfig::allow_tf32},
+    {"comm_backend", &ZtConfig::comm_backend},
+    {"comm_timeout_s", &ZtConfig::comm_timeout_s, Bound::kPositive},
 };
 
 ZtConfig parse_zt(const Reader& r, const json& j) {
@@ -692,6 +696,10 @@ ZtConfig parse_zt(const Reader& r, const json& j) {
   read_fields(r, block, "zt", kZtFields, z);
   if (z.train_data.empty()) r.fail("'zt.train_data' must not be empty");
   if (z.output_dir.empty()) r.fail("'zt.output_dir' must not be empty");
+  if (z.device != "cpu" && z.device != "cuda")
+    r.fail(fmt::format("'zt.device' is '{}'; use cpu or cuda", z.device));
+  if (z.comm_backend != "auto" && z.comm_backend != "mpi" && z.comm_backend != "nccl")
+    r.fail(fmt::format("'zt.comm_backend' is '{}'; use auto, mpi or nccl", z.comm_backend));
   return z;
 }
 

@@ -147,6 +147,10 @@ struct ZtConfig {
   std::string save_weights;   // empty: do not export
   bool shuffle = false;
   int num_threads = 0;        // 0: automatic
+  std::string device = "cpu";        // "cpu" or "cuda" (one GPU per rank: local rank -> GPU)
+  bool allow_tf32 = false;           // CUDA: fp32 GEMMs may use TF32 tensor cores
+  std::string comm_backend = "auto"; // "auto", "mpi" or "nccl"
+  double comm_timeout_s = 600.0;     // a collective stuck longer aborts the communicator
 };
 
 struct Config {

@@ -76,6 +76,11 @@ expect "reduction type of the other 16-bit family" "commtype\.json.*communicatio
   --config "$tmp/commtype.json"
 write_config "$tmp/accum32.json" '"data_types": {"grad_accum_dtype": "bf16"},'
 expect "16-bit gradient store in fp32 training" "accum32\.json.*grad_accum_dtype" --config "$tmp/accum32.json"
+if ! nvidia-smi -L > /dev/null 2>&1; then  # only where there is no GPU
+  expect "cuda device without a GPU" "ok\.json.*zt\.device.*cuda" --config "$tmp/ok.json" \
+    --set zt.device=cuda
+fi
+expect "unknown device" "ok\.json.*zt\.device.*tpu" --config "$tmp/ok.json" --set zt.device=tpu
 write_config "$tmp/window.json" '"fp16": {"enabled": true, "loss_scale_window": 0},'
 expect "fp16 loss_scale_window 0" "window\.json.*loss_scale_window" --config "$tmp/window.json"
 
