@@ -20,6 +20,9 @@ struct BenchTrainOptions {
   // Each is measured in turn in the same run: fp32, bf16, fp16 (mixed, fp32 master), bf16-pure,
   // fp16-pure (no master).
   std::vector<std::string> precisions = {"fp32"};
+  std::string device = "cpu";  // "cuda": GPU 0; MFU against peak_tflops instead of sgemm
+  double peak_tflops = 989.0;  // the GPU's dense 16-bit peak (H100/H200 SXM: 989)
+  bool allow_tf32 = false;
   std::string json_path;
 };
 

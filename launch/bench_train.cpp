@@ -15,6 +15,7 @@
 #include "model_zoo/gpt2.h"
 #include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/device_factory.h"
 #include "runtime/status.h"
 #include "zero/engine.h"
 
@@ -102,14 +103,20 @@ Precision bench_precision(const std::string& name) {
 struct PrecisionRow {
   std::string name;
   double ms = 0, tokens_per_s = 0, gflops = 0, sgemm = 0, fraction = 0;
+  double mfu = 0;  // cuda: model FLOP/s over the peak
   int64_t skipped = 0;
   std::vector<double> step_ms, sgemm_rates;
   MemoryTracker memory;
 };
 
+// `probe`: the CPU's sgemm reference, alternated with the steps; null on a GPU (MFU instead).
 PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
-                     const std::string& precision, const Batch& batch, SgemmProbe& probe) {
-  CpuDevice device;  // one device per precision: its own peak memory
+                     const std::string& precision, const Batch& batch, SgemmProbe* probe) {
+  // One device per precision: its own peak memory.
+  std::unique_ptr<Device> device_owner =
+      make_device(parse_device_kind(o.device, "--device"), 0);
+  Device& device = *device_owner;
+  if (o.allow_tf32) set_allow_tf32(device, true);
   Gpt2 model(config);
   EngineOptions eo;
   eo.optimizer.type = OptimizerOptions::Type::kAdamW;
@@ -129,7 +136,7 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
   row.name = precision;
   for (int i = 0; i < o.warmup; ++i) {
     row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
-    probe.run();
+    if (probe) probe->run();
   }
   // Steps and sgemm probes alternate, so both see the same machine: the reported fraction is
   // the median of per-pair ratios, robust to a neighbour's load coming and going.
@@ -138,15 +145,19 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
     auto t0 = Clock::now();
     row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
     row.step_ms.push_back(seconds_since(t0) * 1e3);
-    row.sgemm_rates.push_back(probe.run());
+    if (!probe) continue;
+    row.sgemm_rates.push_back(probe->run());
     ratios.push_back(flops_per_token * tokens / (row.step_ms.back() / 1e3) / 1e9 /
                      row.sgemm_rates.back());
   }
   row.ms = median(row.step_ms);
   row.tokens_per_s = tokens / (row.ms / 1e3);
   row.gflops = flops_per_token * row.tokens_per_s / 1e9;
-  row.sgemm = median(row.sgemm_rates);
-  row.fraction = median(ratios);
+  if (probe) {
+    row.sgemm = median(row.sgemm_rates);
+    row.fraction = median(ratios);
+  }
+  row.mfu = row.gflops / (o.peak_tflops * 1e3);
   row.memory = device.memory();
   return row;
 }
@@ -170,10 +181,45 @@ int bench_train(const BenchTrainOptions& o) {
   log.rank0("zt-bench train: {} ({:.1f}M parameters), B={} T={} AdamW{}, {} threads",
             o.model, Gpt2(config).forward_flops_per_token(0) / 2e6, B, T,
             o.checkpoint ? ", activation checkpointing" : "", openblas_get_num_threads());
-  SgemmProbe probe(config, B * T);
+  const bool gpu = parse_device_kind(o.device, "--device") == DeviceKind::kCuda;
+  std::unique_ptr<SgemmProbe> probe;
+  if (!gpu) probe = std::make_unique<SgemmProbe>(config, B * T);
   std::vector<PrecisionRow> rows;
   for (const std::string& precision : o.precisions)
-    rows.push_back(measure(o, config, precision, batch, probe));
+    rows.push_back(measure(o, config, precision, batch, probe.get()));
+  if (gpu) {
+    log.rank0("{:>10} {:>10} {:>10} {:>10} {:>7} | peak MiB: {:>8} {:>8} {:>8} {:>8} {:>8} "
+              "{:>8}",
+              "precision", "ms/step", "tokens/s", "TFLOP/s", "MFU", "params", "grads", "optim",
+              "activ", "work", "total");
+    for (const PrecisionRow& r : rows) {
+      const MemoryTracker& m = r.memory;
+      log.rank0("{:>10} {:>10.2f} {:>10.0f} {:>10.1f} {:>6.1f}% | {:>18.1f} {:>8.1f} {:>8.1f} "
+                "{:>8.1f} {:>8.1f} {:>8.1f}",
+                r.name, r.ms, r.tokens_per_s, r.gflops / 1e3, 100.0 * r.mfu,
+                mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
+                mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
+                mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
+    }
+    log.rank0("MFU: model FLOPs (6 x params + attention, {:.3g}/token) per second over {} "
+              "TFLOP/s", flops_per_token, o.peak_tflops);
+    if (!o.json_path.empty()) {
+      nlohmann::json j = {{"bench", "train"}, {"device", o.device}, {"model", o.model},
+                          {"batch", B}, {"seq_len", T}, {"peak_tflops", o.peak_tflops},
+                          {"activation_checkpointing", o.checkpoint},
+                          {"rows", nlohmann::json::array()}};
+      for (const PrecisionRow& r : rows)
+        j["rows"].push_back({{"precision", r.name}, {"ms_per_step", r.ms},
+                             {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
+                             {"step_ms", r.step_ms},
+                             {"peak_bytes_total", r.memory.peak_total()},
+                             {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)}});
+      std::ofstream out(o.json_path);
+      if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
+      out << j.dump(2) << "\n";
+    }
+    return 0;
+  }
   const double square = square_sgemm_gflops();
 
   log.rank0("{:>10} {:>10} {:>10} {:>9} {:>10} {:>9} | peak MiB: {:>8} {:>8} {:>8} {:>8} "

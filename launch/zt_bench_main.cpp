@@ -6,6 +6,7 @@
 
 #include "launch/bench.h"
 #include "launch/tool_frame.h"
+#include "runtime/device_factory.h"
 #include "runtime/status.h"
 
 namespace po = boost::program_options;
@@ -41,9 +42,14 @@ int train_main(int argc, char** argv) {
       ("precision", po::value<std::string>()->default_value("fp32"),
        "comma-separated list measured in turn: fp32, bf16, fp16 (mixed, fp32 master), "
        "bf16-pure, fp16-pure (no master), or all")
+      ("device", po::value(&o.device)->default_value(o.device), "cpu or cuda (GPU 0)")
+      ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops),
+       "cuda: the GPU's dense 16-bit peak, for MFU")
+      ("allow-tf32", po::bool_switch(&o.allow_tf32), "cuda: fp32 GEMMs may use TF32")
       ("json", po::value(&o.json_path), "also write the figures to this JSON file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "train", vm)) return 0;
+  zt::parse_device_kind(o.device, "--device");
   o.precisions.clear();
   std::string list = vm["precision"].as<std::string>();
   if (list == "all") list = "fp32,bf16,fp16,bf16-pure,fp16-pure";

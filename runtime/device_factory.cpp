@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_kernels.h"
 #endif
 
 namespace zt {
@@ -53,6 +54,12 @@ std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal) {
   if (count > 0) return std::make_unique<CudaDevice>(ordinal % count);
 #endif
   throw_input(fmt::format("a CUDA device was asked for, but {}", cuda_unavailable_reason()));
+}
+
+void set_allow_tf32(Device& device, bool allow) {
+#if ZT_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<CudaDevice*>(&device)) gpu->cuda_kernels().set_allow_tf32(allow);
+#endif
 }
 
 }  // namespace zt

@@ -25,5 +25,7 @@ std::string cuda_unavailable_reason();
 // local rank modulo the count). Throws kInput naming the reason when CUDA is asked of a build
 // or a machine without it.
 std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal = 0);
+// zt.allow_tf32: a GPU's fp32 GEMMs may use TF32 tensor cores. No effect on the CPU device.
+void set_allow_tf32(Device& device, bool allow);
 
 }  // namespace zt
