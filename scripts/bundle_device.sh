@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Packs what tests/gpu/device_check.sh needs on a GPU machine that may have no package access:
+# our executables and test binaries (built here with the CUDA back end), every shared library
+# they load except glibc, the CUDA driver and the large CUDA toolkit libraries (cuBLAS, NCCL:
+# device_check.sh finds those on the machine, in the toolkit or in Python's site-packages), and
+# a relocatable copy of Open MPI (mpirun, orted, its plugins and help files; OPAL_PREFIX points
+# at it). Result: build/device-bundle.tar.xz (about 15 MiB), to carry to the machine.
+# Usage: scripts/bundle_device.sh [BUILD_DIR]
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=$build/device-bundle
+[ -x "$build/bin/zt-train" ] || { echo "bundle_device: no $build/bin/zt-train; run scripts/build.sh first" >&2; exit 2; }
+grep -q "ZT_HAVE_CUDA:INTERNAL=ON\|ZT_HAVE_CUDA=1" "$build/CMakeCache.txt" "$build/runtime/CMakeFiles/zt_runtime.dir/flags.make" 2>/dev/null ||
+  echo "bundle_device: warning: $build was configured without the CUDA back end" >&2
+rm -rf "$out" "$out.tar.xz"
+mkdir -p "$out/bin" "$out/lib" "$out/openmpi/bin"
+
+binaries=("$build/bin/zt-train" "$build/bin/zt-bench")
+for t in "$build"/tests/zt_*_tests "$build"/tests/mpi/zt_mpi*_tests; do
+  [ -x "$t" ] && binaries+=("$t")
+done
+cp "${binaries[@]}" "$out/bin/"
+
+# Open MPI, laid out under its own prefix as Debian's build expects it relative to OPAL_PREFIX.
+multiarch=$(gcc -print-multiarch)
+pkglib=/usr/lib/$multiarch/openmpi/lib/openmpi3
+cp -L /usr/bin/mpirun "$out/openmpi/bin/mpirun"
+cp -L /usr/bin/orted "$out/openmpi/bin/orted"
+mkdir -p "$out/openmpi/lib/$multiarch/openmpi/lib" "$out/openmpi/share"
+cp -r "$pkglib" "$out/openmpi/lib/$multiarch/openmpi/lib/"
+cp -r /usr/share/openmpi "$out/openmpi/share/"
+
+# The shared-library closure of everything above, minus what the machine must provide.
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libnccl|libnvidia)'
+libs_of() { ldd "$1" 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}'; }
+mapfile -t files < <(printf '%s\n' "$out"/bin/* "$out"/openmpi/bin/* \
+  "$out"/openmpi/lib/"$multiarch"/openmpi/lib/openmpi3/*.so)
+declare -A seen=()
+while [ "${#files[@]}" -gt 0 ]; do
+  next=()
+  for f in "${files[@]}"; do
+    while read -r lib; do
+      name=$(basename "$lib")
+      [[ $name =~ $skip ]] && continue
+      [ -n "${seen[$name]:-}" ] && continue
+      seen[$name]=1
+      cp -L "$lib" "$out/lib/$name"
+      next+=("$lib")
+    done < <(libs_of "$f")
+  done
+  files=("${next[@]+"${next[@]}"}")
+done
+
+tar -C "$build" -cJf "$out.tar.xz" device-bundle
+echo "bundle_device: $(du -sh "$out" | cut -f1) in $out, $(du -h "$out.tar.xz" | cut -f1) packed:" \
+  "$out.tar.xz (${#seen[@]} libraries)"
