@@ -178,22 +178,6 @@ struct MaxOp {
   }
 };
 
-// How each dtype is stored and widened to / rounded from fp32 (runtime/dtype.h).
-struct F32Codec {
-  using Storage = float;
-  static float widen(float v) { return v; }
-  static float narrow(float v) { return v; }
-};
-struct F16Codec {
-  using Storage = uint16_t;
-  static float widen(uint16_t v) { return fp16_to_fp32(v); }
-  static uint16_t narrow(float v) { return fp32_to_fp16(v); }
-};
-struct BF16Codec {
-  using Storage = uint16_t;
-  static float widen(uint16_t v) { return bf16_to_fp32(v); }
-  static uint16_t narrow(float v) { return fp32_to_bf16(v); }
-};
 
 // Portable path. Elements per tile: the fp32 accumulator (4 KiB) stays in L1 while every
 // contribution is combined into it, so out may alias any one contribution: a tile reads all of

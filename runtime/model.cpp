@@ -5,21 +5,17 @@
 
 namespace zt {
 
-float* ActivationStore::alloc_floats(int64_t n) {
-  ZT_ASSERT(!packed(), "alloc_floats on an activation store packed to {}",
+float* ActivationStore::alloc(int64_t n, bool stats) {
+  ZT_ASSERT(!packed(), "allocation in an activation store packed to {}",
             dtype_name(packed_dtype_));
   buffers_.push_back(Entry{
-      device_->alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kActivations), n, false});
+      device_->alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kActivations), n,
+      stats});
   return buffers_.back().buffer.as<float>();
 }
 
-float* ActivationStore::alloc_stats(int64_t n) {
-  ZT_ASSERT(!packed(), "alloc_stats on an activation store packed to {}",
-            dtype_name(packed_dtype_));
-  buffers_.push_back(Entry{
-      device_->alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kActivations), n, true});
-  return buffers_.back().buffer.as<float>();
-}
+float* ActivationStore::alloc_floats(int64_t n) { return alloc(n, false); }
+float* ActivationStore::alloc_stats(int64_t n) { return alloc(n, true); }
 
 float* ActivationStore::at(size_t i) const {
   ZT_ASSERT(!packed(), "activation {} read while the store is packed to {}; unpack() first", i,

@@ -68,6 +68,7 @@ class ActivationStore {
     int64_t n = 0;
     bool stats = false;
   };
+  float* alloc(int64_t n, bool stats);
   Device* device_;
   std::vector<Entry> buffers_;
   DType packed_dtype_ = DType::kF32;

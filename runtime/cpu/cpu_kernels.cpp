@@ -925,24 +925,6 @@ void check_blas_dims(int64_t M, int64_t K, int64_t N) {
             "matmul dimensions M={} K={} N={} must fit in a BLAS int", M, K, N);
 }
 
-// fp16 bits -> fp32 with exactly the bits of dtype.h's fp16_to_fp32 (kernels_test compares all
-// 65536 patterns), but without branches, so it vectorises: dtype.h's subnormal branch holds a
-// float multiply, which -ftrapping-math forbids the vectoriser to if-convert. For the same
-// reason the subnormal case is selected with a bit mask: a ?: would let GCC sink the multiply
-// back into a branch.
-inline float fp16_to_fp32_branchless(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  const uint32_t em = h & 0x7fffu;                     // exponent and mantissa
-  const uint32_t normal = (em << 13) + (112u << 23);   // rebias 15 -> 127
-  const uint32_t inf_nan = (em << 13) + (224u << 23);  // exponent 31 -> 255, payload kept
-  const float subnormal = static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f;  // exact
-  const uint32_t is_subnormal = 0u - uint32_t(em < 0x0400u);  // all ones or zero
-  const uint32_t wide = em >= 0x7c00u ? inf_nan : normal;
-  const uint32_t bits =
-      (std::bit_cast<uint32_t>(subnormal) & is_subnormal) | (wide & ~is_subnormal);
-  return std::bit_cast<float>(bits | sign);
-}
-
 // fp32 -> fp16 with the F16C instruction: round to nearest even with IEEE overflow, the same
 // bits as dtype.h's fp32_to_fp16 for every non-NaN float (checked over all 2^32 inputs while
 // writing this; kernels_test compares a million). A group holding a NaN is redone by dtype.h,
@@ -992,56 +974,41 @@ inline void cast_range(void* dst, DType dst_type, const void* src, DType src_typ
   }
 }
 
-// round_to and add: element-wise through fp32 with dtype.h's conversions (16-bit loads by
-// fp16_to_fp32_branchless, which vectorises). A storage type is a tag naming the element type
-// and its two conversions, so each (dst, a, b) combination is one plain `omp simd` loop.
-struct F32Storage {
-  using Elem = float;
-  static float to_fp32(float x) { return x; }
-  static float from_fp32(float x) { return x; }
-};
-struct F16Storage {
-  using Elem = uint16_t;
-  static float to_fp32(uint16_t h) { return fp16_to_fp32_branchless(h); }
-  static uint16_t from_fp32(float x) { return fp32_to_fp16(x); }
-};
-struct BF16Storage {
-  using Elem = uint16_t;
-  static float to_fp32(uint16_t h) { return bf16_to_fp32(h); }
-  static uint16_t from_fp32(float x) { return fp32_to_bf16(x); }
-};
+// round_to and add: element-wise through fp32 with dtype.h's codecs (16-bit loads by
+// fp16_to_fp32_branchless, which vectorises), so each (dst, a, b) combination is one plain
+// `omp simd` loop.
 
 // f(S{}) with the storage tag S of t.
 template <class F>
 inline void visit_storage(DType t, const F& f) {
   switch (t) {
     case DType::kF32:
-      f(F32Storage{});
+      f(F32Codec{});
       return;
     case DType::kF16:
-      f(F16Storage{});
+      f(F16Codec{});
       return;
     case DType::kBF16:
-      f(BF16Storage{});
+      f(BF16Codec{});
       return;
   }
 }
 
 // Element i of a buffer of S's elements.
 template <class S>
-inline typename S::Elem* elems(void* p, int64_t i) {
-  return static_cast<typename S::Elem*>(p) + i;
+inline typename S::Storage* elems(void* p, int64_t i) {
+  return static_cast<typename S::Storage*>(p) + i;
 }
 template <class S>
-inline const typename S::Elem* elems(const void* p, int64_t i) {
-  return static_cast<const typename S::Elem*>(p) + i;
+inline const typename S::Storage* elems(const void* p, int64_t i) {
+  return static_cast<const typename S::Storage*>(p) + i;
 }
 
 // x[0, n) = float(S(x)).
 template <class S>
 inline void round_n(float* x, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) x[i] = S::to_fp32(S::from_fp32(x[i]));
+  for (int64_t i = 0; i < n; ++i) x[i] = S::widen(S::narrow(x[i]));
 }
 
 // x[i0, i1) rounded to fp16 and back by F16C: the bits of dtype.h for every non-NaN float (see
@@ -1063,10 +1030,10 @@ __attribute__((target("avx2,f16c"))) void round_to_fp16_f16c(float* x, int64_t i
 // dst[0, n) = D(float(a) + float(b)). dst may be a or b itself (each element is read before it
 // is written), not a partial overlap.
 template <class D, class A, class B>
-inline void add_n(typename D::Elem* dst, const typename A::Elem* a, const typename B::Elem* b,
+inline void add_n(typename D::Storage* dst, const typename A::Storage* a, const typename B::Storage* b,
                   int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = D::from_fp32(A::to_fp32(a[i]) + B::to_fp32(b[i]));
+  for (int64_t i = 0; i < n; ++i) dst[i] = D::narrow(A::widen(a[i]) + B::widen(b[i]));
 }
 
 // add_n by F16C, for any (dst, a, b) with an fp16 among them, a block (in L1) at a time: the
@@ -1076,10 +1043,10 @@ inline void add_n(typename D::Elem* dst, const typename A::Elem* a, const typena
 // fp16_to_fp32 keeps it signalling, but the addition quiets a NaN operand either way.
 template <class S>
 __attribute__((target("avx2,f16c"))) inline const float* block_as_fp32(
-    float* block, const typename S::Elem* src, int64_t n) {
-  if constexpr (std::is_same_v<S, F32Storage>) {
+    float* block, const typename S::Storage* src, int64_t n) {
+  if constexpr (std::is_same_v<S, F32Codec>) {
     return src;
-  } else if constexpr (std::is_same_v<S, F16Storage>) {
+  } else if constexpr (std::is_same_v<S, F16Codec>) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
       _mm256_storeu_ps(block + i, _mm256_cvtph_ps(_mm_loadu_si128(
@@ -1088,30 +1055,30 @@ __attribute__((target("avx2,f16c"))) inline const float* block_as_fp32(
     return block;
   } else {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) block[i] = S::to_fp32(src[i]);
+    for (int64_t i = 0; i < n; ++i) block[i] = S::widen(src[i]);
     return block;
   }
 }
 
 template <class D, class A, class B>
-__attribute__((target("avx2,f16c"))) void add_n_f16c(typename D::Elem* dst,
-                                                     const typename A::Elem* a,
-                                                     const typename B::Elem* b, int64_t n) {
+__attribute__((target("avx2,f16c"))) void add_n_f16c(typename D::Storage* dst,
+                                                     const typename A::Storage* a,
+                                                     const typename B::Storage* b, int64_t n) {
   constexpr int64_t kBlock = 1024;
   alignas(64) float a_block[kBlock], b_block[kBlock], sums[kBlock];
   for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
     const int64_t len = std::min(kBlock, n - j0);
     const float* fa = block_as_fp32<A>(a_block, a + j0, len);
     const float* fb = block_as_fp32<B>(b_block, b + j0, len);
-    if constexpr (std::is_same_v<D, F32Storage>) {
-      add_n<F32Storage, F32Storage, F32Storage>(dst + j0, fa, fb, len);  // dst may be fa itself
+    if constexpr (std::is_same_v<D, F32Codec>) {
+      add_n<F32Codec, F32Codec, F32Codec>(dst + j0, fa, fb, len);  // dst may be fa itself
     } else {
-      add_n<F32Storage, F32Storage, F32Storage>(sums, fa, fb, len);
-      if constexpr (std::is_same_v<D, F16Storage>) {
+      add_n<F32Codec, F32Codec, F32Codec>(sums, fa, fb, len);
+      if constexpr (std::is_same_v<D, F16Codec>) {
         fp32_to_fp16_f16c(dst + j0, sums, 0, len);
       } else {
 #pragma omp simd
-        for (int64_t i = 0; i < len; ++i) dst[j0 + i] = D::from_fp32(sums[i]);
+        for (int64_t i = 0; i < len; ++i) dst[j0 + i] = D::narrow(sums[i]);
       }
     }
   }
