@@ -1,43 +1,553 @@
-// CudaKernels, the neural-network ops: matmul (cuBLAS), embedding, layer norm, attention,
-// softmax cross-entropy. PLACEHOLDER until implemented: every entry throws.
+// CudaKernels, the neural-network ops: matmul (cuBLAS GEMMs), embedding, layer norm, attention
+// (cuBLAS strided-batched GEMMs around our causal softmax kernels), softmax cross-entropy. Every
+// call is enqueued on stream_ (the cuBLAS handle is bound to it) and returns before the work is
+// done. Same math as runtime/cpu/cpu_kernels.cpp; tests/runtime/cuda_nn_kernels_test.cpp checks
+// parity against it.
+//
+// Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
+// whose shape depends only on compile-time constants (kColumnRowGroups, warp size, block sizes),
+// never on the GPU's SM count, so each op gives the same bits run to run.
+//
+// Row-major vs cuBLAS: cuBLAS is column-major. A row-major (R,S) matrix with row stride ld is,
+// to cuBLAS, a column-major (S,R) matrix with leading dimension ld: its transpose. So a row-major
+// product Y (M,N) = A (M,K) · B (K,N) is computed as the column-major Yᵀ = Bᵀ · Aᵀ: cuBLAS is
+// called with the operands swapped and m = N, n = M. Each GEMM below states the column-major
+// product it computes.
+//
+// Not here: the element-wise ops, optimizers and flat reductions (cuda_kernels.cu).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 #include "runtime/cuda/cuda_kernels_impl.h"
 
 namespace zt {
+namespace {
 
-void CudaKernels::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M, int64_t K, int64_t N, WeightLayout layout) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::matmul_forward: not implemented yet");
+constexpr float kLayerNormEps = 1e-5f;  // as runtime/cpu/cpu_kernels.cpp
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;        // warps (one row each) per block of the row kernels
+constexpr int kColumnsPerBlock = 32;    // column reductions: columns per block ...
+constexpr int kColumnRowGroups = 8;     // ... and row groups (rows r ≡ g mod 8) per column
+constexpr int kSoftmaxThreads = 256;    // softmax_cross_entropy: threads per row
+constexpr int kElementThreads = 256;
+
+inline unsigned blocks_for(int64_t n, int64_t per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
 }
 
-void CudaKernels::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, int64_t M, int64_t K, int64_t N, WeightLayout layout) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::matmul_backward: not implemented yet");
+void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
+
+// cuBLAS takes int sizes and leading dimensions.
+void check_int(int64_t v) {
+  ZT_CUDA_ASSERT(v >= 0 && v <= std::numeric_limits<int>::max(),
+                 "a GEMM size or leading dimension does not fit cuBLAS's int");
 }
 
-void CudaKernels::embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T, int64_t C) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::embedding_forward: not implemented yet");
+// Sum over the 32 lanes of a warp in a fixed butterfly: every lane gets the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
 }
 
-void CudaKernels::embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::embedding_backward: not implemented yet");
+// ---------------------------------------------------------------------------------------------
+// GEMM wrappers: fp32 in, fp32 out; compute type fp32, or TF32 tensor cores when allowed.
+
+cublasComputeType_t compute_type(bool allow_tf32) {
+  return allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::layernorm_forward: not implemented yet");
+// Column-major C (m,n) = alpha · op(A) · op(B) + beta · C.
+void gemm(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a,
+          cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_int(m);
+  check_int(n);
+  check_int(k);
+  check_int(lda);
+  check_int(ldb);
+  check_int(ldc);
+  ZT_CUBLAS_CHECK(cublasGemmEx(handle, op_a, op_b, int(m), int(n), int(k), &alpha, a, CUDA_R_32F,
+                               int(lda), b, CUDA_R_32F, int(ldb), &beta, c, CUDA_R_32F, int(ldc),
+                               compute_type(allow_tf32), CUBLAS_GEMM_DEFAULT));
 }
 
-void CudaKernels::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::layernorm_backward: not implemented yet");
+// `batch` column-major products, operand i at base + i·stride.
+void gemm_batched(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a,
+                  cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                  int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                  int64_t batch) {
+  check_int(m);
+  check_int(n);
+  check_int(k);
+  check_int(lda);
+  check_int(ldb);
+  check_int(ldc);
+  check_int(batch);
+  ZT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle, op_a, op_b, int(m), int(n), int(k), &alpha, a, CUDA_R_32F, int(lda), stride_a, b,
+      CUDA_R_32F, int(ldb), stride_b, &beta, c, CUDA_R_32F, int(ldc), stride_c, int(batch),
+      compute_type(allow_tf32), CUBLAS_GEMM_DEFAULT));
 }
 
-void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::attention_forward: not implemented yet");
+// ---------------------------------------------------------------------------------------------
+// Small kernels
+
+// out (M,N) row r = bias, or 0 when bias is null.
+__global__ void broadcast_rows_kernel(float* out, const float* bias, int64_t M, int64_t N) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= M * N) return;
+  out[i] = bias ? bias[i % N] : 0.0f;
 }
 
-void CudaKernels::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::attention_backward: not implemented yet");
+// dbias (N) += column sums of dout (M,N). Block: kColumnsPerBlock columns × kColumnRowGroups
+// row groups; group g sums rows g, g+8, g+16, ... in order, then the 8 group sums are added in
+// group order. The order depends on the constants only.
+__global__ void column_sums_kernel(float* dbias, const float* dout, int64_t M, int64_t N) {
+  __shared__ float partial[kColumnRowGroups][kColumnsPerBlock];
+  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
+  const int g = threadIdx.y;
+  float acc = 0.0f;
+  if (col < N)
+    for (int64_t r = g; r < M; r += kColumnRowGroups) acc += dout[r * N + col];
+  partial[g][threadIdx.x] = acc;
+  __syncthreads();
+  if (g == 0 && col < N) {
+    float sum = 0.0f;
+    for (int j = 0; j < kColumnRowGroups; ++j) sum += partial[j][threadIdx.x];
+    dbias[col] += sum;
+  }
 }
 
-void CudaKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V, int64_t Vp, float dloss) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::softmax_cross_entropy: not implemented yet");
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t].
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
+                                         const float* wpe, int64_t BT, int64_t T, int64_t C) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= BT * C) return;
+  const int64_t bt = i / C, c = i % C;
+  out[i] = wte[int64_t(tokens[bt]) * C + c] + wpe[(bt % T) * C + c];
+}
+
+// dwte += scatter of dout by token. Block x = position bt, block y = a chunk of channels. Only
+// the block of a token's FIRST position writes: it walks positions bt .. BT-1 in order, adding
+// the rows of the same token into the dwte value, so the additions happen in position order,
+// exactly as on the CPU (dwte[tok] + g[first] + g[next] + ...), with no atomics.
+__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout,
+                                              const int32_t* tokens, int64_t BT, int64_t C) {
+  const int64_t bt = blockIdx.x;
+  const int32_t token = tokens[bt];
+  int seen_before = 0;
+  for (int64_t j = threadIdx.x; j < bt; j += blockDim.x) seen_before |= (tokens[j] == token);
+  if (__syncthreads_or(seen_before)) return;  // an earlier position's block owns this token
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float* d = dwte + int64_t(token) * C + c;
+  float acc = *d;
+  for (int64_t j = bt; j < BT; ++j)
+    if (tokens[j] == token) acc += dout[j * C + c];
+  *d = acc;
+}
+
+// dwpe (T,C) += sum over b of dout[b,t], b in order.
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int64_t B,
+                                              int64_t T, int64_t C) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * C) return;
+  float acc = dwpe[i];
+  for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
+  dwpe[i] = acc;
+}
+
+// One warp per row of C: two-pass mean and biased variance, as the CPU.
+__global__ void layernorm_forward_kernel(float* out, float* mean_out, float* rstd_out,
+                                         const float* inp, const float* weight,
+                                         const float* bias, int64_t N, int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= N) return;  // whole warps leave together: the shuffles below see full warps
+  const int lane = threadIdx.x;
+  const float* x = inp + row * C;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  float s = 0.0f;
+  for (int64_t i = lane; i < C; i += kWarp) s += x[i];
+  const float mean = warp_sum(s) * inv_c;
+  float v = 0.0f;
+  for (int64_t i = lane; i < C; i += kWarp) {
+    const float d = x[i] - mean;
+    v += d * d;
+  }
+  const float var = warp_sum(v) * inv_c;
+  const float rstd = 1.0f / sqrtf(var + kLayerNormEps);
+  float* o = out + row * C;
+  for (int64_t i = lane; i < C; i += kWarp) o[i] = (x[i] - mean) * rstd * weight[i] + bias[i];
+  if (lane == 0) {
+    if (mean_out) mean_out[row] = mean;
+    if (rstd_out) rstd_out[row] = rstd;
+  }
+}
+
+// One warp per row: dinp += (dnorm - mean(dnorm) - norm·mean(dnorm·norm))·rstd, dnorm = w·dout.
+__global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                               const float* weight, const float* mean,
+                                               const float* rstd, int64_t N, int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + row * C;
+  const float* dy = dout + row * C;
+  const float mu = mean[row], rs = rstd[row];
+  const float inv_c = 1.0f / static_cast<float>(C);
+  float s_dnorm = 0.0f, s_dnorm_norm = 0.0f;
+  for (int64_t i = lane; i < C; i += kWarp) {
+    const float dnorm = weight[i] * dy[i];
+    s_dnorm += dnorm;
+    s_dnorm_norm += dnorm * ((x[i] - mu) * rs);
+  }
+  const float dnorm_mean = warp_sum(s_dnorm) * inv_c;
+  const float dnorm_norm_mean = warp_sum(s_dnorm_norm) * inv_c;
+  float* dx = dinp + row * C;
+  for (int64_t i = lane; i < C; i += kWarp) {
+    const float norm = (x[i] - mu) * rs;
+    const float dnorm = weight[i] * dy[i];
+    dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+  }
+}
+
+// dweight (C) += Σ_rows dout·norm, dbias (C) += Σ_rows dout: the column-sum blocking of
+// column_sums_kernel (fixed order).
+__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
+                                                 const float* inp, const float* mean,
+                                                 const float* rstd, int64_t N, int64_t C) {
+  __shared__ float partial_w[kColumnRowGroups][kColumnsPerBlock];
+  __shared__ float partial_b[kColumnRowGroups][kColumnsPerBlock];
+  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
+  const int g = threadIdx.y;
+  float acc_w = 0.0f, acc_b = 0.0f;
+  if (col < C)
+    for (int64_t r = g; r < N; r += kColumnRowGroups) {
+      const float dy = dout[r * C + col];
+      acc_w += dy * ((inp[r * C + col] - mean[r]) * rstd[r]);
+      acc_b += dy;
+    }
+  partial_w[g][threadIdx.x] = acc_w;
+  partial_b[g][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (g == 0 && col < C) {
+    float sw = 0.0f, sb = 0.0f;
+    for (int j = 0; j < kColumnRowGroups; ++j) {
+      sw += partial_w[j][threadIdx.x];
+      sb += partial_b[j][threadIdx.x];
+    }
+    dweight[col] += sw;
+    dbias[col] += sb;
+  }
+}
+
+// Rows of att (rows × T, row index = (b·NH + h)·T + t) hold scaled scores; each becomes the
+// causal softmax over columns 0..t, zeros above the diagonal. One warp per row.
+__global__ void causal_softmax_kernel(float* att, int64_t rows, int64_t T) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  const int64_t n = row % T + 1;  // keys 0..t
+  float* p = att + row * T;
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < n; j += kWarp) mx = fmaxf(mx, p[j]);
+  mx = warp_max(mx);
+  float s = 0.0f;
+  for (int64_t j = lane; j < n; j += kWarp) {
+    const float e = expf(p[j] - mx);
+    p[j] = e;
+    s += e;
+  }
+  const float inv_sum = 1.0f / warp_sum(s);
+  for (int64_t j = lane; j < n; j += kWarp) p[j] *= inv_sum;
+  for (int64_t j = n + lane; j < T; j += kWarp) p[j] = 0.0f;
+}
+
+// Softmax backward in place: dp (rows × T) holds dP = dY·Vᵀ and becomes
+// dS = P·(dP - Σ P·dP)·scale over columns 0..t, zeros above the diagonal. One warp per row.
+__global__ void causal_softmax_backward_kernel(float* dp, const float* att, int64_t rows,
+                                               int64_t T, float scale) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  const int64_t n = row % T + 1;
+  float* d = dp + row * T;
+  const float* p = att + row * T;
+  float s = 0.0f;
+  for (int64_t j = lane; j < n; j += kWarp) s += p[j] * d[j];
+  const float pdp = warp_sum(s);
+  for (int64_t j = lane; j < n; j += kWarp) d[j] = p[j] * (d[j] - pdp) * scale;
+  for (int64_t j = n + lane; j < T; j += kWarp) d[j] = 0.0f;
+}
+
+// Block reductions of softmax_cross_entropy: shared-memory tree over kSoftmaxThreads, a fixed
+// shape. Every thread gets the result.
+template <bool kMax>
+__device__ float block_reduce(float v, float* shared) {
+  const int tid = threadIdx.x;
+  shared[tid] = v;
+  __syncthreads();
+  for (int stride = kSoftmaxThreads / 2; stride > 0; stride /= 2) {
+    if (tid < stride)
+      shared[tid] = kMax ? fmaxf(shared[tid], shared[tid + stride])
+                         : shared[tid] + shared[tid + stride];
+    __syncthreads();
+  }
+  const float result = shared[0];
+  __syncthreads();  // shared is reused by the next reduction
+  return result;
+}
+
+// One block per row of logits (Vp wide, the first V real). loss = max + log Σ exp(x - max) -
+// x[target], in double at the end as the CPU. When dloss != 0 the row becomes
+// dloss·(softmax - onehot) and the padding 0. A target outside [0, V) gives a NaN loss and
+// leaves the row alone (the CPU throws; a device kernel cannot).
+__global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const int32_t* targets,
+                                             int64_t V, int64_t Vp, float dloss) {
+  __shared__ float shared[kSoftmaxThreads];
+  const int64_t r = blockIdx.x;
+  const int tid = threadIdx.x;
+  float* row = logits + r * Vp;
+  const int32_t target = targets[r];
+  if (target < 0 || target >= V) {
+    if (tid == 0) losses[r] = NAN;
+    return;
+  }
+  const float target_logit = row[target];
+  float mx = -INFINITY;
+  for (int64_t i = tid; i < V; i += kSoftmaxThreads) mx = fmaxf(mx, row[i]);
+  mx = block_reduce<true>(mx, shared);
+  float s = 0.0f;
+  for (int64_t i = tid; i < V; i += kSoftmaxThreads) s += expf(row[i] - mx);
+  const float sum = block_reduce<false>(s, shared);  // ends with a barrier: all reads are done
+  if (tid == 0)
+    losses[r] = static_cast<float>(static_cast<double>(mx) + log(static_cast<double>(sum)) -
+                                   static_cast<double>(target_logit));
+  if (dloss == 0.0f) return;
+  const float k = dloss / sum;
+  for (int64_t i = tid; i < V; i += kSoftmaxThreads) {
+    const float e = expf(row[i] - mx);
+    row[i] = i == target ? (e / sum - 1.0f) * dloss : e * k;
+  }
+  for (int64_t i = V + tid; i < Vp; i += kSoftmaxThreads) row[i] = 0.0f;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Matmul
+
+void CudaKernels::matmul_forward(float* out, const float* inp, const float* weight,
+                                 const float* bias, int64_t M, int64_t K, int64_t N,
+                                 WeightLayout layout) {
+  ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_forward: negative dimension");
+  if (M == 0 || N == 0) return;
+  // With a bias, out starts as bias rows and the product is added (beta = 1); with K = 0 the
+  // product is empty and out is the bias (or 0).
+  if (bias || K == 0) {
+    broadcast_rows_kernel<<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
+        out, bias, M, N);
+    check_launch();
+  }
+  if (K == 0) return;
+  // Column-major outᵀ (N,M) = op(W) (N,K) · inpᵀ (K,M). inp row-major (M,K) is inpᵀ with ld K.
+  // kInOut: W row-major (K,N) is Wᵀ (N,K) ld N, used as is. kOutIn: W row-major (N,K) is the
+  // column-major (K,N) ld K, transposed.
+  const bool in_out = layout == WeightLayout::kInOut;
+  gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M, K,
+       1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
+}
+
+void CudaKernels::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, int64_t M, int64_t K,
+                                  int64_t N, WeightLayout layout) {
+  ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
+  if (M == 0 || N == 0) return;
+  const bool in_out = layout == WeightLayout::kInOut;
+  if (K > 0) {
+    if (dinp) {
+      // dinp (M,K) += dout · Wᵀ. Column-major dinpᵀ (K,M) += op(W) (K,N) · doutᵀ (N,M).
+      // kInOut: W stored as the column-major (N,K) ld N, transposed. kOutIn: stored as the
+      // column-major (K,N) ld K, as is.
+      gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K,
+           M, N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
+    }
+    if (dweight) {
+      if (in_out) {
+        // dW (K,N) += inpᵀ · dout. Column-major dWᵀ (N,K) += doutᵀ (N,M) · inp (M,K), inp being
+        // the column-major (K,M) ld K transposed.
+        gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, N, K, M, 1.0f, dout, N,
+             inp, K, 1.0f, dweight, N);
+      } else {
+        // dW (N,K) += doutᵀ · inp. Column-major dWᵀ (K,N) += inpᵀ (K,M) · dout (M,N), dout being
+        // the column-major (N,M) ld N transposed.
+        gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, 1.0f, inp, K,
+             dout, N, 1.0f, dweight, K);
+      }
+    }
+  }
+  if (dbias) {
+    const dim3 block(kColumnsPerBlock, kColumnRowGroups);
+    column_sums_kernel<<<blocks_for(N, kColumnsPerBlock), block, 0, stream_>>>(dbias, dout, M, N);
+    check_launch();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+void CudaKernels::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                    const float* wpe, int64_t B, int64_t T, int64_t C) {
+  const int64_t n = B * T * C;
+  if (n <= 0) return;
+  embedding_forward_kernel<<<blocks_for(n, kElementThreads), kElementThreads, 0, stream_>>>(
+      out, tokens, wte, wpe, B * T, T, C);
+  check_launch();
+}
+
+void CudaKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
+  const int64_t BT = B * T;
+  if (BT <= 0 || C <= 0) return;
+  ZT_CUDA_ASSERT(BT <= std::numeric_limits<int>::max(), "embedding_backward: B*T too large");
+  const unsigned channel_chunks = blocks_for(C, kElementThreads);
+  ZT_CUDA_ASSERT(channel_chunks <= 65535, "embedding_backward: C too large");
+  embedding_backward_wte_kernel<<<dim3(unsigned(BT), channel_chunks), kElementThreads, 0,
+                                  stream_>>>(dwte, dout, tokens, BT, C);
+  check_launch();
+  embedding_backward_wpe_kernel<<<blocks_for(T * C, kElementThreads), kElementThreads, 0,
+                                  stream_>>>(dwpe, dout, B, T, C);
+  check_launch();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer norm
+
+void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                    const float* weight, const float* bias, int64_t N,
+                                    int64_t C) {
+  if (N <= 0 || C <= 0) return;
+  layernorm_forward_kernel<<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
+                             stream_>>>(out, mean, rstd, inp, weight, bias, N, C);
+  check_launch();
+}
+
+void CudaKernels::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                     const float* inp, const float* weight, const float* mean,
+                                     const float* rstd, int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return;
+  layernorm_backward_dinp_kernel<<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
+                                   stream_>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  check_launch();
+  layernorm_backward_params_kernel<<<blocks_for(C, kColumnsPerBlock),
+                                     dim3(kColumnsPerBlock, kColumnRowGroups), 0, stream_>>>(
+      dweight, dbias, dout, inp, mean, rstd, N, C);
+  check_launch();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention. Per batch b, the NH heads are one strided-batched GEMM: head h's q, k, v start at
+// qkv + b·T·3C + h·hs (+ C for k, + 2C for v), rows 3C apart, so consecutive heads are hs apart;
+// head h's (T,T) block of att starts T·T after head h-1's. (Heads of different b are not a
+// constant stride apart, hence the loop over b.) Row-major Q (T,hs) with row stride 3C is, to
+// cuBLAS, the column-major Qᵀ (hs,T) with ld 3C; likewise K, V, dY (ld C) and out (ld C).
+// Row-major att (T,T) is the column-major attᵀ with ld T.
+
+void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B,
+                                    int64_t T, int64_t C, int64_t NH) {
+  ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_forward: C is not a multiple of NH");
+  if (B <= 0 || T <= 0) return;
+  const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int64_t b = 0; b < B; ++b) {
+    const float* q = qkv + b * T * C3;
+    const float* k = q + C;
+    float* att_b = att + b * NH * TT;
+    // Scores S (T,T) = scale · Q · Kᵀ. Column-major Sᵀ (T,T) = scale · K (T,hs) · Qᵀ (hs,T),
+    // K being the column-major (hs,T) ld 3C transposed.
+    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k,
+                 C3, hs, q, C3, hs, 0.0f, att_b, T, TT, NH);
+  }
+  const int64_t rows = B * NH * T;
+  causal_softmax_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
+                          stream_>>>(att, rows, T);
+  check_launch();
+  for (int64_t b = 0; b < B; ++b) {
+    const float* v = qkv + b * T * C3 + 2 * C;
+    const float* att_b = att + b * NH * TT;
+    float* out_b = out + b * T * C;
+    // out (T,hs) = P · V. Column-major outᵀ (hs,T) = Vᵀ (hs,T) · Pᵀ (T,T).
+    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v,
+                 C3, hs, att_b, T, TT, 0.0f, out_b, C, hs, NH);
+  }
+}
+
+void CudaKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                     const float* att, int64_t B, int64_t T, int64_t C,
+                                     int64_t NH) {
+  ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_backward: C is not a multiple of NH");
+  if (B <= 0 || T <= 0) return;
+  const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  // dP, then dS in place: (B,NH,T,T), stream-ordered scratch freed after the last GEMM reads it.
+  float* ds = nullptr;
+  ZT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ds),
+                                static_cast<size_t>(B * NH * TT) * sizeof(float), stream_));
+  for (int64_t b = 0; b < B; ++b) {
+    const float* v = qkv + b * T * C3 + 2 * C;
+    const float* dy = dout + b * T * C;
+    const float* att_b = att + b * NH * TT;
+    float* dv = dqkv + b * T * C3 + 2 * C;
+    // dP (T,T) = dY · Vᵀ. Column-major dPᵀ (T,T) = V (T,hs) · dYᵀ (hs,T), V transposed.
+    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v,
+                 C3, hs, dy, C, hs, 0.0f, ds + b * NH * TT, T, TT, NH);
+    // dV (T,hs) += Pᵀ · dY. Column-major dVᵀ (hs,T) += dYᵀ (hs,T) · P (T,T), P being the
+    // column-major attᵀ transposed.
+    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy,
+                 C, hs, att_b, T, TT, 1.0f, dv, C3, hs, NH);
+  }
+  const int64_t rows = B * NH * T;
+  causal_softmax_backward_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock),
+                                   0, stream_>>>(ds, att, rows, T, scale);
+  check_launch();
+  for (int64_t b = 0; b < B; ++b) {
+    const float* q = qkv + b * T * C3;
+    const float* k = q + C;
+    const float* ds_b = ds + b * NH * TT;
+    float* dq = dqkv + b * T * C3;
+    float* dk = dq + C;
+    // dQ (T,hs) += dS · K. Column-major dQᵀ (hs,T) += Kᵀ (hs,T) · dSᵀ (T,T).
+    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k,
+                 C3, hs, ds_b, T, TT, 1.0f, dq, C3, hs, NH);
+    // dK (T,hs) += dSᵀ · Q. Column-major dKᵀ (hs,T) += Qᵀ (hs,T) · dS (T,T), dS being the
+    // column-major dSᵀ transposed.
+    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q,
+                 C3, hs, ds_b, T, TT, 1.0f, dk, C3, hs, NH);
+  }
+  ZT_CUDA_CHECK(cudaFreeAsync(ds, stream_));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax cross-entropy
+
+void CudaKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
+                                        int64_t N, int64_t V, int64_t Vp, float dloss) {
+  ZT_CUDA_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: need 0 < V <= Vp");
+  if (N <= 0) return;
+  ZT_CUDA_ASSERT(N <= std::numeric_limits<int>::max(), "softmax_cross_entropy: N too large");
+  softmax_cross_entropy_kernel<<<unsigned(N), kSoftmaxThreads, 0, stream_>>>(losses, logits,
+                                                                            targets, V, Vp, dloss);
+  check_launch();
 }
 
 }  // namespace zt

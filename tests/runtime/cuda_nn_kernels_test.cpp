@@ -1,0 +1,455 @@
+// Parity of the CUDA back end's neural-network kernels (runtime/cuda/cuda_nn_kernels.cu) with the
+// CPU back end's (runtime/cpu/cpu_kernels.cpp, itself pinned against double references and finite
+// differences in kernels_test.cpp): matmul (both weight layouts, with and without bias, every
+// gradient), embedding, layer norm, causal attention and softmax cross-entropy, on identical
+// random inputs. Gradient buffers start non-zero on both devices, so the accumulate contract is
+// checked too. Then determinism: every op run twice on the GPU gives the same bits.
+// Written against Device / Kernels only (no CUDA headers), so it compiles with or without CUDA;
+// every test skips when no GPU is usable. Not here: TF32 (CudaKernels::set_allow_tf32 needs the
+// CUDA headers), the element-wise ops and optimizers (cuda_kernels.cu), performance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/device.h"
+#include "runtime/device_factory.h"
+#include "runtime/kernels.h"
+
+namespace zt {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int32_t V, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, V - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(gen);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// |gpu - cpu| <= rtol·(|cpu| + max|cpu|) element by element: relative to the element, with a
+// floor relative to the array's largest magnitude (sums that cancel to near zero carry the
+// rounding error of their terms, not of their result). A layout mistake gives O(1) errors.
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  double max_abs = 0;
+  for (float x : cpu) max_abs = std::max(max_abs, std::abs(double(x)));
+  int failures = 0;
+  for (size_t i = 0; i < gpu.size() && failures < 5; ++i) {
+    const double err = std::abs(double(gpu[i]) - double(cpu[i]));
+    if (!(err <= rtol * (std::abs(double(cpu[i])) + max_abs))) {
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i]
+                    << " (error " << err << ", max |cpu| " << max_abs << ")";
+      ++failures;
+    }
+  }
+}
+
+// The same host data on both devices; read back with cpu() / gpu().
+class Mirror {
+ public:
+  template <class T>
+  Mirror(Device& cpu_dev, Device& gpu_dev, const std::vector<T>& host)
+      : cpu_dev_(cpu_dev), gpu_dev_(gpu_dev), bytes_(host.size() * sizeof(T)) {
+    cpu_ = cpu_dev.alloc(bytes_, MemCategory::kOther);
+    gpu_ = gpu_dev.alloc(bytes_, MemCategory::kOther);
+    if (bytes_ == 0) return;
+    cpu_dev.copy_from_host(cpu_.data(), host.data(), bytes_);
+    gpu_dev.copy_from_host(gpu_.data(), host.data(), bytes_);
+  }
+  float* c() const { return cpu_.as<float>(); }
+  float* g() const { return gpu_.as<float>(); }
+  const int32_t* ci() const { return cpu_.as<int32_t>(); }
+  const int32_t* gi() const { return gpu_.as<int32_t>(); }
+  std::vector<float> cpu() const { return read(cpu_dev_, cpu_); }
+  std::vector<float> gpu() const { return read(gpu_dev_, gpu_); }
+  void reset_gpu(const std::vector<float>& host) {
+    gpu_dev_.copy_from_host(gpu_.data(), host.data(), bytes_);
+  }
+
+ private:
+  std::vector<float> read(Device& dev, const Buffer& buf) const {
+    std::vector<float> host(bytes_ / sizeof(float));
+    if (bytes_ > 0) dev.copy_to_host(host.data(), buf.data(), bytes_);
+    return host;
+  }
+  Device& cpu_dev_;
+  Device& gpu_dev_;
+  size_t bytes_;
+  Buffer cpu_, gpu_;
+};
+
+class CudaNnKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();
+    gpu_dev_ = make_device(DeviceKind::kCuda, 0);
+  }
+  // Buffers must die before the devices: tests declare Mirrors as locals, destroyed first.
+  Mirror mirror(const std::vector<float>& host) { return Mirror(cpu_dev_, *gpu_dev_, host); }
+  Mirror mirror(const std::vector<int32_t>& host) { return Mirror(cpu_dev_, *gpu_dev_, host); }
+  Kernels& cpu() { return cpu_dev_.kernels(); }
+  Kernels& gpu() { return gpu_dev_->kernels(); }
+
+  CpuDevice cpu_dev_;
+  std::unique_ptr<Device> gpu_dev_;
+};
+
+constexpr double kRtol = 1e-5;
+
+// GPT-2 tiny slices, and an odd shape (nothing a multiple of 4, 32 or the warp).
+struct Shape {
+  int64_t B, T, C, NH, V, Vp;
+};
+const Shape kShapes[] = {{2, 16, 32, 4, 97, 128}, {3, 37, 30, 5, 51, 61}};
+
+std::string shape_name(const Shape& s) {
+  return "B" + std::to_string(s.B) + " T" + std::to_string(s.T) + " C" + std::to_string(s.C) +
+         " NH" + std::to_string(s.NH);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Matmul
+
+struct MatmulCase {
+  int64_t M, K, N;
+};
+const MatmulCase kMatmulCases[] = {{32, 32, 96}, {32, 128, 32}, {7, 13, 5}, {37, 30, 61}};
+
+TEST_F(CudaNnKernelsTest, MatmulForwardMatchesCpu) {
+  for (const MatmulCase& mc : kMatmulCases)
+    for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn})
+      for (bool with_bias : {true, false}) {
+        const std::string what = "M" + std::to_string(mc.M) + " K" + std::to_string(mc.K) + " N" +
+                                 std::to_string(mc.N) +
+                                 (layout == WeightLayout::kInOut ? " inout" : " outin") +
+                                 (with_bias ? " bias" : " nobias");
+        Mirror inp = mirror(random_floats(mc.M * mc.K, 1));
+        Mirror w = mirror(random_floats(mc.K * mc.N, 2));
+        Mirror bias = mirror(random_floats(mc.N, 3));
+        Mirror out = mirror(random_floats(mc.M * mc.N, 4, 5.0f, 6.0f));  // overwritten
+        cpu().matmul_forward(out.c(), inp.c(), w.c(), with_bias ? bias.c() : nullptr, mc.M, mc.K,
+                             mc.N, layout);
+        gpu().matmul_forward(out.g(), inp.g(), w.g(), with_bias ? bias.g() : nullptr, mc.M, mc.K,
+                             mc.N, layout);
+        expect_close(out.gpu(), out.cpu(), kRtol, what);
+      }
+}
+
+TEST_F(CudaNnKernelsTest, MatmulForwardWithEmptyInnerDimensionIsTheBias) {
+  const int64_t M = 5, N = 7;
+  Mirror bias = mirror(random_floats(N, 3));
+  Mirror out = mirror(random_floats(M * N, 4));
+  gpu().matmul_forward(out.g(), nullptr, nullptr, bias.g(), M, 0, N, WeightLayout::kInOut);
+  const std::vector<float> got = out.gpu(), b = bias.cpu();
+  for (int64_t i = 0; i < M * N; ++i) EXPECT_EQ(got[i], b[i % N]) << i;
+  gpu().matmul_forward(out.g(), nullptr, nullptr, nullptr, M, 0, N, WeightLayout::kOutIn);
+  for (float x : out.gpu()) EXPECT_EQ(x, 0.0f);
+}
+
+TEST_F(CudaNnKernelsTest, MatmulBackwardAccumulatesLikeCpu) {
+  for (const MatmulCase& mc : kMatmulCases)
+    for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+      const std::string what = "M" + std::to_string(mc.M) + " K" + std::to_string(mc.K) + " N" +
+                               std::to_string(mc.N) +
+                               (layout == WeightLayout::kInOut ? " inout" : " outin");
+      Mirror inp = mirror(random_floats(mc.M * mc.K, 1));
+      Mirror w = mirror(random_floats(mc.K * mc.N, 2));
+      Mirror dout = mirror(random_floats(mc.M * mc.N, 3));
+      Mirror dinp = mirror(random_floats(mc.M * mc.K, 4));  // non-zero: += is checked
+      Mirror dw = mirror(random_floats(mc.K * mc.N, 5));
+      Mirror db = mirror(random_floats(mc.N, 6));
+      cpu().matmul_backward(dinp.c(), dw.c(), db.c(), dout.c(), inp.c(), w.c(), mc.M, mc.K, mc.N,
+                            layout);
+      gpu().matmul_backward(dinp.g(), dw.g(), db.g(), dout.g(), inp.g(), w.g(), mc.M, mc.K, mc.N,
+                            layout);
+      expect_close(dinp.gpu(), dinp.cpu(), kRtol, what + " dinp");
+      expect_close(dw.gpu(), dw.cpu(), kRtol, what + " dweight");
+      expect_close(db.gpu(), db.cpu(), kRtol, what + " dbias");
+    }
+}
+
+TEST_F(CudaNnKernelsTest, MatmulBackwardSkipsNullGradients) {
+  const int64_t M = 9, K = 11, N = 6;
+  const std::vector<float> dw_start = random_floats(K * N, 5);
+  Mirror inp = mirror(random_floats(M * K, 1));
+  Mirror w = mirror(random_floats(K * N, 2));
+  Mirror dout = mirror(random_floats(M * N, 3));
+  Mirror dw = mirror(dw_start);
+  cpu().matmul_backward(nullptr, dw.c(), nullptr, dout.c(), inp.c(), w.c(), M, K, N,
+                        WeightLayout::kOutIn);
+  gpu().matmul_backward(nullptr, dw.g(), nullptr, dout.g(), inp.g(), w.g(), M, K, N,
+                        WeightLayout::kOutIn);
+  expect_close(dw.gpu(), dw.cpu(), kRtol, "dweight");
+  Mirror dinp = mirror(random_floats(M * K, 4));
+  Mirror db = mirror(random_floats(N, 6));
+  cpu().matmul_backward(dinp.c(), nullptr, db.c(), dout.c(), inp.c(), w.c(), M, K, N,
+                        WeightLayout::kInOut);
+  gpu().matmul_backward(dinp.g(), nullptr, db.g(), dout.g(), inp.g(), w.g(), M, K, N,
+                        WeightLayout::kInOut);
+  expect_close(dinp.gpu(), dinp.cpu(), kRtol, "dinp");
+  expect_close(db.gpu(), db.cpu(), kRtol, "dbias");
+}
+
+// The dbias reduction over many rows (more than the kernel's row groups, not a multiple).
+TEST_F(CudaNnKernelsTest, MatmulBiasGradientOverManyRows) {
+  const int64_t M = 1001, K = 4, N = 70;
+  Mirror inp = mirror(random_floats(M * K, 1));
+  Mirror w = mirror(random_floats(K * N, 2));
+  Mirror dout = mirror(random_floats(M * N, 3));
+  Mirror db = mirror(random_floats(N, 6));
+  cpu().matmul_backward(nullptr, nullptr, db.c(), dout.c(), inp.c(), w.c(), M, K, N,
+                        WeightLayout::kInOut);
+  gpu().matmul_backward(nullptr, nullptr, db.g(), dout.g(), inp.g(), w.g(), M, K, N,
+                        WeightLayout::kInOut);
+  expect_close(db.gpu(), db.cpu(), 1e-4, "dbias");  // 1001-term sums in different orders
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedding
+
+TEST_F(CudaNnKernelsTest, EmbeddingForwardAndBackwardMatchCpu) {
+  for (const Shape& s : kShapes) {
+    const std::string what = shape_name(s);
+    std::vector<int32_t> host_tokens = random_tokens(s.B * s.T, int32_t(s.V), 7);
+    // Repeats within and across sequences, the first and last positions included.
+    host_tokens[3] = host_tokens[0];
+    host_tokens[s.B * s.T - 1] = host_tokens[0];
+    host_tokens[s.T + 1] = host_tokens[5];
+    Mirror tokens = mirror(host_tokens);
+    Mirror wte = mirror(random_floats(s.Vp * s.C, 1));
+    Mirror wpe = mirror(random_floats(s.T * s.C, 2));
+    Mirror out = mirror(random_floats(s.B * s.T * s.C, 3));
+    cpu().embedding_forward(out.c(), tokens.ci(), wte.c(), wpe.c(), s.B, s.T, s.C);
+    gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), wpe.g(), s.B, s.T, s.C);
+    EXPECT_TRUE(same_bits(out.gpu(), out.cpu())) << what << " forward";  // one add each
+
+    Mirror dout = mirror(random_floats(s.B * s.T * s.C, 4));
+    Mirror dwte = mirror(random_floats(s.Vp * s.C, 5));
+    Mirror dwpe = mirror(random_floats(s.T * s.C, 6));
+    cpu().embedding_backward(dwte.c(), dwpe.c(), dout.c(), tokens.ci(), s.B, s.T, s.C);
+    gpu().embedding_backward(dwte.g(), dwpe.g(), dout.g(), tokens.gi(), s.B, s.T, s.C);
+    // The same additions in the same (position) order as the CPU: the same bits.
+    EXPECT_TRUE(same_bits(dwte.gpu(), dwte.cpu())) << what << " dwte";
+    EXPECT_TRUE(same_bits(dwpe.gpu(), dwpe.cpu())) << what << " dwpe";
+    expect_close(dwte.gpu(), dwte.cpu(), kRtol, what + " dwte");
+    expect_close(dwpe.gpu(), dwpe.cpu(), kRtol, what + " dwpe");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer norm
+
+TEST_F(CudaNnKernelsTest, LayerNormForwardAndBackwardMatchCpu) {
+  const std::pair<int64_t, int64_t> shapes[] = {{32, 32}, {77, 30}, {9, 771}};  // (N, C)
+  for (const auto& [N, C] : shapes) {
+    const std::string what = "N" + std::to_string(N) + " C" + std::to_string(C);
+    // An offset and a scale per row, so mean and variance are not trivial.
+    std::vector<float> x = random_floats(N * C, 1);
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t c = 0; c < C; ++c) x[r * C + c] = x[r * C + c] * (1.0f + r % 3) + 0.5f * r;
+    Mirror inp = mirror(x);
+    Mirror w = mirror(random_floats(C, 2, 0.5f, 1.5f));
+    Mirror b = mirror(random_floats(C, 3));
+    Mirror out = mirror(random_floats(N * C, 4));
+    Mirror mean = mirror(random_floats(N, 5));
+    Mirror rstd = mirror(random_floats(N, 6));
+    cpu().layernorm_forward(out.c(), mean.c(), rstd.c(), inp.c(), w.c(), b.c(), N, C);
+    gpu().layernorm_forward(out.g(), mean.g(), rstd.g(), inp.g(), w.g(), b.g(), N, C);
+    expect_close(out.gpu(), out.cpu(), kRtol, what + " out");
+    expect_close(mean.gpu(), mean.cpu(), kRtol, what + " mean");
+    expect_close(rstd.gpu(), rstd.cpu(), kRtol, what + " rstd");
+
+    // Backward from the CPU's mean and rstd on both devices (the same inputs).
+    const std::vector<float> mean_host = mean.cpu(), rstd_host = rstd.cpu();
+    mean.reset_gpu(mean_host);
+    rstd.reset_gpu(rstd_host);
+    Mirror dout = mirror(random_floats(N * C, 7));
+    Mirror dinp = mirror(random_floats(N * C, 8));
+    Mirror dw = mirror(random_floats(C, 9));
+    Mirror db = mirror(random_floats(C, 10));
+    cpu().layernorm_backward(dinp.c(), dw.c(), db.c(), dout.c(), inp.c(), w.c(), mean.c(),
+                             rstd.c(), N, C);
+    gpu().layernorm_backward(dinp.g(), dw.g(), db.g(), dout.g(), inp.g(), w.g(), mean.g(),
+                             rstd.g(), N, C);
+    expect_close(dinp.gpu(), dinp.cpu(), kRtol, what + " dinp");
+    expect_close(dw.gpu(), dw.cpu(), kRtol, what + " dweight");
+    expect_close(db.gpu(), db.cpu(), kRtol, what + " dbias");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+TEST_F(CudaNnKernelsTest, AttentionForwardAndBackwardMatchCpu) {
+  for (const Shape& s : kShapes) {
+    const std::string what = shape_name(s);
+    const int64_t att_n = s.B * s.NH * s.T * s.T;
+    // Spread of ±2 gives peaked softmax rows (scores up to ~|4·hs|/sqrt(hs)).
+    Mirror qkv = mirror(random_floats(s.B * s.T * 3 * s.C, 1, -2.0f, 2.0f));
+    Mirror out = mirror(random_floats(s.B * s.T * s.C, 2));
+    Mirror att = mirror(random_floats(att_n, 3));  // the upper triangle must become 0
+    cpu().attention_forward(out.c(), att.c(), qkv.c(), s.B, s.T, s.C, s.NH);
+    gpu().attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.C, s.NH);
+    const std::vector<float> att_gpu = att.gpu();
+    expect_close(att_gpu, att.cpu(), kRtol, what + " att");
+    expect_close(out.gpu(), out.cpu(), kRtol, what + " out");
+    for (int64_t row = 0; row < s.B * s.NH * s.T; ++row) {
+      const int64_t t = row % s.T;
+      double sum = 0;
+      for (int64_t j = 0; j < s.T; ++j) {
+        const float p = att_gpu[row * s.T + j];
+        if (j > t) {
+          ASSERT_EQ(p, 0.0f) << what << " att row " << row << " col " << j;
+        }
+        sum += p;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-5) << what << " att row " << row;
+    }
+
+    // Backward from the CPU's probabilities on both devices (the same inputs).
+    att.reset_gpu(att.cpu());
+    Mirror dout = mirror(random_floats(s.B * s.T * s.C, 4));
+    Mirror dqkv = mirror(random_floats(s.B * s.T * 3 * s.C, 5));  // non-zero: += is checked
+    cpu().attention_backward(dqkv.c(), dout.c(), qkv.c(), att.c(), s.B, s.T, s.C, s.NH);
+    gpu().attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.C, s.NH);
+    // q, k, v parts separately, so a failure names the part.
+    const std::vector<float> g = dqkv.gpu(), c = dqkv.cpu();
+    for (int part = 0; part < 3; ++part) {
+      std::vector<float> gp, cp;
+      for (int64_t bt = 0; bt < s.B * s.T; ++bt)
+        for (int64_t i = 0; i < s.C; ++i) {
+          gp.push_back(g[bt * 3 * s.C + part * s.C + i]);
+          cp.push_back(c[bt * 3 * s.C + part * s.C + i]);
+        }
+      expect_close(gp, cp, kRtol, what + (part == 0 ? " dq" : part == 1 ? " dk" : " dv"));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax cross-entropy
+
+TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyMatchesCpu) {
+  struct Case {
+    int64_t N, V, Vp;
+  };
+  const Case cases[] = {{32, 97, 128}, {5, 51, 61}, {3, 1000, 1000}, {4, 700, 777}};
+  for (const Case& cs : cases) {
+    for (float dloss : {0.0f, 1.0f / 32.0f}) {
+      const std::string what = "N" + std::to_string(cs.N) + " V" + std::to_string(cs.V) +
+                               " Vp" + std::to_string(cs.Vp) + " dloss " + std::to_string(dloss);
+      std::vector<int32_t> host_targets = random_tokens(cs.N, int32_t(cs.V), 8);
+      host_targets[0] = int32_t(cs.V - 1);  // the last real column
+      host_targets[cs.N - 1] = 0;
+      Mirror targets = mirror(host_targets);
+      const std::vector<float> host_logits = random_floats(cs.N * cs.Vp, 1, -4.0f, 4.0f);
+      Mirror logits = mirror(host_logits);
+      Mirror losses = mirror(random_floats(cs.N, 2));
+      cpu().softmax_cross_entropy(losses.c(), logits.c(), targets.ci(), cs.N, cs.V, cs.Vp, dloss);
+      gpu().softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), cs.N, cs.V, cs.Vp, dloss);
+      expect_close(losses.gpu(), losses.cpu(), kRtol, what + " losses");
+      const std::vector<float> grad = logits.gpu();
+      if (dloss == 0.0f) {
+        EXPECT_TRUE(same_bits(grad, host_logits)) << what << ": logits changed with dloss 0";
+        continue;
+      }
+      expect_close(grad, logits.cpu(), kRtol, what + " gradient");
+      for (int64_t r = 0; r < cs.N; ++r)
+        for (int64_t i = cs.V; i < cs.Vp; ++i)
+          ASSERT_EQ(grad[r * cs.Vp + i], 0.0f) << what << " padded column " << i << " row " << r;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism: each op twice on the GPU from the same inputs gives the same bits.
+
+TEST_F(CudaNnKernelsTest, EveryOpIsDeterministic) {
+  const Shape s = kShapes[1];
+  const int64_t BT = s.B * s.T, C = s.C, att_n = s.B * s.NH * s.T * s.T;
+  // Runs `op` twice from the same starting contents of `outputs` and compares the bits.
+  auto twice = [&](const std::string& what, std::vector<Mirror*> outputs,
+                   const std::function<void()>& op) {
+    std::vector<std::vector<float>> start, first;
+    for (Mirror* m : outputs) start.push_back(m->gpu());
+    op();
+    for (Mirror* m : outputs) first.push_back(m->gpu());
+    for (size_t i = 0; i < outputs.size(); ++i) outputs[i]->reset_gpu(start[i]);
+    op();
+    for (size_t i = 0; i < outputs.size(); ++i)
+      EXPECT_TRUE(same_bits(outputs[i]->gpu(), first[i])) << what << " output " << i;
+  };
+  Mirror inp = mirror(random_floats(BT * C, 1));
+  Mirror w = mirror(random_floats(C * 3 * C, 2));
+  Mirror bias = mirror(random_floats(3 * C, 3));
+  Mirror qkv = mirror(random_floats(BT * 3 * C, 4));
+  Mirror dqkv = mirror(random_floats(BT * 3 * C, 5));
+  Mirror dinp = mirror(random_floats(BT * C, 6));
+  Mirror dw = mirror(random_floats(C * 3 * C, 7));
+  Mirror db = mirror(random_floats(3 * C, 8));
+  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+    twice("matmul_forward", {&qkv}, [&] {
+      gpu().matmul_forward(qkv.g(), inp.g(), w.g(), bias.g(), BT, C, 3 * C, layout);
+    });
+    twice("matmul_backward", {&dinp, &dw, &db}, [&] {
+      gpu().matmul_backward(dinp.g(), dw.g(), db.g(), dqkv.g(), inp.g(), w.g(), BT, C, 3 * C,
+                            layout);
+    });
+  }
+  Mirror tokens = mirror(random_tokens(BT, int32_t(s.V), 9));
+  Mirror wte = mirror(random_floats(s.Vp * C, 10));
+  Mirror wpe = mirror(random_floats(s.T * C, 11));
+  Mirror out = mirror(random_floats(BT * C, 12));
+  twice("embedding_forward", {&out},
+        [&] { gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), wpe.g(), s.B, s.T, C); });
+  twice("embedding_backward", {&wte, &wpe},
+        [&] { gpu().embedding_backward(wte.g(), wpe.g(), inp.g(), tokens.gi(), s.B, s.T, C); });
+  Mirror lnw = mirror(random_floats(C, 13));
+  Mirror lnb = mirror(random_floats(C, 14));
+  Mirror mean = mirror(random_floats(BT, 15));
+  Mirror rstd = mirror(random_floats(BT, 16));
+  twice("layernorm_forward", {&out, &mean, &rstd}, [&] {
+    gpu().layernorm_forward(out.g(), mean.g(), rstd.g(), inp.g(), lnw.g(), lnb.g(), BT, C);
+  });
+  twice("layernorm_backward", {&dinp, &lnw, &lnb}, [&] {
+    gpu().layernorm_backward(dinp.g(), lnw.g(), lnb.g(), out.g(), inp.g(), bias.g(), mean.g(),
+                             rstd.g(), BT, C);
+  });
+  Mirror att = mirror(random_floats(att_n, 17));
+  twice("attention_forward", {&out, &att},
+        [&] { gpu().attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, C, s.NH); });
+  twice("attention_backward", {&dqkv}, [&] {
+    gpu().attention_backward(dqkv.g(), inp.g(), qkv.g(), att.g(), s.B, s.T, C, s.NH);
+  });
+  Mirror logits = mirror(random_floats(BT * s.Vp, 18, -4.0f, 4.0f));
+  Mirror losses = mirror(random_floats(BT, 19));
+  twice("softmax_cross_entropy", {&logits, &losses}, [&] {
+    gpu().softmax_cross_entropy(losses.g(), logits.g(), tokens.gi(), BT, s.V, s.Vp, 0.5f);
+  });
+}
+
+}  // namespace
+}  // namespace zt
