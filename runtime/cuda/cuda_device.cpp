@@ -9,6 +9,9 @@
 // Reuse is stream-ordered: a block freed while kernels on the compute stream may still read it
 // can be handed out at once, because its next user enqueues on the same stream after them.
 // Work on the comm stream is synchronised by the communicator before its buffers are freed.
+// Pinned by tests/runtime/cuda_device_test.cpp (ReusedBlocksHoldTheirNewOwnersData,
+// ImpossibleAllocationThrowsSystemNamingTheBytes); the reuse itself (device_mallocs() flat in
+// steady state) is not visible through Device, so no test there checks it.
 #include "runtime/cuda/cuda_device.h"
 
 #include <utility>

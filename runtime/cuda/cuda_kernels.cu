@@ -19,6 +19,8 @@
 // sum_squares sums fixed blocks of kSumSquaresBlock elements, each by one thread block in a
 // fixed tree, then adds the block sums in order: deterministic, but not the CPU's bits (its
 // blocks use 8 lanes), which agree to ~1e-15 relative.
+// Pinned by tests/runtime/cuda_device_test.cpp (every entry here against the CPU's, bitwise
+// where the operations are the same; ElementWiseResultsDoNotDependOnSplitting for position).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -348,6 +348,51 @@ TEST_F(CudaDeviceTest, ReusedBlocksHoldTheirNewOwnersData) {
   }
 }
 
+// The caching policy (cuda_device.cpp): sizes rounded to 512 B below 1 MiB and to 2 MiB from
+// there; a freed block serves the smallest-fitting later request of at least half its size.
+// Seen through Device as the same pointer coming back. The device is fresh: nothing cached.
+TEST_F(CudaDeviceTest, FreedBlocksAreReusedBestFitWithinTwiceTheRequest) {
+  const MemCategory c = MemCategory::kActivations;
+  Buffer a = gpu_->alloc(100000, c);  // block 100352
+  void* const pa = a.data();
+  a.reset();
+  Buffer same = gpu_->alloc(100000, c);
+  EXPECT_EQ(same.data(), pa) << "same size";
+  same.reset();
+  Buffer smaller = gpu_->alloc(60000, c);  // 60416 rounded: 100352 <= 2 x 60416
+  EXPECT_EQ(smaller.data(), pa) << "within 2x";
+  smaller.reset();
+  Buffer much_smaller = gpu_->alloc(40000, c);  // 40448 rounded: 100352 > 2 x 40448
+  EXPECT_NE(much_smaller.data(), pa) << "beyond 2x";
+  Buffer big = gpu_->alloc(200000, c);  // block 200192, new
+  void* const pbig = big.data();
+  EXPECT_NE(pbig, pa);
+  big.reset();
+  // Cached now: 100352 (pa) and 200192 (pbig). Best fit takes the smaller block that fits.
+  Buffer fit_small = gpu_->alloc(90000, c);
+  EXPECT_EQ(fit_small.data(), pa) << "best fit";
+  Buffer fit_big = gpu_->alloc(150000, c);
+  EXPECT_EQ(fit_big.data(), pbig) << "the next block that fits";
+  // The 2 MiB class: 3 MiB takes a 4 MiB block, which 2.5 MiB reuses and 1 MiB - 1 (1 MiB
+  // rounded) does not.
+  Buffer large = gpu_->alloc(3 << 20, c);
+  void* const plarge = large.data();
+  large.reset();
+  Buffer large2 = gpu_->alloc((5 << 20) / 2, c);
+  EXPECT_EQ(large2.data(), plarge);
+  large2.reset();
+  Buffer under = gpu_->alloc((1 << 20) - 1, c);
+  EXPECT_NE(under.data(), plarge);
+  // Blocks handed out twice would overlap: write distinct data through all live buffers.
+  const std::vector<float> x = normal_floats(90000 / 4, 1), y = normal_floats(150000 / 4, 2);
+  gpu_->copy_from_host(fit_small.data(), x.data(), x.size() * sizeof(float));
+  gpu_->copy_from_host(fit_big.data(), y.data(), y.size() * sizeof(float));
+  gpu_->zero(much_smaller.data(), 40000);
+  gpu_->zero(under.data(), (1 << 20) - 1);
+  expect_bitwise(download<float>(fit_small, static_cast<int64_t>(x.size())), x, "fit_small");
+  expect_bitwise(download<float>(fit_big, static_cast<int64_t>(y.size())), y, "fit_big");
+}
+
 TEST_F(CudaDeviceTest, ImpossibleAllocationThrowsSystemNamingTheBytes) {
   const size_t huge = size_t{1} << 52;  // 4 PiB
   try {
