@@ -50,13 +50,18 @@ class CudaDevice final : public Device {
   void raw_free(void* data, size_t bytes) override;
 
  private:
+  // Frees every cached block (mutex_ held); waits for both streams first.
+  void release_cached_locked();
+
   int ordinal_;
+  std::string device_name_;                  // cudaDeviceProp::name
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
   std::unique_ptr<CudaKernels> kernels_;
-  mutable std::mutex mutex_;                 // the allocator's state
-  std::multimap<size_t, void*> free_blocks_; // rounded size -> block
-  size_t reserved_ = 0;
+  mutable std::mutex mutex_;                 // the allocator's state (below)
+  std::multimap<size_t, void*> free_blocks_; // block size -> cached block
+  std::map<void*, size_t> live_blocks_;      // handed-out block -> its (rounded) size
+  size_t reserved_ = 0;                      // bytes of every block held from cudaMalloc
   int64_t mallocs_ = 0;
 };
 

@@ -1,63 +1,531 @@
-// CudaKernels: construction, element-wise ops, optimizers and reductions. PLACEHOLDER until
-// implemented: every entry throws.
+// CudaKernels: construction, element-wise ops, optimizers and reductions. The neural-network
+// ops (matmul, embedding, layer norm, attention, cross-entropy) are in cuda_nn_kernels.cu.
+// Every entry is enqueued on stream_ and returns at once, except has_nonfinite and sum_squares,
+// which wait for their result.
+//
+// Bitwise agreement with the CPU back end (runtime/cpu/cpu_kernels.cpp). Element-wise kernels
+// here run the same IEEE operations in the same order as the CPU's, one element per loop
+// iteration of a grid-stride loop, so an element's bits depend neither on its position nor on
+// the launch geometry. nvcc contracts a*b+c into one FMA by default (-fmad=true) and the build
+// does not turn that off, so the float arithmetic is written with the _rn intrinsics
+// (__fmul_rn, __fadd_rn, ...), which are never contracted; the CPU build uses
+// -ffp-contract=off. GELU uses the CPU's exp_bounded (a polynomial of +, -, * and bit
+// operations), not expf or tanhf, so it gives the CPU's bits rather than a nearby value.
+// Conversions to fp16 / bf16 use the hardware's round-to-nearest-even (__float2half_rn,
+// __float2bfloat16_rn), with NaN mapped as runtime/dtype.h maps it (the hardware would give one
+// canonical NaN); fp16 -> fp32 is dtype.h's bit construction. The one thing that differs from
+// the CPU is the payload of a NaN made by arithmetic on a NaN (the GPU gives the canonical NaN,
+// x86 propagates the operand's).
+// sum_squares sums fixed blocks of kSumSquaresBlock elements, each by one thread block in a
+// fixed tree, then adds the block sums in order: deterministic, but not the CPU's bits (its
+// blocks use 8 lanes), which agree to ~1e-15 relative.
+// Pinned by tests/runtime/cuda_device_test.cpp (every entry here against the CPU's, bitwise
+// where the operations are the same; ElementWiseResultsDoNotDependOnSplitting for position).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
 #include "runtime/cuda/cuda_kernels_impl.h"
 
 namespace zt {
+namespace {
 
-CudaKernels::CudaKernels(cudaStream_t stream) : stream_(stream), impl_(std::make_unique<Impl>()) {}
-CudaKernels::~CudaKernels() = default;
-void CudaKernels::set_allow_tf32(bool allow) { impl_->allow_tf32 = allow; }
+constexpr int kThreads = 256;                 // threads per block of every kernel here
+constexpr int64_t kMaxBlocks = 8192;          // grid cap; grid-stride loops cover the rest
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+constexpr int64_t kSumSquaresBlock = 16384;   // the CPU's block (cpu_kernels.cpp)
+constexpr int kSumSquaresPerThread = kSumSquaresBlock / kThreads;  // 64
+static_assert(kSumSquaresBlock % kThreads == 0);
+static_assert((kThreads & (kThreads - 1)) == 0, "the tree reductions need a power of two");
+
+unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
+
+// Element indices of this thread in a grid-stride loop over [0, n).
+#define ZT_GRID_STRIDE_LOOP(i, n)                                                       \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// ---------------------------------------------------------------------------------------------
+// GELU: the CPU's formulas and operation order exactly (cpu_kernels.cpp, gelu_*_range and
+// exp_bounded), with every float operation an uncontracted _rn intrinsic.
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+// e^x for x clamped to [-86, 80]: cpu_kernels.cpp's exp_bounded, operation for operation.
+__device__ __forceinline__ float exp_bounded(float x) {
+  x = x < -86.0f ? -86.0f : x;
+  x = x > 80.0f ? 80.0f : x;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  const float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), kRound);
+  const float n = __fsub_rn(t, kRound);
+  const uint32_t ni = __float_as_uint(t) - 0x4B400000u;  // n as an integer (two's complement)
+  float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
+  r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
+  float p = __fadd_rn(__fmul_rn(r, 1.9875691500e-4f), 1.3981999507e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+  p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);  // p*r*r + r + 1
+  return __fmul_rn(p, __uint_as_float((ni + 127u) << 23));
+}
+
+// u = sqrt(2/pi) * (x + 0.044715 x^3), with x^3 evaluated as ((0.044715 * x) * x) * x.
+__device__ __forceinline__ float gelu_u(float x) {
+  const float cubic = __fmul_rn(__fmul_rn(__fmul_rn(kGeluCubic, x), x), x);
+  return __fmul_rn(kGeluScale, __fadd_rn(x, cubic));
+}
+
+// out = x / (1 + e^(-2u)) = 0.5 x (1 + tanh u).
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) {
+    const float x = inp[i];
+    const float e = exp_bounded(__fmul_rn(-2.0f, gelu_u(x)));
+    out[i] = __fdiv_rn(x, __fadd_rn(1.0f, e));
+  }
+}
+
+// dinp += dout * (s + 2 x s (1-s) du/dx), s = 1/(1+e), 1-s = e s.
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                     int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) {
+    const float x = inp[i];
+    const float e = exp_bounded(__fmul_rn(-2.0f, gelu_u(x)));
+    const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+    // 3.0f * kGeluCubic * x * x: the product of the two constants is folded in float, as GCC
+    // folds it on the CPU.
+    const float du =
+        __fmul_rn(kGeluScale, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(3.0f * kGeluCubic, x), x)));
+    // s * (1 + ((2 x) (e s)) du)
+    const float inner = __fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), __fmul_rn(e, s)), du);
+    const float grad = __fmul_rn(s, __fadd_rn(1.0f, inner));
+    dinp[i] = __fadd_rn(dinp[i], __fmul_rn(dout[i], grad));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Simple element-wise kernels.
+
+__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) out[i] = __fadd_rn(a[i], b[i]);
+}
+
+__global__ void accumulate_kernel(float* y, const float* x, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) y[i] = __fadd_rn(y[i], x[i]);
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) x[i] = __fmul_rn(x[i], s);
+}
+
+__global__ void fill_kernel(float* x, float value, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) x[i] = value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizers: the CPU's adamw_range / sgd_range (cpu_kernels.cpp), operation for operation.
+
+// Scalars of one AdamW call, computed once on the host exactly as the CPU computes them.
+struct AdamScalars {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
+  float bias_correction1, bias_correction2;  // 1 - beta^step
+};
+
+template <bool kDecoupled>
+__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
+                             AdamScalars a) {
+  ZT_GRID_STRIDE_LOOP(i, n) {
+    float p = param[i];
+    float g = __fmul_rn(grad[i], a.grad_scale);
+    if constexpr (!kDecoupled) g = __fadd_rn(g, __fmul_rn(a.weight_decay, p));  // L2
+    const float mi = __fadd_rn(__fmul_rn(a.beta1, m[i]), __fmul_rn(a.one_minus_beta1, g));
+    const float vi =
+        __fadd_rn(__fmul_rn(a.beta2, v[i]), __fmul_rn(__fmul_rn(a.one_minus_beta2, g), g));
+    m[i] = mi;
+    v[i] = vi;
+    const float mhat = __fdiv_rn(mi, a.bias_correction1);
+    const float vhat = __fdiv_rn(vi, a.bias_correction2);
+    const float step = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), a.eps));
+    if constexpr (kDecoupled) {
+      p = __fsub_rn(p, __fmul_rn(a.lr, __fadd_rn(step, __fmul_rn(a.weight_decay, p))));
+    } else {
+      p = __fsub_rn(p, __fmul_rn(a.lr, step));
+    }
+    param[i] = p;
+  }
+}
+
+// PyTorch's SGD: g += wd p; with momentum buf = momentum buf + g, and the step uses buf.
+template <bool kDecay, bool kMomentum>
+__global__ void sgd_kernel(float* param, const float* grad, float* buf, int64_t n, SgdArgs a) {
+  ZT_GRID_STRIDE_LOOP(i, n) {
+    const float p = param[i];
+    float g = __fmul_rn(grad[i], a.grad_scale);
+    if constexpr (kDecay) g = __fadd_rn(g, __fmul_rn(a.weight_decay, p));
+    if constexpr (kMomentum) {
+      g = __fadd_rn(__fmul_rn(a.momentum, buf[i]), g);
+      buf[i] = g;
+    }
+    param[i] = __fsub_rn(p, __fmul_rn(a.lr, g));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storage types: an element type with its conversions to and from fp32, as runtime/dtype.h
+// defines them (round to nearest even, fp16 overflow to inf, NaN kept as dtype.h keeps it).
+
+struct F32Storage {
+  using Elem = float;
+  __device__ static float to_fp32(float x) { return x; }
+  __device__ static float from_fp32(float x) { return x; }
+};
+
+struct F16Storage {
+  using Elem = uint16_t;
+  // dtype.h's fp16_to_fp32: exact for every pattern, NaN payload kept.
+  __device__ static float to_fp32(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t mant = h & 0x3ffu;
+    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0) {
+      if (mant == 0) return __uint_as_float(sign);
+      const float value = __fmul_rn(static_cast<float>(mant), 0x1p-24f);  // subnormal, exact
+      return sign ? -value : value;
+    }
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  }
+  // dtype.h's fp32_to_fp16: every NaN becomes the quiet NaN 0x7e00 with the input's sign.
+  __device__ static uint16_t from_fp32(float f) {
+    const uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+      return static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7e00u);
+    return __half_as_ushort(__float2half_rn(f));
+  }
+};
+
+struct BF16Storage {
+  using Elem = uint16_t;
+  __device__ static float to_fp32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+  // dtype.h's fp32_to_bf16: a NaN keeps its top 16 bits and is made quiet.
+  __device__ static uint16_t from_fp32(float f) {
+    const uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  }
+};
+
+// f(S{}) with the storage tag S of t (host side: picks the kernel instantiation).
+template <class F>
+void visit_storage(DType t, const F& f) {
+  switch (t) {
+    case DType::kF32:
+      f(F32Storage{});
+      return;
+    case DType::kF16:
+      f(F16Storage{});
+      return;
+    case DType::kBF16:
+      f(BF16Storage{});
+      return;
+  }
+  ZT_CUDA_ASSERT(false, "unknown DType");
+}
+
+// dst = D(S(src)) through fp32 (fp16 <-> bf16 included: fp32 holds both exactly).
+template <class D, class S>
+__global__ void cast_kernel(typename D::Elem* dst, const typename S::Elem* src, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) dst[i] = D::from_fp32(S::to_fp32(src[i]));
+}
+
+// x = float(S(x)).
+template <class S>
+__global__ void round_kernel(float* x, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) x[i] = S::to_fp32(S::from_fp32(x[i]));
+}
+
+// dst = D(float(a) + float(b)), one rounding. dst may be a or b itself: each element is read
+// before it is written, by the same thread.
+template <class D, class A, class B>
+__global__ void add_kernel(typename D::Elem* dst, const typename A::Elem* a,
+                           const typename B::Elem* b, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) dst[i] = D::from_fp32(__fadd_rn(A::to_fp32(a[i]), B::to_fp32(b[i])));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions.
+
+// *flag = 1 when some element has an all-ones exponent (inf or NaN), as the CPU tests it.
+__global__ void nonfinite_kernel(int* flag, const float* x, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) {
+    if ((__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u) *flag = 1;
+  }
+}
+
+// partials[blk] = sum of x[i]^2 over block blk = [blk * 16384, min(n, (blk + 1) * 16384)), in
+// double. Thread t adds elements t, t + 256, t + 512, ... of the block in order; the 256 thread
+// sums are then added in a fixed tree (s[t] += s[t + w] for w = 128, 64, ..., 1). The shape
+// depends only on the element's position, so any grid size gives the same bits.
+__global__ void sum_squares_blocks_kernel(double* partials, const float* x, int64_t n,
+                                          int64_t blocks) {
+  __shared__ double sums[kThreads];
+  const int t = threadIdx.x;
+  for (int64_t blk = blockIdx.x; blk < blocks; blk += gridDim.x) {
+    const int64_t begin = blk * kSumSquaresBlock;
+    double acc = 0.0;
+    for (int k = 0; k < kSumSquaresPerThread; ++k) {
+      const int64_t i = begin + static_cast<int64_t>(k) * kThreads + t;
+      if (i < n) {
+        const double d = static_cast<double>(x[i]);
+        acc = __dadd_rn(acc, __dmul_rn(d, d));
+      }
+    }
+    sums[t] = acc;
+    __syncthreads();
+    for (int w = kThreads / 2; w >= 1; w /= 2) {
+      if (t < w) sums[t] = __dadd_rn(sums[t], sums[t + w]);
+      __syncthreads();
+    }
+    if (t == 0) partials[blk] = sums[0];
+    __syncthreads();  // sums[0] is read before the next block overwrites sums
+  }
+}
+
+// partials[blocks] = partials[0] + partials[1] + ... in order, by one thread.
+__global__ void sum_in_order_kernel(double* partials, int64_t blocks) {
+  double total = 0.0;
+  for (int64_t blk = 0; blk < blocks; ++blk) total = __dadd_rn(total, partials[blk]);
+  partials[blocks] = total;
+}
+
+// Frees whatever of impl is held, ignoring errors (destructor and failed constructor paths).
+void release(CudaKernels::Impl& impl) noexcept {
+  if (impl.cublas) cublasDestroy(impl.cublas);
+  if (impl.lt) cublasLtDestroy(impl.lt);
+  if (impl.lt_workspace) cudaFree(impl.lt_workspace);
+  if (impl.partials) cudaFree(impl.partials);
+  if (impl.host_result) cudaFreeHost(impl.host_result);
+  if (impl.flag) cudaFree(impl.flag);
+  if (impl.host_flag) cudaFreeHost(impl.host_flag);
+  impl = CudaKernels::Impl{};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Construction.
+
+CudaKernels::CudaKernels(cudaStream_t stream) : stream_(stream), impl_(std::make_unique<Impl>()) {
+  Impl& impl = *impl_;
+  try {
+    ZT_CUBLAS_CHECK(cublasCreate(&impl.cublas));
+    ZT_CUBLAS_CHECK(cublasSetStream(impl.cublas, stream_));
+    ZT_CUBLAS_CHECK(cublasSetMathMode(impl.cublas, CUBLAS_DEFAULT_MATH));
+    ZT_CUBLAS_CHECK(cublasLtCreate(&impl.lt));
+    ZT_CUDA_CHECK(cudaMalloc(&impl.lt_workspace, kLtWorkspaceBytes));
+    impl.lt_workspace_bytes = kLtWorkspaceBytes;
+    ZT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&impl.flag), sizeof(int)));
+    ZT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl.host_flag), sizeof(int)));
+    ZT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl.host_result), sizeof(double)));
+  } catch (...) {
+    release(impl);
+    throw;
+  }
+}
+
+CudaKernels::~CudaKernels() {
+  cudaStreamSynchronize(stream_);  // no kernel of ours may still use the scratch
+  release(*impl_);
+}
+
+void CudaKernels::set_allow_tf32(bool allow) {
+  ZT_CUBLAS_CHECK(cublasSetMathMode(impl_->cublas,
+                                    allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  impl_->allow_tf32 = allow;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element-wise entries.
 
 void CudaKernels::gelu_forward(float* out, const float* inp, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::gelu_forward: not implemented yet");
+  if (n <= 0) return;
+  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  check_launch();
 }
 
 void CudaKernels::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::gelu_backward: not implemented yet");
+  if (n <= 0) return;
+  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  check_launch();
 }
 
 void CudaKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::residual_forward: not implemented yet");
+  if (n <= 0) return;
+  residual_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, a, b, n);
+  check_launch();
 }
 
 void CudaKernels::accumulate(float* y, const float* x, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::accumulate: not implemented yet");
+  if (n <= 0) return;
+  accumulate_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, x, n);
+  check_launch();
 }
 
-void CudaKernels::adamw(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWArgs& args) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::adamw: not implemented yet");
+void CudaKernels::adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+                        const AdamWArgs& args) {
+  ZT_CUDA_ASSERT(args.step >= 1, "adamw step must be >= 1");
+  if (n <= 0) return;
+  // As CpuKernels::adamw computes them, so both back ends use the same scalars.
+  AdamScalars a{};
+  a.lr = args.lr;
+  a.beta1 = args.beta1;
+  a.beta2 = args.beta2;
+  a.one_minus_beta1 = 1.0f - args.beta1;
+  a.one_minus_beta2 = 1.0f - args.beta2;
+  a.eps = args.eps;
+  a.weight_decay = args.weight_decay;
+  a.grad_scale = args.grad_scale;
+  const double t = static_cast<double>(args.step);
+  a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta1), t));
+  a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t));
+  if (args.decoupled) {
+    adamw_kernel<true><<<grid_for(n), kThreads, 0, stream_>>>(param, grad, m, v, n, a);
+  } else {
+    adamw_kernel<false><<<grid_for(n), kThreads, 0, stream_>>>(param, grad, m, v, n, a);
+  }
+  check_launch();
 }
 
-void CudaKernels::sgd(float* param, const float* grad, float* momentum_buf, int64_t n, const SgdArgs& args) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::sgd: not implemented yet");
+void CudaKernels::sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+                      const SgdArgs& args) {
+  const bool momentum = args.momentum != 0.0f;
+  ZT_CUDA_ASSERT(!momentum || momentum_buf, "sgd with momentum needs a momentum buffer");
+  if (n <= 0) return;
+  const bool decay = args.weight_decay != 0.0f;
+  const unsigned grid = grid_for(n);
+  if (decay && momentum) {
+    sgd_kernel<true, true><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
+  } else if (decay) {
+    sgd_kernel<true, false><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
+  } else if (momentum) {
+    sgd_kernel<false, true><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
+  } else {
+    sgd_kernel<false, false><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
+  }
+  check_launch();
 }
 
 void CudaKernels::cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::cast: not implemented yet");
+  if (n <= 0) return;
+  if (dst_type == src_type) {  // a copy, bit for bit
+    if (dst != src) {
+      ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dst_type),
+                                    cudaMemcpyDeviceToDevice, stream_));
+    }
+    return;
+  }
+  visit_storage(dst_type, [&](auto dst_tag) {
+    visit_storage(src_type, [&](auto src_tag) {
+      using D = decltype(dst_tag);
+      using S = decltype(src_tag);
+      cast_kernel<D, S><<<grid_for(n), kThreads, 0, stream_>>>(
+          static_cast<typename D::Elem*>(dst), static_cast<const typename S::Elem*>(src), n);
+    });
+  });
+  check_launch();
 }
 
 void CudaKernels::round_to(float* x, DType dtype, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::round_to: not implemented yet");
+  if (dtype == DType::kF32 || n <= 0) return;
+  visit_storage(dtype, [&](auto tag) {
+    round_kernel<decltype(tag)><<<grid_for(n), kThreads, 0, stream_>>>(x, n);
+  });
+  check_launch();
 }
 
-void CudaKernels::add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::add: not implemented yet");
+void CudaKernels::add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
+                      DType b_type, int64_t n) {
+  ZT_CUDA_ASSERT(dst != b || dst_type == b_type, "add: dst aliases b with another dtype");
+  if (!a) {  // a rounding cast of b (so -0 stays -0, where 0 + b would give +0)
+    if (dst != b) cast(dst, dst_type, b, b_type, n);
+    return;
+  }
+  ZT_CUDA_ASSERT(dst != a || dst_type == a_type, "add: dst aliases a with another dtype");
+  if (n <= 0) return;
+  visit_storage(dst_type, [&](auto dst_tag) {
+    visit_storage(a_type, [&](auto a_tag) {
+      visit_storage(b_type, [&](auto b_tag) {
+        using D = decltype(dst_tag);
+        using A = decltype(a_tag);
+        using B = decltype(b_tag);
+        add_kernel<D, A, B><<<grid_for(n), kThreads, 0, stream_>>>(
+            static_cast<typename D::Elem*>(dst), static_cast<const typename A::Elem*>(a),
+            static_cast<const typename B::Elem*>(b), n);
+      });
+    });
+  });
+  check_launch();
 }
 
 void CudaKernels::scale(float* x, float s, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::scale: not implemented yet");
+  if (n <= 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, s, n);
+  check_launch();
 }
 
 void CudaKernels::fill(float* x, float value, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::fill: not implemented yet");
+  if (n <= 0) return;
+  fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, value, n);
+  check_launch();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Reductions returned to the host: the result lands in a pinned slot, then the stream is waited.
+
 bool CudaKernels::has_nonfinite(const float* x, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::has_nonfinite: not implemented yet");
+  if (n <= 0) return false;
+  Impl& impl = *impl_;
+  ZT_CUDA_CHECK(cudaMemsetAsync(impl.flag, 0, sizeof(int), stream_));
+  nonfinite_kernel<<<grid_for(n), kThreads, 0, stream_>>>(impl.flag, x, n);
+  check_launch();
+  ZT_CUDA_CHECK(
+      cudaMemcpyAsync(impl.host_flag, impl.flag, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *impl.host_flag != 0;
 }
 
 double CudaKernels::sum_squares(const float* x, int64_t n) {
-  ZT_CUDA_ASSERT(false, "CudaKernels::sum_squares: not implemented yet");
+  if (n <= 0) return 0.0;
+  Impl& impl = *impl_;
+  const int64_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
+  const size_t needed = static_cast<size_t>(blocks) + 1;  // the block sums, then the total
+  if (impl.partials_capacity < needed) {
+    // Every earlier use of partials ended with a stream synchronisation (below), so the old
+    // buffer is idle; the synchronisation here makes that independent of the paths above.
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (impl.partials) ZT_CUDA_CHECK(cudaFree(impl.partials));
+    impl.partials = nullptr;
+    impl.partials_capacity = 0;
+    ZT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&impl.partials), needed * sizeof(double)));
+    impl.partials_capacity = needed;
+  }
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, kMaxBlocks));
+  sum_squares_blocks_kernel<<<grid, kThreads, 0, stream_>>>(impl.partials, x, n, blocks);
+  check_launch();
+  sum_in_order_kernel<<<1, 1, 0, stream_>>>(impl.partials, blocks);
+  check_launch();
+  ZT_CUDA_CHECK(cudaMemcpyAsync(impl.host_result, impl.partials + blocks, sizeof(double),
+                                cudaMemcpyDeviceToHost, stream_));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *impl.host_result;
 }
 
 }  // namespace zt
