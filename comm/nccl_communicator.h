@@ -4,7 +4,10 @@
 // on the device's comm stream after the work already queued on its compute stream (an event
 // recorded on compute, waited for on comm) and then waited for on the calling thread, since the
 // Communicator contract is synchronous; with a CommQueue attached that thread is the queue's,
-// so compute keeps running meanwhile. It allocates no device memory of its own.
+// so compute keeps running meanwhile. The compute event is recorded when the collective starts
+// (on the queue's thread), not when it was submitted, so a queued collective also waits for
+// compute work the user thread queued after submitting it: safe, but a prefetch can start later
+// than it might. It allocates no device memory of its own.
 //
 // Determinism: NCCL reduces in an order of its own (rings and trees chosen from the topology and
 // the size; fp16 and bf16 partial sums rounded at every step), NOT the rank-order contract of
