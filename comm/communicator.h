@@ -1,12 +1,15 @@
 // Communicator: the collective interface of ZeroTrain (all-reduce, reduce-scatter, all-gather,
-// broadcast over host memory), with contracts written like nccl.h, and the rank-order reduction
-// arithmetic every CPU back end shares. The public calls validate their arguments, route through
-// an attached CommQueue when there is one, and keep CommStats; back ends (MpiCommunicator,
-// SelfCommunicator; NCCL later) implement only the protected backend_* entries.
+// broadcast over one device's memory), with contracts written like nccl.h, and the rank-order
+// reduction arithmetic every CPU back end shares. The public calls validate their arguments,
+// route through an attached CommQueue when there is one, and keep CommStats; back ends
+// (MpiCommunicator, SelfCommunicator, HostStagingCommunicator, NcclCommunicator; chosen by
+// comm/communicator_factory.h) implement only the protected backend_* entries.
 // This file does no communication itself and allocates nothing.
 //
-// Determinism contract (what ZeRO stages 0-3 being bitwise equal rests on): a reduction combines
-// each element over ranks in rank order, (((x0 op x1) op x2) op ...), in fp32; fp16 and bf16
+// Determinism contract of the CPU back ends, MPI and Self, and of HostStagingCommunicator over
+// them; NOT of NcclCommunicator, which reduces in NCCL's own order (comm/nccl_communicator.h).
+// It is what ZeRO stages 0-3 being bitwise equal rests on: a reduction combines each element
+// over ranks in rank order, (((x0 op x1) op x2) op ...), in fp32; fp16 and bf16
 // inputs are widened to fp32 exactly and the fp32 result is rounded once, to nearest even
 // (runtime/dtype.h). An element's result therefore depends only on the ranks' values of that
 // element: all_reduce gives the same bits as reduce_scatter followed by all_gather, however a
@@ -78,9 +81,11 @@ class CommQueue;
 // calls in the same order, every rank issues its collectives in the same order.
 //
 // Every call is collective: all ranks of the communicator call it with the same count, dtype,
-// op and root. Buffers are host memory; count == 0 is a no-op on every rank (pointers may then be
-// null). An error throws zt::Error (kInput for arguments, kSystem for the transport); after a
-// kSystem error the communicator's ranks may be out of step and it should not be used again.
+// op and root. Buffers are in the memory of the back end's device (host memory for MPI and
+// Self, GPU memory for NCCL and host staging); count == 0 is a no-op on every rank (pointers may
+// then be null). An error throws zt::Error (kInput for arguments, kSystem for the transport);
+// after a kSystem error the communicator's ranks may be out of step and it should not be used
+// again.
 class Communicator {
  public:
   Communicator(const Communicator&) = delete;

@@ -1,0 +1,107 @@
+// NcclCommunicator: collectives over GPU memory with NCCL, one GPU per rank (compiled only when
+// ZT_HAVE_NCCL). Bootstrapped over MPI: rank 0 makes the unique id, MPI_Bcast carries it, every
+// rank joins with ncclCommInitRankConfig on its CudaDevice's ordinal. Each collective is enqueued
+// on the device's comm stream after the work already queued on its compute stream (an event
+// recorded on compute, waited for on comm) and then waited for on the calling thread, since the
+// Communicator contract is synchronous; with a CommQueue attached that thread is the queue's,
+// so compute keeps running meanwhile. The compute event is recorded when the collective starts
+// (on the queue's thread), not when it was submitted, so a queued collective also waits for
+// compute work the user thread queued after submitting it: safe, but a prefetch can start later
+// than it might. It allocates no device memory of its own.
+//
+// Determinism: NCCL reduces in an order of its own (rings and trees chosen from the topology and
+// the size; fp16 and bf16 partial sums rounded at every step), NOT the rank-order contract of
+// comm/communicator.h. Its results are the same run to run for a fixed topology, world, NCCL
+// version and buffer size, but they are not bitwise equal to MpiCommunicator's, all_reduce need
+// not equal reduce_scatter + all_gather bit for bit, and ZeRO stages need not match bitwise on
+// NCCL. kMax's treatment of NaN is NCCL's (tests/mpi/device_comm_test.cpp checks it on a GPU).
+//
+// Watchdog: the communicator is non-blocking (ncclConfig_t::blocking = 0) so that no NCCL call
+// can wait for a peer forever; every wait (init, enqueue, completion) polls cudaEventQuery and
+// ncclCommGetAsyncError with short sleeps. When one does not finish within timeout_s, or NCCL
+// reports an asynchronous error, the communicator is aborted (ncclCommAbort) and the call throws
+// kSystem; every later call throws kSystem too. The ranks that did not stop see the timeout;
+// the stopped rank sees nothing until it calls again.
+#pragma once
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "comm/communicator.h"
+#include "comm/process_group.h"
+
+namespace zt {
+
+class CudaDevice;
+
+struct NcclOptions {
+  // Seconds one collective (or the init) may take before the communicator is aborted
+  // (zt.comm_timeout_s). Generous: a slow rank (data loading, a checkpoint write) is not a
+  // failure; a rank that stopped or called another collective is.
+  double timeout_s = 600;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `parent` (every rank of it calls, each with its own GPU). `device` must
+  // outlive this communicator. Throws kInput for a bad timeout, kSystem for CUDA, NCCL or MPI
+  // errors (e.g. two ranks on one GPU) and for an init that does not finish within timeout_s.
+  NcclCommunicator(CudaDevice& device, MPI_Comm parent = MPI_COMM_WORLD,
+                   NcclOptions options = {});
+  // Finalizes and destroys the NCCL communicator (aborts it when that does not finish within
+  // timeout_s or it failed before). Never throws.
+  ~NcclCommunicator() override;
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return group_.rank; }
+  int world() const override { return group_.world; }
+  int local_rank() const override { return group_.local_rank; }
+  int local_world() const override { return group_.local_world; }
+
+  double timeout_s() const { return timeout_s_; }
+  // False once a timeout or an asynchronous error aborted the communicator.
+  bool healthy() const { return comm_ != nullptr; }
+
+ protected:
+  // Buffers are device memory of `device` (validated by the base class for ranges only).
+  void backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                          ReduceOp op) override;
+  void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                              ReduceOp op) override;
+  void backend_all_gather(const void* send, void* recv, int64_t send_count,
+                          DType dtype) override;
+  void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
+
+ private:
+  // Before an NCCL call: throws when aborted, makes the device current on this thread and
+  // orders the comm stream after everything queued on the compute stream so far.
+  void begin(const CollectiveCall& call);
+  // After it: waits until the collective has finished on the comm stream (the watchdog).
+  void finish(const CollectiveCall& call);
+  // Polls until NCCL's state is ncclSuccess and `finished()` is true. Aborts and throws kSystem
+  // when the state is an error or `deadline` (steady-clock seconds) passes first; `what`
+  // describes the operation waited for ("all_reduce of 4096 bytes").
+  void wait_until(const std::function<bool()>& finished, double deadline, std::string_view what);
+  // ncclCommAbort, once; the communicator is unusable afterwards.
+  void abort() noexcept;
+  // Frees the NCCL communicator (finalize + destroy, or abort) and the events. Never throws.
+  void release() noexcept;
+  // "all_reduce of 4096 bytes", for errors.
+  std::string describe(const CollectiveCall& call) const;
+
+  CudaDevice& device_;
+  double timeout_s_;
+  ProcessGroup group_;
+  ncclComm_t comm_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr;  // recorded on compute, waited for on comm
+  cudaEvent_t comm_done_ = nullptr;      // recorded on comm after the collective, polled
+};
+
+}  // namespace zt
