@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator_factory.h"
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
@@ -117,6 +118,10 @@ TrainSetup prepare_training(const std::string& config_path,
   if (config.zt.device == "cuda" && cuda_device_count() == 0)
     throw_input(fmt::format("{}: 'zt.device' is cuda, but {}", config.source,
                             cuda_unavailable_reason()));
+  if (config.zt.comm_backend == "nccl" && (!nccl_built() || config.zt.device != "cuda"))
+    throw_input(fmt::format("{}: 'zt.comm_backend' is nccl, but {}", config.source,
+                            nccl_built() ? "'zt.device' is not cuda"
+                                         : "this build has no NCCL communicator"));
   const Gpt2Config model = resolve_model(config);
   TokenFile train_file = TokenFile::open(config.zt.train_data, model.vocab_size);
   // Constructing a loader checks the file holds at least one batch for every rank.

@@ -7,12 +7,12 @@
 #include <optional>
 #include <sstream>
 
-#include "comm/mpi_communicator.h"
+#include "comm/communicator_factory.h"
 #include "comm/process_group.h"
 #include "launch/logger.h"
 #include "launch/tool_frame.h"
 #include "launch/trainer.h"
-#include "runtime/cpu/cpu_device.h"
+#include "runtime/device_factory.h"
 #include "runtime/status.h"
 
 namespace po = boost::program_options;
@@ -77,9 +77,14 @@ int main(int argc, char** argv) {
   // collective: print it and end the whole job.
   bool agreed_failure = false;
   const int code = zt::run_tool("zt-train", [&] {
-    zt::CpuDevice device;
-    zt::MpiCommunicator comm(device);
-    const zt::TrainResult result = zt::train(*setup, device, comm, log);
+    const zt::ZtConfig& zc = setup->config.zt;
+    // One GPU per rank by local rank (CUDA_VISIBLE_DEVICES honoured by the CUDA runtime).
+    std::unique_ptr<zt::Device> device = zt::make_device(
+        zt::parse_device_kind(zc.device, setup->config.source + ": zt.device"), group.local_rank);
+    zt::set_allow_tf32(*device, zc.allow_tf32);
+    std::unique_ptr<zt::Communicator> comm =
+        zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s);
+    const zt::TrainResult result = zt::train(*setup, *device, *comm, log);
     if (result.failure.empty()) return 0;
     agreed_failure = true;
     if (group.rank == 0) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());

@@ -80,6 +80,8 @@ if ! nvidia-smi -L > /dev/null 2>&1; then  # only where there is no GPU
   expect "cuda device without a GPU" "ok\.json.*zt\.device.*cuda" --config "$tmp/ok.json" \
     --set zt.device=cuda
 fi
+expect "nccl without a GPU device" "ok\.json.*comm_backend.*nccl" --config "$tmp/ok.json" \
+  --set zt.comm_backend=nccl
 expect "unknown device" "ok\.json.*zt\.device.*tpu" --config "$tmp/ok.json" --set zt.device=tpu
 write_config "$tmp/window.json" '"fp16": {"enabled": true, "loss_scale_window": 0},'
 expect "fp16 loss_scale_window 0" "window\.json.*loss_scale_window" --config "$tmp/window.json"

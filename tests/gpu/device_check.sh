@@ -6,7 +6,7 @@
 #   3. the same with activation checkpointing, and its activation peak-memory ratio
 #   4. 2 ranks on the one GPU (MPI communicator with host staging), fp32: ZeRO stage 3 losses
 #      bitwise equal to stage 0's, and within 1e-4 relative of the CPU back end's
-#   5. NCCL with one rank (zt_mpi_nccl_tests)
+#   5. NCCL with one rank (zt_mpi_device_comm_tests NcclCommunicator.*)
 #   6. PyTorch on the same GPU, same model and batch (bf16 autocast, fused SDPA), tokens/s beside
 #      ours (tests/gpu/torch_gpt2_bench.py), when torch is importable
 # Such a machine may have no package access: build here, run scripts/bundle_device.sh, and carry
@@ -126,17 +126,17 @@ else
 fi
 
 # ---- 5. NCCL, one rank ----------------------------------------------------------------------
-if [ -x "$tests/zt_mpi_nccl_tests" ] || [ -x "$tests/mpi/zt_mpi_nccl_tests" ]; then
-  nccl_bin=$tests/zt_mpi_nccl_tests
-  [ -x "$nccl_bin" ] || nccl_bin=$tests/mpi/zt_mpi_nccl_tests
-  timeout 60 mpirun -np 1 "$nccl_bin" > "$out/nccl.txt" 2>&1
+nccl_bin=$tests/zt_mpi_device_comm_tests
+[ -x "$nccl_bin" ] || nccl_bin=$tests/mpi/zt_mpi_device_comm_tests
+if [ -x "$nccl_bin" ]; then
+  timeout 90 mpirun -np 1 "$nccl_bin" --gtest_filter='NcclCommunicator.*:*OnAGpu' > "$out/nccl.txt" 2>&1
   rc=$?
   np=$(grep -c '^\[       OK \]' "$out/nccl.txt")
   ns=$(grep -c '^\[  SKIPPED \]' "$out/nccl.txt")
   if [ $rc -eq 0 ] && [ "$np" -gt 0 ] && [ "$ns" -eq 0 ]; then v=ok; else v=FAIL; fi
-  note "NCCL, 1 rank" "$np passed, $ns skipped, exit $rc" $v
+  note "NCCL (and host staging), 1 rank" "$np passed, $ns skipped, exit $rc" $v
 else
-  note "NCCL, 1 rank" "no NCCL test binary (built without NCCL?)" FAIL
+  note "NCCL, 1 rank" "no zt_mpi_device_comm_tests binary" FAIL
 fi
 
 # ---- 6. PyTorch on the same GPU -------------------------------------------------------------
