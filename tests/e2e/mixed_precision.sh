@@ -23,7 +23,7 @@ last_val() { grep -o '"val_loss":[-0-9.eE+]*' "$out/$1/metrics.jsonl" | tail -n 
 train fp32
 train bf16 --set bf16.enabled=true
 train fp16 --set fp16.enabled=true
-scaled=$(grep -c '"loss_scale":' "$out/fp16/metrics.jsonl")
+scaled=$(grep '"step":' "$out/fp16/metrics.jsonl" | grep -c '"loss_scale":')
 [ "$scaled" -eq "$steps" ] || { echo "fp16 metrics: $scaled of $steps steps carry loss_scale"; exit 1; }
 skipped=$(grep -c '"skipped":true' "$out/fp16/metrics.jsonl" || true)
 fp32=$(last_val fp32)
