@@ -25,16 +25,12 @@
 #include "runtime/device_factory.h"
 #include "runtime/kernels.h"
 
+#include "random_data.h"
+
 namespace zt {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test::random_floats;
 
 std::vector<int32_t> random_tokens(size_t n, int32_t V, uint32_t seed) {
   std::mt19937 gen(seed);

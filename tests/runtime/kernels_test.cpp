@@ -28,19 +28,15 @@
 #include "runtime/dtype.h"
 #include "runtime/kernels.h"
 
+#include "random_data.h"
+
 namespace zt {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test::random_floats;
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
