@@ -58,7 +58,8 @@ struct StepResult {
 };
 
 // Called with this rank's fp32 gradient of a unit as soon as the micro-batch's backward has
-// completed it, before it is reduced (tests inject faults through it).
+// completed it, before it is reduced or stored (tests inject faults through it). Under fp32 with
+// unsharded gradients the buffer is the store itself: the step's micro-batches so far.
 using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
 
 class Engine {
