@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -19,10 +20,12 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Fixture {
-  explicit Fixture(Gpt2Config c, uint64_t seed) : model(c), engine(device, comm, model, options(seed)) {}
-  static EngineOptions options(uint64_t seed) {
+  explicit Fixture(Gpt2Config c, uint64_t seed, DType compute = DType::kF32)
+      : model(c), engine(device, comm, model, options(seed, compute)) {}
+  static EngineOptions options(uint64_t seed, DType compute) {
     EngineOptions o;
     o.seed = seed;
+    o.precision.compute = o.precision.grad_accum = o.precision.comm = compute;
     return o;
   }
   CpuDevice device;
@@ -62,6 +65,33 @@ TEST(WeightsIo, RoundTripWithHuggingFaceShapes) {
     const int64_t n = a.model.units()[u]->layout().numel();
     EXPECT_EQ(std::memcmp(a.engine.unit_params(u), b.engine.unit_params(u), n * 4), 0) << u;
   }
+}
+
+// Mixed precision exports the fp32 master, and loading sets the master and the working copy
+// rounded from it: the two engines then hold the same bytes of model state.
+TEST(WeightsIo, MixedPrecisionRoundTripKeepsTheMasterExact) {
+  const fs::path path = temp_file("bf16.safetensors");
+  Fixture a(kSmall, 1, DType::kBF16), b(kSmall, 2, DType::kBF16);
+  save_weights(a.engine, path.string());
+  load_weights(b.engine, path.string());
+  for (int u = 0; u < a.engine.num_units(); ++u)
+    EXPECT_TRUE(a.engine.model_state_bytes(u) == b.engine.model_state_bytes(u)) << u;
+  // And the file holds the master's values, which fp32 export of the same seed also gives.
+  const fs::path fp32_path = temp_file("fp32.safetensors");
+  Fixture c(kSmall, 1);
+  save_weights(c.engine, fp32_path.string());
+  auto tensor = [](const fs::path& file, const char* name) {
+    SafetensorsReader reader = SafetensorsReader::open(file.string());
+    const SafetensorsEntry& entry = *reader.find(name);
+    std::vector<float> values(static_cast<size_t>(entry.numel()));
+    reader.read_as_f32(entry, values.data());
+    return values;
+  };
+  const std::vector<float> mixed = tensor(path, "h.0.attn.c_attn.weight");
+  EXPECT_EQ(mixed, tensor(fp32_path, "h.0.attn.c_attn.weight"));
+  // Not already on the bf16 grid: the export is the master, not the working copy.
+  EXPECT_TRUE(std::any_of(mixed.begin(), mixed.end(),
+                          [](float x) { return bf16_to_fp32(fp32_to_bf16(x)) != x; }));
 }
 
 TEST(WeightsIo, WrongShapeMissingAndUnexpectedTensorsAreInputErrors) {
