@@ -12,6 +12,7 @@
 //     depend on how many threads ran them.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -35,6 +36,26 @@ struct AdamWArgs {
   float grad_scale = 1.0f;    // gradients are multiplied by this first (unscale, clip)
   bool decoupled = true;      // false: classic Adam, decay added to the gradient (L2)
 };
+
+// The per-call scalars of an Adam step, derived once from AdamWArgs, so every back end's
+// element loop uses the same values (bias corrections 1 - beta^step computed in double).
+struct AdamScalars {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
+  float bias_correction1, bias_correction2;  // 1 - beta^step
+};
+inline AdamScalars adam_scalars(const AdamWArgs& args) {
+  const double t = static_cast<double>(args.step);
+  return AdamScalars{args.lr,
+                     args.beta1,
+                     args.beta2,
+                     1.0f - args.beta1,
+                     1.0f - args.beta2,
+                     args.eps,
+                     args.weight_decay,
+                     args.grad_scale,
+                     static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta1), t)),
+                     static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t))};
+}
 
 struct SgdArgs {
   float lr = 1e-2f;

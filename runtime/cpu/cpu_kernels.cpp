@@ -402,11 +402,6 @@ void gelu_backward_range(float* dinp, const float* inp, const float* dout, int64
 }
 
 // Scalars of one AdamW call, computed once so every element does identical arithmetic.
-struct AdamScalars {
-  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
-  float bias_correction1, bias_correction2;  // 1 - beta^step
-};
-
 template <class V, bool kDecoupled>
 void adamw_range(float* param, const float* grad, float* m, float* v, const AdamScalars& a,
                  int64_t begin, int64_t end) {
@@ -1302,18 +1297,7 @@ class CpuKernels final : public Kernels {
   void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
              const AdamWArgs& args) override {
     ZT_ASSERT(args.step >= 1, "adamw step must be >= 1; got {}", args.step);
-    AdamScalars a{};
-    a.lr = args.lr;
-    a.beta1 = args.beta1;
-    a.beta2 = args.beta2;
-    a.one_minus_beta1 = 1.0f - args.beta1;
-    a.one_minus_beta2 = 1.0f - args.beta2;
-    a.eps = args.eps;
-    a.weight_decay = args.weight_decay;
-    a.grad_scale = args.grad_scale;
-    const double t = static_cast<double>(args.step);
-    a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta1), t));
-    a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t));
+    const AdamScalars a = adam_scalars(args);
     parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
       run_isa(isa_, [&](auto lanes) {
         using V = typename decltype(lanes)::type;

@@ -134,11 +134,6 @@ __global__ void fill_kernel(float* x, float value, int64_t n) {
 // Optimizers: the CPU's adamw_range / sgd_range (cpu_kernels.cpp), operation for operation.
 
 // Scalars of one AdamW call, computed once on the host exactly as the CPU computes them.
-struct AdamScalars {
-  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
-  float bias_correction1, bias_correction2;  // 1 - beta^step
-};
-
 template <bool kDecoupled>
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
                              AdamScalars a) {
@@ -383,19 +378,7 @@ void CudaKernels::adamw(float* param, const float* grad, float* m, float* v, int
                         const AdamWArgs& args) {
   ZT_CUDA_ASSERT(args.step >= 1, "adamw step must be >= 1");
   if (n <= 0) return;
-  // As CpuKernels::adamw computes them, so both back ends use the same scalars.
-  AdamScalars a{};
-  a.lr = args.lr;
-  a.beta1 = args.beta1;
-  a.beta2 = args.beta2;
-  a.one_minus_beta1 = 1.0f - args.beta1;
-  a.one_minus_beta2 = 1.0f - args.beta2;
-  a.eps = args.eps;
-  a.weight_decay = args.weight_decay;
-  a.grad_scale = args.grad_scale;
-  const double t = static_cast<double>(args.step);
-  a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta1), t));
-  a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t));
+  const AdamScalars a = adam_scalars(args);  // the CPU back end's scalars
   if (args.decoupled) {
     adamw_kernel<true><<<grid_for(n), kThreads, 0, stream_>>>(param, grad, m, v, n, a);
   } else {

@@ -90,20 +90,19 @@ class Elements {
   std::vector<char> bytes_;
 };
 
+// One step of the rank-order reduction contract in fp32: acc op x (max: NaN wins).
+inline float reference_combine(float acc, float x, ReduceOp op) {
+  if (op == ReduceOp::kSum) return acc + x;
+  if (std::isnan(acc) || std::isnan(x)) return std::isnan(acc) ? acc : x;
+  return x > acc ? x : acc;
+}
+
 // op over ranks 0..world-1 (in that order) of the inputs at `index`, in fp32, rounded once.
 inline uint32_t reference_bits(uint64_t seed, int world, int64_t index, DType dtype,
                                ReduceOp op) {
   float acc = decode(dtype, encode(dtype, input_value(seed, 0, index)));
-  for (int q = 1; q < world; ++q) {
-    const float x = decode(dtype, encode(dtype, input_value(seed, q, index)));
-    if (op == ReduceOp::kSum) {
-      acc = acc + x;
-    } else if (std::isnan(acc) || std::isnan(x)) {
-      acc = std::isnan(acc) ? acc : x;
-    } else {
-      acc = x > acc ? x : acc;
-    }
-  }
+  for (int q = 1; q < world; ++q)
+    acc = reference_combine(acc, decode(dtype, encode(dtype, input_value(seed, q, index))), op);
   return encode(dtype, acc);
 }
 

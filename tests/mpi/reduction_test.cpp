@@ -23,16 +23,8 @@ using testing_comm::kAllDTypes;
 // Bits of op over the contributions at i, in order, the plain scalar way.
 uint32_t scalar_reference(const std::vector<Elements>& c, int64_t i, DType dtype, ReduceOp op) {
   float acc = decode(dtype, c[0].bits(i));
-  for (size_t p = 1; p < c.size(); ++p) {
-    const float x = decode(dtype, c[p].bits(i));
-    if (op == ReduceOp::kSum) {
-      acc = acc + x;
-    } else if (std::isnan(acc) || std::isnan(x)) {
-      acc = std::isnan(acc) ? acc : x;
-    } else {
-      acc = x > acc ? x : acc;
-    }
-  }
+  for (size_t p = 1; p < c.size(); ++p)
+    acc = testing_comm::reference_combine(acc, decode(dtype, c[p].bits(i)), op);
   return encode(dtype, acc);
 }
 
