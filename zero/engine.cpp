@@ -10,6 +10,16 @@
 
 namespace zt {
 
+const char* engine_point_name(EnginePoint point) {
+  switch (point) {
+    case EnginePoint::kForward: return "forward";
+    case EnginePoint::kBackward: return "backward";
+    case EnginePoint::kOptimizer: return "optimizer";
+    case EnginePoint::kEvaluation: return "evaluation";
+  }
+  return "?";
+}
+
 Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions options)
     : device_(device),
       comm_(comm),
@@ -215,6 +225,7 @@ double Engine::forward_backward(const Batch& host_batch, float dloss, bool last_
       if (training) g.ensure_grads();  // the last layer computes its gradient in forward
     }
     if (!schedule[i].backward) {
+      fault_point(training ? EnginePoint::kForward : EnginePoint::kEvaluation, u);
       layers[l]->forward(k, io, acts[l]);
       if (pack && io.output)
         device_.kernels().cast(hidden[l].data(), act_dtype, io.output, DType::kF32, N * C);
@@ -244,6 +255,7 @@ double Engine::forward_backward(const Batch& host_batch, float dloss, bool last_
           bucket_elements += g.shard().padded;
           if (bucket_elements >= options_.reduce_bucket_size) launch_bucket();
         }
+        fault_point(EnginePoint::kBackward, u);
       }
     }
     hidden_in.reset();
@@ -330,6 +342,7 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
 }
 
 void Engine::optimizer_step(int u, float lr, float grad_scale) {
+  fault_point(EnginePoint::kOptimizer, u);
   ParamGroup& g = *groups_[u];
   const int64_t n = g.master_size();
   float* master = g.master();

@@ -62,6 +62,17 @@ struct StepResult {
 // unsharded gradients the buffer is the store itself: the step's micro-batches so far.
 using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
 
+// Where the engine calls its fault hook (tests and zt-train's test-only fault injection throw
+// from it to prove that an error on one rank at that point ends every rank):
+//   kForward     before a unit's training forward
+//   kBackward    after a unit's gradient of the micro-batch is complete and its reduction was
+//                launched (with overlap_comm that reduction is still in flight)
+//   kOptimizer   before the optimizer updates a unit's master shard
+//   kEvaluation  before a unit's forward in eval_loss
+enum class EnginePoint { kForward, kBackward, kOptimizer, kEvaluation };
+const char* engine_point_name(EnginePoint point);  // "forward", "backward", ...
+using FaultHook = std::function<void(EnginePoint point, int unit)>;
+
 class Engine {
  public:
   // `comm` must outlive the engine; the engine attaches its CommQueue to it, so every
@@ -95,6 +106,7 @@ class Engine {
   // (tests compare them across skipped steps).
   std::vector<std::byte> model_state_bytes(int u);
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+  void set_fault_hook(FaultHook hook) { fault_hook_ = std::move(hook); }
   const LossScaler* loss_scaler() const { return loss_scaler_.get(); }
 
   int num_units() const { return static_cast<int>(groups_.size()); }
@@ -142,6 +154,10 @@ class Engine {
   std::unique_ptr<RoundingKernels> rounding_;   // mixed precision
   std::unique_ptr<LossScaler> loss_scaler_;     // fp16
   GradientHook gradient_hook_;
+  FaultHook fault_hook_;
+  void fault_point(EnginePoint point, int unit) {
+    if (fault_hook_) fault_hook_(point, unit);
+  }
   std::vector<size_t> last_backward_layer_;  // per unit: the layer whose backward completes it
   int64_t step_ = 0;
   int64_t peak_gathered_bytes_ = 0;
