@@ -2,8 +2,14 @@
 // DeepSpeed's defaults. load_config_json reads a file and applies `--set key.path=value`
 // overrides; parse_config validates every key (unknown keys, JSON types, ranges, batch-size
 // arithmetic) and throws one zt::Error of kind kInput naming the key path and the source file.
-// Pure validation: allocates nothing but the structs, opens no device, knows no model (zoo
-// names and the model's own shape limits are checked by model_zoo/).
+// Every documented DeepSpeed key is implemented (a field here), accepted with one start-up note
+// saying why it has no effect (Config::notes), or refused with a reason; the Hugging Face
+// Trainer's "auto" is resolved where it can be derived, else named with the --set that fixes it.
+// Pure validation: allocates nothing but the structs, opens no device, never prints, knows no
+// model (zoo names and the model's own shape limits are checked by model_zoo/; "auto" values
+// that depend on the model are resolved by resolve_auto_from_model). Implementation:
+// runtime/config/ (reader, key_rules, auto_values, deepspeed_blocks, optimizer_blocks,
+// zt_block, load).
 #pragma once
 
 #include <array>
@@ -33,8 +39,8 @@ struct OptimizerConfig {
   }
 };
 
-// scheduler {type, params}: DeepSpeed's warm-up schedules. zero/lr_schedule.h evaluates them.
-enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR };
+// scheduler {type, params}: DeepSpeed's schedules. zero/lr_schedule.h evaluates them.
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
 enum class WarmupType { kLog, kLinear };
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;  // kNone: constant optimizer lr
@@ -50,30 +56,69 @@ struct SchedulerConfig {
   // WarmupCosineLR: ratios of the optimizer's lr, in [0, 1].
   double warmup_min_ratio = 0.0;
   double cos_min_ratio = 0.0001;
+  // OneCycle: one triangle from cycle_min_lr up to cycle_max_lr (first step size) and back down
+  // (second step size, default the first), optionally in stairs, then decay from cycle_min_lr.
+  // Momentum cycling (cycle_momentum, cycle_min_mom, ...) is accepted with a note: no effect.
+  double cycle_min_lr = 0.0;                   // required
+  double cycle_max_lr = 0.0;                   // required
+  double decay_lr_rate = 0.0;                  // 0: no decay after the cycle
+  int64_t cycle_first_step_size = 2000;        // > 0
+  int64_t cycle_second_step_size = -1;         // >= 0; -1 (absent): cycle_first_step_size
+  int64_t cycle_first_stair_count = 0;         // 0: continuous
+  int64_t cycle_second_stair_count = -1;       // -1 (absent): cycle_first_stair_count
+  int64_t decay_step_size = 0;                 // 0: no decay after the cycle
+  // LRRangeTest: lr_range_test_min_lr * (1 + step_rate * (step + 1) / step_size), the ratio
+  // floored when staircase.
+  double lr_range_test_min_lr = 1e-3;
+  int64_t lr_range_test_step_size = 2000;      // > 0
+  double lr_range_test_step_rate = 1.0;
+  bool lr_range_test_staircase = false;
 };
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
+// offload_optimizer / offload_param. Read for the offload tier (offload/); launch/ refuses any
+// device but none until that tier is wired into the trainer.
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;  // required when device is nvme
   bool pin_memory = false;
   int buffer_count = 4;  // DeepSpeed: 4 for offload_optimizer, 5 for offload_param
+  int64_t buffer_size = 100'000'000;  // offload_param only: elements per NVMe buffer
+  int64_t max_in_cpu = 1'000'000'000; // offload_param only: elements kept in host memory (NVMe)
+  bool pipeline_read = false;         // offload_optimizer only: overlap the next tile's read
+  bool pipeline_write = false;        // offload_optimizer only: overlap the last tile's write
+  bool fast_init = false;             // offload_optimizer only
+  double ratio = 1.0;                 // offload_optimizer only: fraction offloaded, [0, 1]
 };
 
-// zero_optimization. Sizes are element counts, as in DeepSpeed.
+// zero_optimization. Sizes are element counts, as in DeepSpeed. Each "stage3_" key is also
+// accepted without its prefix (DeepSpeed's aliases); giving both spellings is an error. Keys
+// with no effect here (contiguous_gradients, reduce_scatter, allgather_partitions,
+// sub_group_size, ...) are not fields: they become start-up notes (runtime/config/key_rules.cpp).
 struct ZeroConfig {
   int stage = 0;  // 0..3
   bool overlap_comm = false;  // absent: true at stage 3, false below (DeepSpeed)
-  bool contiguous_gradients = true;
-  bool reduce_scatter = true;
+  // Gradient elements reduced per bucket (stages 0/1 reduce after the last micro-batch).
   int64_t reduce_bucket_size = 500'000'000;
-  bool allgather_partitions = true;
+  // Working-param elements all-gathered per bucket after the optimizer step (stages 0-2 refresh
+  // the full working params from the updated shards). Engine: the lead wires it.
   int64_t allgather_bucket_size = 500'000'000;
-  int64_t stage3_prefetch_bucket_size = 50'000'000;
-  int64_t stage3_param_persistence_threshold = 100'000;  // >= 0
+  // Stage 3: elements of the next units gathered ahead of use.
+  int64_t stage3_prefetch_bucket_size = 50'000'000;  // alias prefetch_bucket_size
+  // Stage 3: a unit with fewer elements stays full on every rank. >= 0.
+  int64_t stage3_param_persistence_threshold = 100'000;  // alias param_persistence_threshold
+  // Stage 3: the most parameter elements held full (gathered) on a rank at once, before units
+  // are released. Engine: the lead wires it. Alias max_live_parameters. >= 0.
   int64_t stage3_max_live_parameters = 1'000'000'000;
-  int64_t stage3_max_reuse_distance = 1'000'000'000;  // >= 0
-  int64_t sub_group_size = 1'000'000'000;
+  // Stage 3: a released unit used again within this many parameter elements stays full.
+  // Engine: the lead wires it. Alias max_reuse_distance. >= 0.
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  // Stage 3: when weights are saved (zt.save_weights), gather them into one 16-bit file rather
+  // than the fp32 master; alias gather_16bit_weights_on_model_save, older name
+  // stage3_gather_fp16_weights_on_model_save. Engine/export: the lead wires it.
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  // Older spellings: cpu_offload = offload_optimizer {"device": "cpu"}, cpu_offload_param =
+  // offload_param {"device": "cpu"}, cpu_offload_use_pin_memory = pin_memory of both.
   OffloadConfig offload_optimizer{OffloadDevice::kNone, "", false, 4};  // needs stage >= 1
   OffloadConfig offload_param{OffloadDevice::kNone, "", false, 5};      // needs stage 3
 };
@@ -105,13 +150,12 @@ struct ActivationCheckpointing {
   enum class Policy { kNone, kEveryUnit, kCount };
   Policy policy = Policy::kNone;
   int count = 0;  // kCount only
-  bool contiguous_memory_optimization = false;  // accepted, stored
-  bool synchronize_checkpoint_boundary = false;  // accepted, stored
-  bool profile = false;                          // accepted, stored
-  // partition_activations and cpu_checkpointing are rejected when true: not supported yet.
+  // partition_activations and cpu_checkpointing are refused when true (not supported yet);
+  // contiguous_memory_optimization, synchronize_checkpoint_boundary and profile are notes.
 };
 
-// aio: asynchronous I/O tuning for NVMe offload (offload/ reads it).
+// aio: asynchronous I/O tuning for NVMe offload (offload/ reads it). While launch/ refuses
+// offload, a present aio block gets a note saying it has no effect.
 struct AioConfig {
   int64_t block_size = 1'048'576;  // bytes
   int queue_depth = 8;
@@ -167,9 +211,9 @@ struct Config {
   SchedulerConfig scheduler;
   double gradient_clipping = 0.0;  // global norm; 0: off
   int steps_per_print = 10;
+  // Time forward, backward, reduction and optimizer step separately and report them with the
+  // step lines. Engine/trainer: the lead wires it.
   bool wall_clock_breakdown = false;
-  bool prescale_gradients = false;
-  double gradient_predivide_factor = 1.0;
   ZeroConfig zero_optimization;
   Fp16Config fp16;
   Bf16Config bf16;
@@ -178,6 +222,20 @@ struct Config {
   ActivationCheckpointing activation_checkpointing;
   AioConfig aio;
   ZtConfig zt;
+
+  // Start-up notes, one line each naming its key: DeepSpeed keys accepted with no effect, and
+  // "auto" values resolved. zt-train prints them on rank 0; parse_config never prints.
+  std::vector<std::string> notes;
+  // zero_optimization keys given as "auto" whose value comes from the model's hidden size, as
+  // the Hugging Face Trainer derives them; resolve_auto_from_model fills them in.
+  struct AutoFromModel {
+    bool reduce_bucket_size = false;                  // hidden * hidden
+    bool stage3_prefetch_bucket_size = false;         // 0.9 * hidden * hidden
+    bool stage3_param_persistence_threshold = false;  // 10 * hidden
+    bool any() const {
+      return reduce_bucket_size || stage3_prefetch_bucket_size || stage3_param_persistence_threshold;
+    }
+  } auto_from_model;
 
   // The working precision: fp16 or bf16 when that block is enabled, else fp32.
   DType compute_dtype() const {
@@ -195,6 +253,10 @@ nlohmann::json load_config_json(const std::string& path, const std::vector<std::
 // Validates every key of `j` and resolves defaults and batch sizes for `world_size` ranks.
 // Errors are one line, "<source>: <message naming the key path>", kind kInput.
 Config parse_config(const nlohmann::json& j, const std::string& source, int world_size);
+
+// Fills in the zero_optimization keys recorded in config.auto_from_model from the model's hidden
+// size (n_embd for GPT-2), adding one note each; clears the record. hidden_size > 0.
+void resolve_auto_from_model(Config& config, int64_t hidden_size);
 
 // load_config_json then parse_config, with the path as the source.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,

@@ -1,0 +1,78 @@
+// The zt block: what is ours (model, data, steps, output, device and communication back end).
+// Required keys: model, seq_len, train_data, steps. Zoo model names are checked by model_zoo/,
+// not here. (zt.comm_backend "auto" is ours: the back end follows zt.device.)
+#include <fmt/format.h>
+
+#include "runtime/config/blocks.h"
+
+namespace zt::config_detail {
+
+namespace {
+
+constexpr Field<ModelChoice> kModelFields[] = {
+    {"n_layer", &ModelChoice::n_layer, Bound::kPositive},
+    {"n_head", &ModelChoice::n_head, Bound::kPositive},
+    {"n_embd", &ModelChoice::n_embd, Bound::kPositive},
+    {"vocab_size", &ModelChoice::vocab_size, Bound::kPositive},
+    {"n_positions", &ModelChoice::n_positions, Bound::kPositive},
+};
+
+ModelChoice parse_model(const Reader& r, const json& v) {
+  ModelChoice m;
+  if (v.is_string()) {
+    m.zoo_name = v.get<std::string>();
+    if (m.zoo_name.empty()) r.fail("'zt.model' must not be empty");
+    return m;
+  }
+  if (!v.is_object()) {
+    r.type_error(v, "zt.model", "a string (a model zoo name) or an object (GPT2Config keys)");
+  }
+  r.check_keys(v, "zt.model", keys_of(kModelFields));
+  read_fields(r, v, "zt.model", kModelFields, m);
+  m.has_object = true;
+  if (m.n_embd % m.n_head != 0) {
+    r.fail(fmt::format("'zt.model.n_embd' {} must be a multiple of 'zt.model.n_head' {}", m.n_embd,
+                       m.n_head));
+  }
+  return m;
+}
+
+constexpr Field<ZtConfig> kZtFields[] = {
+    {"seq_len", &ZtConfig::seq_len, Bound::kPositive},
+    {"train_data", &ZtConfig::train_data},
+    {"val_data", &ZtConfig::val_data},
+    {"steps", &ZtConfig::steps, Bound::kPositive},
+    {"eval_every", &ZtConfig::eval_every, Bound::kNonNegative},
+    {"eval_batches", &ZtConfig::eval_batches, Bound::kPositive},
+    {"seed", &ZtConfig::seed},
+    {"output_dir", &ZtConfig::output_dir},
+    {"init_from", &ZtConfig::init_from},
+    {"save_weights", &ZtConfig::save_weights},
+    {"shuffle", &ZtConfig::shuffle},
+    {"num_threads", &ZtConfig::num_threads, Bound::kNonNegative},
+    {"device", &ZtConfig::device},
+    {"allow_tf32", &ZtConfig::allow_tf32},
+    {"comm_backend", &ZtConfig::comm_backend},
+    {"comm_timeout_s", &ZtConfig::comm_timeout_s, Bound::kPositive},
+};
+
+}  // namespace
+
+ZtConfig parse_zt(const Reader& r, const json& j) {
+  const json& block = r.require(j, "", "zt");
+  r.expect_object(block, "zt");
+  r.check_keys(block, "zt", keys_of(kZtFields, {"model"}));
+  for (std::string_view key : {"model", "seq_len", "train_data", "steps"}) r.require(block, "zt", key);
+  ZtConfig z;
+  z.model = parse_model(r, block.at("model"));
+  read_fields(r, block, "zt", kZtFields, z);
+  if (z.train_data.empty()) r.fail("'zt.train_data' must not be empty");
+  if (z.output_dir.empty()) r.fail("'zt.output_dir' must not be empty");
+  if (z.device != "cpu" && z.device != "cuda")
+    r.fail(fmt::format("'zt.device' is '{}'; use cpu or cuda", z.device));
+  if (z.comm_backend != "auto" && z.comm_backend != "mpi" && z.comm_backend != "nccl")
+    r.fail(fmt::format("'zt.comm_backend' is '{}'; use auto, mpi or nccl", z.comm_backend));
+  return z;
+}
+
+}  // namespace zt::config_detail
