@@ -123,6 +123,9 @@ TrainSetup prepare_training(const std::string& config_path,
                             nccl_built() ? "'zt.device' is not cuda"
                                          : "this build has no NCCL communicator"));
   const Gpt2Config model = resolve_model(config);
+  // zero_optimization sizes given as "auto" follow the hidden size, as the Hugging Face Trainer
+  // derives them; each adds a start-up note.
+  resolve_auto_from_model(config, model.n_embd);
   TokenFile train_file = TokenFile::open(config.zt.train_data, model.vocab_size);
   // Constructing a loader checks the file holds at least one batch for every rank.
   DataLoader(train_file, config.train_micro_batch_size_per_gpu, config.zt.seq_len, rank, world,
@@ -186,6 +189,9 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
             accumulation,
             train_file.size(),
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
+
+  // DeepSpeed keys accepted with no effect and "auto" values resolved: one line each.
+  for (const std::string& note : config.notes) log.rank0("note: {}", note);
 
   if (precision.mixed())
     log.rank0("precision: {} working parameters, activations and gradients; gradients stored in "

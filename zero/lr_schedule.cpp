@@ -1,4 +1,4 @@
-// LrSchedule: DeepSpeed's warm-up schedules, evaluated in double and returned as float.
+// LrSchedule: DeepSpeed's schedules, evaluated in double and returned as float.
 #include "zero/lr_schedule.h"
 
 #include <algorithm>
@@ -44,6 +44,51 @@ double LrSchedule::cosine_ratio(int64_t step) const {
   return std::max(0.0, min_ratio + (1.0 - min_ratio) * cosine);
 }
 
+// OneCycle. In the cycle (step < first + second) DeepSpeed evaluates at batch iteration
+// step + 1: x is the position within the triangle, rising over the first step size and falling
+// over the second; with stairs, the position is floored to whole stairs. After the cycle the lr
+// decays from cycle_min_lr as min / (1 + decay_lr_rate * (steps after the cycle + 1) /
+// decay_step_size), or stays at cycle_min_lr when either is 0.
+double LrSchedule::one_cycle_lr(int64_t step) const {
+  const SchedulerConfig& s = scheduler_;
+  const double first = static_cast<double>(s.cycle_first_step_size);
+  const double second = static_cast<double>(s.cycle_second_step_size);
+  const double total = first + second;
+  if (static_cast<double>(step) < total) {
+    const double iteration = static_cast<double>(step + 1);
+    const double ratio = first / total;
+    const double cycle = std::floor(1.0 + iteration / total);
+    const double x = 1.0 + iteration / total - cycle;
+    double scale;
+    int64_t stairs;
+    if (x <= ratio) {
+      scale = x / ratio;
+      stairs = s.cycle_first_stair_count;
+    } else {
+      scale = (x - 1.0) / (ratio - 1.0);
+      stairs = s.cycle_second_stair_count;
+    }
+    if (stairs > 0) {
+      const double in_cycle = std::fmod(iteration, total);
+      const double position = in_cycle <= first ? in_cycle * static_cast<double>(stairs) / first
+                                                : (total - in_cycle) * static_cast<double>(stairs) / second;
+      scale = std::floor(position) / static_cast<double>(stairs);
+    }
+    return s.cycle_min_lr + (s.cycle_max_lr - s.cycle_min_lr) * scale;
+  }
+  if (s.decay_step_size == 0 || s.decay_lr_rate == 0.0) return s.cycle_min_lr;
+  const double after = static_cast<double>(step) - total + 1.0;
+  return s.cycle_min_lr / (1.0 + s.decay_lr_rate * after / static_cast<double>(s.decay_step_size));
+}
+
+// LRRangeTest: the lr grows linearly with (step + 1) / step_size, or in whole stairs of it.
+double LrSchedule::range_test_lr(int64_t step) const {
+  const SchedulerConfig& s = scheduler_;
+  double interval = static_cast<double>(step + 1) / static_cast<double>(s.lr_range_test_step_size);
+  if (s.lr_range_test_staircase) interval = std::floor(interval);
+  return s.lr_range_test_min_lr * (1.0 + s.lr_range_test_step_rate * interval);
+}
+
 float LrSchedule::lr_at(int64_t step) const {
   ZT_ASSERT(step >= 0, "learning rate asked for step {}", step);
   const SchedulerConfig& s = scheduler_;
@@ -61,6 +106,10 @@ float LrSchedule::lr_at(int64_t step) const {
     }
     case SchedulerType::kWarmupCosineLR:
       return static_cast<float>(optimizer_lr_ * cosine_ratio(step));
+    case SchedulerType::kOneCycle:
+      return static_cast<float>(one_cycle_lr(step));
+    case SchedulerType::kLRRangeTest:
+      return static_cast<float>(range_test_lr(step));
   }
   throw_internal("unknown scheduler type");
 }

@@ -1,6 +1,8 @@
 // LrSchedule: the learning rate at each optimizer step, from the scheduler config and the
 // optimizer's lr, with DeepSpeed's formulas (deepspeed/runtime/lr_schedules.py: WarmupLR,
-// WarmupDecayLR, WarmupCosineLR). Pure arithmetic: no state, no allocation, no communication.
+// WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest). Pure arithmetic: no state, no
+// allocation, no communication. OneCycle's momentum cycling is not applied (the engine's betas
+// are fixed; runtime/config notes it).
 // Tests: tests/zero/lr_schedule_test.cpp.
 #pragma once
 
@@ -25,6 +27,8 @@ class LrSchedule {
   double warmup_gamma(int64_t step) const;
   double warmup_decay_gamma(int64_t step) const;
   double cosine_ratio(int64_t step) const;
+  double one_cycle_lr(int64_t step) const;
+  double range_test_lr(int64_t step) const;
 
   SchedulerConfig scheduler_;
   double optimizer_lr_;

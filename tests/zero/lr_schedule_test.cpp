@@ -1,4 +1,5 @@
-// Tests for zero/lr_schedule: each DeepSpeed scheduler and warm-up type at chosen steps, against
+// Tests for zero/lr_schedule: each DeepSpeed scheduler (warm-up types, OneCycle with and without
+// stairs and decay, LRRangeTest) at chosen steps, against
 // the formulas of deepspeed/runtime/lr_schedules.py written out by hand here, including the edge
 // cases (warmup_num_steps below 2, steps past total_num_steps, total below warm-up).
 #include "zero/lr_schedule.h"
@@ -135,6 +136,99 @@ TEST(LrSchedule, WarmupCosineLRTotalAtOrBelowWarmup) {
   LrSchedule schedule(cosine(WarmupType::kLinear, 10, 10), lr);
   expect_lr(schedule, 10, lr * 0.01);
   expect_lr(schedule, 11, lr * 0.01);
+}
+
+// OneCycle and LRRangeTest, hand-computed from DeepSpeed's formulas: in the cycle the position
+// is x = 1 + (step + 1) / total - floor(1 + (step + 1) / total); rising, scale = x / ratio,
+// falling, scale = (x - 1) / (ratio - 1), ratio = first / total.
+SchedulerConfig one_cycle(int64_t first, int64_t second) {
+  SchedulerConfig s;
+  s.type = SchedulerType::kOneCycle;
+  s.cycle_min_lr = 0.001;
+  s.cycle_max_lr = 0.01;
+  s.cycle_first_step_size = first;
+  s.cycle_second_step_size = second;
+  s.cycle_first_stair_count = 0;
+  s.cycle_second_stair_count = 0;
+  return s;
+}
+
+TEST(LrSchedule, OneCycleSymmetric) {
+  LrSchedule schedule(one_cycle(4, 4), 0.5);
+  expect_lr(schedule, 0, 0.001 + 0.009 * 0.25);  // x = 1/8, ratio 1/2
+  expect_lr(schedule, 1, 0.001 + 0.009 * 0.5);
+  expect_lr(schedule, 3, 0.01);                  // x = 1/2: the peak
+  expect_lr(schedule, 5, 0.001 + 0.009 * 0.5);   // x = 3/4: (3/4 - 1) / (1/2 - 1)
+  expect_lr(schedule, 7, 0.001);                 // x = 0: the cycle ends at cycle_min_lr
+  expect_lr(schedule, 8, 0.001);                 // no decay configured
+  expect_lr(schedule, 1000, 0.001);
+}
+
+TEST(LrSchedule, OneCycleAsymmetric) {
+  LrSchedule schedule(one_cycle(2, 6), 0.5);  // ratio 1/4
+  expect_lr(schedule, 0, 0.001 + 0.009 * 0.5);  // x = 1/8
+  expect_lr(schedule, 1, 0.01);                 // x = 1/4
+  expect_lr(schedule, 4, 0.001 + 0.009 * 0.5);  // x = 5/8: (5/8 - 1) / (1/4 - 1) = 1/2
+  expect_lr(schedule, 6, 0.001 + 0.009 * (1.0 / 6.0));  // x = 7/8: (1/8) / (3/4)
+}
+
+TEST(LrSchedule, OneCycleStairs) {
+  SchedulerConfig s = one_cycle(4, 4);
+  s.cycle_first_stair_count = 2;
+  s.cycle_second_stair_count = 2;
+  LrSchedule schedule(s, 0.5);
+  expect_lr(schedule, 0, 0.001);                // position 1 * 2 / 4 = 0.5 -> stair 0
+  expect_lr(schedule, 1, 0.001 + 0.009 * 0.5);  // position 1 -> stair 1 of 2
+  expect_lr(schedule, 3, 0.01);                 // position 2
+  expect_lr(schedule, 4, 0.001 + 0.009 * 0.5);  // falling: (8 - 5) * 2 / 4 = 1.5 -> 1
+  expect_lr(schedule, 6, 0.001);                // (8 - 7) * 2 / 4 = 0.5 -> 0
+}
+
+TEST(LrSchedule, OneCycleDecayAfterTheCycle) {
+  SchedulerConfig s = one_cycle(4, 4);
+  s.decay_step_size = 2;
+  s.decay_lr_rate = 0.5;
+  LrSchedule schedule(s, 0.5);
+  expect_lr(schedule, 7, 0.001);                        // still in the cycle
+  expect_lr(schedule, 8, 0.001 / (1 + 0.5 * 1 / 2.0));  // 1 step after the cycle
+  expect_lr(schedule, 11, 0.001 / (1 + 0.5 * 4 / 2.0));
+  s.decay_lr_rate = 0.0;  // a rate of 0 is no decay, as in DeepSpeed
+  expect_lr(LrSchedule(s, 0.5), 11, 0.001);
+}
+
+TEST(LrSchedule, LRRangeTest) {
+  SchedulerConfig s;
+  s.type = SchedulerType::kLRRangeTest;
+  s.lr_range_test_min_lr = 0.001;
+  s.lr_range_test_step_size = 10;
+  s.lr_range_test_step_rate = 1.0;
+  LrSchedule continuous(s, 0.5);
+  expect_lr(continuous, 0, 0.001 * 1.1);  // (0 + 1) / 10
+  expect_lr(continuous, 9, 0.002);
+  expect_lr(continuous, 29, 0.004);
+  s.lr_range_test_staircase = true;
+  s.lr_range_test_step_rate = 2.0;
+  LrSchedule stairs(s, 0.5);
+  expect_lr(stairs, 8, 0.001);        // floor(0.9) = 0
+  expect_lr(stairs, 9, 0.001 * 3.0);  // floor(1.0) = 1: 1 + 2 * 1
+  expect_lr(stairs, 19, 0.001 * 5.0);
+}
+
+TEST(LrSchedule, OneCycleFromParsedConfigTakesDeepSpeedDefaults) {
+  nlohmann::json j = {
+      {"train_micro_batch_size_per_gpu", 1},
+      {"scheduler",
+       {{"type", "OneCycle"},
+        {"params", {{"cycle_min_lr", 0.001}, {"cycle_max_lr", 0.01}, {"cycle_first_step_size", 4},
+                    {"cycle_first_stair_count", 2}, {"cycle_momentum", false}}}}},
+      {"zt", {{"model", "gpt2-tiny"}, {"seq_len", 8}, {"train_data", "t.bin"}, {"steps", 10}}}};
+  Config c = parse_config(j, "configs/x.json", 1);
+  EXPECT_EQ(c.scheduler.cycle_second_step_size, 4);    // defaults to the first
+  EXPECT_EQ(c.scheduler.cycle_second_stair_count, 2);  // defaults to the first
+  EXPECT_TRUE(c.notes.empty());                        // cycle_momentum false: nothing to note
+  LrSchedule schedule(c.scheduler, c.optimizer.lr);
+  expect_lr(schedule, 1, 0.001 + 0.009 * 0.5);
+  expect_lr(schedule, 3, 0.01);
 }
 
 TEST(LrSchedule, BuiltFromParsedConfig) {
