@@ -192,8 +192,7 @@ std::string quoted_list(const std::vector<Unresolved>& keys) {
 
 }  // namespace
 
-AutoBatch resolve_auto(const Reader& r, json& j, int world, Config::AutoFromModel& from_model) {
-  (void)world;
+AutoBatch resolve_auto(const Reader& r, json& j, Config::AutoFromModel& from_model) {
   std::vector<Unresolved> unresolved;
   AutoBatch batch = batch_auto(j, unresolved);
   optimizer_auto(j, unresolved);

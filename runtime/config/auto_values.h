@@ -18,7 +18,7 @@ struct AutoBatch {
 };
 
 // Rewrites `j` in place; adds a note for each value resolved here.
-AutoBatch resolve_auto(const Reader& r, json& j, int world, Config::AutoFromModel& from_model);
+AutoBatch resolve_auto(const Reader& r, json& j, Config::AutoFromModel& from_model);
 
 // One note per batch key of `batch`, once resolve_batch has derived it.
 void note_auto_batch(const Reader& r, const AutoBatch& batch, const Config& c, int world);

@@ -13,11 +13,6 @@ namespace zt::config_detail {
 
 namespace {
 
-std::vector<std::string_view> concat(std::vector<std::string_view> a, const std::vector<std::string_view>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // ---- batch sizes -----------------------------------------------------------------------------
 
 std::optional<int64_t> read_batch_key(const Reader& r, const json& j, std::string_view key) {

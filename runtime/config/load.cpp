@@ -159,7 +159,7 @@ Config parse_config(const json& given, const std::string& source, int world_size
   r.check_keys(given, "", top_level_keys());
   c.source = source;
   json j = given;  // "auto" values are resolved in this copy
-  const AutoBatch auto_batch = resolve_auto(r, j, world_size, c.auto_from_model);
+  const AutoBatch auto_batch = resolve_auto(r, j, c.auto_from_model);
   resolve_batch(r, j, world_size, c);
   note_auto_batch(r, auto_batch, c, world_size);
   c.optimizer = parse_optimizer(r, find_block(r, j, "", "optimizer"));

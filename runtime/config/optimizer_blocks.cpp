@@ -13,11 +13,6 @@ namespace zt::config_detail {
 
 namespace {
 
-std::vector<std::string_view> concat(std::vector<std::string_view> a, const std::vector<std::string_view>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 // ---- optimizer -------------------------------------------------------------------------------
 
 constexpr Choice<OptimizerType> kOptimizerTypes[] = {

@@ -179,6 +179,13 @@ void read_fields(const Reader& r, const json& obj, std::string_view path,
   }
 }
 
+// `a` followed by `b`: a block's table keys and its rule keys.
+inline std::vector<std::string_view> concat(std::vector<std::string_view> a,
+                                            const std::vector<std::string_view>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 // An optional sub-block: nullptr when absent, else checked to be an object.
 const json* find_block(const Reader& r, const json& parent, std::string_view path, std::string_view key);
 

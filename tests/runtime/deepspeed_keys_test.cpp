@@ -5,7 +5,12 @@
 // for misspelt keys among all of them.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
 
 #include "runtime/config.h"
 #include "runtime/status.h"
@@ -443,6 +448,63 @@ TEST(DeepSpeedAuto, AutoOnOtherKeysSaysTheTrainerDoesNotFillThem) {
             "not this one; give a number");
   EXPECT_CONTAINS(input_error(with(minimal(), "/zero_optimization", {{"stage", "auto"}})),
                   "'zero_optimization.stage' is \"auto\"");
+}
+
+// ---- the shipped DeepSpeed files ---------------------------------------------------------------
+
+// Every "auto" in `j`, as a key path.
+void auto_paths(const json& j, const std::string& path, std::vector<std::string>& out) {
+  if (j.is_object()) {
+    for (const auto& item : j.items()) auto_paths(item.value(), path.empty() ? item.key() : path + "." + item.key(), out);
+  } else if (j == "auto") {
+    out.push_back(path);
+  }
+}
+
+// Each configs/deepspeed file with a zt block parses on 2 ranks, after at most one round of the
+// --set fixes its "auto" error prints; every "auto" is then named by that error or by a note.
+// (tests/e2e/deepspeed_configs.sh trains them; this runs without the corpus.)
+TEST(ShippedDeepSpeedConfigs, ParseWithAZtBlockAndEveryAutoIsResolvedOrNamed) {
+  const std::filesystem::path dir = std::filesystem::path(ZT_SOURCE_DIR) / "configs/deepspeed";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    ++files;
+    SCOPED_TRACE(entry.path().filename().string());
+    json j = json::parse(std::ifstream(entry.path()));
+    ASSERT_FALSE(j.contains("zt")) << "a DeepSpeed file has no zt block";
+    std::vector<std::string> autos;
+    auto_paths(j, "", autos);
+    j["zt"] = minimal()["zt"];
+    const auto path = std::filesystem::temp_directory_path() /
+                      fmt::format("zt_ds_test_{}_{}", ::getpid(), entry.path().filename().string());
+    std::ofstream(path) << j.dump();
+    std::vector<std::string> fixes;
+    std::string named;
+    std::optional<Config> config;
+    for (int attempt = 0; attempt < 2 && !config; ++attempt) {
+      try {
+        config = load_config(path.string(), fixes, 2);
+      } catch (const Error& e) {
+        ASSERT_EQ(attempt, 0) << e.message();
+        ASSERT_NE(e.message().find("which the Hugging Face Trainer fills in"), std::string::npos) << e.message();
+        named = e.message();
+        const std::regex set("--set ([^ ()]+)");
+        for (std::sregex_iterator it(named.begin(), named.end(), set), end; it != end; ++it) {
+          fixes.push_back((*it)[1]);
+        }
+        ASSERT_FALSE(fixes.empty()) << named;
+      }
+    }
+    std::filesystem::remove(path);
+    ASSERT_TRUE(config.has_value());
+    resolve_auto_from_model(*config, 128);  // gpt2-tiny's hidden size
+    std::string said = named;
+    for (const std::string& n : config->notes) said += "\n" + n;
+    EXPECT_EQ(said.find("unknown key"), std::string::npos);
+    for (const std::string& key : autos) EXPECT_NE(said.find("'" + key + "'"), std::string::npos) << key;
+  }
+  EXPECT_GE(files, 6);
 }
 
 }  // namespace
