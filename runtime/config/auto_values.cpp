@@ -140,6 +140,12 @@ void precision_auto(const Reader& r, json& j) {
     std::string_view other_name;
   };
   const Side sides[] = {{fp16, "fp16", "--fp16", bf16, bf16_name}, {bf16, bf16_name, "--bf16", fp16, "fp16"}};
+  // "amp" (Apex) is the Trainer's only with --fp16_backend apex; "auto" there is false too.
+  if (json* amp = child_object(j, "amp"); auto_at(amp, "enabled")) {
+    (*amp)["enabled"] = false;
+    r.note("'amp.enabled' is \"auto\": resolved to false, as the Hugging Face Trainer does without "
+           "Apex (mixed precision comes from the fp16 or bf16 block)");
+  }
   for (const Side& s : sides) {
     if (!auto_at(s.block, "enabled")) continue;
     (*s.block)["enabled"] = false;

@@ -413,6 +413,9 @@ TEST(DeepSpeedAuto, PrecisionEnabledResolvesToFalseUnlessTheOtherIsOn) {
                               {{"enabled", true}}));
   EXPECT_EQ(axolotl.compute_dtype(), DType::kBF16);
   EXPECT_CONTAINS(notes_naming(axolotl, "fp16.enabled").at(0), "since 'bf16.enabled' is true");
+  Config amp = parse(with(minimal(), "/amp", {{"enabled", "auto"}, {"opt_level", "auto"}}));
+  EXPECT_EQ(notes_naming(amp, "amp.enabled").size(), 1u);
+  EXPECT_EQ(notes_naming(amp, "amp").size(), 1u);  // disabled now: the block's own note
   Config alias = parse(with(minimal(), "/bfloat16", {{"enabled", "auto"}}));
   EXPECT_EQ(notes_naming(alias, "bfloat16.enabled").size(), 1u);
 }
