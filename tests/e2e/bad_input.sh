@@ -83,6 +83,12 @@ fi
 expect "nccl without a GPU device" "ok\.json.*comm_backend.*nccl" --config "$tmp/ok.json" \
   --set zt.comm_backend=nccl
 expect "unknown device" "ok\.json.*zt\.device.*tpu" --config "$tmp/ok.json" --set zt.device=tpu
+write_config "$tmp/sparse.json" '"sparse_attention": {"mode": "fixed", "block": 16},'
+expect "DeepSpeed block ZeroTrain does not have" "sparse\.json.*'sparse_attention' is not supported.*remove the block" \
+  --config "$tmp/sparse.json"
+write_config "$tmp/auto.json" '"gradient_clipping": "auto",'
+expect "\"auto\" only the Hugging Face Trainer can fill" "auto\.json.*'gradient_clipping'.*--set gradient_clipping=1\.0" \
+  --config "$tmp/auto.json"
 write_config "$tmp/window.json" '"fp16": {"enabled": true, "loss_scale_window": 0},'
 expect "fp16 loss_scale_window 0" "window\.json.*loss_scale_window" --config "$tmp/window.json"
 
