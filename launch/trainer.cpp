@@ -64,7 +64,7 @@ EngineOptions engine_options(const Config& config, Model& model) {
   o.gradient_clipping = static_cast<float>(config.gradient_clipping);
   o.seed = config.zt.seed;
   const ZeroConfig& z = config.zero_optimization;
-  o.stage = z.stage;
+  o.policy = ZeroPolicy::for_stage(z.stage);
   o.overlap_comm = z.overlap_comm;
   o.reduce_bucket_size = z.reduce_bucket_size;
   o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
