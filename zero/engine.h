@@ -151,6 +151,9 @@ class Engine {
   // bound the engine keeps (UnitSchedule::live_bound of the largest unit, in the working
   // dtype).
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+  // Stage 3: how many times unit u was gathered so far (0 for a persistent unit, which is
+  // never gathered). For benchmarks and tests.
+  int64_t gather_count(int u) const { return groups_[u]->gather_count(); }
   int64_t gather_window_bytes() const;
 
  private:

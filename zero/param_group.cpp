@@ -125,6 +125,7 @@ void ParamGroup::begin_gather(CommQueue& queue) {
   if (!params_sharded_ || state_ != ParamState::kSharded) wrong_state("begin_gather");
   gathered_ = device_.alloc(param_bytes(shard_.padded), MemCategory::kCommBuffers);
   state_ = ParamState::kGathering;
+  ++gather_count_;
   pending_gather_ = queue.all_gather(params_.data(), gathered_.data(), shard_.shard, compute_);
 }
 

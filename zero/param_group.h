@@ -78,6 +78,7 @@ class ParamGroup {
   // The working parameters this rank holds (full or shard), compute dtype, for writing them.
   void* working_data() { return params_.data(); }
   int64_t gathered_bytes() const;       // bytes of the gathered copy now held (0 if none)
+  int64_t gather_count() const { return gather_count_; }  // begin_gather calls so far
   // The fp32 range this rank's optimizer updates: shard().shard elements (whole padded buffer
   // when the optimizer is not sharded). Null under pure 16-bit (no master).
   float* master();
@@ -152,6 +153,7 @@ class ParamGroup {
   Buffer grads_full_;    // produced gradients (separate_grads_)
   Buffer reduce_buf_;    // mixed precision: the gradient in the communication dtype
   CommHandle pending_gather_;
+  int64_t gather_count_ = 0;
 };
 
 }  // namespace zt
