@@ -536,6 +536,15 @@ void Engine::read_unit_params(int u, float* dst) {
   if (!was_full || options_.precision.mixed()) g.done();
 }
 
+void Engine::read_unit_working(int u, void* dst) {
+  ParamGroup& g = *groups_[u];
+  const bool was_full = g.state() == ParamState::kFull;
+  g.ensure_full(*gather_queue_);
+  device_.copy_to_host(dst, g.full_working_data(),
+                       static_cast<size_t>(g.shard().numel) * dtype_size(working_dtype()));
+  if (!was_full) g.release();
+}
+
 void Engine::write_unit_params(int u, const float* src) {
   const int64_t numel = groups_[u]->shard().numel;
   groups_[u]->assign([&](int64_t begin, int64_t end, float* dst) {

@@ -1,11 +1,13 @@
 // Engine: the training step, written once (DESIGN.md, "The training step"), for every ZeRO
-// stage. Drives any runtime::Model: per micro-batch, forward over the layers (stage 3 gathers
-// each unit before use, prefetches the next ones and releases after), backward in reverse with
-// recomputation of checkpointed layers, each unit's gradient reduced as soon as it is complete
-// (every micro-batch when gradients are sharded, after the last one otherwise), overlapped with
-// the remaining backward when overlap_comm is set; then the global gradient norm from per-shard
-// partials added in rank order, clipping, the optimizer on this rank's master shard, and the
-// all-gather that refreshes full parameters. What is sharded comes from the ZeroPolicy.
+// stage. Drives any runtime::Model: per micro-batch, a forward loop over the layers and a
+// backward loop in reverse (recomputing checkpointed layers); a UnitSchedule says what stage 3
+// gathers ahead of each step and keeps after it, a GradientReducer reduces each unit's gradient
+// as soon as it is complete (every micro-batch when gradients are sharded, after the last one
+// otherwise), behind the remaining backward when overlap_comm is set. Then the global gradient
+// norm from per-shard partials added in rank order, the loss scaler, clipping, the optimizer on
+// this rank's master shard, and the all-gather that refreshes full parameters. What is sharded
+// comes from the ZeroPolicy; gathers run on their own communicator and queue, so they never
+// wait behind a reduction.
 #pragma once
 
 #include <cstddef>
@@ -119,6 +121,11 @@ class Engine {
   // precision, the working parameters otherwise. Collective under stage 3, and under stages 1
   // and 2 with a sharded master.
   void read_unit_params(int u, float* dst);
+  // Full working parameters of unit u in the compute dtype (numel elements) into host memory:
+  // what a 16-bit weights file holds (stage3_gather_16bit_weights_on_model_save). Collective
+  // under stage 3.
+  void read_unit_working(int u, void* dst);
+  DType working_dtype() const { return options_.precision.compute; }
   // Sets unit u's parameters from full values (the same on every rank): master and working
   // copy (ParamGroup::assign). Not collective.
   void write_unit_params(int u, const float* src);

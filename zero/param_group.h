@@ -75,6 +75,8 @@ class ParamGroup {
   float* full_params();                 // fp32 training, kFull only; padded buffer
   // The fp32 parameters bound into the unit (after use()): the compute copy or full_params().
   const float* bound_params();
+  // kFull: the full working parameters (padded), compute dtype, for reading them.
+  const void* full_working_data() { return full_working(); }
   // The working parameters this rank holds (full or shard), compute dtype, for writing them.
   void* working_data() { return params_.data(); }
   int64_t gathered_bytes() const;       // bytes of the gathered copy now held (0 if none)
