@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -97,6 +98,13 @@ class Communicator {
   virtual int world() const = 0;
   virtual int local_rank() const = 0;    // among the ranks that share this machine
   virtual int local_world() const = 0;
+
+  // A new communicator over the same ranks whose collectives never meet this one's (MPI:
+  // MPI_Comm_dup; NCCL: a new NCCL communicator), so two threads may each run collectives on
+  // one of the two at the same time; each keeps its own order. The engine gathers parameters
+  // on a duplicate so a stage-3 prefetch never waits behind a gradient reduction. It must not
+  // outlive this communicator. Collective.
+  virtual std::unique_ptr<Communicator> duplicate() = 0;
 
   // recv[i] = op over ranks of send[i], i in [0, count), the same bits on every rank.
   // send and recv hold count elements. In place when send == recv; any other overlap is an

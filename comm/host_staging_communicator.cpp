@@ -22,6 +22,10 @@ HostStagingCommunicator::HostStagingCommunicator(Device& device,
             host_device_->name());
 }
 
+std::unique_ptr<Communicator> HostStagingCommunicator::duplicate() {
+  return std::make_unique<HostStagingCommunicator>(device_, inner_->duplicate());
+}
+
 HostStagingCommunicator::~HostStagingCommunicator() = default;
 
 std::string HostStagingCommunicator::name() const { return inner_->name() + "+host-staging"; }

@@ -43,6 +43,9 @@ class HostStagingCommunicator final : public Communicator {
   int world() const override { return inner_->world(); }
   int local_rank() const override { return inner_->local_rank(); }
   int local_world() const override { return inner_->local_world(); }
+  // Host staging over a duplicate of inner (whose staging, if it came from this wrapper's host
+  // device, stays valid only while this wrapper lives).
+  std::unique_ptr<Communicator> duplicate() override;
 
   Communicator& inner() const { return *inner_; }
   Device& host_device() const { return *host_device_; }

@@ -40,7 +40,7 @@ int64_t MpiCommunicator::BlockSplit::length(int p) const {
 }
 
 MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, MpiCommunicatorOptions options)
-    : chunk_bytes_(options.chunk_bytes) {
+    : device_(device), chunk_bytes_(options.chunk_bytes) {
   if (chunk_bytes_ < 4 || chunk_bytes_ % 4 != 0 || chunk_bytes_ > (size_t(1) << 30))
     throw_input(fmt::format("MPI communicator chunk_bytes must be a multiple of 4 in [4, 1 GiB]; "
                             "got {}",
@@ -60,6 +60,12 @@ MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, MpiCommunicato
   contributions_.assign(group_.world, nullptr);
   gather_counts_.assign(group_.world, 0);
   gather_displs_.assign(group_.world, 0);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::duplicate() {
+  MpiCommunicatorOptions options;
+  options.chunk_bytes = chunk_bytes_;
+  return std::make_unique<MpiCommunicator>(device_, comm_, options);
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -54,6 +54,9 @@ class MpiCommunicator final : public Communicator {
   int world() const override { return group_.world; }
   int local_rank() const override { return group_.local_rank; }
   int local_world() const override { return group_.local_world; }
+  // An MpiCommunicator over a duplicate of this one's MPI communicator, staging from the same
+  // device, with the same options.
+  std::unique_ptr<Communicator> duplicate() override;
 
   // The duplicate this communicator owns (for tests and benchmarks that compare with raw MPI;
   // not to be used while a CommQueue runs collectives of this communicator).
@@ -88,6 +91,7 @@ class MpiCommunicator final : public Communicator {
                              DType dtype, ReduceOp op);
   char* staging_slot(int64_t chunk_index, int distance) const;
 
+  Device& device_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   ProcessGroup group_;
   size_t chunk_bytes_;

@@ -70,7 +70,7 @@ struct RootId {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOptions options)
-    : device_(device), timeout_s_(options.timeout_s) {
+    : device_(device), parent_(parent), timeout_s_(options.timeout_s) {
   if (!(timeout_s_ > 0) || !std::isfinite(timeout_s_))
     throw_input(fmt::format("NCCL timeout must be a positive number of seconds "
                             "(zt.comm_timeout_s); got {}",
@@ -112,6 +112,12 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
     release();
     throw;
   }
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::duplicate() {
+  NcclOptions options;
+  options.timeout_s = timeout_s_;
+  return std::make_unique<NcclCommunicator>(device_, parent_, options);
 }
 
 NcclCommunicator::~NcclCommunicator() { release(); }

@@ -64,6 +64,9 @@ class NcclCommunicator final : public Communicator {
   int world() const override { return group_.world; }
   int local_rank() const override { return group_.local_rank; }
   int local_world() const override { return group_.local_world; }
+  // A new NCCL communicator over the same ranks and GPU (bootstrapped over the same parent),
+  // with the same timeout.
+  std::unique_ptr<Communicator> duplicate() override;
 
   double timeout_s() const { return timeout_s_; }
   // False once a timeout or an asynchronous error aborted the communicator.
@@ -97,6 +100,7 @@ class NcclCommunicator final : public Communicator {
   std::string describe(const CollectiveCall& call) const;
 
   CudaDevice& device_;
+  MPI_Comm parent_;
   double timeout_s_;
   ProcessGroup group_;
   ncclComm_t comm_ = nullptr;

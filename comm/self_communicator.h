@@ -15,6 +15,9 @@ class SelfCommunicator final : public Communicator {
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
+  std::unique_ptr<Communicator> duplicate() override {
+    return std::make_unique<SelfCommunicator>();
+  }
 
  protected:
   // With one rank the reduction of a single contribution is that contribution, bit for bit.

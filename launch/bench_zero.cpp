@@ -55,7 +55,7 @@ struct StageRun {
     eo.optimizer.type = OptimizerOptions::Type::kAdamW;
     eo.optimizer.weight_decay = 0.1f;
     eo.gradient_clipping = 1.0f;
-    eo.stage = stage;
+    eo.policy = ZeroPolicy::for_stage(stage);
     eo.overlap_comm = overlap;
     eo.reduce_bucket_size = 5'000'000;
     return eo;
@@ -89,7 +89,7 @@ StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int 
     off.step();
     on.step();
   }
-  off.comm.reset_stats();
+  off.engine.reset_comm_stats();
   std::vector<double> ms_off, ms_on, gain;
   for (int i = 0; i < o.steps; ++i) {
     ms_off.push_back(off.step());
@@ -100,7 +100,7 @@ StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int 
   f.ms = median(ms_off);
   f.ms_overlap = median(ms_on);
   *gain_ms = median(gain);
-  const CommStats& s = off.comm.stats();
+  const CommStats s = off.engine.comm_stats();
   f.reduce_ms = max_over_ranks(1e3 * (s[CollectiveKind::kReduceScatter].seconds +
                                       s[CollectiveKind::kAllReduce].seconds) / o.steps);
   f.gather_ms = max_over_ranks(1e3 * s[CollectiveKind::kAllGather].seconds / o.steps);

@@ -64,10 +64,13 @@ EngineOptions engine_options(const Config& config, Model& model) {
   o.gradient_clipping = static_cast<float>(config.gradient_clipping);
   o.seed = config.zt.seed;
   const ZeroConfig& z = config.zero_optimization;
-  o.stage = z.stage;
+  o.policy = ZeroPolicy::for_stage(z.stage);
   o.overlap_comm = z.overlap_comm;
   o.reduce_bucket_size = z.reduce_bucket_size;
+  o.allgather_bucket_size = z.allgather_bucket_size;
   o.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  o.max_live_parameters = z.stage3_max_live_parameters;
+  o.max_reuse_distance = z.stage3_max_reuse_distance;
   o.persistence_threshold = z.stage3_param_persistence_threshold;
   o.precision = precision_from_config(config);
   // Activation checkpointing: every checkpointable layer, or the first `count` of them.
@@ -92,6 +95,15 @@ nlohmann::ordered_json peak_bytes_json(const MemoryTracker& mem) {
     j[std::string(mem_category_name(cat))] = mem.peak(cat);
   }
   return j;
+}
+
+// wall_clock_breakdown: this rank's StepTimes in milliseconds. forward/backward/optimizer are
+// the training thread's phases; reduce/gather the communication threads' busy time, which
+// overlaps them.
+nlohmann::ordered_json wall_clock_json(const StepTimes& t) {
+  return {{"forward", 1e3 * t.forward},     {"backward", 1e3 * t.backward},
+          {"optimizer", 1e3 * t.optimizer}, {"reduce", 1e3 * t.reduce},
+          {"gather", 1e3 * t.gather}};
 }
 
 // Mean loss over the first `batches` batches of the validation file (the same batches every
@@ -267,6 +279,7 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
       result.last_val_loss = evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
       row["val_loss"] = result.last_val_loss;
     }
+    if (config.wall_clock_breakdown) row["wall_clock_ms"] = wall_clock_json(r.times);
     if (rank == 0) metrics << row.dump() << "\n" << std::flush;
     if (step == 1 || step % config.steps_per_print == 0 || step == steps)
       log.rank0("step {:>5}/{} | loss {:.9g} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | "
@@ -274,6 +287,12 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
                 step, steps, r.loss, r.lr, r.grad_norm, tokens_per_s, ms,
                 device.memory().peak_total() / 1048576.0);
     if (eval_now) log.rank0("step {:>5} | val loss {:.6f}", step, result.last_val_loss);
+    if (config.wall_clock_breakdown &&
+        (step == 1 || step % config.steps_per_print == 0 || step == steps))
+      log.rank0("step {:>5} | time (ms, rank 0) | forward {:.1f} | backward {:.1f} | "
+                "optimizer {:.1f} | reduce {:.1f} | gather {:.1f}",
+                step, 1e3 * r.times.forward, 1e3 * r.times.backward, 1e3 * r.times.optimizer,
+                1e3 * r.times.reduce, 1e3 * r.times.gather);
   }
 
   if (!config.zt.save_weights.empty()) {

@@ -28,21 +28,27 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-void save_weights(Engine& engine, const std::string& path) {
+void save_weights(Engine& engine, const std::string& path, WeightsDtype which) {
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   auto units = engine.model().units();
   const bool writes = engine.comm().rank() == 0;
+  const DType dtype = which == WeightsDtype::kWorking ? engine.working_dtype() : DType::kF32;
+  const size_t element = dtype_size(dtype);
   // Rank 0 keeps every unit until the file is written; the others only take part in the
   // gathers, one unit at a time.
-  std::vector<std::vector<float>> full(writes ? units.size() : 1);
+  std::vector<std::vector<std::byte>> full(writes ? units.size() : 1);
   for (size_t u = 0; u < units.size(); ++u) {
-    std::vector<float>& unit = full[writes ? u : 0];
-    unit.resize(static_cast<size_t>(units[u]->layout().numel()));
-    engine.read_unit_params(static_cast<int>(u), unit.data());  // collective (stage 3)
+    std::vector<std::byte>& unit = full[writes ? u : 0];
+    unit.resize(static_cast<size_t>(units[u]->layout().numel()) * element);
+    if (dtype == DType::kF32)
+      engine.read_unit_params(static_cast<int>(u), reinterpret_cast<float*>(unit.data()));
+    else
+      engine.read_unit_working(static_cast<int>(u), unit.data());  // collective (stage 3)
     if (!writes) continue;
     for (const auto& e : units[u]->layout().entries())
-      writer.add_f32(e.spec.name, exported_shape(e.spec), unit.data() + e.offset);
+      writer.add(e.spec.name, dtype, exported_shape(e.spec),
+                 unit.data() + static_cast<size_t>(e.offset) * element);
   }
   if (writes) writer.write(path);
 }

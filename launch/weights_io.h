@@ -9,9 +9,15 @@
 
 namespace zt {
 
+// What save_weights writes: the fp32 master (consolidated across shards), or the working
+// parameters in the engine's 16-bit compute dtype (stage3_gather_16bit_weights_on_model_save;
+// the same as kMaster in fp32 training).
+enum class WeightsDtype { kMaster, kWorking };
+
 // Writes every parameter of every unit (atomic: temp file, fsync, rename). Collective: every
 // rank calls it (stage 3 gathers each unit); rank 0 writes.
-void save_weights(Engine& engine, const std::string& path);
+void save_weights(Engine& engine, const std::string& path,
+                  WeightsDtype dtype = WeightsDtype::kMaster);
 // Loads every parameter (every rank reads the file and keeps what it holds); a missing tensor, a wrong shape or an unexpected tensor is an input
 // error naming the file and the tensor. Accepts the "transformer." prefix of GPT2LMHeadModel
 // exports and ignores the buffers and tied head they carry (attn.bias, attn.masked_bias,

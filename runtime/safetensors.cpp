@@ -343,7 +343,8 @@ struct TempFile {
 
 }  // namespace
 
-void SafetensorsWriter::add_f32(std::string name, std::vector<int64_t> shape, const float* data) {
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                            const void* data) {
   if (name == "__metadata__")
     throw_internal("safetensors tensor name \"__metadata__\" is reserved");
   if (!is_valid_utf8(name))
@@ -360,7 +361,8 @@ void SafetensorsWriter::add_f32(std::string name, std::vector<int64_t> shape, co
     }
   }
   ZT_ASSERT(data != nullptr || numel == 0, "safetensors tensor {}: null data", quote_name(name));
-  tensors_.push_back(Tensor{std::move(name), std::move(shape), data, numel});
+  tensors_.push_back(
+      Tensor{std::move(name), std::move(shape), dtype, data, numel * dtype_size(dtype)});
 }
 
 void SafetensorsWriter::set_metadata(std::string key, std::string value) {
@@ -376,9 +378,10 @@ void SafetensorsWriter::write(const std::string& path) const {
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   uint64_t offset = 0;
   for (const Tensor& t : tensors_) {
-    const uint64_t bytes = t.numel * 4;
+    const uint64_t bytes = t.bytes;
+    const char* dtype = t.dtype == DType::kF32 ? "F32" : t.dtype == DType::kF16 ? "F16" : "BF16";
     header[t.name] = OrderedJson{
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+        {"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -415,7 +418,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
   write_all(length_bytes, 8);
   write_all(text.data(), text.size());
-  for (const Tensor& t : tensors_) write_all(t.data, t.numel * 4);
+  for (const Tensor& t : tensors_) write_all(t.data, t.bytes);
   if (::fsync(temp.fd) != 0) fail("fsync of");
   const int fd = std::exchange(temp.fd, -1);
   if (::close(fd) != 0) fail("closing");

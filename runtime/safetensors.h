@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/dtype.h"
+
 namespace zt {
 
 // One tensor of a safetensors file, as its header describes it.
@@ -88,14 +90,17 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
-// Collects fp32 tensors and metadata, then writes one safetensors file.
-// add_f32 does NOT copy: `data` must stay valid and unchanged until write() returns.
+// Collects tensors (F32, F16, BF16) and metadata, then writes one safetensors file.
+// add / add_f32 do NOT copy: `data` must stay valid and unchanged until write() returns.
 class SafetensorsWriter {
  public:
   // Adds a tensor of shape `shape` (row-major, every dim >= 0) read from `data` at write().
   // A duplicate name, the reserved name "__metadata__" or a negative dim is a kInternal error:
   // the names and shapes come from a model's parameter table, so these are bugs.
-  void add_f32(std::string name, std::vector<int64_t> shape, const float* data);
+  void add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
+  void add_f32(std::string name, std::vector<int64_t> shape, const float* data) {
+    add(std::move(name), DType::kF32, std::move(shape), data);
+  }
   // Sets "__metadata__"[key] = value; a later call with the same key replaces the value.
   void set_metadata(std::string key, std::string value);
 
@@ -109,8 +114,9 @@ class SafetensorsWriter {
   struct Tensor {
     std::string name;
     std::vector<int64_t> shape;
-    const float* data;
-    uint64_t numel;
+    DType dtype;
+    const void* data;
+    uint64_t bytes;
   };
   std::vector<Tensor> tensors_;  // in the order added = file order
   std::map<std::string, std::string> metadata_;

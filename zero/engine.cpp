@@ -4,9 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
+#include <chrono>
 
 #include "runtime/status.h"
+#include "zero/gradient_reducer.h"
 
 namespace zt {
 
@@ -20,13 +21,134 @@ const char* engine_point_name(EnginePoint point) {
   return "?";
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The micro-batch's token ids where the kernels read them: the caller's host arrays when the
+// device computes on host memory, else a device copy.
+class DeviceBatch {
+ public:
+  DeviceBatch(Device& device, const Batch& host) : batch_(host) {
+    if (device.host_accessible()) return;
+    const size_t bytes = static_cast<size_t>(host.B * host.T) * sizeof(int32_t);
+    tokens_ = device.alloc(2 * bytes, MemCategory::kActivations);
+    device.copy_from_host(tokens_.data(), host.inputs, bytes);
+    device.copy_from_host(tokens_.as<char>() + bytes, host.targets, bytes);
+    batch_.inputs = tokens_.as<const int32_t>();
+    batch_.targets = reinterpret_cast<const int32_t*>(tokens_.as<char>() + bytes);
+  }
+  const Batch& batch() const { return batch_; }
+
+ private:
+  Batch batch_;
+  Buffer tokens_;
+};
+
+// What one pass keeps between layers, all on the device:
+//   hidden[l]    (N, C) output of layer l, kept through backward in the working dtype; a
+//                checkpointed layer keeps nothing else, so these are its saved input
+//   losses       (N) per-position losses of the last layer
+//   d_hidden[2]  (N, C) fp32 gradients of the hidden state, used alternately by backward
+//   acts[l]      layer l's activation store
+// Under 16-bit activations a layer reads and writes fp32 copies of the stored hidden states
+// (input_of / output_of), dropped after the layer (drop_copies).
+class PassState {
+ public:
+  PassState(Device& device, size_t layers, int64_t N, int64_t C, DType act_dtype, bool training)
+      : device_(device), layers_(layers), n_(N * C), act_dtype_(act_dtype),
+        pack_(act_dtype != DType::kF32) {
+    hidden_.resize(layers - 1);
+    for (auto& h : hidden_)
+      h = device.alloc(static_cast<size_t>(n_) * dtype_size(act_dtype), MemCategory::kActivations);
+    losses_ = device.alloc(static_cast<size_t>(N) * sizeof(float), MemCategory::kActivations);
+    if (training)
+      for (auto& d : d_hidden_) d = device.alloc(fp32_bytes(), MemCategory::kActivations);
+    acts_.reserve(layers);
+    for (size_t l = 0; l < layers; ++l) acts_.emplace_back(device);
+  }
+
+  // Layer l's input: null for the first layer.
+  const float* input_of(size_t l) {
+    if (l == 0) return nullptr;
+    if (!pack_) return hidden_[l - 1].as<float>();
+    input_copy_ = device_.alloc(fp32_bytes(), MemCategory::kActivations);
+    device_.kernels().cast(input_copy_.data(), DType::kF32, hidden_[l - 1].data(), act_dtype_, n_);
+    return input_copy_.as<float>();
+  }
+  // Layer l's output buffer: null for the last layer, and for a backward that does not
+  // recompute (`computed` false) under 16-bit activations.
+  float* output_of(size_t l, bool computed) {
+    if (l + 1 == layers_) return nullptr;
+    if (!pack_) return hidden_[l].as<float>();
+    if (!computed) return nullptr;
+    output_copy_ = device_.alloc(fp32_bytes(), MemCategory::kActivations);
+    return output_copy_.as<float>();
+  }
+  // After a forward: the fp32 output copy stored as the working dtype.
+  void store_output(size_t l, const float* output) {
+    if (pack_ && output)
+      device_.kernels().cast(hidden_[l].data(), act_dtype_, output, DType::kF32, n_);
+  }
+  void drop_copies() {
+    input_copy_.reset();
+    output_copy_.reset();
+  }
+  // After layer l's forward: what it keeps for its backward.
+  void keep_activations(size_t l, bool keep) {
+    if (!keep)
+      acts_[l].release();
+    else if (pack_)
+      acts_[l].pack(act_dtype_);
+  }
+  float* d_output(size_t l) { return l + 1 < layers_ ? d_hidden_[l % 2].as<float>() : nullptr; }
+  // Zeroed: backward accumulates into it. Null for the first layer.
+  float* d_input(size_t l) {
+    if (l == 0) return nullptr;
+    float* d = d_hidden_[(l + 1) % 2].as<float>();
+    device_.zero(d, fp32_bytes());
+    return d;
+  }
+  ActivationStore& acts(size_t l) { return acts_[l]; }
+  float* losses() { return losses_.as<float>(); }
+  double mean_loss() const {
+    std::vector<float> host(losses_.bytes() / sizeof(float));
+    device_.copy_to_host(host.data(), losses_.data(), losses_.bytes());
+    double sum = 0.0;
+    for (float x : host) sum += x;
+    return sum / static_cast<double>(host.size());
+  }
+
+ private:
+  size_t fp32_bytes() const { return static_cast<size_t>(n_) * sizeof(float); }
+  Device& device_;
+  size_t layers_;
+  int64_t n_;  // N * C
+  DType act_dtype_;
+  bool pack_;  // activations kept 16-bit, computed in fp32
+  std::vector<Buffer> hidden_;
+  Buffer losses_;
+  Buffer d_hidden_[2];
+  std::vector<ActivationStore> acts_;
+  Buffer input_copy_, output_copy_;
+};
+
+}  // namespace
+
 Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions options)
     : device_(device),
       comm_(comm),
       model_(model),
       options_(std::move(options)),
-      policy_(ZeroPolicy::for_stage(options_.stage)),
-      queue_(std::make_unique<CommQueue>(comm)) {
+      policy_(options_.policy),
+      reduce_queue_(std::make_unique<CommQueue>(comm)),
+      gather_comm_(comm.duplicate()),
+      gather_queue_(std::make_unique<CommQueue>(*gather_comm_)) {
+  policy_.validate();
   auto layers = model_.layers();
   if (options_.checkpoint.empty()) options_.checkpoint.assign(layers.size(), false);
   ZT_ASSERT(options_.checkpoint.size() == layers.size(), "checkpoint mask has {} of {} layers",
@@ -37,7 +159,7 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
 
   auto units = model_.units();
   std::vector<std::vector<DecayRange>> ranges;
-  std::vector<int64_t> sizes;
+  std::vector<int64_t> sizes, gathered;
   for (Unit* unit : units) {
     const FlatLayout& layout = unit->layout();
     const ShardLayout shard(layout.numel(), comm_.world(), comm_.rank());
@@ -47,9 +169,16 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     const ParamGroup& g = *groups_.back();
     ranges.push_back(decay_ranges(layout, g.master_offset(), g.master_offset() + g.master_size()));
     sizes.push_back(g.master_size());
+    gathered.push_back(g.params_sharded() ? shard.padded : 0);
   }
   optimizer_ = std::make_unique<Optimizer>(device_, options_.optimizer, std::move(ranges),
                                            std::move(sizes));
+  const GatherLimits limits{options_.prefetch_bucket_size, options_.max_live_parameters,
+                            options_.max_reuse_distance};
+  training_schedule_ =
+      std::make_unique<UnitSchedule>(layers, PassMode::kTraining, gathered, limits);
+  evaluation_schedule_ =
+      std::make_unique<UnitSchedule>(layers, PassMode::kEvaluation, gathered, limits);
   const Precision& precision = options_.precision;
   if (precision.mixed())
     rounding_ = std::make_unique<RoundingKernels>(device_.kernels(), precision.compute);
@@ -92,6 +221,13 @@ double Engine::all_ranks_sum(double local) {
   return sum;
 }
 
+int64_t Engine::live_elements() const {
+  int64_t elements = 0;
+  for (const auto& g : groups_)
+    elements += g->gathered_bytes() / static_cast<int64_t>(dtype_size(options_.precision.compute));
+  return elements;
+}
+
 void Engine::note_gathered() {
   int64_t bytes = 0;
   for (auto& g : groups_) bytes += g->gathered_bytes();
@@ -102,181 +238,143 @@ int64_t Engine::gather_window_bytes() const {
   int64_t largest = 0;
   for (const auto& g : groups_)
     if (g->params_sharded()) largest = std::max(largest, g->shard().padded);
-  return static_cast<int64_t>(dtype_size(options_.precision.compute)) *
-         (largest + options_.prefetch_bucket_size);
+  const int64_t bound = training_schedule_->live_bound(largest);
+  const int64_t size = static_cast<int64_t>(dtype_size(options_.precision.compute));
+  return bound > std::numeric_limits<int64_t>::max() / size
+             ? std::numeric_limits<int64_t>::max()
+             : size * bound;
 }
 
-void Engine::prefetch(const std::vector<ScheduleItem>& schedule, size_t index) {
-  // Walk ahead in the schedule and gather the next units while their sizes fit the budget;
-  // units already gathered or gathering ahead count against it, so the gathered bytes stay
-  // within the current unit + stage3_prefetch_bucket_size.
-  auto layers = model_.layers();
-  const int current = layers[schedule[index].layer]->unit_index();
-  int64_t budget = options_.prefetch_bucket_size;
-  std::vector<bool> seen(groups_.size(), false);
-  seen[current] = true;
-  for (size_t j = index + 1; j < schedule.size(); ++j) {
-    const int u = layers[schedule[j].layer]->unit_index();
-    ParamGroup& g = *groups_[u];
-    if (seen[u] || !g.params_sharded()) continue;
-    seen[u] = true;
-    if (g.shard().padded > budget) break;
-    budget -= g.shard().padded;
-    if (g.state() == ParamState::kSharded) g.begin_gather(*queue_);
+CommStats Engine::comm_stats() const {
+  CommStats total = comm_.stats();
+  const CommStats& gathers = gather_comm_->stats();
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    total.by_kind[k].calls += gathers.by_kind[k].calls;
+    total.by_kind[k].bytes += gathers.by_kind[k].bytes;
+    total.by_kind[k].seconds += gathers.by_kind[k].seconds;
   }
+  return total;
+}
+
+void Engine::reset_comm_stats() {
+  comm_.reset_stats();
+  gather_comm_->reset_stats();
+}
+
+ParamGroup& Engine::use_unit(const UnitSchedule& schedule, size_t at) {
+  const int u = schedule[at].unit;
+  ParamGroup& g = *groups_[u];
+  if (g.params_sharded() && g.state() == ParamState::kSharded) {
+    // Room under max_live for this unit: release kept units, the one used last first.
+    const int64_t limit = options_.max_live_parameters, need = schedule.gathered_elements(u);
+    while (live_elements() > limit - need) {
+      int victim = -1;
+      size_t victim_next = 0;
+      for (size_t v = 0; v < groups_.size(); ++v) {
+        if (static_cast<int>(v) == u || groups_[v]->state() != ParamState::kFull ||
+            !groups_[v]->params_sharded())
+          continue;
+        size_t next = UnitSchedule::kNever;
+        for (size_t j = at; j < schedule.size(); ++j)
+          if (schedule[j].unit == static_cast<int>(v)) {
+            next = j;
+            break;
+          }
+        if (victim < 0 || next > victim_next) victim = static_cast<int>(v), victim_next = next;
+      }
+      if (victim < 0) break;  // only gathers in flight: they finish into use soon
+      groups_[victim]->release();
+    }
+  }
+  g.use(*gather_queue_);
+  const auto held = [&](int v) { return groups_[v]->state() != ParamState::kSharded; };
+  for (int v : schedule.prefetch(at, live_elements(), held)) groups_[v]->begin_gather(*gather_queue_);
   note_gathered();
+  return g;
 }
 
-double Engine::forward_backward(const Batch& host_batch, float dloss, bool last_micro_batch) {
+void Engine::end_use(const UnitSchedule& schedule, size_t at) {
+  // The next step computes with the same unit: nothing to drop.
+  if (schedule.next_use(at) == at + 1) return;
+  ParamGroup& g = *groups_[schedule[at].unit];
+  g.done(g.params_sharded() && schedule.keep_after(at, live_elements()));
+}
+
+double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, bool reduce_now) {
   Kernels& k = compute_kernels();
-  // Kernels read token ids from device memory: a GPU gets a copy of the micro-batch.
-  Batch batch = host_batch;
-  Buffer tokens;
-  if (!device_.host_accessible()) {
-    const size_t bytes = static_cast<size_t>(batch.B * batch.T) * sizeof(int32_t);
-    tokens = device_.alloc(2 * bytes, MemCategory::kActivations);
-    device_.copy_from_host(tokens.data(), host_batch.inputs, bytes);
-    device_.copy_from_host(tokens.as<char>() + bytes, host_batch.targets, bytes);
-    batch.inputs = tokens.as<const int32_t>();
-    batch.targets = reinterpret_cast<const int32_t*>(tokens.as<char>() + bytes);
-  }
+  const DeviceBatch tokens(device_, host_batch);
+  const Batch& batch = tokens.batch();
   auto layers = model_.layers();
   const size_t L = layers.size();
-  const int64_t N = batch.B * batch.T, C = model_.hidden_size();
-  const bool training = dloss != 0.0f;
-  const DType act_dtype = options_.precision.compute;
-  const bool pack = act_dtype != DType::kF32;  // activations kept 16-bit, computed in fp32
-
-  std::vector<ScheduleItem> schedule;
-  for (size_t l = 0; l < L; ++l) schedule.push_back({l, false});
-  if (training)
-    for (size_t l = L; l-- > 0;) schedule.push_back({l, true});
-
-  // hidden[l]: output of layer l (input of l + 1), kept through backward in the working dtype;
-  // a checkpointed layer keeps nothing else, so these are its saved input. Under 16-bit
-  // activations a layer reads and writes fp32 copies (hidden_in, hidden_out) of them.
-  const size_t hidden_floats = static_cast<size_t>(N * C);
-  const size_t hidden_bytes = hidden_floats * sizeof(float);
-  std::vector<Buffer> hidden(L - 1);
-  for (auto& h : hidden)
-    h = device_.alloc(hidden_floats * dtype_size(act_dtype), MemCategory::kActivations);
-  Buffer losses = device_.alloc(static_cast<size_t>(N) * sizeof(float), MemCategory::kActivations);
-  Buffer d_hidden[2];
-  if (training)
-    for (auto& d : d_hidden) d = device_.alloc(hidden_bytes, MemCategory::kActivations);
-  std::vector<ActivationStore> acts;
-  acts.reserve(L);
-  for (size_t l = 0; l < L; ++l) acts.emplace_back(device_);
-  Buffer hidden_in, hidden_out;
-  auto input_of = [&](size_t l) -> const float* {
-    if (l == 0) return nullptr;
-    if (!pack) return hidden[l - 1].as<float>();
-    hidden_in = device_.alloc(hidden_bytes, MemCategory::kActivations);
-    device_.kernels().cast(hidden_in.data(), DType::kF32, hidden[l - 1].data(), act_dtype,
-                           N * C);
-    return hidden_in.as<float>();
-  };
-  auto output_of = [&](size_t l, bool computed) -> float* {
-    if (l + 1 == L) return nullptr;
-    if (!pack) return hidden[l].as<float>();
-    if (!computed) return nullptr;  // a backward without recompute writes no output
-    hidden_out = device_.alloc(hidden_bytes, MemCategory::kActivations);
-    return hidden_out.as<float>();
-  };
-
-  // Gradient reductions: units are launched in buckets of about reduce_bucket_size elements;
-  // before a bucket launches, the one before it is finished, so at most two buckets of full
-  // unit gradients are alive when gradients are sharded.
-  const bool reduce_now = policy_.shard_grads || last_micro_batch;
-  std::vector<int> bucket;
-  int64_t bucket_elements = 0;
-  std::deque<std::pair<int, CommHandle>> in_flight;
-  auto finish_in_flight = [&] {
-    while (!in_flight.empty()) {
-      in_flight.front().second.wait();
-      groups_[in_flight.front().first]->finish_reduce(device_.kernels());
-      in_flight.pop_front();
-    }
-  };
-  auto launch_bucket = [&] {
-    finish_in_flight();
-    for (int u : bucket) {
-      in_flight.emplace_back(u, groups_[u]->begin_reduce(*queue_));
-      if (!options_.overlap_comm) finish_in_flight();
-    }
-    bucket.clear();
-    bucket_elements = 0;
-  };
-
-  for (size_t i = 0; i < schedule.size(); ++i) {
-    const size_t l = schedule[i].layer;
-    const int u = layers[l]->unit_index();
-    ParamGroup& g = *groups_[u];
-    g.use(*queue_);
-    prefetch(schedule, i);
-
+  const bool training = mode == PassMode::kTraining;
+  const UnitSchedule& schedule = training ? *training_schedule_ : *evaluation_schedule_;
+  PassState pass(device_, L, batch.B * batch.T, model_.hidden_size(), options_.precision.compute,
+                 training);
+  auto layer_io = [&](size_t l, bool computes_output) {
     LayerIO io;
     io.batch = &batch;
-    io.input = input_of(l);
-    io.output = output_of(l, !schedule[i].backward || options_.checkpoint[l]);
+    io.input = pass.input_of(l);
+    io.output = pass.output_of(l, computes_output);
     if (l + 1 == L) {
-      io.losses = losses.as<float>();
-      io.dloss = dloss;
-      if (training) g.ensure_grads();  // the last layer computes its gradient in forward
+      io.losses = pass.losses();
+      io.dloss = training ? dloss : 0.0f;  // training: the last layer's gradient in forward
     }
-    if (!schedule[i].backward) {
-      fault_point(training ? EnginePoint::kForward : EnginePoint::kEvaluation, u);
-      layers[l]->forward(k, io, acts[l]);
-      if (pack && io.output)
-        device_.kernels().cast(hidden[l].data(), act_dtype, io.output, DType::kF32, N * C);
-      if (!training || options_.checkpoint[l])
-        acts[l].release();
-      else if (pack)
-        acts[l].pack(act_dtype);
-    } else {
-      g.ensure_grads();
-      if (options_.checkpoint[l])
-        layers[l]->forward(k, io, acts[l]);  // recompute (output rewritten with the same bits)
-      else
-        acts[l].unpack();
-      io.d_output = l + 1 < L ? d_hidden[l % 2].as<float>() : nullptr;
-      if (l > 0) {
-        io.d_input = d_hidden[(l + 1) % 2].as<float>();
-        device_.zero(io.d_input, hidden_bytes);
-      }
-      ActivationStore scratch(device_);
-      layers[l]->backward(k, io, acts[l], scratch);
-      acts[l].release();
-      if (last_backward_layer_[u] == l) {  // the unit's gradient of this micro-batch is complete
-        if (gradient_hook_) gradient_hook_(u, g.full_grads(), g.shard().numel);
-        g.finish_grads(device_.kernels(), reduce_now);
-        if (reduce_now) {
-          bucket.push_back(u);
-          bucket_elements += g.shard().padded;
-          if (bucket_elements >= options_.reduce_bucket_size) launch_bucket();
-        }
-        fault_point(EnginePoint::kBackward, u);
-      }
-    }
-    hidden_in.reset();
-    hidden_out.reset();
-    // Done with the unit when the next item computes with another one.
-    const bool next_same = i + 1 < schedule.size() &&
-                           layers[schedule[i + 1].layer]->unit_index() == u;
-    if (!next_same) g.done();
-  }
-  if (!bucket.empty()) launch_bucket();
-  finish_in_flight();
+    return io;
+  };
 
-  std::vector<float> host_losses(static_cast<size_t>(N));
-  device_.copy_to_host(host_losses.data(), losses.data(), losses.bytes());
-  double sum = 0.0;
-  for (float x : host_losses) sum += x;
-  return sum / static_cast<double>(N);
+  auto t0 = Clock::now();
+  for (size_t l = 0; l < L; ++l) {
+    const size_t at = schedule.forward_step(l);
+    const int u = schedule[at].unit;
+    ParamGroup& g = use_unit(schedule, at);
+    fault_point(training ? EnginePoint::kForward : EnginePoint::kEvaluation, u);
+    const LayerIO io = layer_io(l, true);
+    if (training && l + 1 == L) g.ensure_grads();
+    layers[l]->forward(k, io, pass.acts(l));
+    pass.store_output(l, io.output);
+    pass.keep_activations(l, training && !options_.checkpoint[l]);
+    pass.drop_copies();
+    end_use(schedule, at);
+  }
+  times_.forward += seconds_since(t0);
+  if (!training) return pass.mean_loss();
+
+  t0 = Clock::now();
+  GradientReducer reducer(*reduce_queue_, device_.kernels(), options_.reduce_bucket_size,
+                          options_.overlap_comm);
+  for (size_t l = L; l-- > 0;) {
+    const size_t at = schedule.backward_step(l);
+    const int u = schedule[at].unit;
+    ParamGroup& g = use_unit(schedule, at);
+    g.ensure_grads();
+    LayerIO io = layer_io(l, options_.checkpoint[l]);
+    if (options_.checkpoint[l])
+      layers[l]->forward(k, io, pass.acts(l));  // recompute (output rewritten with the same bits)
+    else
+      pass.acts(l).unpack();
+    io.d_output = pass.d_output(l);
+    io.d_input = pass.d_input(l);
+    ActivationStore scratch(device_);
+    layers[l]->backward(k, io, pass.acts(l), scratch);
+    pass.acts(l).release();
+    if (last_backward_layer_[u] == l) {  // the unit's gradient of this micro-batch is complete
+      if (gradient_hook_) gradient_hook_(u, g.full_grads(), g.shard().numel);
+      g.finish_grads(device_.kernels(), reduce_now);
+      if (reduce_now) reducer.add(g);
+      fault_point(EnginePoint::kBackward, u);
+    }
+    pass.drop_copies();
+    end_use(schedule, at);
+  }
+  reducer.finish();
+  times_.backward += seconds_since(t0);
+  return pass.mean_loss();
 }
 
 StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   ZT_ASSERT(!micro_batches.empty(), "no micro-batches");
+  times_ = StepTimes{};
+  const CommStats comm_before = comm_stats();
   for (auto& g : groups_) g->zero_grads();
   StepResult result;
   result.lr = lr;
@@ -286,19 +384,23 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   result.loss_scale = static_cast<float>(scale);
   const size_t accumulation = micro_batches.size();
   // Each rank's loss is its mean over B*T*accumulation positions scaled by 1/world, so the
-  // rank-order sum of the reduction is the mean over the global batch.
+  // rank-order sum of the reduction is the mean over the global batch. Stages 0/1 reduce after
+  // the last micro-batch; sharded gradients are reduced every micro-batch.
   double local_loss = 0.0;
   for (size_t i = 0; i < accumulation; ++i) {
     const Batch& batch = micro_batches[i];
     const double positions = static_cast<double>(batch.B * batch.T) * accumulation * comm_.world();
-    local_loss += forward_backward(batch, static_cast<float>(scale / positions),
-                                   i + 1 == accumulation) / accumulation;
+    const bool reduce_now = policy_.shard_grads || i + 1 == accumulation;
+    local_loss += run_pass(batch, PassMode::kTraining, static_cast<float>(scale / positions),
+                           reduce_now) /
+                  accumulation;
   }
   result.loss = all_ranks_sum(local_loss) / comm_.world();
 
   // Global norm: each rank's partial over its shard of every unit, in unit order, then the
   // partials added in rank order: the same arithmetic in every stage. A non-finite gradient on
   // any rank makes the sum non-finite on every rank: that is the agreed overflow flag.
+  auto t0 = Clock::now();
   double partial = 0.0;
   for (auto& g : groups_) {
     for_each_fp32_chunk(g->grad_shard(), g->grad_dtype(), g->shard().shard,
@@ -308,6 +410,16 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   }
   const double norm_squared = all_ranks_sum(partial);
   result.grad_norm = std::sqrt(norm_squared) / scale;
+  auto finish_times = [&] {
+    times_.optimizer = seconds_since(t0);
+    const CommStats after = comm_stats();
+    auto spent = [&](CollectiveKind kind) {
+      return after[kind].seconds - comm_before[kind].seconds;
+    };
+    times_.reduce = spent(CollectiveKind::kReduceScatter) + spent(CollectiveKind::kAllReduce);
+    times_.gather = spent(CollectiveKind::kAllGather);
+    result.times = times_;
+  };
   if (loss_scaler_) {
     bool skip = false;
     try {
@@ -315,6 +427,7 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
     } catch (const Error& e) {  // at the minimum scale; the scaler's state is unchanged
       result.failure = e.message();
       result.skipped = true;
+      finish_times();
       return result;
     }
     result.scale_update = loss_scaler_->last_update();
@@ -322,6 +435,7 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
       // Parameters, master and optimizer state untouched; the stored gradients are zeroed at
       // the start of the next step.
       result.skipped = true;
+      finish_times();
       return result;
     }
   }
@@ -332,13 +446,31 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
     if (coef < 1.0) grad_scale = coef / scale;
   }
   ++step_;
-  std::vector<CommHandle> refresh;
-  for (size_t u = 0; u < groups_.size(); ++u) {
+  for (size_t u = 0; u < groups_.size(); ++u)
     optimizer_step(static_cast<int>(u), lr, static_cast<float>(grad_scale));
-    refresh.push_back(groups_[u]->begin_refresh(*queue_));
-  }
-  for (auto& h : refresh) h.wait();
+  refresh_params();
+  finish_times();
   return result;
+}
+
+void Engine::refresh_params() {
+  // Launched unit after unit; once allgather_bucket_size elements are in flight they are
+  // finished before more launch.
+  std::vector<CommHandle> in_flight;
+  int64_t in_flight_elements = 0;
+  for (auto& g : groups_) {
+    CommHandle h = g->begin_refresh(*gather_queue_);
+    if (h.done()) continue;  // nothing to refresh for this unit
+    const int64_t elements = g->shard().padded;
+    if (!in_flight.empty() && in_flight_elements + elements > options_.allgather_bucket_size) {
+      for (auto& pending : in_flight) pending.wait();
+      in_flight.clear();
+      in_flight_elements = 0;
+    }
+    in_flight.push_back(std::move(h));
+    in_flight_elements += elements;
+  }
+  for (auto& h : in_flight) h.wait();
 }
 
 void Engine::optimizer_step(int u, float lr, float grad_scale) {
@@ -372,13 +504,13 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
 }
 
 double Engine::eval_loss(const Batch& batch) {
-  return all_ranks_sum(forward_backward(batch, 0.0f, false)) / comm_.world();
+  return all_ranks_sum(run_pass(batch, PassMode::kEvaluation, 0.0f, false)) / comm_.world();
 }
 
 double Engine::compute_gradients(const Batch& batch) {
   for (auto& g : groups_) g->zero_grads();
   const double positions = static_cast<double>(batch.B * batch.T) * comm_.world();
-  return forward_backward(batch, static_cast<float>(1.0 / positions), true);
+  return run_pass(batch, PassMode::kTraining, static_cast<float>(1.0 / positions), true);
 }
 
 void Engine::read_unit_params(int u, float* dst) {
@@ -392,48 +524,34 @@ void Engine::read_unit_params(int u, float* dst) {
     }
     Buffer full = device_.alloc(static_cast<size_t>(s.padded) * sizeof(float),
                                 MemCategory::kWorkspace);
-    queue_->all_gather(g.master(), full.data(), s.shard, DType::kF32).wait();
+    gather_queue_->all_gather(g.master(), full.data(), s.shard, DType::kF32).wait();
     device_.copy_to_host(dst, full.data(), numel_bytes);
     return;
   }
   // fp32: the working parameters are the master; pure 16-bit: the fp32 compute copy holds the
   // working values exactly. Either way `use` gathers a sharded unit.
   const bool was_full = g.state() == ParamState::kFull;
-  g.use(*queue_);
+  g.use(*gather_queue_);
   device_.copy_to_host(dst, g.bound_params(), numel_bytes);
   if (!was_full || options_.precision.mixed()) g.done();
 }
 
-void Engine::write_unit_params(int u, const float* src) {
+void Engine::read_unit_working(int u, void* dst) {
   ParamGroup& g = *groups_[u];
-  const ShardLayout& s = g.shard();
-  ZT_ASSERT(!g.params_sharded() || g.state() == ParamState::kSharded, "unit {} written while {}",
-            g.name(), param_state_name(g.state()));
-  // The values over [begin, end) of the padded buffer (zeros past numel), fp32.
-  auto padded_range = [&](int64_t begin, int64_t end) {
-    std::vector<float> range(static_cast<size_t>(end - begin), 0.0f);
-    const int64_t stop = std::min(end, s.numel);
-    if (stop > begin) std::copy(src + begin, src + stop, range.begin());
-    return range;
-  };
-  if (options_.precision.has_master()) {
-    const std::vector<float> range =
-        padded_range(g.master_offset(), g.master_offset() + g.master_size());
-    device_.copy_from_host(g.master(), range.data(), range.size() * sizeof(float));
-  }
-  // The working parameters: the whole padded buffer, or this rank's shard; rounded when 16-bit.
-  const bool sharded = g.params_sharded();
-  const int64_t begin = sharded ? s.begin() : 0, size = sharded ? s.shard : s.padded;
-  const std::vector<float> range = padded_range(begin, begin + size);
-  const size_t bytes = range.size() * sizeof(float);
-  if (!options_.precision.mixed()) {
-    device_.copy_from_host(g.working_data(), range.data(), bytes);
-    return;
-  }
-  Buffer staged = device_.alloc(bytes, MemCategory::kWorkspace);
-  device_.copy_from_host(staged.data(), range.data(), bytes);
-  device_.kernels().cast(g.working_data(), options_.precision.compute, staged.data(),
-                         DType::kF32, size);
+  const bool was_full = g.state() == ParamState::kFull;
+  g.ensure_full(*gather_queue_);
+  device_.copy_to_host(dst, g.full_working_data(),
+                       static_cast<size_t>(g.shard().numel) * dtype_size(working_dtype()));
+  if (!was_full) g.release();
+}
+
+void Engine::write_unit_params(int u, const float* src) {
+  const int64_t numel = groups_[u]->shard().numel;
+  groups_[u]->assign([&](int64_t begin, int64_t end, float* dst) {
+    std::fill(dst, dst + (end - begin), 0.0f);  // padding past numel
+    const int64_t stop = std::min(end, numel);
+    if (stop > begin) std::copy(src + begin, src + stop, dst);
+  });
 }
 
 float* Engine::unit_params(int u) {
@@ -442,10 +560,23 @@ float* Engine::unit_params(int u) {
   return groups_[u]->full_params();
 }
 
-const float* Engine::unit_grads(int u) {
-  ZT_ASSERT(!options_.precision.mixed(), "unit_grads is for fp32 training");
-  ZT_ASSERT(!policy_.shard_grads, "unit {} gradients are sharded", u);
-  return groups_[u]->full_grads();
+std::vector<float> Engine::unit_grads(int u) {
+  ParamGroup& g = *groups_[u];
+  const ShardLayout& s = g.shard();
+  const DType dtype = g.grad_dtype();
+  Buffer full = device_.alloc(static_cast<size_t>(s.padded) * dtype_size(dtype),
+                              MemCategory::kWorkspace);
+  gather_queue_->all_gather(g.grad_shard(), full.data(), s.shard, dtype).wait();
+  Buffer widened;
+  const void* values = full.data();
+  if (dtype != DType::kF32) {
+    widened = device_.alloc(static_cast<size_t>(s.padded) * sizeof(float), MemCategory::kWorkspace);
+    device_.kernels().cast(widened.data(), DType::kF32, full.data(), dtype, s.padded);
+    values = widened.data();
+  }
+  std::vector<float> out(static_cast<size_t>(s.numel));
+  device_.copy_to_host(out.data(), values, out.size() * sizeof(float));
+  return out;
 }
 
 std::vector<std::byte> Engine::model_state_bytes(int u) {

@@ -1,16 +1,19 @@
 // Engine: the training step, written once (DESIGN.md, "The training step"), for every ZeRO
-// stage. Drives any runtime::Model: per micro-batch, forward over the layers (stage 3 gathers
-// each unit before use, prefetches the next ones and releases after), backward in reverse with
-// recomputation of checkpointed layers, each unit's gradient reduced as soon as it is complete
-// (every micro-batch when gradients are sharded, after the last one otherwise), overlapped with
-// the remaining backward when overlap_comm is set; then the global gradient norm from per-shard
-// partials added in rank order, clipping, the optimizer on this rank's master shard, and the
-// all-gather that refreshes full parameters. What is sharded comes from the ZeroPolicy.
+// stage. Drives any runtime::Model: per micro-batch, a forward loop over the layers and a
+// backward loop in reverse (recomputing checkpointed layers); a UnitSchedule says what stage 3
+// gathers ahead of each step and keeps after it, a GradientReducer reduces each unit's gradient
+// as soon as it is complete (every micro-batch when gradients are sharded, after the last one
+// otherwise), behind the remaining backward when overlap_comm is set. Then the global gradient
+// norm from per-shard partials added in rank order, the loss scaler, clipping, the optimizer on
+// this rank's master shard, and the all-gather that refreshes full parameters. What is sharded
+// comes from the ZeroPolicy; gathers run on their own communicator and queue, so they never
+// wait behind a reduction.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "zero/optimizer.h"
 #include "zero/param_group.h"
 #include "zero/precision.h"
+#include "zero/unit_schedule.h"
 #include "zero/zero_policy.h"
 
 namespace zt {
@@ -35,12 +39,32 @@ struct EngineOptions {
   // Per layer of model.layers(): recompute in backward instead of keeping activations.
   // Empty = none. Entries for non-checkpointable layers must be false.
   std::vector<bool> checkpoint;
-  int stage = 0;                                // ZeRO stage 0..3
+  ZeroPolicy policy;                            // what is sharded (validated by the engine)
   bool overlap_comm = false;                    // reductions run behind the backward pass
   int64_t reduce_bucket_size = 500'000'000;     // elements of gradient per reduction launch
-  int64_t prefetch_bucket_size = 50'000'000;    // stage 3: elements gathered ahead of use
+  // Elements of parameters all-gathered at once after the optimizer step (stages 1-2, and
+  // stage 3's persistent units): a bucket is finished before the next is launched.
+  int64_t allgather_bucket_size = 500'000'000;
+  // Stage 3 (zero/unit_schedule.h): gathered ahead of use; gathered at once at most; kept
+  // gathered when reused within this many elements (0: released after every use).
+  int64_t prefetch_bucket_size = 50'000'000;
+  int64_t max_live_parameters = std::numeric_limits<int64_t>::max();
+  int64_t max_reuse_distance = 0;
   int64_t persistence_threshold = 100'000;      // stage 3: units this small stay gathered
   Precision precision;                          // fp32, mixed or pure 16-bit
+};
+
+// Where one step's time went on this rank (wall_clock_breakdown), in seconds. forward,
+// backward and optimizer are the engine thread's wall time in each phase (backward includes
+// waiting for reductions it could not overlap); reduce and gather are the communication
+// threads' time executing gradient reductions and parameter all-gathers (stage-3 gathers and
+// the post-step refresh), which overlap with the phases.
+struct StepTimes {
+  double forward = 0.0;
+  double backward = 0.0;
+  double optimizer = 0.0;
+  double reduce = 0.0;
+  double gather = 0.0;
 };
 
 struct StepResult {
@@ -52,6 +76,7 @@ struct StepResult {
   float loss_scale = 1.0f;
   bool skipped = false;
   LossScalerEvent scale_update;
+  StepTimes times;
   // Non-empty when training cannot go on, agreed on every rank: an overflow with the loss scale
   // already at min_loss_scale (DeepSpeed raises there). Nothing was updated.
   std::string failure;
@@ -89,19 +114,27 @@ class Engine {
   // gradients untouched. Collective.
   double eval_loss(const Batch& batch);
   // Forward and backward of one batch into reduced gradients (zeroed first), no optimizer
-  // step; returns this rank's mean loss. Gradients readable by unit_grads() when not sharded.
+  // step; returns this rank's mean loss. Read them with unit_grads(). Collective.
   double compute_gradients(const Batch& batch);
 
   // Full parameters of unit u (layout().numel() elements) into dst: the fp32 master under mixed
   // precision, the working parameters otherwise. Collective under stage 3, and under stages 1
   // and 2 with a sharded master.
   void read_unit_params(int u, float* dst);
+  // Full working parameters of unit u in the compute dtype (numel elements) into host memory:
+  // what a 16-bit weights file holds (stage3_gather_16bit_weights_on_model_save). Collective
+  // under stage 3.
+  void read_unit_working(int u, void* dst);
+  DType working_dtype() const { return options_.precision.compute; }
   // Sets unit u's parameters from full values (the same on every rank): master and working
-  // copy. Not collective.
+  // copy (ParamGroup::assign). Not collective.
   void write_unit_params(int u, const float* src);
-  // fp32 training: the full parameter / reduced gradient buffer of unit u, when not sharded.
+  // fp32 training: the full parameter buffer of unit u, when parameters are not sharded.
   float* unit_params(int u);
-  const float* unit_grads(int u);
+  // The reduced gradient of unit u, full (numel elements, fp32 whatever the stored dtype;
+  // times the loss scale under fp16), in every stage: after compute_gradients or a step's
+  // backward, until the next step zeroes it. Collective (every rank's shard is all-gathered).
+  std::vector<float> unit_grads(int u);
   // This rank's model state of unit u as bytes: working parameters, master, optimizer state
   // (tests compare them across skipped steps).
   std::vector<std::byte> model_state_bytes(int u);
@@ -113,24 +146,35 @@ class Engine {
   // Steps applied (skipped fp16 steps do not count): Adam's bias-correction step, and the
   // position of the learning-rate schedule (DeepSpeed does not advance it on a skipped step).
   int64_t optimizer_steps() const { return step_; }
-  const ZeroPolicy& policy() const { return policy_; }
   const EngineOptions& options() const { return options_; }
   Device& device() { return device_; }
   Model& model() { return model_; }
   Communicator& comm() { return comm_; }
+  // What the engine's collectives cost: its communicator's and its gather communicator's
+  // counters added (read between steps).
+  CommStats comm_stats() const;
+  void reset_comm_stats();
   // Stage 3: the most bytes of gathered (non-persistent) parameters held at once, and the
-  // bound the engine keeps: (largest unit + stage3_prefetch_bucket_size elements) in the
-  // working dtype.
+  // bound the engine keeps (UnitSchedule::live_bound of the largest unit, in the working
+  // dtype).
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+  // Stage 3: how many times unit u was gathered so far (0 for a persistent unit, which is
+  // never gathered). For benchmarks and tests.
+  int64_t gather_count(int u) const { return groups_[u]->gather_count(); }
   int64_t gather_window_bytes() const;
 
  private:
-  struct ScheduleItem {
-    size_t layer;
-    bool backward;
-  };
-  double forward_backward(const Batch& batch, float dloss, bool last_micro_batch);
-  void prefetch(const std::vector<ScheduleItem>& schedule, size_t index);
+  // One pass over the layers (zero/unit_schedule.h): forward in order, then, when training,
+  // backward in reverse with each completed unit's gradient handed to a GradientReducer
+  // (reduced now when `reduce_now`, else stored for a later micro-batch). Returns this rank's
+  // mean loss over the batch.
+  double run_pass(const Batch& batch, PassMode mode, float dloss, bool reduce_now);
+  // Stage 3 around step `at` of a schedule: use_unit makes room under max_live (releasing
+  // kept units), gathers the step's unit and starts the prefetches; end_use releases it
+  // unless the schedule keeps it.
+  ParamGroup& use_unit(const UnitSchedule& schedule, size_t at);
+  void end_use(const UnitSchedule& schedule, size_t at);
+  int64_t live_elements() const;  // gathered (and gathering) elements held now
   void note_gathered();
   double all_ranks_sum(double local);  // sum over ranks in rank order, same on every rank
   // The kernels layers compute with: the device's, or rounding to the 16-bit working dtype.
@@ -142,14 +186,23 @@ class Engine {
                            const std::function<void(const float*, int64_t, int64_t)>& f);
   static constexpr int64_t kWorkspaceChunk = int64_t{1} << 22;
   void optimizer_step(int u, float lr, float grad_scale);
+  // After the optimizer: full parameters refreshed from every rank's master where the
+  // optimizer is sharded but the parameters are not, allgather_bucket_size elements at a time.
+  void refresh_params();
 
   Device& device_;
   Communicator& comm_;
   Model& model_;
   EngineOptions options_;
   ZeroPolicy policy_;
-  std::unique_ptr<CommQueue> queue_;
+  // Two communicators, each with its queue: gradient reductions and scalar reductions on
+  // comm_, parameter gathers on a duplicate, so a stage-3 prefetch never waits behind a large
+  // reduction (each keeps the engine's order on every rank).
+  std::unique_ptr<CommQueue> reduce_queue_;
+  std::unique_ptr<Communicator> gather_comm_;
+  std::unique_ptr<CommQueue> gather_queue_;
   std::vector<std::unique_ptr<ParamGroup>> groups_;  // one per unit
+  std::unique_ptr<UnitSchedule> training_schedule_, evaluation_schedule_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<RoundingKernels> rounding_;   // mixed precision
   std::unique_ptr<LossScaler> loss_scaler_;     // fp16
@@ -161,6 +214,7 @@ class Engine {
   std::vector<size_t> last_backward_layer_;  // per unit: the layer whose backward completes it
   int64_t step_ = 0;
   int64_t peak_gathered_bytes_ = 0;
+  StepTimes times_;  // of the step in progress
 };
 
 }  // namespace zt

@@ -60,29 +60,49 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
   const FlatLayout& layout = unit.layout();
   ZT_ASSERT(layout.numel() == shard.numel, "unit {}: layout {} vs shard layout {}", name(),
             layout.numel(), shard.numel);
-  const int64_t work_begin = params_sharded_ ? shard.begin() : 0;
-  const int64_t work_size = params_sharded_ ? shard.shard : shard.padded;
-  params_ = device_.alloc(param_bytes(work_size), MemCategory::kParams);
-  // Initial values are computed on the host and copied in (the device may be a GPU).
-  std::vector<float> values(static_cast<size_t>(work_size));
-  init_flat_range(layout, seed, work_begin, work_begin + work_size, values.data());
-  const size_t values_bytes = float_bytes(work_size);
-  if (!precision.mixed()) {
-    device_.copy_from_host(params_.data(), values.data(), values_bytes);
-  } else {
-    // The working copy is rounded from the fp32 values; the master keeps them.
-    Buffer staged = device_.alloc(values_bytes, MemCategory::kWorkspace);
-    device_.copy_from_host(staged.data(), values.data(), values_bytes);
-    device_.kernels().cast(params_.data(), compute_, staged.data(), DType::kF32, work_size);
-    if (precision.has_master()) {
-      master_ = device_.alloc(float_bytes(master_size()), MemCategory::kOptimizer);
-      device_.copy_from_host(master_.data(), values.data() + (master_offset() - work_begin),
-                             float_bytes(master_size()));
-    }
-  }
-  grads_ = device_.alloc_zeroed(grad_bytes(policy.shard_grads ? shard.shard : shard.padded),
-                                MemCategory::kGrads);
+  const FlatRange whole{0, shard.padded};
+  shard_range_ = FlatRange{shard.begin(), shard.shard};
+  working_range_ = params_sharded_ ? shard_range_ : whole;
+  master_range_ = policy.shard_optimizer ? shard_range_ : whole;
+  grads_range_ = policy.shard_grads ? shard_range_ : whole;
+  params_ = device_.alloc(param_bytes(working_range_.size), MemCategory::kParams);
+  if (precision.has_master())
+    master_ = device_.alloc(float_bytes(master_range_.size), MemCategory::kOptimizer);
+  grads_ = device_.alloc_zeroed(grad_bytes(grads_range_.size), MemCategory::kGrads);
+  // Each element's initial value depends only on (seed, tensor, index): any range initialised
+  // alone equals that range of the whole.
+  assign([&](int64_t begin, int64_t end, float* dst) {
+    init_flat_range(layout, seed, begin, end, dst);
+  });
   bind();
+}
+
+int64_t ParamGroup::offset_in(const FlatRange& range, const FlatRange& within) {
+  ZT_ASSERT(range.begin >= within.begin && range.end() <= within.end(),
+            "range [{}, {}) outside [{}, {})", range.begin, range.end(), within.begin,
+            within.end());
+  return range.begin - within.begin;
+}
+
+void ParamGroup::assign(const UnitValues& values) {
+  if (params_sharded_ && state_ != ParamState::kSharded) wrong_state("assign");
+  // The master's range lies within the working range (stage 3 shards both alike), so one
+  // host range feeds both. Values are made on the host and copied in (the device may be a GPU).
+  std::vector<float> host(static_cast<size_t>(working_range_.size));
+  values(working_range_.begin, working_range_.end(), host.data());
+  const size_t bytes = float_bytes(working_range_.size);
+  if (!precision_.mixed()) {
+    device_.copy_from_host(params_.data(), host.data(), bytes);  // the master too
+    return;
+  }
+  Buffer staged = device_.alloc(bytes, MemCategory::kWorkspace);
+  device_.copy_from_host(staged.data(), host.data(), bytes);
+  device_.kernels().cast(params_.data(), compute_, staged.data(), DType::kF32,
+                         working_range_.size);
+  if (master_)
+    device_.copy_from_host(master_.data(),
+                           host.data() + offset_in(master_range_, working_range_),
+                           float_bytes(master_range_.size));
 }
 
 void ParamGroup::wrong_state(const char* call) const {
@@ -105,6 +125,7 @@ void ParamGroup::begin_gather(CommQueue& queue) {
   if (!params_sharded_ || state_ != ParamState::kSharded) wrong_state("begin_gather");
   gathered_ = device_.alloc(param_bytes(shard_.padded), MemCategory::kCommBuffers);
   state_ = ParamState::kGathering;
+  ++gather_count_;
   pending_gather_ = queue.all_gather(params_.data(), gathered_.data(), shard_.shard, compute_);
 }
 
@@ -137,12 +158,12 @@ void ParamGroup::use(CommQueue& queue) {
   }
 }
 
-void ParamGroup::done() {
+void ParamGroup::done(bool keep_gathered) {
   if (compute_copy_) {
     compute_copy_.reset();
     bind();
   }
-  if (params_sharded_ && state_ == ParamState::kFull) release();
+  if (params_sharded_ && state_ == ParamState::kFull && !keep_gathered) release();
 }
 
 void* ParamGroup::full_working() {
@@ -167,23 +188,15 @@ int64_t ParamGroup::gathered_bytes() const { return static_cast<int64_t>(gathere
 
 float* ParamGroup::master() {
   if (precision_.mixed()) return master_ ? master_.as<float>() : nullptr;
-  if (params_sharded_) return params_.as<float>();
-  return params_.as<float>() + master_offset();
+  return static_cast<float*>(working_master_range());  // fp32: the working params are the master
 }
 
-int64_t ParamGroup::master_size() const {
-  return policy_.shard_optimizer ? shard_.shard : shard_.padded;
-}
+int64_t ParamGroup::master_size() const { return master_range_.size; }
 
-int64_t ParamGroup::master_offset() const {
-  return policy_.shard_optimizer ? shard_.begin() : 0;
-}
+int64_t ParamGroup::master_offset() const { return master_range_.begin; }
 
 void* ParamGroup::working_master_range() {
-  // Sharded parameters are the shard itself, which is the master's range (stage 3 shards the
-  // optimizer too).
-  if (params_sharded_) return params_.data();
-  return offset_by(params_.data(), master_offset(), compute_);
+  return offset_by(params_.data(), offset_in(master_range_, working_range_), compute_);
 }
 
 void ParamGroup::sync_working(Kernels& k) {
@@ -279,13 +292,13 @@ void ParamGroup::finish_reduce(Kernels& k) {
 }
 
 const void* ParamGroup::grad_master() const {
-  if (policy_.shard_grads) return grads_.data();
-  return offset_by(static_cast<const void*>(grads_.data()), master_offset(), grad_dtype_);
+  return offset_by(static_cast<const void*>(grads_.data()), offset_in(master_range_, grads_range_),
+                   grad_dtype_);
 }
 
 const void* ParamGroup::grad_shard() const {
-  if (policy_.shard_grads) return grads_.data();
-  return offset_by(static_cast<const void*>(grads_.data()), shard_.begin(), grad_dtype_);
+  return offset_by(static_cast<const void*>(grads_.data()), offset_in(shard_range_, grads_range_),
+                   grad_dtype_);
 }
 
 std::span<const std::byte> ParamGroup::working_bytes() const {

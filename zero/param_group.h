@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "comm/comm_queue.h"
@@ -31,6 +32,17 @@ namespace zt {
 
 enum class ParamState { kSharded, kGathering, kFull };
 const char* param_state_name(ParamState s);
+
+// A range of a unit's padded flat buffer, in elements.
+struct FlatRange {
+  int64_t begin = 0;
+  int64_t size = 0;
+  int64_t end() const { return begin + size; }
+};
+
+// Writes the fp32 values of the unit's padded flat buffer over [begin, end) into host memory
+// at dst (zeros past the unit's numel): the initialiser, or a checkpoint or weights file.
+using UnitValues = std::function<void(int64_t begin, int64_t end, float* dst)>;
 
 class ParamGroup {
  public:
@@ -53,14 +65,22 @@ class ParamGroup {
   // is 16-bit; the parameters are bound into the unit.
   void use(CommQueue& queue);
   // The engine is done with the unit for now: the compute copy dropped and, for sharded
-  // parameters, the gathered copy released.
-  void done();
+  // parameters, the gathered copy released unless `keep_gathered` (it is used again soon).
+  void done(bool keep_gathered = false);
+  // The one place a unit's values enter it (initialisation, weights in): the working
+  // parameters this rank holds (rounded to the compute dtype) and the master range, from
+  // `values`. Not collective; sharded parameters must be kSharded (a gathered copy would go
+  // stale).
+  void assign(const UnitValues& values);
   float* full_params();                 // fp32 training, kFull only; padded buffer
   // The fp32 parameters bound into the unit (after use()): the compute copy or full_params().
   const float* bound_params();
+  // kFull: the full working parameters (padded), compute dtype, for reading them.
+  const void* full_working_data() { return full_working(); }
   // The working parameters this rank holds (full or shard), compute dtype, for writing them.
   void* working_data() { return params_.data(); }
   int64_t gathered_bytes() const;       // bytes of the gathered copy now held (0 if none)
+  int64_t gather_count() const { return gather_count_; }  // begin_gather calls so far
   // The fp32 range this rank's optimizer updates: shard().shard elements (whole padded buffer
   // when the optimizer is not sharded). Null under pure 16-bit (no master).
   float* master();
@@ -107,6 +127,8 @@ class ParamGroup {
   [[noreturn]] void wrong_state(const char* call) const;
   void bind();
   void* full_working();  // kFull: the full working parameters, compute dtype, padded
+  // Where buffer `range` starts in the buffer that holds `within` (both padded-buffer ranges).
+  static int64_t offset_in(const FlatRange& range, const FlatRange& within);
   size_t param_bytes(int64_t n) const { return static_cast<size_t>(n) * dtype_size(compute_); }
   size_t grad_bytes(int64_t n) const { return static_cast<size_t>(n) * dtype_size(grad_dtype_); }
 
@@ -119,6 +141,11 @@ class ParamGroup {
   DType grad_dtype_;  // stored gradients' dtype
   bool params_sharded_;
   bool separate_grads_;  // the backward writes a buffer other than the store
+  // Computed once: what each buffer covers of the padded flat buffer.
+  FlatRange working_range_;  // params_: this rank's shard when sharded, else everything
+  FlatRange master_range_;   // the optimizer's range: the shard when the optimizer is sharded
+  FlatRange grads_range_;    // grads_: the shard when gradients are sharded
+  FlatRange shard_range_;    // this rank's shard
   ParamState state_;
   Buffer params_;        // working params: full or this rank's shard
   Buffer master_;        // mixed precision with a master
@@ -128,6 +155,7 @@ class ParamGroup {
   Buffer grads_full_;    // produced gradients (separate_grads_)
   Buffer reduce_buf_;    // mixed precision: the gradient in the communication dtype
   CommHandle pending_gather_;
+  int64_t gather_count_ = 0;
 };
 
 }  // namespace zt

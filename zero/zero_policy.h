@@ -8,12 +8,19 @@
 
 namespace zt {
 
+// Each level needs the one before: shard_params => shard_grads => shard_optimizer (a rank that
+// keeps only a shard of the parameters can only update that shard, and can only be handed that
+// shard's gradient). validate() throws kInternal naming the policy otherwise; the engine
+// validates the policy it is given.
 struct ZeroPolicy {
   bool shard_optimizer = false;  // stage >= 1: optimizer state (and the master) per shard
   bool shard_grads = false;      // stage >= 2: gradients kept per shard, reduced as produced
   bool shard_params = false;     // stage 3: parameters kept per shard, gathered per unit
 
   static ZeroPolicy for_stage(int stage);  // 0..3; anything else is an internal error
+  void validate() const;
+  int stage() const { return shard_params ? 3 : shard_grads ? 2 : shard_optimizer ? 1 : 0; }
+  std::string describe() const;  // "{shard_optimizer, shard_grads}" or "{}" (stage 0)
 };
 
 // A unit's flat buffer of `numel` elements, padded to a multiple of world * align so every rank

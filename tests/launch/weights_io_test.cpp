@@ -131,3 +131,37 @@ TEST(WeightsIo, AcceptsLmHeadModelExports) {
 
 }  // namespace
 }  // namespace zt
+
+namespace zt {
+namespace {
+
+// stage3_gather_16bit_weights_on_model_save: the working parameters in the 16-bit compute
+// dtype, bit for bit; loading that file into an fp32 engine widens them exactly.
+TEST(WeightsIo, SixteenBitExportHoldsTheWorkingParameters) {
+  const fs::path path = temp_file("working_bf16.safetensors");
+  Fixture a(kSmall, 1, DType::kBF16), b(kSmall, 2);
+  save_weights(a.engine, path.string(), WeightsDtype::kWorking);
+  SafetensorsReader reader = SafetensorsReader::open(path.string());
+  ASSERT_NE(reader.find("h.0.attn.c_attn.weight"), nullptr);
+  EXPECT_EQ(reader.find("h.0.attn.c_attn.weight")->dtype, "BF16");
+  load_weights(b.engine, path.string());
+  for (int u = 0; u < a.engine.num_units(); ++u) {
+    const int64_t n = a.model.units()[u]->layout().numel();
+    std::vector<uint16_t> working(n);
+    a.engine.read_unit_working(u, working.data());
+    std::vector<float> master(n);
+    a.engine.read_unit_params(u, master.data());
+    int64_t differ_from_master = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits = uint32_t{working[i]} << 16;
+      float widened;
+      std::memcpy(&widened, &bits, 4);
+      ASSERT_EQ(widened, b.engine.unit_params(u)[i]) << "unit " << u << " element " << i;
+      differ_from_master += widened != master[i];
+    }
+    EXPECT_GT(differ_from_master, 0) << "unit " << u << ": the file should hold rounded values";
+  }
+}
+
+}  // namespace
+}  // namespace zt

@@ -136,6 +136,9 @@ class FailingCommunicator final : public Communicator {
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
+  std::unique_ptr<Communicator> duplicate() override {
+    return std::make_unique<FailingCommunicator>();
+  }
 
  protected:
   void backend_all_reduce(const void*, void*, int64_t, DType, ReduceOp) override {

@@ -50,7 +50,7 @@ EngineOptions options(const Spec& spec, Model& model) {
   o.optimizer.type = OptimizerOptions::Type::kAdamW;
   o.optimizer.weight_decay = 0.1f;
   o.gradient_clipping = 0.5f;
-  o.stage = spec.stage;
+  o.policy = ZeroPolicy::for_stage(spec.stage);
   o.reduce_bucket_size = 10'000;
   o.prefetch_bucket_size = 20'000;
   o.persistence_threshold = 0;

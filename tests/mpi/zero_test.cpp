@@ -51,7 +51,7 @@ RunResult run(const RunSpec& spec) {
   o.optimizer.type = OptimizerOptions::Type::kAdamW;
   o.optimizer.weight_decay = 0.1f;
   o.gradient_clipping = 0.5f;  // small enough to clip: the norm path must agree too
-  o.stage = spec.stage;
+  o.policy = ZeroPolicy::for_stage(spec.stage);
   o.overlap_comm = spec.overlap;
   o.persistence_threshold = spec.persistence;
   o.prefetch_bucket_size = spec.prefetch;

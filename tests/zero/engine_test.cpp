@@ -1,0 +1,197 @@
+// The engine's step on one process: the UnitSchedule's answers, ZeroPolicy validation, and
+// overlap_comm seen happening (a gradient reduction still in flight while the next unit's
+// backward computes), through a communicator whose reductions wait at a gate.
+#include "zero/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+
+#include "comm/self_communicator.h"
+#include "model_zoo/gpt2.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/status.h"
+
+namespace zt {
+namespace {
+
+const Gpt2Config kTiny{3, 2, 32, 97, 16};  // units: root, 3 blocks; layers: embed, 3 blocks, head
+
+TEST(UnitSchedule, TrainingRunsForwardThenBackwardInReverse) {
+  Gpt2 model(kTiny);
+  UnitSchedule s(model.layers(), PassMode::kTraining, {0, 0, 0, 0}, {});
+  ASSERT_EQ(s.size(), 10u);
+  const int units[] = {0, 1, 2, 3, 0, 0, 3, 2, 1, 0};
+  for (size_t i = 0; i < s.size(); ++i) {
+    EXPECT_EQ(s[i].unit, units[i]) << i;
+    EXPECT_EQ(s[i].backward, i >= 5) << i;
+  }
+  EXPECT_EQ(s.backward_step(4), 5u);
+  EXPECT_EQ(s.backward_step(0), 9u);
+  EXPECT_EQ(s.next_use(0), 4u);  // root: embedding, then the head
+  EXPECT_EQ(s.next_use(4), 5u);  // the head's forward and backward are adjacent
+  EXPECT_EQ(s.next_use(9), UnitSchedule::kNever);
+  UnitSchedule eval(model.layers(), PassMode::kEvaluation, {0, 0, 0, 0}, {});
+  EXPECT_EQ(eval.size(), 5u);
+  EXPECT_EQ(eval.next_use(4), UnitSchedule::kNever);
+}
+
+TEST(UnitSchedule, PrefetchStaysInsideBudgetAndLiveBound) {
+  Gpt2 model(kTiny);
+  const std::vector<int64_t> sizes{0, 100, 100, 100};  // root persistent, blocks gathered
+  auto none_held = [](int) { return false; };
+  UnitSchedule wide(model.layers(), PassMode::kTraining, sizes, {250, 1000, 0});
+  EXPECT_EQ(wide.prefetch(1, 100, none_held), (std::vector<int>{2, 3}));
+  // A unit already held counts against the budget but is not started again.
+  EXPECT_EQ(wide.prefetch(1, 200, [](int u) { return u == 2; }), (std::vector<int>{3}));
+  UnitSchedule narrow(model.layers(), PassMode::kTraining, sizes, {250, 1000, 0});
+  EXPECT_EQ(narrow.prefetch(1, 100, none_held).size(), 2u);
+  UnitSchedule small_budget(model.layers(), PassMode::kTraining, sizes, {150, 1000, 0});
+  EXPECT_EQ(small_budget.prefetch(1, 100, none_held), (std::vector<int>{2}));
+  UnitSchedule live_bound(model.layers(), PassMode::kTraining, sizes, {1000, 250, 0});
+  EXPECT_EQ(live_bound.prefetch(1, 100, none_held), (std::vector<int>{2}));  // 100 + 100 <= 250
+  EXPECT_EQ(live_bound.live_bound(100), 350);
+  EXPECT_EQ(small_budget.live_bound(100), 250);
+}
+
+TEST(UnitSchedule, KeepsAUnitReusedWithinTheReuseDistance) {
+  Gpt2 model(kTiny);
+  const std::vector<int64_t> sizes{40, 100, 100, 100};
+  // Block 3 (forward step 3) is used again at step 6; in between only the root (40) is gathered.
+  UnitSchedule none(model.layers(), PassMode::kTraining, sizes, {0, 1000, 0});
+  EXPECT_FALSE(none.keep_after(3, 100));
+  UnitSchedule reuse(model.layers(), PassMode::kTraining, sizes, {0, 1000, 40});
+  EXPECT_TRUE(reuse.keep_after(3, 100));
+  EXPECT_FALSE(reuse.keep_after(2, 100));   // block 2: block 3 and the root before its reuse
+  EXPECT_FALSE(reuse.keep_after(3, 2000));  // above max_live: released
+  EXPECT_TRUE(none.keep_after(4, 0));       // the next step uses the same unit
+}
+
+TEST(ZeroPolicy, EachLevelNeedsTheOneBefore) {
+  for (int stage = 0; stage <= 3; ++stage) EXPECT_NO_THROW(ZeroPolicy::for_stage(stage).validate());
+  EXPECT_THROW((ZeroPolicy{false, true, false}.validate()), Error);
+  EXPECT_THROW((ZeroPolicy{true, false, true}.validate()), Error);
+  EXPECT_EQ(ZeroPolicy::for_stage(2).stage(), 2);
+  CpuDevice device;
+  SelfCommunicator comm;
+  Gpt2 model(kTiny);
+  EngineOptions o;
+  o.policy = ZeroPolicy{false, false, true};
+  EXPECT_THROW(Engine(device, comm, model, o), Error);
+}
+
+// One rank. Gradient reductions (all_reduce, reduce_scatter) wait at a gate until it opens or
+// a second passes; gathers run on a duplicate that does not wait.
+class GatedCommunicator final : public Communicator {
+ public:
+  std::string name() const override { return "gated"; }
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_world() const override { return 1; }
+  std::unique_ptr<Communicator> duplicate() override {
+    return std::make_unique<SelfCommunicator>();
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    open_ = true;
+    opened_.notify_all();
+  }
+  int returned() const { return returned_; }  // reductions that have finished
+
+ protected:
+  void backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                          ReduceOp op) override {
+    wait_at_gate();
+    inner_.all_reduce(send, recv, count, dtype, op);
+    ++returned_;
+  }
+  void backend_reduce_scatter(const void* send, void* recv, int64_t count, DType dtype,
+                              ReduceOp op) override {
+    wait_at_gate();
+    inner_.reduce_scatter(send, recv, count, dtype, op);
+    ++returned_;
+  }
+  void backend_all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    inner_.all_gather(send, recv, count, dtype);
+  }
+  void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override {}
+
+ private:
+  void wait_at_gate() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    opened_.wait_for(lock, std::chrono::seconds(1), [&] { return open_; });
+  }
+  SelfCommunicator inner_;
+  std::mutex mutex_;
+  std::condition_variable opened_;
+  bool open_ = false;
+  std::atomic<int> returned_{0};
+};
+
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  Batch batch;
+};
+
+Tokens random_tokens(int64_t B, int64_t T, uint32_t seed) {
+  Tokens t;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, kTiny.vocab_size - 1);
+  t.inputs.resize(B * T);
+  t.targets.resize(B * T);
+  for (auto& x : t.inputs) x = token(rng);
+  for (auto& x : t.targets) x = token(rng);
+  t.batch = Batch{t.inputs.data(), t.targets.data(), B, T};
+  return t;
+}
+
+// Backward completes block 3, then block 2: when block 2's gradient is complete (its backward
+// has computed), is block 3's reduction still in flight? Returns the reductions finished by
+// then, and every unit's gradient.
+std::pair<int, std::vector<std::vector<float>>> reductions_done_at_second_unit(int stage,
+                                                                               bool overlap) {
+  CpuDevice device;
+  GatedCommunicator comm;
+  Gpt2 model(kTiny);
+  EngineOptions o;
+  o.policy = ZeroPolicy::for_stage(stage);
+  o.overlap_comm = overlap;
+  o.reduce_bucket_size = 1;  // every unit launches its own reduction
+  o.persistence_threshold = 0;
+  Engine engine(device, comm, model, o);
+  int done_then = -1;
+  engine.set_gradient_hook([&](int unit, float*, int64_t) {
+    if (unit != 2) return;
+    done_then = comm.returned();
+    comm.open();
+  });
+  const Tokens t = random_tokens(2, 8, 5);
+  engine.compute_gradients(t.batch);
+  std::vector<std::vector<float>> grads;
+  for (int u = 0; u < engine.num_units(); ++u) grads.push_back(engine.unit_grads(u));
+  return {done_then, grads};
+}
+
+TEST(EngineOverlap, AReductionIsInFlightWhileTheNextUnitsBackwardComputes) {
+  for (int stage : {0, 2, 3}) {
+    const auto [with_overlap, grads_overlap] = reductions_done_at_second_unit(stage, true);
+    const auto [without, grads_plain] = reductions_done_at_second_unit(stage, false);
+    EXPECT_EQ(with_overlap, 0) << "stage " << stage << ": block 3's reduction had finished";
+    EXPECT_EQ(without, 1) << "stage " << stage << ": without overlap_comm it finishes first";
+    ASSERT_EQ(grads_overlap.size(), grads_plain.size());
+    for (size_t u = 0; u < grads_plain.size(); ++u)
+      EXPECT_EQ(std::memcmp(grads_overlap[u].data(), grads_plain[u].data(),
+                            grads_plain[u].size() * sizeof(float)),
+                0)
+          << "stage " << stage << " unit " << u;
+  }
+}
+
+}  // namespace
+}  // namespace zt
