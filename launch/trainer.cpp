@@ -296,8 +296,13 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
   }
 
   if (!config.zt.save_weights.empty()) {
-    save_weights(engine, config.zt.save_weights);
-    log.rank0("saved weights to {}", config.zt.save_weights);
+    const bool sixteen_bit = config.zero_optimization.stage3_gather_16bit_weights_on_model_save &&
+                             precision.mixed();
+    save_weights(engine, config.zt.save_weights,
+                 sixteen_bit ? WeightsDtype::kWorking : WeightsDtype::kMaster);
+    log.rank0("saved weights to {} ({})", config.zt.save_weights,
+              sixteen_bit ? fmt::format("{} working weights", dtype_name(precision.compute))
+                          : std::string("fp32"));
   }
   // Every rank's peak bytes per category, gathered, shown as min/max over ranks and appended to
   // the metrics.

@@ -107,15 +107,16 @@ struct ZeroConfig {
   int64_t stage3_prefetch_bucket_size = 50'000'000;  // alias prefetch_bucket_size
   // Stage 3: a unit with fewer elements stays full on every rank. >= 0.
   int64_t stage3_param_persistence_threshold = 100'000;  // alias param_persistence_threshold
-  // Stage 3: the most parameter elements held full (gathered) on a rank at once, before units
-  // are released. Engine: the lead wires it. Alias max_live_parameters. >= 0.
+  // Stage 3: the most parameter elements held full (gathered) on a rank at once beyond the unit
+  // in use: prefetches and kept units stay within it (zero/unit_schedule.h). Alias
+  // max_live_parameters. >= 0.
   int64_t stage3_max_live_parameters = 1'000'000'000;
-  // Stage 3: a released unit used again within this many parameter elements stays full.
-  // Engine: the lead wires it. Alias max_reuse_distance. >= 0.
+  // Stage 3: a unit used again before this many elements of other units are gathered stays
+  // full after use instead of being released. Alias max_reuse_distance. >= 0.
   int64_t stage3_max_reuse_distance = 1'000'000'000;
-  // Stage 3: when weights are saved (zt.save_weights), gather them into one 16-bit file rather
-  // than the fp32 master; alias gather_16bit_weights_on_model_save, older name
-  // stage3_gather_fp16_weights_on_model_save. Engine/export: the lead wires it.
+  // zt.save_weights writes the gathered 16-bit working weights (in the fp16/bf16 compute dtype)
+  // rather than the fp32 master, in any stage; no effect in fp32 training. Alias
+  // gather_16bit_weights_on_model_save, older name stage3_gather_fp16_weights_on_model_save.
   bool stage3_gather_16bit_weights_on_model_save = false;
   // Older spellings: cpu_offload = offload_optimizer {"device": "cpu"}, cpu_offload_param =
   // offload_param {"device": "cpu"}, cpu_offload_use_pin_memory = pin_memory of both.
