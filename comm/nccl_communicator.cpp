@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <source_location>
 #include <thread>
 
@@ -114,7 +115,12 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
   }
 }
 
-NcclCommunicator::~NcclCommunicator() { release(); }
+NcclCommunicator::~NcclCommunicator() {
+  // On an error path (an exception unwinding the stack) the peers may never finalize with us:
+  // abort at once instead of waiting up to timeout_s in ncclCommFinalize.
+  if (std::uncaught_exceptions() > 0) abort();
+  release();
+}
 
 void NcclCommunicator::release() noexcept {
   if (comm_ != nullptr) {
