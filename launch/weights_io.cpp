@@ -28,7 +28,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-void save_weights(Engine& engine, const std::string& path) {
+void save_weights(Engine& engine, const std::string& path,
+                  const std::function<void(int unit)>& before_unit) {
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   auto units = engine.model().units();
@@ -37,6 +38,7 @@ void save_weights(Engine& engine, const std::string& path) {
   // gathers, one unit at a time.
   std::vector<std::vector<float>> full(writes ? units.size() : 1);
   for (size_t u = 0; u < units.size(); ++u) {
+    if (before_unit) before_unit(static_cast<int>(u));
     std::vector<float>& unit = full[writes ? u : 0];
     unit.resize(static_cast<size_t>(units[u]->layout().numel()));
     engine.read_unit_params(static_cast<int>(u), unit.data());  // collective (stage 3)
