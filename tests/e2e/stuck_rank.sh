@@ -2,12 +2,13 @@
 # A rank that stops (SIGSTOP) does not leave the others waiting in a collective forever: with
 # zt.comm_timeout_s=20 the job ends within 40 s of the stop, with exit code 3 (collective
 # timeout) and one line from the rank that saw it naming the timeout, the collective and the
-# step. Trains configs/gpt2-tiny.json on the corpus on 2 ranks. Nothing is left running.
-# Usage: stuck_rank.sh BIN_DIR SOURCE_DIR. Skips (77) without mpirun or the corpus.
+# step. Trains configs/gpt2-tiny.json on 2 ranks, on the corpus when it was fetched, else on a
+# small generated token file (what it trains on does not matter here). Nothing is left running.
+# Usage: stuck_rank.sh BIN_DIR SOURCE_DIR. Skips (77) without mpirun.
 set -u
 bin=$1 src=$2
+source "$(dirname "$0")/lib/token_files.bash"
 command -v mpirun > /dev/null || { echo "no mpirun"; exit 77; }
-[ -f "$src/data/corpus/train.bin" ] || { echo "no corpus: run scripts/fetch_data.sh"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 launcher=""
@@ -24,7 +25,15 @@ trap cleanup EXIT
 now() { date +%s.%N; }
 
 cd "$src"
-mpirun --oversubscribe -np 2 "$bin/zt-train" --config configs/gpt2-tiny.json \
+data=()
+if [ ! -f data/corpus/train.bin ]; then
+  tokens=()
+  for i in $(seq 0 4095); do tokens+=($(( (i * 7919) % 50257 ))); done
+  write_tokens "$tmp/train.bin" 20240520 1 4096 "${tokens[@]}"
+  data=(--set zt.train_data="$tmp/train.bin" --set 'zt.val_data=""')
+  echo "no corpus: training on a generated token file"
+fi
+mpirun --oversubscribe -np 2 "$bin/zt-train" --config configs/gpt2-tiny.json "${data[@]}" \
   --set zt.output_dir="$tmp/out" --set zt.steps=200 --set zt.eval_every=0 \
   --set zt.comm_timeout_s=20 > "$tmp/stdout" 2> "$tmp/stderr" &
 launcher=$!
