@@ -2,6 +2,8 @@
 // communicator's; this file only orders them and carries their completion and errors back.
 #include "comm/comm_queue.h"
 
+#include <utility>
+
 #include "runtime/status.h"
 
 namespace zt {
@@ -10,6 +12,7 @@ CommHandle& CommHandle::operator=(CommHandle&& other) noexcept {
   if (this != &other) {
     if (finished_.valid()) finished_.wait();
     finished_ = std::move(other.finished_);
+    queue_ = std::exchange(other.queue_, nullptr);
   }
   return *this;
 }
