@@ -188,7 +188,8 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
                                   : point == EnginePoint::kOptimizer
                                       ? TestFault::Point::kOptimizer
                                       : TestFault::Point::kEvaluation;
-      if (fault->due(at, rank, step_now, unit)) fault->fire(model.units()[unit]->name(), step_now, rank);
+      if (fault->due(at, rank, step_now, unit))
+        fault->fire(model.units()[unit]->name(), step_now, rank);
     });
   }
   if (!config.zt.init_from.empty()) {
