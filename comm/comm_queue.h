@@ -6,6 +6,14 @@
 // synchronous calls included, runs on the queue's thread: the back end (MPI) is entered by one
 // thread at a time, and every rank issues collectives in the order its user thread called them.
 // It does not reorder, merge or split collectives, and it allocates no communication buffers.
+//
+// Failure: each submitted collective carries the name of the unit it is for and the queue's
+// context ("step 12"), which a communicator's watchdog names when it times out
+// (Communicator::set_watchdog). On an error path the queue abandons what is still pending
+// instead of running it (abandon(), and a destructor or handle destructor that runs while an
+// exception unwinds the stack): the ranks are out of step then, and queued collectives would
+// wait for peers that never issue them. A collective already running cannot be interrupted;
+// that is why launch/ ends the job (MPI_Abort) before unwinding.
 #pragma once
 
 #include <condition_variable>
@@ -15,6 +23,8 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "comm/communicator.h"
@@ -23,7 +33,10 @@ namespace zt {
 
 // The completion of one submitted collective. Move-only. Destroying a handle that was not
 // waited for blocks until its collective finished (the buffers it names may be freed right
-// after), without throwing; the error, if any, is still seen by CommQueue::drain().
+// after), without throwing; the error, if any, is still seen by CommQueue::drain(). When that
+// happens while an exception unwinds the stack and the collective has not finished, the queue
+// abandons its pending work first (CommQueue::abandon), so the wait is for the one collective
+// already running at most.
 class CommHandle {
  public:
   CommHandle() = default;  // an empty handle: wait() returns at once, done() is true
@@ -39,8 +52,10 @@ class CommHandle {
 
  private:
   friend class CommQueue;
-  explicit CommHandle(std::shared_future<void> finished) : finished_(std::move(finished)) {}
+  CommHandle(std::shared_future<void> finished, CommQueue* queue)
+      : finished_(std::move(finished)), queue_(queue) {}
   std::shared_future<void> finished_;
+  CommQueue* queue_ = nullptr;  // alive while finished_ is not ready
 };
 
 class CommQueue {
@@ -50,6 +65,8 @@ class CommQueue {
   // this queue's thread.
   explicit CommQueue(Communicator& comm);
   // Runs every submitted collective to completion, stops the thread and detaches from comm.
+  // While an exception unwinds the stack (more uncaught exceptions than at construction) it
+  // abandons the pending ones instead and waits only for the one running.
   ~CommQueue();
   CommQueue(const CommQueue&) = delete;
   CommQueue& operator=(const CommQueue&) = delete;
@@ -59,12 +76,26 @@ class CommQueue {
   // buffers must stay valid, send unmodified and recv untouched, until the handle's wait()
   // returns. Collectives run one at a time in submission order. Once one fails, every later
   // one is not run and fails with the same error: the ranks are out of step after a failure.
-  CommHandle all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op);
+  // `unit` names the unit the collective is for (copied), for a watchdog's report; may be empty.
+  CommHandle all_reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                        std::string_view unit = {});
   CommHandle reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
-                            ReduceOp op);
-  CommHandle all_gather(const void* send, void* recv, int64_t send_count, DType dtype);
-  CommHandle broadcast(void* buf, int64_t count, DType dtype, int root);
-  CommHandle submit(const CollectiveCall& call);
+                            ReduceOp op, std::string_view unit = {});
+  CommHandle all_gather(const void* send, void* recv, int64_t send_count, DType dtype,
+                        std::string_view unit = {});
+  CommHandle broadcast(void* buf, int64_t count, DType dtype, int root,
+                       std::string_view unit = {});
+  CommHandle submit(const CollectiveCall& call, std::string_view unit = {});
+
+  // What the user thread is doing, e.g. "step 12" or "evaluation after step 12": copied into
+  // every collective submitted from now on (a watchdog names it). Empty at first.
+  void set_context(std::string context);
+
+  // Error path: every collective submitted and not yet started fails (kSystem, "abandoned")
+  // without running, and so does every later submit; the one running, if any, finishes, since
+  // no back end can interrupt it. Returns at once. Idempotent; safe from any thread.
+  void abandon();
+  bool abandoned() const;
 
   // Returns when every collective submitted so far has finished; throws the first failure of
   // this queue, if any collective has failed.
@@ -77,18 +108,25 @@ class CommQueue {
  private:
   struct Task {
     CollectiveCall call;
+    std::string unit;
+    std::string context;
     std::promise<void> finished;
   };
   void run_worker();
+  // Under mutex_: fails every pending task with the abandonment error.
+  void abandon_locked();
 
   Communicator& comm_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable work_ready_;  // a task arrived, or stopping_
   std::condition_variable idle_;        // pending_ drained and nothing running
   std::deque<Task> pending_;
   bool running_ = false;   // the worker is executing a task popped from pending_
   bool stopping_ = false;
+  bool abandoned_ = false;
+  std::string context_;
   std::exception_ptr failure_;  // the first error; later tasks fail with it
+  const int uncaught_at_construction_;
   std::thread worker_;
   std::thread::id worker_id_;
 };

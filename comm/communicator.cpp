@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/collective_watchdog.h"
 #include "comm/comm_queue.h"
 #include "runtime/status.h"
 
@@ -56,6 +57,7 @@ int64_t collective_bytes(const CollectiveCall& call, int world) {
   return elems * static_cast<int64_t>(dtype_size(call.dtype));
 }
 
+Communicator::Communicator() = default;
 Communicator::~Communicator() = default;
 
 namespace {
@@ -106,28 +108,50 @@ void Communicator::validate(const CollectiveCall& call) const {
   }
 }
 
-void Communicator::execute(const CollectiveCall& call) {
+void Communicator::set_watchdog(double timeout_s, WatchdogHandler handler) {
+  if (queue_ != nullptr)
+    throw_internal(fmt::format("set_watchdog on communicator '{}' while a CommQueue is attached",
+                               name()));
+  watchdog_.reset();
+  watchdog_ = std::make_unique<CollectiveWatchdog>(timeout_s, std::move(handler), rank());
+}
+
+void Communicator::execute(const CollectiveCall& call, std::string_view unit,
+                           std::string_view context) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (call.count > 0) {
-    switch (call.kind) {
-      case CollectiveKind::kAllReduce:
-        backend_all_reduce(call.send, call.recv, call.count, call.dtype, call.op);
-        break;
-      case CollectiveKind::kReduceScatter:
-        backend_reduce_scatter(call.send, call.recv, call.count, call.dtype, call.op);
-        break;
-      case CollectiveKind::kAllGather:
-        backend_all_gather(call.send, call.recv, call.count, call.dtype);
-        break;
-      case CollectiveKind::kBroadcast:
-        backend_broadcast(call.recv, call.count, call.dtype, call.root);
-        break;
+  if (call.count > 0 && watchdog_) {
+    watchdog_->begin(call, world(), unit, context);
+    try {
+      run_backend(call);
+    } catch (...) {
+      watchdog_->end(true);
+      throw;
     }
+    watchdog_->end(false);
+  } else if (call.count > 0) {
+    run_backend(call);
   }
   CollectiveStats& s = stats_[call.kind];
   s.calls += 1;
   s.bytes += collective_bytes(call, world());
   s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Communicator::run_backend(const CollectiveCall& call) {
+  switch (call.kind) {
+    case CollectiveKind::kAllReduce:
+      backend_all_reduce(call.send, call.recv, call.count, call.dtype, call.op);
+      break;
+    case CollectiveKind::kReduceScatter:
+      backend_reduce_scatter(call.send, call.recv, call.count, call.dtype, call.op);
+      break;
+    case CollectiveKind::kAllGather:
+      backend_all_gather(call.send, call.recv, call.count, call.dtype);
+      break;
+    case CollectiveKind::kBroadcast:
+      backend_broadcast(call.recv, call.count, call.dtype, call.root);
+      break;
+  }
 }
 
 void Communicator::submit_and_wait(const CollectiveCall& call) {

@@ -21,6 +21,8 @@
 #include <array>
 #include <memory>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,6 +77,11 @@ struct CollectiveCall {
 };
 
 class CommQueue;
+class CollectiveWatchdog;
+struct CollectiveTimeout;  // comm/collective_watchdog.h
+// Told about a collective that ran past its timeout (comm/collective_watchdog.h): launch/ installs
+// one that prints a line and ends the job; library code never exits.
+using WatchdogHandler = std::function<void(const CollectiveTimeout&)>;
 
 // Not thread-safe by itself: one user thread calls it. With a CommQueue attached, the queue's
 // thread executes every collective (also the synchronous calls below, which then submit and
@@ -134,8 +141,19 @@ class Communicator {
   // The attached queue, or nullptr.
   CommQueue* queue() const { return queue_; }
 
+  // Watches every collective this communicator executes from now on, on every back end: one
+  // running longer than timeout_s (zt.comm_timeout_s) is reported once to `handler`, from a
+  // watchdog thread (MPI cannot cancel a collective, so the stuck thread cannot report it
+  // itself). The report names the collective, the unit it was submitted for and the
+  // CommQueue's context (CommQueue::submit, set_context). Call before a CommQueue is attached
+  // (else kInternal); a second call replaces the watchdog. kInput for a timeout that is not a
+  // positive finite number. NcclCommunicator keeps its own deadline as well, which aborts the
+  // NCCL communicator (ncclCommAbort); its timeout is then reported through the same handler.
+  void set_watchdog(double timeout_s, WatchdogHandler handler);
+  bool watched() const { return watchdog_ != nullptr; }
+
  protected:
-  Communicator() = default;
+  Communicator();  // defined where CollectiveWatchdog is complete
 
   // Back-end entries. Arguments are validated (count > 0, pointers non-null, buffers either
   // exactly in place or disjoint, root in range); the same contracts as the public calls.
@@ -151,13 +169,18 @@ class Communicator {
   friend class CommQueue;
   // Throws kInput naming the collective when `call` breaks its contract.
   void validate(const CollectiveCall& call) const;
-  // Runs a validated call on the calling thread: the back end, timed into stats_.
-  void execute(const CollectiveCall& call);
+  // Runs a validated call on the calling thread: the back end, timed into stats_, watched by
+  // the watchdog when one is set (unit and context name it in a timeout report).
+  void execute(const CollectiveCall& call, std::string_view unit = {},
+               std::string_view context = {});
+  // The back end's entry for a validated call with count > 0.
+  void run_backend(const CollectiveCall& call);
   // validate, then execute here or (queue attached, called from another thread) via the queue.
   void submit_and_wait(const CollectiveCall& call);
 
   CommStats stats_;
   CommQueue* queue_ = nullptr;  // set and cleared by CommQueue's constructor and destructor
+  std::unique_ptr<CollectiveWatchdog> watchdog_;
 };
 
 // Every rank's `values` (the same count on each), rank after rank: values travel as fp32 word

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <source_location>
 #include <thread>
 
@@ -120,7 +121,12 @@ std::unique_ptr<Communicator> NcclCommunicator::duplicate() {
   return std::make_unique<NcclCommunicator>(device_, parent_, options);
 }
 
-NcclCommunicator::~NcclCommunicator() { release(); }
+NcclCommunicator::~NcclCommunicator() {
+  // On an error path (an exception unwinding the stack) the peers may never finalize with us:
+  // abort at once instead of waiting up to timeout_s in ncclCommFinalize.
+  if (std::uncaught_exceptions() > 0) abort();
+  release();
+}
 
 void NcclCommunicator::release() noexcept {
   if (comm_ != nullptr) {

@@ -21,7 +21,9 @@
 // ncclCommGetAsyncError with short sleeps. When one does not finish within timeout_s, or NCCL
 // reports an asynchronous error, the communicator is aborted (ncclCommAbort) and the call throws
 // kSystem; every later call throws kSystem too. The ranks that did not stop see the timeout;
-// the stopped rank sees nothing until it calls again.
+// the stopped rank sees nothing until it calls again. A watchdog installed with
+// Communicator::set_watchdog reports that timeout, naming unit and step (launch/ then ends the
+// job); this communicator's own deadline is what makes the GPU side give up (ncclCommAbort).
 #pragma once
 
 #include <mpi.h>
@@ -56,7 +58,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(CudaDevice& device, MPI_Comm parent = MPI_COMM_WORLD,
                    NcclOptions options = {});
   // Finalizes and destroys the NCCL communicator (aborts it when that does not finish within
-  // timeout_s or it failed before). Never throws.
+  // timeout_s or it failed before; aborts at once, without finalizing, while an exception
+  // unwinds the stack: an error path, where peers may never finalize). Never throws.
   ~NcclCommunicator() override;
 
   std::string name() const override { return "nccl"; }

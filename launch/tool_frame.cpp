@@ -1,10 +1,11 @@
-// Error-to-exit-code mapping, the cross-rank agreement on set-up errors, and the thread
-// environment of the executables.
+// Error-to-exit-code mapping, the cross-rank agreement on set-up errors, the job-wide abort and
+// the thread environment of the executables.
 #include "launch/tool_frame.h"
 
 #include <mpi.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -21,14 +22,13 @@ namespace {
 int capture(const std::function<int()>& body, std::string* message) {
   try {
     return body();
-  } catch (const Error& e) {
-    *message = e.kind() == ErrorKind::kInput ? e.message() : e.describe();
-    return e.kind() == ErrorKind::kInput ? 2 : 1;
-  } catch (const std::exception& e) {
-    *message = std::string("internal error: ") + e.what();
-    return 1;
+  } catch (...) {
+    return describe_current_exception(message);
   }
 }
+
+// Set by the first abort_job of this process.
+std::atomic<bool> g_aborting{false};
 
 void print_error(const char* tool, int rank, const std::string& message) {
   if (rank >= 0)
@@ -39,6 +39,34 @@ void print_error(const char* tool, int rank, const std::string& message) {
 }
 
 }  // namespace
+
+int describe_current_exception(std::string* message) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    // The rank goes in front of the line (print_error), not inside it.
+    *message = e.kind() == ErrorKind::kInput
+                   ? e.message()
+                   : fmt::format("{} ({}:{})", e.message(), e.file(), e.line());
+    return e.kind() == ErrorKind::kInput ? kExitBadInput : kExitFailure;
+  } catch (const std::exception& e) {
+    *message = std::string("internal error: ") + e.what();
+    return kExitFailure;
+  } catch (...) {
+    *message = "internal error: an exception of unknown type";
+    return kExitFailure;
+  }
+}
+
+void abort_job(const char* tool, int rank, const std::string& message, int code) {
+  if (!g_aborting.exchange(true)) {
+    print_error(tool, rank, message);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; if it did, this process still ends
+  }
+  // Another thread is aborting this process: wait for it rather than unwind or print.
+  for (;;) ::pause();
+}
 
 int run_tool(const char* tool, const std::function<int()>& body, int rank) {
   std::string message;

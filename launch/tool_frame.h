@@ -1,10 +1,26 @@
-// The shared frame of every zt-* executable: process set-up (thread environment) and the one
-// place where a zt::Error becomes a message and an exit code (2 for bad input, 1 otherwise).
+// The shared frame of every zt-* executable: process set-up (thread environment), the one place
+// where a zt::Error becomes a message and an exit code, and the job-wide abort used when one
+// rank's failure would leave the others waiting in a collective.
+//
+// Exit codes (README, "Failure"):
+//   0  success
+//   1  a failure at run time: I/O (a failed write names the file and the OS error), MPI, CUDA,
+//      a broken invariant, a loss that diverged
+//   2  bad input: command line, config, data or weights file
+//   3  a collective did not complete within zt.comm_timeout_s (a rank stopped, died or
+//      diverged); reported by the watchdog of the rank that saw it
+// Under mpirun an aborted job exits with the code of the rank that called abort_job (Open MPI's
+// mpirun returns the MPI_Abort code).
 #pragma once
 
 #include <functional>
+#include <string>
 
 namespace zt {
+
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitCommTimeout = 3;
 
 // Runs body(); prints "<tool>: <message>" as one line on stderr for any error ("<tool>: rank r:
 // <message>" when rank >= 0) and returns the exit code to use.
@@ -14,6 +30,18 @@ int run_tool(const char* tool, const std::function<int()>& body, int rank = -1);
 // ranks agree. If any failed, the lowest failing rank prints its one line (as run_tool) and
 // every rank returns that rank's exit code; otherwise all return 0. No rank is left waiting.
 int agree_on_exit_code(const char* tool, int rank, int world, const std::function<int()>& body);
+
+// Inside a catch block: the exit code and one-line message of the exception being handled
+// (zt::Error: 2 for kInput, else 1; anything else 1, "internal error: ...").
+int describe_current_exception(std::string* message);
+
+// Ends the whole job now, from any thread: prints "<tool>: rank r: <message>" on stderr and
+// calls MPI_Abort(MPI_COMM_WORLD, code), which makes mpirun end every rank. Print once per
+// process: the first caller prints and aborts; a caller that comes later (the watchdog thread
+// while the main thread reports an error, or the other way round) prints nothing and waits for
+// that abort. One process-wide atomic flag in tool_frame.cpp holds this; it is the only state.
+// Call it before unwinding the stack past objects that wait for peers (the engine's CommQueue).
+[[noreturn]] void abort_job(const char* tool, int rank, const std::string& message, int code);
 
 // OpenMP workers that spin after a parallel region steal the cores OpenBLAS's threads need
 // (MACHINE.md, "Threads"). libgomp reads OMP_WAIT_POLICY once, at load, so when it is unset

@@ -5,16 +5,17 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator_factory.h"
+#include "launch/test_fault.h"
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/device_factory.h"
+#include "runtime/file_io.h"
 #include "runtime/status.h"
 #include "runtime/token_data.h"
 #include "zero/engine.h"
@@ -162,7 +163,13 @@ TrainSetup prepare_training(const std::string& config_path,
   return TrainSetup{std::move(config), model, std::move(train_file), std::move(val_file)};
 }
 
-TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, const Logger& log) {
+namespace {
+
+// The body of train(). The model and the engine live in the caller's slots, so that they are
+// still alive in train()'s error handler.
+TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& comm,
+                      const Logger& log, std::optional<Gpt2>& model_slot,
+                      std::optional<Engine>& engine_slot) {
   const Config& config = setup.config;
   const Gpt2Config& model_config = setup.model;
   const int rank = comm.rank(), world = comm.world();
@@ -174,16 +181,32 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
   DataLoader train_loader(train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
   if (val_file) val_loader.emplace(*val_file, B, T, rank, world, false, config.zt.seed);
-  // Rank 0 writes the metrics.
+  const std::optional<TestFault> fault = TestFault::from_environment();
+  // Rank 0 writes the metrics: a log, one checked write per row (see trainer.h).
   const std::filesystem::path out_dir = config.zt.output_dir;
-  std::ofstream metrics;
+  CheckedFile metrics;
   if (rank == 0) {
-    metrics.open(out_dir / "metrics.jsonl");
-    if (!metrics) throw_input(fmt::format("cannot write {}", (out_dir / "metrics.jsonl").string()));
+    metrics = CheckedFile((out_dir / "metrics.jsonl").string(), CheckedFile::Mode::kTruncate);
+    metrics.set_test_write_limit(test_write_limit_from_environment());
   }
+  auto write_row = [&](const nlohmann::ordered_json& row) {
+    if (rank == 0) metrics.write(row.dump() + "\n");
+  };
 
-  Gpt2 model(model_config);
-  Engine engine(device, comm, model, engine_options(config, model));
+  Gpt2& model = model_slot.emplace(model_config);
+  Engine& engine = engine_slot.emplace(device, comm, model, engine_options(config, model));
+  int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
+  if (fault) {
+    engine.set_fault_hook([&](EnginePoint point, int unit) {
+      const TestFault::Point at = point == EnginePoint::kForward    ? TestFault::Point::kForward
+                                  : point == EnginePoint::kBackward ? TestFault::Point::kBackward
+                                  : point == EnginePoint::kOptimizer
+                                      ? TestFault::Point::kOptimizer
+                                      : TestFault::Point::kEvaluation;
+      if (fault->due(at, rank, step_now, unit))
+        fault->fire(model.units()[unit]->name(), step_now, rank);
+    });
+  }
   if (!config.zt.init_from.empty()) {
     load_weights(engine, config.zt.init_from);
     log.rank0("loaded weights from {}", config.zt.init_from);
@@ -230,9 +253,7 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
     result.first_val_loss = result.last_val_loss =
         evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
     log.rank0("step {:>5} | val loss {:.6f}", 0, result.first_val_loss);
-    if (rank == 0)
-      metrics << nlohmann::ordered_json{{"step", 0}, {"val_loss", result.first_val_loss}}.dump()
-              << "\n";
+    write_row(nlohmann::ordered_json{{"step", 0}, {"val_loss", result.first_val_loss}});
   }
 
   std::vector<std::vector<int32_t>> inputs(accumulation, std::vector<int32_t>(B * T));
@@ -240,6 +261,7 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
   std::vector<Batch> micro(accumulation);
   const int64_t steps = config.zt.steps;
   for (int64_t step = 1; step <= steps; ++step) {
+    step_now = step;
     auto t0 = Clock::now();
     for (int64_t i = 0; i < accumulation; ++i) {
       train_loader.next(inputs[i].data(), targets[i].data());
@@ -280,7 +302,7 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
       row["val_loss"] = result.last_val_loss;
     }
     if (config.wall_clock_breakdown) row["wall_clock_ms"] = wall_clock_json(r.times);
-    if (rank == 0) metrics << row.dump() << "\n" << std::flush;
+    write_row(row);
     if (step == 1 || step % config.steps_per_print == 0 || step == steps)
       log.rank0("step {:>5}/{} | loss {:.9g} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | "
                 "{:.1f} ms | peak {:.1f} MiB",
@@ -298,8 +320,12 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
   if (!config.zt.save_weights.empty()) {
     const bool sixteen_bit = config.zero_optimization.stage3_gather_16bit_weights_on_model_save &&
                              precision.mixed();
+    engine.set_context(fmt::format("weights save after step {}", steps));
     save_weights(engine, config.zt.save_weights,
-                 sixteen_bit ? WeightsDtype::kWorking : WeightsDtype::kMaster);
+                 sixteen_bit ? WeightsDtype::kWorking : WeightsDtype::kMaster, [&](int unit) {
+                   if (fault && fault->due(TestFault::Point::kSave, rank, steps, unit))
+                     fault->fire(model.units()[unit]->name(), steps, rank);
+                 });
     log.rank0("saved weights to {} ({})", config.zt.save_weights,
               sixteen_bit ? fmt::format("{} working weights", dtype_name(precision.compute))
                           : std::string("fp32"));
@@ -337,8 +363,28 @@ TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, c
     log.rank0("fp16: {} of {} steps skipped on overflow; final loss scale {}",
               scaler->counters().skipped_steps, steps, scaler->scale());
   }
-  if (rank == 0) metrics << nlohmann::ordered_json{{"summary", summary}}.dump() << "\n";
+  write_row(nlohmann::ordered_json{{"summary", summary}});
+  if (rank == 0) {
+    metrics.sync();
+    metrics.close();
+  }
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, const Logger& log,
+                  const TrainErrorHandler& on_error) {
+  // Declared here, outside the try: the handler runs while they are alive, so the engine's
+  // CommQueue has not been asked to finish (or abandon) anything before the job is ended.
+  std::optional<Gpt2> model;
+  std::optional<Engine> engine;
+  try {
+    return train_run(setup, device, comm, log, model, engine);
+  } catch (...) {
+    if (on_error) on_error();
+    throw;
+  }
 }
 
 }  // namespace zt

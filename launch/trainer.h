@@ -5,6 +5,7 @@
 // engine, schedule, evaluation, progress lines, metrics.jsonl and weight export.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,8 +37,16 @@ struct TrainResult {
   std::string failure;
 };
 
-// Collective over `comm` (one call per rank).
+// Called from train()'s handler of any error, with that exception current, while the engine
+// and its CommQueue are still alive (nothing has waited for peers yet). zt-train's ends the job
+// there (abort_job) when world > 1; if it returns, the error propagates.
+using TrainErrorHandler = std::function<void()>;
+
+// Collective over `comm` (one call per rank). metrics.jsonl (rank 0) is a log written as the run
+// goes: every row is one checked write, so a failed write (a full disk) ends the run in the step
+// it happened, naming the file and the OS error; rows before it stay, the failed one may be cut
+// short. The weights file is written atomically (it is complete under its name, or absent).
 TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm,
-                  const Logger& log);
+                  const Logger& log, const TrainErrorHandler& on_error = {});
 
 }  // namespace zt

@@ -28,7 +28,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-void save_weights(Engine& engine, const std::string& path, WeightsDtype which) {
+void save_weights(Engine& engine, const std::string& path, WeightsDtype which,
+                  const std::function<void(int unit)>& before_unit) {
   SafetensorsWriter writer;
   writer.set_metadata("format", "pt");
   auto units = engine.model().units();
@@ -39,6 +40,7 @@ void save_weights(Engine& engine, const std::string& path, WeightsDtype which) {
   // gathers, one unit at a time.
   std::vector<std::vector<std::byte>> full(writes ? units.size() : 1);
   for (size_t u = 0; u < units.size(); ++u) {
+    if (before_unit) before_unit(static_cast<int>(u));
     std::vector<std::byte>& unit = full[writes ? u : 0];
     unit.resize(static_cast<size_t>(units[u]->layout().numel()) * element);
     if (dtype == DType::kF32)

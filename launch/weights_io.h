@@ -3,6 +3,7 @@
 // are left out on export and zero on import. Knows no model beyond the Unit interface.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "zero/engine.h"
@@ -15,9 +16,11 @@ namespace zt {
 enum class WeightsDtype { kMaster, kWorking };
 
 // Writes every parameter of every unit (atomic: temp file, fsync, rename). Collective: every
-// rank calls it (stage 3 gathers each unit); rank 0 writes.
+// rank calls it (stage 3 gathers each unit); rank 0 writes. `before_unit(u)`, when given, is
+// called on every rank before its part in unit u (zt-train's test-only fault injection).
 void save_weights(Engine& engine, const std::string& path,
-                  WeightsDtype dtype = WeightsDtype::kMaster);
+                  WeightsDtype dtype = WeightsDtype::kMaster,
+                  const std::function<void(int unit)>& before_unit = {});
 // Loads every parameter (every rank reads the file and keeps what it holds); a missing tensor, a wrong shape or an unexpected tensor is an input
 // error naming the file and the tensor. Accepts the "transformer." prefix of GPT2LMHeadModel
 // exports and ignores the buffers and tied head they carry (attn.bias, attn.masked_bias,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "comm/collective_watchdog.h"
 #include "comm/communicator_factory.h"
 #include "comm/process_group.h"
 #include "launch/logger.h"
@@ -74,8 +75,13 @@ int main(int argc, char** argv) {
   }
 
   // Phase 2: training. A failure here is one rank's, and the others may be inside a
-  // collective: print it and end the whole job.
+  // collective: print it and end the whole job. Errors once the engine exists are reported from
+  // inside train() (on_error), before the stack unwinds past the engine: its CommQueue would
+  // otherwise wait for collectives the other ranks never issue. A collective stuck past
+  // zt.comm_timeout_s is reported by the communicator's watchdog thread, which ends the job the
+  // same way with exit code 3.
   bool agreed_failure = false;
+  const int report_rank = group.world > 1 ? group.rank : -1;
   const int code = zt::run_tool("zt-train", [&] {
     const zt::ZtConfig& zc = setup->config.zt;
     // One GPU per rank by local rank (CUDA_VISIBLE_DEVICES honoured by the CUDA runtime).
@@ -84,12 +90,21 @@ int main(int argc, char** argv) {
     zt::set_allow_tf32(*device, zc.allow_tf32);
     std::unique_ptr<zt::Communicator> comm =
         zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s);
-    const zt::TrainResult result = zt::train(*setup, *device, *comm, log);
+    comm->set_watchdog(zc.comm_timeout_s, [&](const zt::CollectiveTimeout& timeout) {
+      zt::abort_job("zt-train", report_rank, timeout.message(), zt::kExitCommTimeout);
+    });
+    auto abort_on_error = [&] {
+      if (group.world == 1) return;  // nobody waits: run_tool below reports it
+      std::string message;
+      const int error_code = zt::describe_current_exception(&message);
+      zt::abort_job("zt-train", report_rank, message, error_code);
+    };
+    const zt::TrainResult result = zt::train(*setup, *device, *comm, log, abort_on_error);
     if (result.failure.empty()) return 0;
     agreed_failure = true;
     if (group.rank == 0) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());
     return 1;
-  }, group.world > 1 ? group.rank : -1);
+  }, report_rank);
   if (code != 0 && group.world > 1 && !agreed_failure) mpi.abort(code);
   return code;
 }

@@ -195,7 +195,8 @@ struct ZtConfig {
   std::string device = "cpu";        // "cpu" or "cuda" (one GPU per rank: local rank -> GPU)
   bool allow_tf32 = false;           // CUDA: fp32 GEMMs may use TF32 tensor cores
   std::string comm_backend = "auto"; // "auto", "mpi" or "nccl"
-  double comm_timeout_s = 600.0;     // a collective stuck longer aborts the communicator
+  double comm_timeout_s = 1800.0;    // a collective stuck longer ends the job (exit 3); 30 min,
+                                     // DeepSpeed's default (PyTorch's NCCL default: 10 min)
 };
 
 struct Config {

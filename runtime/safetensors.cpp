@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "runtime/dtype.h"
+#include "runtime/file_io.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -33,8 +34,6 @@ using OrderedJson = nlohmann::ordered_json;  // keeps header keys in file order
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 // 16-bit entries are converted through a staging buffer of this many elements (512 KiB).
 constexpr size_t kStagingElements = size_t{1} << 18;
-// One write() call moves at most this much (Linux moves at most ~2 GiB per call anyway).
-constexpr size_t kMaxWriteBytes = size_t{1} << 30;
 
 // A name from a file, JSON-quoted so that control characters cannot break the one-line message.
 std::string quote_name(std::string_view text) {
@@ -330,17 +329,6 @@ bool is_valid_utf8(const std::string& text) {
   }
 }
 
-// The temporary file of one write(): closed and removed unless committed.
-struct TempFile {
-  std::string path;
-  int fd = -1;
-  bool committed = false;
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!committed) ::unlink(path.c_str());
-  }
-};
-
 }  // namespace
 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
@@ -387,52 +375,15 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the buffer starts 8-byte aligned in the file
 
-  TempFile temp{path + ".tmp"};
-  auto fail = [&](std::string_view step) {
-    const int error = errno;
-    throw_system(fmt::format("cannot write safetensors file '{}': {} '{}' failed: {}", path, step,
-                             temp.path, std::strerror(error)));
-  };
-  auto write_all = [&](const void* src, uint64_t bytes) {
-    const char* in = static_cast<const char*>(src);
-    while (bytes > 0) {
-      ssize_t put =
-          ::write(temp.fd, in, static_cast<size_t>(std::min<uint64_t>(bytes, kMaxWriteBytes)));
-      if (put < 0) {
-        if (errno == EINTR) continue;
-        fail("writing");
-      }
-      in += put;
-      bytes -= static_cast<uint64_t>(put);
-    }
-  };
-
-  temp.fd = ::open(temp.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (temp.fd < 0) {
-    const int error = errno;
-    temp.committed = true;  // nothing was created, and a file of that name may not be ours
-    errno = error;
-    fail("creating");
-  }
+  // Through the atomic path (runtime/file_io.h): path + ".tmp", fsync, rename, directory fsync;
+  // on any failure the temporary is removed and `path` untouched.
+  AtomicFile file(path);
   unsigned char length_bytes[8];
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
-  write_all(length_bytes, 8);
-  write_all(text.data(), text.size());
-  for (const Tensor& t : tensors_) write_all(t.data, t.bytes);
-  if (::fsync(temp.fd) != 0) fail("fsync of");
-  const int fd = std::exchange(temp.fd, -1);
-  if (::close(fd) != 0) fail("closing");
-  if (::rename(temp.path.c_str(), path.c_str()) != 0) fail("renaming");
-  temp.committed = true;
-
-  // Make the rename itself durable. Best effort: the new file is already in place, and some
-  // file systems refuse fsync on a directory.
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  const int dir_fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    (void)::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  file.write(length_bytes, 8);
+  file.write(text.data(), text.size());
+  for (const Tensor& t : tensors_) file.write(t.data, t.bytes);
+  file.commit();
 }
 
 }  // namespace zt

@@ -375,6 +375,7 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   ZT_ASSERT(!micro_batches.empty(), "no micro-batches");
   times_ = StepTimes{};
   const CommStats comm_before = comm_stats();
+  set_context(fmt::format("step {}", step_ + 1));  // names the step in a timeout report
   for (auto& g : groups_) g->zero_grads();
   StepResult result;
   result.lr = lr;
@@ -504,6 +505,7 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
 }
 
 double Engine::eval_loss(const Batch& batch) {
+  set_context(fmt::format("evaluation after step {}", step_));
   return all_ranks_sum(run_pass(batch, PassMode::kEvaluation, 0.0f, false)) / comm_.world();
 }
 
@@ -524,7 +526,7 @@ void Engine::read_unit_params(int u, float* dst) {
     }
     Buffer full = device_.alloc(static_cast<size_t>(s.padded) * sizeof(float),
                                 MemCategory::kWorkspace);
-    gather_queue_->all_gather(g.master(), full.data(), s.shard, DType::kF32).wait();
+    gather_queue_->all_gather(g.master(), full.data(), s.shard, DType::kF32, g.name()).wait();
     device_.copy_to_host(dst, full.data(), numel_bytes);
     return;
   }

@@ -140,6 +140,12 @@ class Engine {
   std::vector<std::byte> model_state_bytes(int u);
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
   void set_fault_hook(FaultHook hook) { fault_hook_ = std::move(hook); }
+  // What the engine's collectives are part of, named in a timeout report ("step 12",
+  // "evaluation after step 12", "weights save after step 300"). train_step and eval_loss set it.
+  void set_context(const std::string& context) {
+    reduce_queue_->set_context(context);
+    gather_queue_->set_context(context);
+  }
   const LossScaler* loss_scaler() const { return loss_scaler_.get(); }
 
   int num_units() const { return static_cast<int>(groups_.size()); }

@@ -126,7 +126,8 @@ void ParamGroup::begin_gather(CommQueue& queue) {
   gathered_ = device_.alloc(param_bytes(shard_.padded), MemCategory::kCommBuffers);
   state_ = ParamState::kGathering;
   ++gather_count_;
-  pending_gather_ = queue.all_gather(params_.data(), gathered_.data(), shard_.shard, compute_);
+  pending_gather_ =
+      queue.all_gather(params_.data(), gathered_.data(), shard_.shard, compute_, name());
 }
 
 void ParamGroup::finish_gather() {
@@ -208,7 +209,7 @@ CommHandle ParamGroup::begin_refresh(CommQueue& queue) {
   if (params_sharded_ || !policy_.shard_optimizer) return CommHandle();
   void* full = params_.data();
   return queue.all_gather(offset_by(full, shard_.begin(), compute_), full, shard_.shard,
-                          compute_);
+                          compute_, name());
 }
 
 void ParamGroup::zero_grads() { device_.zero(grads_.data(), grads_.bytes()); }
@@ -262,9 +263,9 @@ CommHandle ParamGroup::begin_reduce(CommQueue& queue) {
     full = grads_.data();
   }
   if (!policy_.shard_optimizer)
-    return queue.all_reduce(full, full, shard_.padded, dtype, ReduceOp::kSum);
+    return queue.all_reduce(full, full, shard_.padded, dtype, ReduceOp::kSum, name());
   return queue.reduce_scatter(full, offset_by(full, shard_.begin(), dtype), shard_.shard, dtype,
-                              ReduceOp::kSum);
+                              ReduceOp::kSum, name());
 }
 
 void ParamGroup::finish_reduce(Kernels& k) {

@@ -1,0 +1,96 @@
+// CollectiveWatchdog's thread: it wakes a few times per timeout, compares the running
+// collective's start with the clock and calls the handler outside its lock.
+#include "comm/collective_watchdog.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/status.h"
+
+namespace zt {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::string CollectiveTimeout::message() const {
+  return fmt::format("{}{}{} did not complete within zt.comm_timeout_s = {:g} s on rank {} "
+                     "(waited {:.1f} s): a rank stopped, died or issued a different collective",
+                     collective, unit.empty() ? std::string() : fmt::format(" for unit {}", unit),
+                     context.empty() ? std::string() : fmt::format(" at {}", context), timeout_s,
+                     rank, waited_s);
+}
+
+CollectiveWatchdog::CollectiveWatchdog(double timeout_s, WatchdogHandler handler, int rank)
+    : timeout_s_(timeout_s), handler_(std::move(handler)), rank_(rank) {
+  if (!(timeout_s_ > 0) || !std::isfinite(timeout_s_))
+    throw_input(fmt::format("zt.comm_timeout_s must be a positive number of seconds; got {}",
+                            timeout_s_));
+  ZT_ASSERT(static_cast<bool>(handler_), "a collective watchdog needs a handler");
+  thread_ = std::thread([this] { run(); });
+}
+
+CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void CollectiveWatchdog::begin(const CollectiveCall& call, int world, std::string_view unit,
+                               std::string_view context) {
+  std::string what = fmt::format("{} of {} bytes", collective_kind_name(call.kind),
+                                 collective_bytes(call, world));
+  std::lock_guard<std::mutex> lock(mutex_);
+  collective_ = std::move(what);
+  unit_.assign(unit);
+  context_.assign(context);
+  started_s_ = now_s();
+  running_ = true;
+  reported_ = false;
+}
+
+void CollectiveWatchdog::end(bool failed) {
+  CollectiveTimeout report;
+  bool report_now = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failed) report_now = due(now_s(), &report);
+    running_ = false;
+  }
+  if (report_now) handler_(report);
+}
+
+bool CollectiveWatchdog::due(double now, CollectiveTimeout* report) {
+  if (!running_ || reported_ || now - started_s_ < timeout_s_) return false;
+  reported_ = true;
+  *report = CollectiveTimeout{collective_, unit_, context_, rank_, timeout_s_, now - started_s_};
+  return true;
+}
+
+void CollectiveWatchdog::run() {
+  // A tenth of the timeout, within [10 ms, 1 s]: a timeout is reported at most that late.
+  const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 10, 0.01, 1.0));
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    wake_.wait_for(lock, period, [this] { return stopping_; });
+    if (stopping_) return;
+    CollectiveTimeout report;
+    if (!due(now_s(), &report)) continue;
+    lock.unlock();
+    handler_(report);  // may end the process; if it returns, this collective stays reported
+    lock.lock();
+  }
+}
+
+}  // namespace zt
