@@ -113,7 +113,15 @@ void Communicator::set_watchdog(double timeout_s, WatchdogHandler handler) {
     throw_internal(fmt::format("set_watchdog on communicator '{}' while a CommQueue is attached",
                                name()));
   watchdog_.reset();
+  watchdog_timeout_s_ = timeout_s;
+  watchdog_handler_ = handler;
   watchdog_ = std::make_unique<CollectiveWatchdog>(timeout_s, std::move(handler), rank());
+}
+
+std::unique_ptr<Communicator> Communicator::duplicate() {
+  std::unique_ptr<Communicator> copy = backend_duplicate();
+  if (watchdog_) copy->set_watchdog(watchdog_timeout_s_, watchdog_handler_);
+  return copy;
 }
 
 void Communicator::execute(const CollectiveCall& call, std::string_view unit,

@@ -110,8 +110,9 @@ class Communicator {
   // MPI_Comm_dup; NCCL: a new NCCL communicator), so two threads may each run collectives on
   // one of the two at the same time; each keeps its own order. The engine gathers parameters
   // on a duplicate so a stage-3 prefetch never waits behind a gradient reduction. It must not
-  // outlive this communicator. Collective.
-  virtual std::unique_ptr<Communicator> duplicate() = 0;
+  // outlive this communicator. The duplicate has this one's watchdog (timeout and handler).
+  // Collective.
+  std::unique_ptr<Communicator> duplicate();
 
   // recv[i] = op over ranks of send[i], i in [0, count), the same bits on every rank.
   // send and recv hold count elements. In place when send == recv; any other overlap is an
@@ -153,6 +154,9 @@ class Communicator {
   bool watched() const { return watchdog_ != nullptr; }
 
  protected:
+  // The back end's half of duplicate(): a communicator over a new, independent channel.
+  virtual std::unique_ptr<Communicator> backend_duplicate() = 0;
+
   Communicator();  // defined where CollectiveWatchdog is complete
 
   // Back-end entries. Arguments are validated (count > 0, pointers non-null, buffers either
@@ -181,6 +185,8 @@ class Communicator {
   CommStats stats_;
   CommQueue* queue_ = nullptr;  // set and cleared by CommQueue's constructor and destructor
   std::unique_ptr<CollectiveWatchdog> watchdog_;
+  double watchdog_timeout_s_ = 0;     // what set_watchdog was given, for duplicate()
+  WatchdogHandler watchdog_handler_;
 };
 
 // Every rank's `values` (the same count on each), rank after rank: values travel as fp32 word

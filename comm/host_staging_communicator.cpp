@@ -22,7 +22,7 @@ HostStagingCommunicator::HostStagingCommunicator(Device& device,
             host_device_->name());
 }
 
-std::unique_ptr<Communicator> HostStagingCommunicator::duplicate() {
+std::unique_ptr<Communicator> HostStagingCommunicator::backend_duplicate() {
   return std::make_unique<HostStagingCommunicator>(device_, inner_->duplicate());
 }
 

@@ -45,7 +45,7 @@ class HostStagingCommunicator final : public Communicator {
   int local_world() const override { return inner_->local_world(); }
   // Host staging over a duplicate of inner (whose staging, if it came from this wrapper's host
   // device, stays valid only while this wrapper lives).
-  std::unique_ptr<Communicator> duplicate() override;
+  std::unique_ptr<Communicator> backend_duplicate() override;
 
   Communicator& inner() const { return *inner_; }
   Device& host_device() const { return *host_device_; }

@@ -62,7 +62,7 @@ MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, MpiCommunicato
   gather_displs_.assign(group_.world, 0);
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::duplicate() {
+std::unique_ptr<Communicator> MpiCommunicator::backend_duplicate() {
   MpiCommunicatorOptions options;
   options.chunk_bytes = chunk_bytes_;
   return std::make_unique<MpiCommunicator>(device_, comm_, options);

@@ -56,7 +56,7 @@ class MpiCommunicator final : public Communicator {
   int local_world() const override { return group_.local_world; }
   // An MpiCommunicator over a duplicate of this one's MPI communicator, staging from the same
   // device, with the same options.
-  std::unique_ptr<Communicator> duplicate() override;
+  std::unique_ptr<Communicator> backend_duplicate() override;
 
   // The duplicate this communicator owns (for tests and benchmarks that compare with raw MPI;
   // not to be used while a CommQueue runs collectives of this communicator).

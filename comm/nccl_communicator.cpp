@@ -115,7 +115,7 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
   }
 }
 
-std::unique_ptr<Communicator> NcclCommunicator::duplicate() {
+std::unique_ptr<Communicator> NcclCommunicator::backend_duplicate() {
   NcclOptions options;
   options.timeout_s = timeout_s_;
   return std::make_unique<NcclCommunicator>(device_, parent_, options);

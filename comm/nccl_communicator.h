@@ -69,7 +69,7 @@ class NcclCommunicator final : public Communicator {
   int local_world() const override { return group_.local_world; }
   // A new NCCL communicator over the same ranks and GPU (bootstrapped over the same parent),
   // with the same timeout.
-  std::unique_ptr<Communicator> duplicate() override;
+  std::unique_ptr<Communicator> backend_duplicate() override;
 
   double timeout_s() const { return timeout_s_; }
   // False once a timeout or an asynchronous error aborted the communicator.

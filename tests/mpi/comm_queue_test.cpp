@@ -144,7 +144,7 @@ class FailingCommunicator final : public Communicator {
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
-  std::unique_ptr<Communicator> duplicate() override {
+  std::unique_ptr<Communicator> backend_duplicate() override {
     return std::make_unique<FailingCommunicator>();
   }
 
@@ -200,7 +200,7 @@ class GatedCommunicator final : public Communicator {
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
-  std::unique_ptr<Communicator> duplicate() override { return std::make_unique<SelfCommunicator>(); }
+  std::unique_ptr<Communicator> backend_duplicate() override { return std::make_unique<SelfCommunicator>(); }
 
   void wait_until_entered() {
     std::unique_lock<std::mutex> lock(mutex_);

@@ -94,7 +94,7 @@ class GatedCommunicator final : public Communicator {
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
-  std::unique_ptr<Communicator> duplicate() override {
+  std::unique_ptr<Communicator> backend_duplicate() override {
     return std::make_unique<SelfCommunicator>();
   }
   void open() {
