@@ -76,6 +76,8 @@ void Communicator::validate(const CollectiveCall& call) const {
     throw_input(fmt::format("{}: count {} x {} ranks overflows a byte count", what, call.count, n));
   if (call.kind == CollectiveKind::kBroadcast && (call.root < 0 || call.root >= n))
     throw_input(fmt::format("broadcast: root {} out of range [0, {})", call.root, n));
+  ZT_ASSERT(!call.host_memory || call.kind == CollectiveKind::kAllGather,
+            "{} call marked host memory: only all_gather has a host-memory entry", what);
   if (call.count == 0) return;
   if (call.send == nullptr || call.recv == nullptr)
     throw_input(fmt::format("{}: null buffer with count {}", what, call.count));
@@ -117,7 +119,11 @@ void Communicator::execute(const CollectiveCall& call) {
         backend_reduce_scatter(call.send, call.recv, call.count, call.dtype, call.op);
         break;
       case CollectiveKind::kAllGather:
-        backend_all_gather(call.send, call.recv, call.count, call.dtype);
+        if (call.host_memory) {
+          backend_all_gather_host(call.send, call.recv, call.count, call.dtype);
+        } else {
+          backend_all_gather(call.send, call.recv, call.count, call.dtype);
+        }
         break;
       case CollectiveKind::kBroadcast:
         backend_broadcast(call.recv, call.count, call.dtype, call.root);
@@ -151,6 +157,13 @@ void Communicator::reduce_scatter(const void* send, void* recv, int64_t recv_cou
 
 void Communicator::all_gather(const void* send, void* recv, int64_t send_count, DType dtype) {
   submit_and_wait({CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0});
+}
+
+void Communicator::all_gather_host(const void* send, void* recv, int64_t send_count,
+                                   DType dtype) {
+  CollectiveCall call{CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0};
+  call.host_memory = true;
+  submit_and_wait(call);
 }
 
 void Communicator::broadcast(void* buf, int64_t count, DType dtype, int root) {
@@ -322,7 +335,8 @@ void reduce_in_rank_order(std::span<const void* const> contributions, void* out,
 std::vector<double> all_gather_doubles(Communicator& comm, std::span<const double> values) {
   static_assert(sizeof(double) == 2 * sizeof(float));
   std::vector<double> all(values.size() * static_cast<size_t>(comm.world()));
-  comm.all_gather(values.data(), all.data(), 2 * static_cast<int64_t>(values.size()), DType::kF32);
+  comm.all_gather_host(values.data(), all.data(), 2 * static_cast<int64_t>(values.size()),
+                       DType::kF32);
   return all;
 }
 

@@ -56,6 +56,11 @@ class HostStagingCommunicator final : public Communicator {
   void backend_all_gather(const void* send, void* recv, int64_t send_count,
                           DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
+  // Host memory already: straight to the inner communicator, no staging, no device copies.
+  void backend_all_gather_host(const void* send, void* recv, int64_t send_count,
+                               DType dtype) override {
+    inner_->all_gather_host(send, recv, send_count, dtype);
+  }
 
  private:
   // The staging buffer, at least `bytes` long (reallocated, contents lost, when shorter).

@@ -108,7 +108,8 @@ TEST(CommQueue, CollectivesRunInSubmissionOrderWithSynchronousCallsRouted) {
 }
 
 TEST(CommQueue, OneQueuePerCommunicatorAndDetachOnDestruction) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   {
     CommQueue queue(comm);
     EXPECT_THROW(CommQueue second(comm), Error);
@@ -120,7 +121,8 @@ TEST(CommQueue, OneQueuePerCommunicatorAndDetachOnDestruction) {
 }
 
 TEST(CommQueue, InputErrorsThrowAtSubmission) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   CommQueue queue(comm);
   float x = 1;
   EXPECT_THROW(queue.broadcast(&x, 1, DType::kF32, 1), Error);
@@ -144,6 +146,7 @@ class FailingCommunicator final : public Communicator {
   void backend_reduce_scatter(const void*, void*, int64_t, DType, ReduceOp) override {}
   void backend_all_gather(const void*, void*, int64_t, DType) override {}
   void backend_broadcast(void*, int64_t, DType, int) override {}
+  void backend_all_gather_host(const void*, void*, int64_t, DType) override {}
 };
 
 TEST(CommQueue, WorkerErrorsComeBackFromWaitAndFailLaterCollectives) {
@@ -167,7 +170,8 @@ TEST(CommQueue, WorkerErrorsComeBackFromWaitAndFailLaterCollectives) {
 }
 
 TEST(CommQueue, HandlesWaitWhenDroppedAndEmptyHandlesAreDone) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   CommQueue queue(comm);
   std::vector<float> a(1 << 16, 2.0f), b(1 << 16, 0.0f);
   {
