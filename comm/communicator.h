@@ -1,10 +1,11 @@
 // Communicator: the collective interface of ZeroTrain (all-reduce, reduce-scatter, all-gather,
-// broadcast over one device's memory), with contracts written like nccl.h, and the rank-order
-// reduction arithmetic every CPU back end shares. The public calls validate their arguments,
-// route through an attached CommQueue when there is one, and keep CommStats; back ends
-// (MpiCommunicator, SelfCommunicator, HostStagingCommunicator, NcclCommunicator; chosen by
-// comm/communicator_factory.h) implement only the protected backend_* entries.
-// This file does no communication itself and allocates nothing.
+// broadcast over one device's memory), with contracts written like nccl.h. The public calls
+// validate their arguments, route through an attached CommQueue when there is one, and keep
+// CommStats; back ends (MpiCommunicator, SelfCommunicator, HostStagingCommunicator,
+// NcclCommunicator; chosen by comm/communicator_factory.h) implement only the protected
+// backend_* entries.
+// This file does no communication itself and allocates nothing. The rank-order reduction
+// arithmetic the CPU back ends share is comm/rank_order_reduction.h.
 //
 // Determinism contract of the CPU back ends, MPI and Self, and of HostStagingCommunicator over
 // them; NOT of NcclCommunicator, which reduces in NCCL's own order (comm/nccl_communicator.h).
@@ -173,17 +174,5 @@ std::vector<double> all_gather_doubles(Communicator& comm, std::span<const doubl
 
 // Bytes a call counts in CollectiveStats (see there).
 int64_t collective_bytes(const CollectiveCall& call, int world);
-
-// Which code reduce_in_rank_order runs: the fastest the CPU offers (AVX2 + F16C, chosen at run
-// time) or the portable one. Both give the same bits; tests pin that (ReductionKernels).
-enum class ReduceKernel { kFastest, kPortable };
-
-// The reduction of the determinism contract: out[i] = op(...op(op(c[0][i], c[1][i]), c[2][i])...)
-// for i in [0, count), computed in fp32 and rounded once to dtype. contributions are in rank
-// order, each count elements of dtype. out may be the same address as any contribution (the
-// own block of an in-place reduce-scatter); any other overlap is undefined. When several NaNs
-// meet, the result is a NaN (which one is unspecified). Pure arithmetic.
-void reduce_in_rank_order(std::span<const void* const> contributions, void* out, int64_t count,
-                          DType dtype, ReduceOp op, ReduceKernel kernel = ReduceKernel::kFastest);
 
 }  // namespace zt
