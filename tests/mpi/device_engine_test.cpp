@@ -26,9 +26,11 @@
 #include "comm/communicator_factory.h"
 #include "comm/host_staging_communicator.h"
 #include "comm/mpi_communicator.h"
+#include "comm/process_group.h"
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/device_factory.h"
 #include "runtime/rounding_kernels.h"
 #include "runtime/status.h"
 #include "tests/mpi/scrambled_device.h"
@@ -136,6 +138,28 @@ TEST(ScrambledDevice, HostStagingAllGatherHostTakesHostMemoryInQueueOrder) {
   float total = 0;
   device.copy_to_host(&total, x.data(), 4);
   EXPECT_EQ(total, static_cast<float>(world));
+}
+
+// NCCL's all_gather_host: host memory through its device buffer, in pieces (a block larger than
+// the buffer), the same bits as MPI's all_gather. Needs a GPU per rank: skipped otherwise.
+TEST(NcclCommunicator, AllGatherHostTakesHostMemoryInPieces) {
+  const int local_world = bootstrap_process_group(MPI_COMM_WORLD).local_world;
+  if (!nccl_built() || cuda_device_count() < local_world)
+    GTEST_SKIP() << "needs NCCL and one GPU per rank; " << cuda_device_count() << " GPU(s)";
+  std::unique_ptr<Device> gpu = make_device(
+      DeviceKind::kCuda, bootstrap_process_group(MPI_COMM_WORLD).local_rank);
+  std::unique_ptr<Communicator> nccl = make_communicator("nccl", *gpu, 120);
+  CpuDevice cpu;
+  MpiCommunicator plain(cpu);
+  const int world = plain.world(), rank = plain.rank();
+  const int64_t count = 50'000;  // 200 KB of fp32 per rank: several pieces of 64 KiB / world
+  std::vector<float> send(count), expected(world * count), got(world * count, -1.0f);
+  for (int64_t i = 0; i < count; ++i) send[i] = static_cast<float>(i) * 0.5f + rank;
+  plain.all_gather(send.data(), expected.data(), count, DType::kF32);
+  nccl->all_gather_host(send.data(), got.data(), count, DType::kF32);
+  EXPECT_EQ(got, expected);
+  const double mine = 1.0 + rank;
+  EXPECT_EQ(all_gather_doubles(*nccl, {&mine, 1})[world - 1], double(world));
 }
 
 // Mixed precision rounds the embedding gradient rows of the batch's tokens: on the device, with
