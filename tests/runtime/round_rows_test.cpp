@@ -115,7 +115,7 @@ TEST(RoundRows, CpuEqualsRoundToOfTheNamedRows) {
   }
 }
 
-TEST(RoundRows, CudaIsBitwiseEqualToCpu) {
+TEST(CudaRoundRows, IsBitwiseEqualToCpu) {  // "Cuda*": tests/gpu/device_check.sh runs it
   if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();
   std::unique_ptr<Device> gpu = make_device(DeviceKind::kCuda, 0);
   CpuDevice cpu;
