@@ -1,10 +1,11 @@
 // Communicator: the collective interface of ZeroTrain (all-reduce, reduce-scatter, all-gather,
-// broadcast over one device's memory), with contracts written like nccl.h, and the rank-order
-// reduction arithmetic every CPU back end shares. The public calls validate their arguments,
-// route through an attached CommQueue when there is one, and keep CommStats; back ends
-// (MpiCommunicator, SelfCommunicator, HostStagingCommunicator, NcclCommunicator; chosen by
-// comm/communicator_factory.h) implement only the protected backend_* entries.
-// This file does no communication itself and allocates nothing.
+// broadcast over one device's memory), with contracts written like nccl.h. The public calls
+// validate their arguments, route through an attached CommQueue when there is one, and keep
+// CommStats; back ends (MpiCommunicator, SelfCommunicator, HostStagingCommunicator,
+// NcclCommunicator; chosen by comm/communicator_factory.h) implement only the protected
+// backend_* entries.
+// This file does no communication itself and allocates nothing. The rank-order reduction
+// arithmetic the CPU back ends share is comm/rank_order_reduction.h.
 //
 // Determinism contract of the CPU back ends, MPI and Self, and of HostStagingCommunicator over
 // them; NOT of NcclCommunicator, which reduces in NCCL's own order (comm/nccl_communicator.h).
@@ -74,6 +75,9 @@ struct CollectiveCall {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
+  // all_gather only: send and recv are host memory on every back end (all_gather_host), not
+  // the back end's device memory. Counted in CommStats as an all_gather.
+  bool host_memory = false;
 };
 
 class CommQueue;
@@ -90,7 +94,8 @@ using WatchdogHandler = std::function<void(const CollectiveTimeout&)>;
 //
 // Every call is collective: all ranks of the communicator call it with the same count, dtype,
 // op and root. Buffers are in the memory of the back end's device (host memory for MPI and
-// Self, GPU memory for NCCL and host staging); count == 0 is a no-op on every rank (pointers may
+// Self, GPU memory for NCCL and host staging), except all_gather_host's, which are host memory
+// on every back end; count == 0 is a no-op on every rank (pointers may
 // then be null). An error throws zt::Error (kInput for arguments, kSystem for the transport);
 // after a kSystem error the communicator's ranks may be out of step and it should not be used
 // again.
@@ -130,6 +135,13 @@ class Communicator {
   // error. Returns when recv holds every block and send may be reused.
   void all_gather(const void* send, void* recv, int64_t send_count, DType dtype);
 
+  // all_gather with send and recv in HOST memory, whatever memory the back end's collectives
+  // use otherwise (MPI, Self: directly; host staging: its inner host communicator; NCCL: through
+  // a small device buffer of its own). For small host values every rank needs (losses, norm
+  // partials, memory figures); the same contract, ordering (through an attached CommQueue) and
+  // stats (as all_gather) as all_gather.
+  void all_gather_host(const void* send, void* recv, int64_t send_count, DType dtype);
+
   // Copies root's buf (count elements) into buf on every rank. root in [0, world), else kInput.
   // Returns when buf holds root's data (on root: when buf may be modified).
   void broadcast(void* buf, int64_t count, DType dtype, int root);
@@ -168,6 +180,9 @@ class Communicator {
   virtual void backend_all_gather(const void* send, void* recv, int64_t send_count,
                                   DType dtype) = 0;
   virtual void backend_broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
+  // all_gather_host: send and recv are host memory (every back end must say how it moves them).
+  virtual void backend_all_gather_host(const void* send, void* recv, int64_t send_count,
+                                       DType dtype) = 0;
 
  private:
   friend class CommQueue;
@@ -190,22 +205,11 @@ class Communicator {
 };
 
 // Every rank's `values` (the same count on each), rank after rank: values travel as fp32 word
-// pairs through all_gather, which copies bits and never does arithmetic. Collective.
+// pairs through all_gather_host, which copies bits and never does arithmetic; host memory on
+// every back end, a GPU's included. Collective.
 std::vector<double> all_gather_doubles(Communicator& comm, std::span<const double> values);
 
 // Bytes a call counts in CollectiveStats (see there).
 int64_t collective_bytes(const CollectiveCall& call, int world);
-
-// Which code reduce_in_rank_order runs: the fastest the CPU offers (AVX2 + F16C, chosen at run
-// time) or the portable one. Both give the same bits; tests pin that (ReductionKernels).
-enum class ReduceKernel { kFastest, kPortable };
-
-// The reduction of the determinism contract: out[i] = op(...op(op(c[0][i], c[1][i]), c[2][i])...)
-// for i in [0, count), computed in fp32 and rounded once to dtype. contributions are in rank
-// order, each count elements of dtype. out may be the same address as any contribution (the
-// own block of an in-place reduce-scatter); any other overlap is undefined. When several NaNs
-// meet, the result is a NaN (which one is unspecified). Pure arithmetic.
-void reduce_in_rank_order(std::span<const void* const> contributions, void* out, int64_t count,
-                          DType dtype, ReduceOp op, ReduceKernel kernel = ReduceKernel::kFastest);
 
 }  // namespace zt

@@ -4,8 +4,10 @@
 // the inner communicator's collective on that staging buffer in place, and copies the result
 // back (Device::copy_from_host). This lets ranks that share one GPU, which NCCL refuses, run the
 // engine with device tensors. Results are the inner communicator's, bit for bit (the
-// determinism contract of comm/communicator.h holds unchanged). It owns the host device its
-// staging and the inner communicator's staging come from; it does no arithmetic of its own.
+// determinism contract of comm/communicator.h holds unchanged). all_gather_host, whose buffers
+// are host memory already, goes straight to the inner communicator (no staging, no device
+// copies). It owns the host device its staging and the inner communicator's staging come from;
+// it does no arithmetic of its own.
 //
 // Composition with CommQueue: attach the queue to this wrapper (the engine does), never to the
 // inner communicator. The wrapper's backend_* then run on the queue's thread and call the inner
@@ -59,6 +61,11 @@ class HostStagingCommunicator final : public Communicator {
   void backend_all_gather(const void* send, void* recv, int64_t send_count,
                           DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
+  // Host memory already: straight to the inner communicator, no staging, no device copies.
+  void backend_all_gather_host(const void* send, void* recv, int64_t send_count,
+                               DType dtype) override {
+    inner_->all_gather_host(send, recv, send_count, dtype);
+  }
 
  private:
   // The staging buffer, at least `bytes` long (reallocated, contents lost, when shorter).

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/rank_order_reduction.h"
 #include "runtime/status.h"
 
 namespace zt {

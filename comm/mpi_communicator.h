@@ -72,6 +72,11 @@ class MpiCommunicator final : public Communicator {
   void backend_all_gather(const void* send, void* recv, int64_t send_count,
                           DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
+  // MPI works on host memory: the same as backend_all_gather.
+  void backend_all_gather_host(const void* send, void* recv, int64_t send_count,
+                               DType dtype) override {
+    backend_all_gather(send, recv, send_count, dtype);
+  }
 
  private:
   // A buffer of `total` elements cut into world blocks of `block` elements, the last ones

@@ -1,7 +1,8 @@
-// NcclCommunicator: MPI bootstrap, the four NCCL collectives on the comm stream, and the
-// watchdog that waits for them.
+// NcclCommunicator: MPI bootstrap, the four NCCL collectives on the comm stream (and the
+// host-memory all-gather through a device buffer), and the watchdog that waits for them.
 #include "comm/nccl_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -109,6 +110,7 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
     wait_until([] { return true; }, now_s() + timeout_s_,
                fmt::format("communicator init (cuda:{}, {} ranks)", device_.ordinal(),
                            group_.world));
+    host_gather_ = device_.alloc(kHostGatherBytes, MemCategory::kCommBuffers);
   } catch (...) {
     release();
     throw;
@@ -253,6 +255,38 @@ void NcclCommunicator::backend_all_gather(const void* send, void* recv, int64_t 
   ZT_NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(send_count), nccl_type(dtype),
                               comm_, device_.comm_stream()));
   finish(call);
+}
+
+void NcclCommunicator::backend_all_gather_host(const void* send, void* recv, int64_t send_count,
+                                               DType dtype) {
+  CollectiveCall call{CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum,
+                      0};
+  call.host_memory = true;
+  const int n = group_.world, r = group_.rank;
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t piece = static_cast<int64_t>(host_gather_.bytes()) / (n * size);  // elements
+  ZT_ASSERT(piece > 0, "all_gather_host: {} ranks do not fit a {}-byte buffer", n,
+            host_gather_.bytes());
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  char* gathered = host_gather_.as<char>();
+  cudaStream_t stream = device_.comm_stream();
+  // In place (send == recv + rank*block) is safe: a piece of send is read before the same
+  // piece of recv is written, and later pieces are not written yet.
+  for (int64_t first = 0; first < send_count; first += piece) {
+    const int64_t count = std::min(piece, send_count - first);
+    const size_t bytes = static_cast<size_t>(count * size);
+    begin(call);
+    ZT_CUDA_CHECK(cudaMemcpyAsync(gathered + r * bytes, in + first * size, bytes,
+                                  cudaMemcpyHostToDevice, stream));
+    ZT_NCCL_CHECK(ncclAllGather(gathered + r * bytes, gathered, static_cast<size_t>(count),
+                                nccl_type(dtype), comm_, stream));
+    finish(call);  // the watchdog's wait: the copy below then waits for nothing unfinished
+    ZT_CUDA_CHECK(cudaMemcpy2DAsync(out + first * size, static_cast<size_t>(send_count * size),
+                                    gathered, bytes, bytes, static_cast<size_t>(n),
+                                    cudaMemcpyDeviceToHost, stream));
+    ZT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
 }
 
 void NcclCommunicator::backend_broadcast(void* buf, int64_t count, DType dtype, int root) {

@@ -7,7 +7,8 @@
 // so compute keeps running meanwhile. The compute event is recorded when the collective starts
 // (on the queue's thread), not when it was submitted, so a queued collective also waits for
 // compute work the user thread queued after submitting it: safe, but a prefetch can start later
-// than it might. It allocates no device memory of its own.
+// than it might. Its one allocation is a small device buffer (kHostGatherBytes, from the
+// device, kCommBuffers) through which all_gather_host moves host values.
 //
 // Determinism: NCCL reduces in an order of its own (rings and trees chosen from the topology and
 // the size; fp16 and bf16 partial sums rounded at every step), NOT the rank-order contract of
@@ -38,6 +39,7 @@
 
 #include "comm/communicator.h"
 #include "comm/process_group.h"
+#include "runtime/device.h"
 
 namespace zt {
 
@@ -84,8 +86,14 @@ class NcclCommunicator final : public Communicator {
   void backend_all_gather(const void* send, void* recv, int64_t send_count,
                           DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
+  // Host memory: each rank's block in pieces of kHostGatherBytes / world bytes, each piece
+  // copied to the device buffer (on the comm stream), all-gathered in place there and, once the
+  // watchdog saw it finish, copied back into every rank's block of recv.
+  void backend_all_gather_host(const void* send, void* recv, int64_t send_count,
+                               DType dtype) override;
 
  private:
+  static constexpr size_t kHostGatherBytes = 64 << 10;
   // Before an NCCL call: throws when aborted, makes the device current on this thread and
   // orders the comm stream after everything queued on the compute stream so far.
   void begin(const CollectiveCall& call);
@@ -109,6 +117,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;  // recorded on compute, waited for on comm
   cudaEvent_t comm_done_ = nullptr;      // recorded on comm after the collective, polled
+  Buffer host_gather_;                   // device memory, kHostGatherBytes: all_gather_host
 };
 
 }  // namespace zt

@@ -128,7 +128,7 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
     for (size_t l = 0; l < model.layers().size(); ++l)
       eo.checkpoint[l] = model.layers()[l]->checkpointable();
   }
-  SelfCommunicator comm;
+  SelfCommunicator comm(device);
   Engine engine(device, comm, model, eo);
   const double flops_per_token = 3.0 * model.forward_flops_per_token(batch.T);  // fwd + 2x bwd
   const double tokens = static_cast<double>(batch.B * batch.T);

@@ -61,6 +61,10 @@ class Device {
   // Host <-> device copies (the CPU device copies with memcpy).
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  // Device -> device: dst and src are both this device's memory, disjoint or equal (equal: no
+  // effect). Ordered with the device's kernels as they are (a GPU enqueues it on the compute
+  // stream and returns; a later host copy sees it).
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* dst, size_t bytes) = 0;
 
  protected:

@@ -129,6 +129,13 @@ class Kernels {
   // x = float(dtype(x)) in place: every element rounded to the nearest value of `dtype`
   // (round to nearest even, as cast does; fp16 overflow gives ±inf; NaN stays NaN). kF32: no-op.
   virtual void round_to(float* x, DType dtype, int64_t n) = 0;
+  // round_to over the rows of x (rows of row_len elements) named by rows[0, n_rows), which is
+  // device memory like every pointer here (a GPU must not read it on the host); a row may be
+  // named more than once (rounding is idempotent), rows not named keep their bits. The bits of
+  // round_to. kF32: no-op. (Mixed precision rounds the embedding gradient rows of a batch's
+  // tokens with it.)
+  virtual void round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
+                          DType dtype) = 0;
   // dst = dst_type(float(a) + float(b)) element-wise with one rounding, the sum in fp32. `a` may
   // be null (read as 0: a plain rounding cast of b). dst may alias a or b when the types match.
   virtual void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,

@@ -34,13 +34,12 @@ void RoundingKernels::embedding_forward(float* out, const int32_t* tokens, const
 }
 
 // The base writes only the rows of dwte named by tokens, and V is not an argument: those rows
-// are rounded one by one (a repeated token's row twice, which changes nothing: rounding is
-// idempotent). Rows of tokens absent from the batch keep their bits.
+// are rounded by round_rows on the device (tokens are device memory; a repeated token's row is
+// rounded twice, which changes nothing). Rows of tokens absent from the batch keep their bits.
 void RoundingKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                          const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
   base_.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
-  if (dwte)
-    for (int64_t bt = 0; bt < B * T; ++bt) round(dwte + int64_t(tokens[bt]) * C, C);
+  if (dwte) base_.round_rows(dwte, tokens, B * T, C, dtype_);
   if (dwpe) round(dwpe, T * C);
 }
 
@@ -118,6 +117,11 @@ void RoundingKernels::cast(void* dst, DType dst_type, const void* src, DType src
 }
 
 void RoundingKernels::round_to(float* x, DType dtype, int64_t n) { base_.round_to(x, dtype, n); }
+
+void RoundingKernels::round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
+                                 DType dtype) {
+  base_.round_rows(x, rows, n_rows, row_len, dtype);
+}
 
 void RoundingKernels::add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
                           DType b_type, int64_t n) {

@@ -10,7 +10,7 @@
 // out / att / dqkv; residual out; accumulate y; softmax_cross_entropy's logits gradient when
 // dloss != 0 (losses stay fp32); scale x; fill x.
 // Passed through unrounded (they work on fp32 master state or are exact already): adamw, sgd,
-// cast, round_to, add, has_nonfinite, sum_squares.
+// cast, round_to, round_rows, add, has_nonfinite, sum_squares.
 // A gradient the kernel accumulates into is rounded as a whole after the call: the sum of the
 // old value and the new contribution is rounded once, as a beta = 1 GEMM into a 16-bit output.
 #pragma once
@@ -55,6 +55,8 @@ class RoundingKernels final : public Kernels {
            const SgdArgs& args) override;
   void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
   void round_to(float* x, DType dtype, int64_t n) override;
+  void round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
+                  DType dtype) override;
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
   void scale(float* x, float s, int64_t n) override;

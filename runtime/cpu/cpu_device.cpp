@@ -47,6 +47,9 @@ void CpuDevice::copy_to_host(void* host_dst, const void* src, size_t bytes) {
 void CpuDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   std::memcpy(dst, host_src, bytes);
 }
+void CpuDevice::copy(void* dst, const void* src, size_t bytes) {
+  if (dst != src) std::memcpy(dst, src, bytes);
+}
 void CpuDevice::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 
 void set_cpu_threads(int threads) {

@@ -18,6 +18,7 @@ class CpuDevice final : public Device {
   Kernels& kernels() override { return *kernels_; }
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
   size_t cached_bytes() const { return cached_bytes_; }
 

@@ -1350,14 +1350,17 @@ class CpuKernels final : public Kernels {
 
   void round_to(float* x, DType dtype, int64_t n) override {
     if (dtype == DType::kF32) return;
-    parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
-      if (f16c_ && dtype == DType::kF16) {
-        round_to_fp16_f16c(x, i0, i1);
-        return;
-      }
-      run_isa(isa_, [&](auto) {
-        visit_storage(dtype, [&](auto s) { round_n<decltype(s)>(x + i0, i1 - i0); });
-      });
+    parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) { round_range(x, dtype, i0, i1); });
+  }
+
+  // The rows one after another on each thread, their columns split across threads: a row named
+  // twice is rounded twice by one thread (idempotent), never by two threads at once.
+  void round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
+                  DType dtype) override {
+    if (dtype == DType::kF32) return;
+    parallel_ranges(row_len, kElementGrain, [&](int64_t c0, int64_t c1) {
+      for (int64_t i = 0; i < n_rows; ++i)
+        round_range(x + static_cast<int64_t>(rows[i]) * row_len, dtype, c0, c1);
     });
   }
 
@@ -1437,6 +1440,17 @@ class CpuKernels final : public Kernels {
     ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
     const int64_t hs = C / NH;
     return AttentionShape{T, C, NH, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+  }
+
+  // x[i0, i1) rounded to dtype (not kF32): round_to's arithmetic, for round_to and round_rows.
+  void round_range(float* x, DType dtype, int64_t i0, int64_t i1) {
+    if (f16c_ && dtype == DType::kF16) {
+      round_to_fp16_f16c(x, i0, i1);
+      return;
+    }
+    run_isa(isa_, [&](auto) {
+      visit_storage(dtype, [&](auto s) { round_n<decltype(s)>(x + i0, i1 - i0); });
+    });
   }
 
   // dbias (N) += column sums of dout (M,N), each column summed over rows in order.

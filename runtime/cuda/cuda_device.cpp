@@ -99,6 +99,13 @@ void CudaDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   ZT_CUDA_CHECK(cudaStreamSynchronize(compute_));
 }
 
+// Enqueued on the compute stream like the kernels (not waited for): the kernels after it and
+// the host copies, which synchronise that stream, see the result.
+void CudaDevice::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, compute_));
+}
+
 void CudaDevice::zero(void* dst, size_t bytes) {
   if (bytes == 0) return;
   ZT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_));

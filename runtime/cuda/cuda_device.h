@@ -34,6 +34,7 @@ class CudaDevice final : public Device {
 
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;  // on the compute stream
   void zero(void* dst, size_t bytes) override;
 
   int ordinal() const { return ordinal_; }

@@ -247,6 +247,18 @@ __global__ void round_kernel(float* x, int64_t n) {
   ZT_GRID_STRIDE_LOOP(i, n) x[i] = S::to_fp32(S::from_fp32(x[i]));
 }
 
+// x[rows[i] * row_len + j] = float(S(...)) for i < n_rows, j < row_len. A row named twice is
+// rounded by two threads; both read either the old or the rounded value and write the same
+// rounded bits (rounding is idempotent), so the result does not depend on their order.
+template <class S>
+__global__ void round_rows_kernel(float* x, const int32_t* rows, int64_t n_rows,
+                                  int64_t row_len) {
+  ZT_GRID_STRIDE_LOOP(i, n_rows * row_len) {
+    float* e = x + static_cast<int64_t>(rows[i / row_len]) * row_len + i % row_len;
+    *e = S::to_fp32(S::from_fp32(*e));
+  }
+}
+
 // dst = D(float(a) + float(b)), one rounding. dst may be a or b itself: each element is read
 // before it is written, by the same thread.
 template <class D, class A, class B>
@@ -430,6 +442,16 @@ void CudaKernels::round_to(float* x, DType dtype, int64_t n) {
   if (dtype == DType::kF32 || n <= 0) return;
   visit_storage(dtype, [&](auto tag) {
     round_kernel<decltype(tag)><<<grid_for(n), kThreads, 0, stream_>>>(x, n);
+  });
+  check_launch();
+}
+
+void CudaKernels::round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
+                             DType dtype) {
+  if (dtype == DType::kF32 || n_rows <= 0 || row_len <= 0) return;
+  visit_storage(dtype, [&](auto tag) {
+    round_rows_kernel<decltype(tag)>
+        <<<grid_for(n_rows * row_len), kThreads, 0, stream_>>>(x, rows, n_rows, row_len);
   });
   check_launch();
 }

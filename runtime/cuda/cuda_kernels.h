@@ -55,6 +55,8 @@ class CudaKernels final : public Kernels {
            const SgdArgs& args) override;
   void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
   void round_to(float* x, DType dtype, int64_t n) override;
+  void round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
+                  DType dtype) override;
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
   void scale(float* x, float s, int64_t n) override;

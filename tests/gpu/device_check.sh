@@ -6,7 +6,8 @@
 #   3. the same with activation checkpointing, and its activation peak-memory ratio
 #   4. 2 ranks on the one GPU (MPI communicator with host staging), fp32: ZeRO stage 3 losses
 #      bitwise equal to stage 0's, and within 1e-4 relative of the CPU back end's
-#   5. NCCL with one rank (zt_mpi_device_comm_tests NcclCommunicator.*)
+#   5. NCCL with one rank (zt_mpi_device_comm_tests and zt_mpi_device_engine_tests
+#      NcclCommunicator.*)
 #   6. PyTorch on the same GPU, same model and batch (bf16 autocast, fused SDPA), tokens/s beside
 #      ours (tests/gpu/torch_gpt2_bench.py), when torch is importable
 # Such a machine may have no package access: build here, run scripts/bundle_device.sh, and carry
@@ -131,6 +132,11 @@ nccl_bin=$tests/zt_mpi_device_comm_tests
 if [ -x "$nccl_bin" ]; then
   timeout 90 mpirun -np 1 "$nccl_bin" --gtest_filter='NcclCommunicator.*:*OnAGpu' > "$out/nccl.txt" 2>&1
   rc=$?
+  # NCCL's host-memory all-gather (the loss and norm reductions) is in the device engine suite.
+  engine_bin=$(dirname "$nccl_bin")/zt_mpi_device_engine_tests
+  if [ -x "$engine_bin" ]; then
+    timeout 60 mpirun -np 1 "$engine_bin" --gtest_filter='NcclCommunicator.*' >> "$out/nccl.txt" 2>&1 || rc=1
+  fi
   np=$(grep -c '^\[       OK \]' "$out/nccl.txt")
   ns=$(grep -c '^\[  SKIPPED \]' "$out/nccl.txt")
   if [ $rc -eq 0 ] && [ "$np" -gt 0 ] && [ "$ns" -eq 0 ]; then v=ok; else v=FAIL; fi

@@ -29,7 +29,7 @@ struct Fixture {
     return o;
   }
   CpuDevice device;
-  SelfCommunicator comm;
+  SelfCommunicator comm{device};
   Gpt2 model;
   Engine engine;
 };

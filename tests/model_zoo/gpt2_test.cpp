@@ -73,7 +73,7 @@ TEST(Gpt2, WholeModelGradientMatchesFiniteDifferences) {
   CpuDevice device;
   Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
   EngineOptions options;
-  SelfCommunicator comm;
+  SelfCommunicator comm(device);
     Engine engine(device, comm, model, options);
   Tokens t = random_tokens(2, 5, 61, 7);
   engine.compute_gradients(t.batch);
@@ -116,7 +116,7 @@ TEST(Gpt2, CheckpointingGivesBitwiseIdenticalGradients) {
     Gpt2 model(config);
     EngineOptions options;
     if (ckpt) options.checkpoint = every_block(model);
-    SelfCommunicator comm;
+    SelfCommunicator comm(device);
     Engine engine(device, comm, model, options);
     engine.compute_gradients(t.batch);
     for (int u = 0; u < engine.num_units(); ++u) {
@@ -142,7 +142,7 @@ TEST(Gpt2, CheckpointingCutsActivationPeak) {
     Gpt2 model(config);
     EngineOptions options;
     if (ckpt) options.checkpoint = every_block(model);
-    SelfCommunicator comm;
+    SelfCommunicator comm(device);
     Engine engine(device, comm, model, options);
     engine.compute_gradients(t.batch);
     peak[ckpt] = device.memory().peak(MemCategory::kActivations);
@@ -156,7 +156,7 @@ TEST(Gpt2, CheckpointingCutsActivationPeak) {
 TEST(Gpt2, EvalLeavesParametersAndGradientsUntouched) {
   CpuDevice device;
   Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
-  SelfCommunicator comm;
+  SelfCommunicator comm(device);
   Engine engine(device, comm, model, EngineOptions{});
   Tokens t = random_tokens(2, 8, 61, 9);
   engine.compute_gradients(t.batch);

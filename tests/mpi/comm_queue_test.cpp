@@ -116,7 +116,8 @@ TEST(CommQueue, CollectivesRunInSubmissionOrderWithSynchronousCallsRouted) {
 }
 
 TEST(CommQueue, OneQueuePerCommunicatorAndDetachOnDestruction) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   {
     CommQueue queue(comm);
     EXPECT_THROW(CommQueue second(comm), Error);
@@ -128,7 +129,8 @@ TEST(CommQueue, OneQueuePerCommunicatorAndDetachOnDestruction) {
 }
 
 TEST(CommQueue, InputErrorsThrowAtSubmission) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   CommQueue queue(comm);
   float x = 1;
   EXPECT_THROW(queue.broadcast(&x, 1, DType::kF32, 1), Error);
@@ -155,6 +157,7 @@ class FailingCommunicator final : public Communicator {
   void backend_reduce_scatter(const void*, void*, int64_t, DType, ReduceOp) override {}
   void backend_all_gather(const void*, void*, int64_t, DType) override {}
   void backend_broadcast(void*, int64_t, DType, int) override {}
+  void backend_all_gather_host(const void*, void*, int64_t, DType) override {}
 };
 
 TEST(CommQueue, WorkerErrorsComeBackFromWaitAndFailLaterCollectives) {
@@ -178,7 +181,8 @@ TEST(CommQueue, WorkerErrorsComeBackFromWaitAndFailLaterCollectives) {
 }
 
 TEST(CommQueue, HandlesWaitWhenDroppedAndEmptyHandlesAreDone) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   CommQueue queue(comm);
   std::vector<float> a(1 << 16, 2.0f), b(1 << 16, 0.0f);
   {
@@ -200,7 +204,9 @@ class GatedCommunicator final : public Communicator {
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
-  std::unique_ptr<Communicator> backend_duplicate() override { return std::make_unique<SelfCommunicator>(); }
+  std::unique_ptr<Communicator> backend_duplicate() override {
+    return std::make_unique<SelfCommunicator>(host_);
+  }
 
   void wait_until_entered() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -223,9 +229,11 @@ class GatedCommunicator final : public Communicator {
   }
   void backend_reduce_scatter(const void*, void*, int64_t, DType, ReduceOp) override {}
   void backend_all_gather(const void*, void*, int64_t, DType) override {}
+  void backend_all_gather_host(const void*, void*, int64_t, DType) override {}
   void backend_broadcast(void*, int64_t, DType, int) override {}
 
  private:
+  CpuDevice host_;  // for duplicate()
   std::mutex mutex_;
   std::condition_variable entered_cv_, open_cv_;
   int entered_ = 0;

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -23,6 +22,7 @@
 #include "runtime/device_factory.h"
 #include "runtime/status.h"
 #include "tests/mpi/comm_test_util.h"
+#include "tests/mpi/scrambled_device.h"
 
 #if ZT_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -43,43 +43,6 @@ using testing_comm::encode;
 using testing_comm::input_value;
 using testing_comm::kAllDTypes;
 using testing_comm::reference_bits;
-
-// A device whose memory the host must not read or write directly, as a GPU's: its bytes are
-// stored XOR kMask, so a communicator that handed its buffers to MPI without copy_to_host /
-// copy_from_host would produce garbage. Counts the copies.
-class ScrambledDevice final : public Device {
- public:
-  static constexpr unsigned char kMask = 0x5a;
-
-  std::string name() const override { return "scrambled (test)"; }
-  Kernels& kernels() override { return cpu_.kernels(); }
-  bool host_accessible() const override { return false; }
-  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
-    xor_copy(host_dst, src, bytes);
-    ++copies_to_host;
-  }
-  void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
-    xor_copy(dst, host_src, bytes);
-    ++copies_from_host;
-  }
-  void zero(void* dst, size_t bytes) override { std::memset(dst, kMask, bytes); }
-
-  int64_t copies_to_host = 0, copies_from_host = 0;
-
- protected:
-  void* raw_alloc(size_t bytes) override {
-    return ::operator new(bytes, std::align_val_t(64));
-  }
-  void raw_free(void* data, size_t) override { ::operator delete(data, std::align_val_t(64)); }
-
- private:
-  static void xor_copy(void* dst, const void* src, size_t bytes) {
-    auto* d = static_cast<unsigned char*>(dst);
-    const auto* s = static_cast<const unsigned char*>(src);
-    for (size_t i = 0; i < bytes; ++i) d[i] = s[i] ^ kMask;
-  }
-  CpuDevice cpu_;  // for kernels() only
-};
 
 // HostStagingCommunicator over an MpiCommunicator on its own CpuDevice.
 std::unique_ptr<HostStagingCommunicator> make_staged(Device& device) {
@@ -240,8 +203,8 @@ TEST(HostStagingCommunicator, SameBitsAsMpiCommunicatorForEveryCollective) {
   expect_same_bits_as_mpi(*staged, device, {1, 7, 1000, 100003});
   // Every collective went through the host: one copy in and one out at least (broadcast's
   // root copies only in, the others only out).
-  EXPECT_GT(device.copies_to_host, 0);
-  EXPECT_GT(device.copies_from_host, 0);
+  EXPECT_GT(device.copies_to_host(), 0);
+  EXPECT_GT(device.copies_from_host(), 0);
 }
 
 TEST(HostStagingCommunicator, ComposesWithACommQueue) {

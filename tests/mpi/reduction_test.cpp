@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/communicator.h"
+#include "comm/rank_order_reduction.h"
 #include "tests/mpi/comm_test_util.h"
 
 namespace zt {

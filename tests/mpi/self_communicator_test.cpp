@@ -1,5 +1,6 @@
 // SelfCommunicator: the world of one. Each collective copies send to recv (bit for bit, NaN
-// payloads included) or does nothing in place; arguments are validated as for every back end.
+// payloads included; through the device, or host memory for all_gather_host) or does nothing in
+// place; arguments are validated as for every back end.
 // Runs on every rank of the mpirun job, independently.
 #include <gtest/gtest.h>
 
@@ -7,13 +8,15 @@
 #include <vector>
 
 #include "comm/self_communicator.h"
+#include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 
 namespace zt {
 namespace {
 
 TEST(SelfCommunicator, IsRankZeroOfOne) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   EXPECT_EQ(comm.name(), "self");
   EXPECT_EQ(comm.rank(), 0);
   EXPECT_EQ(comm.world(), 1);
@@ -22,7 +25,8 @@ TEST(SelfCommunicator, IsRankZeroOfOne) {
 }
 
 TEST(SelfCommunicator, CollectivesCopyOrLeaveInPlaceBuffersAlone) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   const std::vector<uint16_t> input = {0x3c00, 0x7c01 /* fp16 NaN with a payload */, 0x8001, 7};
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     std::vector<uint16_t> out(4, 0);
@@ -46,8 +50,32 @@ TEST(SelfCommunicator, CollectivesCopyOrLeaveInPlaceBuffersAlone) {
   EXPECT_EQ(g, f);
 }
 
+// Device collectives copy through the device (Device::copy); all_gather_host copies host memory
+// and counts as an all_gather.
+TEST(SelfCommunicator, DeviceCopiesAndAHostMemoryAllGather) {
+  CpuDevice device;
+  SelfCommunicator comm(device);
+  Buffer send = device.alloc(16, MemCategory::kOther), recv = device.alloc(16, MemCategory::kOther);
+  const float values[4] = {1.0f, -0.0f, 3.5f, 1e-30f};
+  device.copy_from_host(send.data(), values, 16);
+  comm.all_gather(send.data(), recv.data(), 4, DType::kF32);
+  float back[4] = {};
+  device.copy_to_host(back, recv.data(), 16);
+  EXPECT_EQ(std::memcmp(back, values, 16), 0);
+
+  const double mine[2] = {0.25, -7.0};
+  double all[2] = {};
+  comm.all_gather_host(mine, all, 4, DType::kF32);
+  EXPECT_EQ(all[0], 0.25);
+  EXPECT_EQ(all[1], -7.0);
+  EXPECT_EQ(all_gather_doubles(comm, mine), std::vector<double>(mine, mine + 2));
+  EXPECT_EQ(comm.stats()[CollectiveKind::kAllGather].calls, 3);
+  EXPECT_EQ(comm.stats()[CollectiveKind::kAllGather].bytes, 16 + 16 + 16);
+}
+
 TEST(SelfCommunicator, ValidatesArgumentsAndCountsStats) {
-  SelfCommunicator comm;
+  CpuDevice device;
+  SelfCommunicator comm(device);
   float x[4] = {};
   EXPECT_THROW(comm.broadcast(x, 1, DType::kF32, 1), Error);
   EXPECT_THROW(comm.all_reduce(x, x + 1, 2, DType::kF32, ReduceOp::kSum), Error);

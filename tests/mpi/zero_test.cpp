@@ -42,7 +42,7 @@ RunResult run(const RunSpec& spec) {
   CpuDevice device;
   std::unique_ptr<Communicator> comm;
   if (spec.single_process)
-    comm = std::make_unique<SelfCommunicator>();
+    comm = std::make_unique<SelfCommunicator>(device);
   else
     comm = std::make_unique<MpiCommunicator>(device);
   const int world = world_size(), rank = my_rank();

@@ -78,7 +78,7 @@ TEST(ZeroPolicy, EachLevelNeedsTheOneBefore) {
   EXPECT_THROW((ZeroPolicy{true, false, true}.validate()), Error);
   EXPECT_EQ(ZeroPolicy::for_stage(2).stage(), 2);
   CpuDevice device;
-  SelfCommunicator comm;
+  SelfCommunicator comm(device);
   Gpt2 model(kTiny);
   EngineOptions o;
   o.policy = ZeroPolicy{false, false, true};
@@ -95,7 +95,7 @@ class GatedCommunicator final : public Communicator {
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
   std::unique_ptr<Communicator> backend_duplicate() override {
-    return std::make_unique<SelfCommunicator>();
+    return std::make_unique<SelfCommunicator>(device_);
   }
   void open() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -120,6 +120,10 @@ class GatedCommunicator final : public Communicator {
   void backend_all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     inner_.all_gather(send, recv, count, dtype);
   }
+  void backend_all_gather_host(const void* send, void* recv, int64_t count,
+                               DType dtype) override {
+    inner_.all_gather_host(send, recv, count, dtype);
+  }
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override {}
 
  private:
@@ -127,7 +131,8 @@ class GatedCommunicator final : public Communicator {
     std::unique_lock<std::mutex> lock(mutex_);
     opened_.wait_for(lock, std::chrono::seconds(1), [&] { return open_; });
   }
-  SelfCommunicator inner_;
+  CpuDevice device_;
+  SelfCommunicator inner_{device_};
   std::mutex mutex_;
   std::condition_variable opened_;
   bool open_ = false;

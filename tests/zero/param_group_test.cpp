@@ -23,7 +23,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(ParamGroup, Stage3TransitionsCheckTheirState) {
   CpuDevice device;
-  SelfCommunicator comm;
+  SelfCommunicator comm(device);
   CommQueue queue(comm);
   Gpt2 model(Gpt2Config{1, 2, 16, 61, 8});
   Unit& unit = *model.units()[1];
