@@ -3,7 +3,7 @@
 // Every entry is enqueued on stream_ and returns at once, except has_nonfinite and sum_squares,
 // which wait for their result.
 //
-// Bitwise agreement with the CPU back end (runtime/cpu/cpu_kernels.cpp). Element-wise kernels
+// Bitwise agreement with the CPU back end (runtime/cpu/). Element-wise kernels
 // here run the same IEEE operations in the same order as the CPU's, one element per loop
 // iteration of a grid-stride loop, so an element's bits depend neither on its position nor on
 // the launch geometry. nvcc contracts a*b+c into one FMA by default (-fmad=true) and the build
@@ -36,7 +36,7 @@ namespace {
 constexpr int kThreads = 256;                 // threads per block of every kernel here
 constexpr int64_t kMaxBlocks = 8192;          // grid cap; grid-stride loops cover the rest
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
-constexpr int64_t kSumSquaresBlock = 16384;   // the CPU's block (cpu_kernels.cpp)
+constexpr int64_t kSumSquaresBlock = 16384;   // the CPU's block (cpu_elementwise_kernels.cpp)
 constexpr int kSumSquaresPerThread = kSumSquaresBlock / kThreads;  // 64
 static_assert(kSumSquaresBlock % kThreads == 0);
 static_assert((kThreads & (kThreads - 1)) == 0, "the tree reductions need a power of two");
@@ -53,13 +53,13 @@ void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // ---------------------------------------------------------------------------------------------
-// GELU: the CPU's formulas and operation order exactly (cpu_kernels.cpp, gelu_*_range and
-// exp_bounded), with every float operation an uncontracted _rn intrinsic.
+// GELU: the CPU's formulas and operation order exactly (cpu_nn_kernels.cpp's gelu_*_range and
+// cpu_simd.h's exp_bounded), with every float operation an uncontracted _rn intrinsic.
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-// e^x for x clamped to [-86, 80]: cpu_kernels.cpp's exp_bounded, operation for operation.
+// e^x for x clamped to [-86, 80]: cpu_simd.h's exp_bounded, operation for operation.
 __device__ __forceinline__ float exp_bounded(float x) {
   x = x < -86.0f ? -86.0f : x;
   x = x > 80.0f ? 80.0f : x;
@@ -131,7 +131,7 @@ __global__ void fill_kernel(float* x, float value, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Optimizers: the CPU's adamw_range / sgd_range (cpu_kernels.cpp), operation for operation.
+// Optimizers: the CPU's adamw_range / sgd_range (cpu_optimizer_kernels.cpp), operation for operation.
 
 // Scalars of one AdamW call, computed once on the host exactly as the CPU computes them.
 template <bool kDecoupled>

@@ -1,4 +1,4 @@
-// Tests of the CPU Kernels table (runtime/cpu/cpu_kernels.cpp). Every forward kernel is checked
+// Tests of the CPU Kernels table (runtime/cpu/, CpuKernels). Every forward kernel is checked
 // against a plain double-precision loop written here; every backward kernel against central
 // finite differences of that double reference (and for accumulation: gradients are += into
 // buffers that start non-zero). Then the properties the ZeRO stages rely on: element-wise
