@@ -133,9 +133,7 @@ class Kernels {
   // be null (read as 0: a plain rounding cast of b). dst may alias a or b when the types match.
   virtual void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
                    DType b_type, int64_t n) = 0;
-  virtual void scale(float* x, float s, int64_t n) = 0;
   virtual void fill(float* x, float value, int64_t n) = 0;
-  virtual bool has_nonfinite(const float* x, int64_t n) = 0;
   // Sum of x², accumulated in double over fixed blocks added in order.
   virtual double sum_squares(const float* x, int64_t n) = 0;
 };

@@ -37,12 +37,10 @@ class Optimizer {
   Optimizer(Device& device, const OptimizerOptions& options,
             std::vector<std::vector<DecayRange>> ranges, std::vector<int64_t> range_sizes);
 
-  // Updates params (range i) from grads multiplied by grad_scale. `step` is 1-based.
-  void step(int range, float* params, const float* grads, float lr, float grad_scale,
-            int64_t step);
-  // The same over elements [begin, end) of range i only; params and grads point at element
-  // `begin` (a chunk of a range converted from 16-bit into a bounded workspace). Element-wise:
-  // updating a range chunk by chunk gives the bits of updating it whole.
+  // Updates elements [begin, end) of range i from grads multiplied by grad_scale; params and
+  // grads point at element `begin` (the whole range, or a chunk of it converted from 16-bit into
+  // a bounded workspace). `step` is 1-based. Element-wise: updating a range chunk by chunk gives
+  // the bits of updating it whole.
   void step_part(int range, int64_t begin, int64_t end, float* params, const float* grads,
                  float lr, float grad_scale, int64_t step);
   const OptimizerOptions& options() const { return options_; }

@@ -1,5 +1,5 @@
-// CpuKernels, the element-wise ops and flat reductions: residual, accumulate, cast between fp32 /
-// fp16 / bf16, round_to, add, scale, fill, has_nonfinite and sum_squares. Conversions use
+// CpuKernels, the element-wise ops and the flat reduction: residual, accumulate, cast between
+// fp32 / fp16 / bf16, round_to, add, fill and sum_squares. Conversions use
 // dtype.h's codecs (F16C instructions where the CPU has them, with the same bits). Not here: the
 // neural-network ops (cpu_nn_kernels.cpp, cpu_attention_kernels.cpp) and the optimizers
 // (cpu_optimizer_kernels.cpp).
@@ -71,17 +71,6 @@ double block_sum_squares(const float* x, int64_t n) {
     lanes[j] += d * d;
   }
   return tree_sum(lanes);
-}
-
-bool range_has_nonfinite(const float* x, int64_t n) {
-  uint32_t found = 0;
-#pragma omp simd reduction(| : found)
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, x + i, sizeof bits);
-    found |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-  }
-  return found != 0;
 }
 
 // fp32 -> fp16 with the F16C instruction: round to nearest even with IEEE overflow, the same
@@ -322,28 +311,9 @@ void CpuKernels::add(void* dst, DType dst_type, const void* a, DType a_type, con
   });
 }
 
-void CpuKernels::scale(float* x, float s, int64_t n) {
-  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
-#pragma omp simd
-    for (int64_t i = i0; i < i1; ++i) x[i] *= s;
-  });
-}
-
 void CpuKernels::fill(float* x, float value, int64_t n) {
   parallel_ranges(n, kElementGrain,
                   [&](int64_t i0, int64_t i1) { std::fill(x + i0, x + i1, value); });
-}
-
-bool CpuKernels::has_nonfinite(const float* x, int64_t n) {
-  const int64_t chunks = (n + kElementGrain - 1) / kElementGrain;
-  if (chunks <= 1) return n > 0 && range_has_nonfinite(x, n);
-  int found = 0;
-#pragma omp parallel for schedule(static) reduction(| : found)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i0 = c * kElementGrain;
-    found |= range_has_nonfinite(x + i0, std::min(n, i0 + kElementGrain) - i0) ? 1 : 0;
-  }
-  return found != 0;
 }
 
 double CpuKernels::sum_squares(const float* x, int64_t n) {

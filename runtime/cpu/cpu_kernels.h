@@ -13,7 +13,7 @@
 //   cpu_kernels.cpp              construction, the instruction-set choice, make_cpu_kernels
 //   cpu_nn_kernels.cpp           matmul, embedding, layer norm, GELU, softmax cross-entropy
 //   cpu_attention_kernels.cpp    causal multi-head attention
-//   cpu_elementwise_kernels.cpp  residual, accumulate, cast, round_to, add, fill, reductions
+//   cpu_elementwise_kernels.cpp  residual, accumulate, cast, round_to, add, fill, sum_squares
 //   cpu_optimizer_kernels.cpp    AdamW, SGD
 // sharing the vector helpers of cpu_simd.h and the threading of cpu_parallel.h. Private to
 // runtime/cpu: the rest of the tree gets the table from make_cpu_kernels (cpu_device.h).
@@ -60,9 +60,7 @@ class CpuKernels final : public Kernels {
   void round_to(float* x, DType dtype, int64_t n) override;
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
-  void scale(float* x, float s, int64_t n) override;
   void fill(float* x, float value, int64_t n) override;
-  bool has_nonfinite(const float* x, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
  private:

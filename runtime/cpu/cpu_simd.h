@@ -11,7 +11,8 @@
 // body instantiates them with V = a native vector (F4 for SSE2, F8 for AVX2, F16 for AVX-512) and
 // the tail with V = float. Body and tail therefore run the same IEEE operations in the same order
 // on every element (pinned by the position-invariance tests in tests/runtime/kernels_test.cpp).
-// Simple loops (residual, casts, round_to, add) use `#pragma omp simd`, which GCC does vectorise.
+// Simple loops (residual, accumulate, casts, round_to, add) use `#pragma omp simd`, which GCC
+// does vectorise.
 // The widest instruction set the CPU offers is chosen once at construction
 // (__builtin_cpu_supports); the environment variable ZT_CPU_SIMD=sse2|avx2|avx512 caps it, so tests
 // can compare the paths. FMA is never enabled, and the build's -ffp-contract=off keeps the AVX-512
