@@ -75,8 +75,8 @@ double block_sum_squares(const float* x, int64_t n) {
 
 // fp32 -> fp16 with the F16C instruction: round to nearest even with IEEE overflow, the same
 // bits as dtype.h's fp32_to_fp16 for every non-NaN float (checked over all 2^32 inputs while
-// writing this; kernels_test compares a million). A group holding a NaN is redone by dtype.h,
-// which maps every NaN to one quiet NaN where F16C would keep payload bits.
+// writing this; kernels_elementwise_test compares a million). A group holding a NaN is redone by
+// dtype.h, which maps every NaN to one quiet NaN where F16C would keep payload bits.
 __attribute__((target("avx2,f16c"))) void fp32_to_fp16_f16c(uint16_t* dst, const float* src,
                                                             int64_t i0, int64_t i1) {
   int64_t i = i0;
@@ -160,8 +160,9 @@ inline void round_n(float* x, int64_t n) {
 }
 
 // x[i0, i1) rounded to fp16 and back by F16C: the bits of dtype.h for every non-NaN float (see
-// fp32_to_fp16_f16c; VCVTPH2PS equals fp16_to_fp32 on every non-NaN pattern, kernels_test checks
-// all of them). A group holding a NaN is done by dtype.h, checked before the in-place store.
+// fp32_to_fp16_f16c; VCVTPH2PS equals fp16_to_fp32 on every non-NaN pattern,
+// kernels_elementwise_test checks all of them). A group holding a NaN is done by dtype.h, checked
+// before the in-place store.
 __attribute__((target("avx2,f16c"))) void round_to_fp16_f16c(float* x, int64_t i0, int64_t i1) {
   int64_t i = i0;
   for (; i + 8 <= i1; i += 8) {

@@ -10,7 +10,7 @@
 // are templates over a lane type V, written once with GCC's generic vector extension: the vector
 // body instantiates them with V = a native vector (F4 for SSE2, F8 for AVX2, F16 for AVX-512) and
 // the tail with V = float. Body and tail therefore run the same IEEE operations in the same order
-// on every element (pinned by the position-invariance tests in tests/runtime/kernels_test.cpp).
+// on every element (pinned by tests/runtime/kernels_determinism_test.cpp).
 // Simple loops (residual, accumulate, casts, round_to, add) use `#pragma omp simd`, which GCC
 // does vectorise.
 // The widest instruction set the CPU offers is chosen once at construction
