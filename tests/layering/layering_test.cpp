@@ -130,7 +130,8 @@ class LayeringChecker : public ::testing::Test {
 TEST_F(LayeringChecker, AcceptsDownwardIncludes) {
   write("runtime/a.h", "#pragma once\n#include <vector>\n#include \"runtime/b.h\"\n");
   write("runtime/cuda/k.cu", "#if ZT_HAVE_CUDA\n#include \"runtime/a.h\"\n#endif\n");
-  write("comm/c.cpp", "#include \"comm/c.h\"\n#include \"runtime/a.h\"\n#ifdef ZT_HAVE_NCCL\n#endif\n");
+  write("comm/c.cpp",
+        "#include \"comm/c.h\"\n#include \"runtime/a.h\"\n#ifdef ZT_HAVE_NCCL\n#endif\n");
   write("zero/z.cpp", "#include \"zero/z.h\"\n#include \"comm/c.h\"\n#include \"offload/o.h\"\n");
   write("model_zoo/m.cpp", "#include \"model_zoo/m.h\"\n#include \"runtime/model.h\"\n");
   write("launch/l.cpp",
