@@ -1,4 +1,5 @@
-// Kernels: the leaf compute a back end supplies (CPU on OpenBLAS + OpenMP here; CUDA later).
+// Kernels: the leaf compute a back end supplies (runtime/cpu on OpenBLAS + OpenMP, runtime/cuda
+// on cuBLAS and our CUDA kernels).
 // Everything above runtime/ calls these and nothing else for math, so a new back end touches
 // runtime/ and comm/ only. Contracts, for every entry:
 //   - pointers are device memory of the back end that implements the table; sizes in elements;

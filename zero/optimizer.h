@@ -1,7 +1,7 @@
 // Optimizer over flat ranges of units: Adam, AdamW or SGD applied to a master range (a whole
-// unit buffer today; a rank's shard once ZeRO shards it), with weight decay only where the
-// ParamSpec table says Decay::kYes and never on padding. Owns its state (Adam moments or SGD
-// momentum) under MemCategory::kOptimizer. No communication.
+// unit buffer at stage 0; this rank's shard of it when the policy shards the optimizer), with
+// weight decay only where the ParamSpec table says Decay::kYes and never on padding. Owns its
+// state (Adam moments or SGD momentum) under MemCategory::kOptimizer. No communication.
 #pragma once
 
 #include <cstdint>
