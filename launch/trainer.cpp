@@ -14,10 +14,10 @@
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/data/token_data.h"
 #include "runtime/device_factory.h"
 #include "runtime/file_io.h"
 #include "runtime/status.h"
-#include "runtime/token_data.h"
 #include "zero/engine.h"
 #include "zero/lr_schedule.h"
 

@@ -14,7 +14,7 @@
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/config.h"
-#include "runtime/token_data.h"
+#include "runtime/data/token_data.h"
 
 namespace zt {
 

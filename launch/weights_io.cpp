@@ -4,7 +4,7 @@
 #include <cstring>
 #include <set>
 
-#include "runtime/safetensors.h"
+#include "runtime/formats/safetensors.h"
 #include "runtime/status.h"
 
 namespace zt {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
-#include "runtime/token_data.h"
+#include "runtime/data/token_data.h"
+#include "runtime/data/tokenizer.h"
 #include "runtime/file_io.h"
-#include "runtime/tokenizer.h"
+#include "runtime/status.h"
 
 namespace {
 

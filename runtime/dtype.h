@@ -63,8 +63,8 @@ inline float fp16_to_fp32(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-// fp16 bits -> fp32 with exactly the bits of fp16_to_fp32 (kernels_test compares all
-// 65536 patterns), but without branches, so it vectorises: dtype.h's subnormal branch holds a
+// fp16 bits -> fp32 with exactly the bits of fp16_to_fp32 (kernels_elementwise_test compares
+// all 65536 patterns), but without branches, so it vectorises: dtype.h's subnormal branch holds a
 // float multiply, which -ftrapping-math forbids the vectoriser to if-convert. For the same
 // reason the subnormal case is selected with a bit mask: a ?: would let GCC sink the multiply
 // back into a branch.

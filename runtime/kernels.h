@@ -1,4 +1,5 @@
-// Kernels: the leaf compute a back end supplies (CPU on OpenBLAS + OpenMP here; CUDA later).
+// Kernels: the leaf compute a back end supplies (runtime/cpu on OpenBLAS + OpenMP, runtime/cuda
+// on cuBLAS and our CUDA kernels).
 // Everything above runtime/ calls these and nothing else for math, so a new back end touches
 // runtime/ and comm/ only. Contracts, for every entry:
 //   - pointers are device memory of the back end that implements the table; sizes in elements;
@@ -140,9 +141,7 @@ class Kernels {
   // be null (read as 0: a plain rounding cast of b). dst may alias a or b when the types match.
   virtual void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
                    DType b_type, int64_t n) = 0;
-  virtual void scale(float* x, float s, int64_t n) = 0;
   virtual void fill(float* x, float value, int64_t n) = 0;
-  virtual bool has_nonfinite(const float* x, int64_t n) = 0;
   // Sum of x², accumulated in double over fixed blocks added in order.
   virtual double sum_squares(const float* x, int64_t n) = 0;
 };

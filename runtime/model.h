@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/activation_store.h"
 #include "runtime/device.h"
 #include "runtime/flat_layout.h"
 
@@ -33,45 +34,6 @@ class Unit {
   // Points the unit's parameter and gradient views into flat buffers of layout().numel()
   // elements (grads may be null for forward-only use).
   virtual void bind(float* params, float* grads) = 0;
-};
-
-// The activations one layer keeps between its forward and its backward, allocated from the
-// device under MemCategory::kActivations so the tracker sees them; released as a whole.
-// Under mixed precision on a back end that computes in fp32, the engine packs a store after the
-// layer's forward (activations kept as 16-bit) and unpacks it before the backward.
-class ActivationStore {
- public:
-  explicit ActivationStore(Device& device) : device_(&device) {}
-  // An fp32 activation buffer of n elements; packed to 16-bit by pack().
-  float* alloc_floats(int64_t n);
-  // An fp32 buffer that stays fp32 whatever the precision (layer-norm mean and rstd).
-  float* alloc_stats(int64_t n);
-  // The i-th buffer in allocation order (alloc_floats and alloc_stats count alike): backward
-  // finds what forward saved by position. Not while packed.
-  float* at(size_t i) const;
-  // Every alloc_floats buffer is converted to `dtype` (kF16 or kBF16; rounding to nearest even)
-  // in a new kActivations buffer of half the size and its fp32 buffer freed; stats stay.
-  // kF32: no-op. Packing a packed store is an internal error.
-  void pack(DType dtype);
-  // The inverse: fp32 buffers again (kActivations), holding the packed values exactly; the
-  // 16-bit buffers freed. Addresses returned by at() may differ from before pack(). No-op when
-  // not packed.
-  void unpack();
-  bool packed() const { return packed_dtype_ != DType::kF32; }
-  void release();  // frees everything this store holds; the store is empty and unpacked
-  bool empty() const { return buffers_.empty(); }
-  Device& device() const { return *device_; }
-
- private:
-  struct Entry {
-    Buffer buffer;     // fp32, or packed_dtype_ while packed (stats entries never packed)
-    int64_t n = 0;
-    bool stats = false;
-  };
-  float* alloc(int64_t n, bool stats);
-  Device* device_;
-  std::vector<Entry> buffers_;
-  DType packed_dtype_ = DType::kF32;
 };
 
 // What a layer reads and writes. Hidden states are (B, T, C) fp32 on the device.

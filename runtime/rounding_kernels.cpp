@@ -101,7 +101,7 @@ void RoundingKernels::softmax_cross_entropy(float* losses, float* logits, const 
 }
 
 // Pass-through: the optimizers update fp32 master state; the element-wise utilities below
-// either convert explicitly (cast, round_to, add) or only read (has_nonfinite, sum_squares).
+// either convert explicitly (cast, round_to, add) or only read (sum_squares).
 void RoundingKernels::adamw(float* param, const float* grad, float* m, float* v, int64_t n,
                             const AdamWArgs& args) {
   base_.adamw(param, grad, m, v, n, args);
@@ -128,17 +128,10 @@ void RoundingKernels::add(void* dst, DType dst_type, const void* a, DType a_type
   base_.add(dst, dst_type, a, a_type, b, b_type, n);
 }
 
-void RoundingKernels::scale(float* x, float s, int64_t n) {
-  base_.scale(x, s, n);
-  round(x, n);
-}
-
 void RoundingKernels::fill(float* x, float value, int64_t n) {
   base_.fill(x, value, n);
   round(x, n);
 }
-
-bool RoundingKernels::has_nonfinite(const float* x, int64_t n) { return base_.has_nonfinite(x, n); }
 
 double RoundingKernels::sum_squares(const float* x, int64_t n) { return base_.sum_squares(x, n); }
 

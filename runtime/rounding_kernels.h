@@ -8,9 +8,9 @@
 // Rounded after the call: matmul out / dinp / dweight / dbias; embedding out / dwte / dwpe;
 // layernorm out / dinp / dweight / dbias (mean and rstd stay fp32); gelu out / dinp; attention
 // out / att / dqkv; residual out; accumulate y; softmax_cross_entropy's logits gradient when
-// dloss != 0 (losses stay fp32); scale x; fill x.
+// dloss != 0 (losses stay fp32); fill x.
 // Passed through unrounded (they work on fp32 master state or are exact already): adamw, sgd,
-// cast, round_to, round_rows, add, has_nonfinite, sum_squares.
+// cast, round_to, round_rows, add, sum_squares.
 // A gradient the kernel accumulates into is rounded as a whole after the call: the sum of the
 // old value and the new contribution is rounded once, as a beta = 1 GEMM into a 16-bit output.
 #pragma once
@@ -59,9 +59,7 @@ class RoundingKernels final : public Kernels {
                   DType dtype) override;
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
-  void scale(float* x, float s, int64_t n) override;
   void fill(float* x, float value, int64_t n) override;
-  bool has_nonfinite(const float* x, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
  private:

@@ -27,7 +27,7 @@ class Error : public std::runtime_error {
   int line() const { return line_; }
   int rank() const { return rank_; }
   void set_rank(int rank) { rank_ = rank; }
-  // "rank 1: message (runtime/token_data.cpp:42)", the form launch/ prints.
+  // "rank 1: message (runtime/data/token_data.cpp:42)", the form launch/ prints.
   std::string describe() const;
 
  private:

@@ -35,12 +35,6 @@ Optimizer::Optimizer(Device& device, const OptimizerOptions& options,
   }
 }
 
-void Optimizer::step(int range, float* params, const float* grads, float lr, float grad_scale,
-                     int64_t step) {
-  const int64_t end = ranges_[range].empty() ? 0 : ranges_[range].back().end;
-  step_part(range, 0, end, params, grads, lr, grad_scale, step);
-}
-
 void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
                           const float* grads, float lr, float grad_scale, int64_t step) {
   Kernels& k = device_.kernels();

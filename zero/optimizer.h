@@ -1,7 +1,7 @@
 // Optimizer over flat ranges of units: Adam, AdamW or SGD applied to a master range (a whole
-// unit buffer today; a rank's shard once ZeRO shards it), with weight decay only where the
-// ParamSpec table says Decay::kYes and never on padding. Owns its state (Adam moments or SGD
-// momentum) under MemCategory::kOptimizer. No communication.
+// unit buffer at stage 0; this rank's shard of it when the policy shards the optimizer), with
+// weight decay only where the ParamSpec table says Decay::kYes and never on padding. Owns its
+// state (Adam moments or SGD momentum) under MemCategory::kOptimizer. No communication.
 #pragma once
 
 #include <cstdint>
@@ -37,12 +37,10 @@ class Optimizer {
   Optimizer(Device& device, const OptimizerOptions& options,
             std::vector<std::vector<DecayRange>> ranges, std::vector<int64_t> range_sizes);
 
-  // Updates params (range i) from grads multiplied by grad_scale. `step` is 1-based.
-  void step(int range, float* params, const float* grads, float lr, float grad_scale,
-            int64_t step);
-  // The same over elements [begin, end) of range i only; params and grads point at element
-  // `begin` (a chunk of a range converted from 16-bit into a bounded workspace). Element-wise:
-  // updating a range chunk by chunk gives the bits of updating it whole.
+  // Updates elements [begin, end) of range i from grads multiplied by grad_scale; params and
+  // grads point at element `begin` (the whole range, or a chunk of it converted from 16-bit into
+  // a bounded workspace). `step` is 1-based. Element-wise: updating a range chunk by chunk gives
+  // the bits of updating it whole.
   void step_part(int range, int64_t begin, int64_t end, float* params, const float* grads,
                  float lr, float grad_scale, int64_t step);
   const OptimizerOptions& options() const { return options_; }

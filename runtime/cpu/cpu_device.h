@@ -41,7 +41,7 @@ int cpu_threads();  // OpenMP's current maximum
 // `ranks_on_machine` ranks sharing it (MACHINE.md: oversubscribed ranks crawl otherwise).
 void choose_cpu_threads(int requested, int ranks_on_machine);
 
-// The CPU kernel table (runtime/cpu/cpu_kernels.cpp).
+// The CPU kernel table (CpuKernels, runtime/cpu/cpu_kernels.h).
 std::unique_ptr<Kernels> make_cpu_kernels();
 
 }  // namespace zt

@@ -1,9 +1,9 @@
 // CudaKernels: construction, element-wise ops, optimizers and reductions. The neural-network
 // ops (matmul, embedding, layer norm, attention, cross-entropy) are in cuda_nn_kernels.cu.
-// Every entry is enqueued on stream_ and returns at once, except has_nonfinite and sum_squares,
-// which wait for their result.
+// Every entry is enqueued on stream_ and returns at once, except sum_squares, which waits for its
+// result.
 //
-// Bitwise agreement with the CPU back end (runtime/cpu/cpu_kernels.cpp). Element-wise kernels
+// Bitwise agreement with the CPU back end (runtime/cpu/). Element-wise kernels
 // here run the same IEEE operations in the same order as the CPU's, one element per loop
 // iteration of a grid-stride loop, so an element's bits depend neither on its position nor on
 // the launch geometry. nvcc contracts a*b+c into one FMA by default (-fmad=true) and the build
@@ -36,7 +36,7 @@ namespace {
 constexpr int kThreads = 256;                 // threads per block of every kernel here
 constexpr int64_t kMaxBlocks = 8192;          // grid cap; grid-stride loops cover the rest
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
-constexpr int64_t kSumSquaresBlock = 16384;   // the CPU's block (cpu_kernels.cpp)
+constexpr int64_t kSumSquaresBlock = 16384;   // the CPU's block (cpu_elementwise_kernels.cpp)
 constexpr int kSumSquaresPerThread = kSumSquaresBlock / kThreads;  // 64
 static_assert(kSumSquaresBlock % kThreads == 0);
 static_assert((kThreads & (kThreads - 1)) == 0, "the tree reductions need a power of two");
@@ -53,13 +53,13 @@ void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // ---------------------------------------------------------------------------------------------
-// GELU: the CPU's formulas and operation order exactly (cpu_kernels.cpp, gelu_*_range and
-// exp_bounded), with every float operation an uncontracted _rn intrinsic.
+// GELU: the CPU's formulas and operation order exactly (cpu_nn_kernels.cpp's gelu_*_range and
+// cpu_simd.h's exp_bounded), with every float operation an uncontracted _rn intrinsic.
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 
-// e^x for x clamped to [-86, 80]: cpu_kernels.cpp's exp_bounded, operation for operation.
+// e^x for x clamped to [-86, 80]: cpu_simd.h's exp_bounded, operation for operation.
 __device__ __forceinline__ float exp_bounded(float x) {
   x = x < -86.0f ? -86.0f : x;
   x = x > 80.0f ? 80.0f : x;
@@ -122,16 +122,13 @@ __global__ void accumulate_kernel(float* y, const float* x, int64_t n) {
   ZT_GRID_STRIDE_LOOP(i, n) y[i] = __fadd_rn(y[i], x[i]);
 }
 
-__global__ void scale_kernel(float* x, float s, int64_t n) {
-  ZT_GRID_STRIDE_LOOP(i, n) x[i] = __fmul_rn(x[i], s);
-}
-
 __global__ void fill_kernel(float* x, float value, int64_t n) {
   ZT_GRID_STRIDE_LOOP(i, n) x[i] = value;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Optimizers: the CPU's adamw_range / sgd_range (cpu_kernels.cpp), operation for operation.
+// Optimizers: the CPU's adamw_range / sgd_range (cpu_optimizer_kernels.cpp), operation for
+// operation.
 
 // Scalars of one AdamW call, computed once on the host exactly as the CPU computes them.
 template <bool kDecoupled>
@@ -270,13 +267,6 @@ __global__ void add_kernel(typename D::Elem* dst, const typename A::Elem* a,
 // ---------------------------------------------------------------------------------------------
 // Reductions.
 
-// *flag = 1 when some element has an all-ones exponent (inf or NaN), as the CPU tests it.
-__global__ void nonfinite_kernel(int* flag, const float* x, int64_t n) {
-  ZT_GRID_STRIDE_LOOP(i, n) {
-    if ((__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u) *flag = 1;
-  }
-}
-
 // partials[blk] = sum of x[i]^2 over block blk = [blk * 16384, min(n, (blk + 1) * 16384)), in
 // double. Thread t adds elements t, t + 256, t + 512, ... of the block in order; the 256 thread
 // sums are then added in a fixed tree (s[t] += s[t + w] for w = 128, 64, ..., 1). The shape
@@ -320,8 +310,6 @@ void release(CudaKernels::Impl& impl) noexcept {
   if (impl.lt_workspace) cudaFree(impl.lt_workspace);
   if (impl.partials) cudaFree(impl.partials);
   if (impl.host_result) cudaFreeHost(impl.host_result);
-  if (impl.flag) cudaFree(impl.flag);
-  if (impl.host_flag) cudaFreeHost(impl.host_flag);
   impl = CudaKernels::Impl{};
 }
 
@@ -339,8 +327,6 @@ CudaKernels::CudaKernels(cudaStream_t stream) : stream_(stream), impl_(std::make
     ZT_CUBLAS_CHECK(cublasLtCreate(&impl.lt));
     ZT_CUDA_CHECK(cudaMalloc(&impl.lt_workspace, kLtWorkspaceBytes));
     impl.lt_workspace_bytes = kLtWorkspaceBytes;
-    ZT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&impl.flag), sizeof(int)));
-    ZT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl.host_flag), sizeof(int)));
     ZT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl.host_result), sizeof(double)));
   } catch (...) {
     release(impl);
@@ -480,12 +466,6 @@ void CudaKernels::add(void* dst, DType dst_type, const void* a, DType a_type, co
   check_launch();
 }
 
-void CudaKernels::scale(float* x, float s, int64_t n) {
-  if (n <= 0) return;
-  scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, s, n);
-  check_launch();
-}
-
 void CudaKernels::fill(float* x, float value, int64_t n) {
   if (n <= 0) return;
   fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, value, n);
@@ -493,19 +473,8 @@ void CudaKernels::fill(float* x, float value, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reductions returned to the host: the result lands in a pinned slot, then the stream is waited.
-
-bool CudaKernels::has_nonfinite(const float* x, int64_t n) {
-  if (n <= 0) return false;
-  Impl& impl = *impl_;
-  ZT_CUDA_CHECK(cudaMemsetAsync(impl.flag, 0, sizeof(int), stream_));
-  nonfinite_kernel<<<grid_for(n), kThreads, 0, stream_>>>(impl.flag, x, n);
-  check_launch();
-  ZT_CUDA_CHECK(
-      cudaMemcpyAsync(impl.host_flag, impl.flag, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return *impl.host_flag != 0;
-}
+// The reduction returned to the host: the result lands in a pinned slot, then the stream is
+// waited.
 
 double CudaKernels::sum_squares(const float* x, int64_t n) {
   if (n <= 0) return 0.0;

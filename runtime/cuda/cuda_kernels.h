@@ -59,9 +59,7 @@ class CudaKernels final : public Kernels {
                   DType dtype) override;
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
-  void scale(float* x, float s, int64_t n) override;
   void fill(float* x, float value, int64_t n) override;
-  bool has_nonfinite(const float* x, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
   struct Impl;  // cuBLAS handles, workspaces, scratch: cuda_kernels_impl.h

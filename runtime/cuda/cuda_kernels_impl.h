@@ -33,13 +33,11 @@ struct CudaKernels::Impl {
   void* lt_workspace = nullptr;        // cuBLASLt workspace (device)
   size_t lt_workspace_bytes = 0;
   bool allow_tf32 = false;
-  // Reductions that return to the host (sum_squares, has_nonfinite): device partials and a
-  // pinned host landing slot.
+  // The reduction that returns to the host (sum_squares): device partials and a pinned host
+  // landing slot.
   double* partials = nullptr;
   size_t partials_capacity = 0;        // elements
   double* host_result = nullptr;       // pinned
-  int* flag = nullptr;                 // device
-  int* host_flag = nullptr;            // pinned
 };
 
 }  // namespace zt

@@ -1,8 +1,8 @@
 // CudaKernels, the neural-network ops: matmul (cuBLAS GEMMs), embedding, layer norm, attention
 // (cuBLAS strided-batched GEMMs around our causal softmax kernels), softmax cross-entropy. Every
 // call is enqueued on stream_ (the cuBLAS handle is bound to it) and returns before the work is
-// done. Same math as runtime/cpu/cpu_kernels.cpp; tests/runtime/cuda_nn_kernels_test.cpp checks
-// parity against it.
+// done. Same math as runtime/cpu/cpu_nn_kernels.cpp and cpu_attention_kernels.cpp;
+// tests/runtime/cuda_nn_kernels_test.cpp checks parity against them.
 //
 // Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
 // whose shape depends only on compile-time constants (kColumnRowGroups, warp size, block sizes),
@@ -26,7 +26,7 @@
 namespace zt {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;  // as runtime/cpu/cpu_kernels.cpp
+constexpr float kLayerNormEps = 1e-5f;  // as runtime/cpu/cpu_nn_kernels.cpp
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;        // warps (one row each) per block of the row kernels
 constexpr int kColumnsPerBlock = 32;    // column reductions: columns per block ...

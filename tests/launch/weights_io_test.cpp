@@ -11,7 +11,7 @@
 #include "model_zoo/gpt2.h"
 #include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
-#include "runtime/safetensors.h"
+#include "runtime/formats/safetensors.h"
 #include "runtime/status.h"
 
 namespace zt {

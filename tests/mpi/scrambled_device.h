@@ -74,9 +74,7 @@ class ScrambledKernels final : public Kernels {
                   DType dtype) override;
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
-  void scale(float* x, float s, int64_t n) override;
   void fill(float* x, float value, int64_t n) override;
-  bool has_nonfinite(const float* x, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
   int64_t calls() const { return calls_.load(); }
@@ -346,17 +344,9 @@ inline void ScrambledKernels::add(void* dst, DType dst_type, const void* a, DTyp
   ZT_SCRAMBLED(add, dst, a, b);
   base_.add(dst, dst_type, a, a_type, b, b_type, n);
 }
-inline void ScrambledKernels::scale(float* x, float s, int64_t n) {
-  ZT_SCRAMBLED(scale, x);
-  base_.scale(x, s, n);
-}
 inline void ScrambledKernels::fill(float* x, float value, int64_t n) {
   ZT_SCRAMBLED(fill, x);
   base_.fill(x, value, n);
-}
-inline bool ScrambledKernels::has_nonfinite(const float* x, int64_t n) {
-  ZT_SCRAMBLED(has_nonfinite, x);
-  return base_.has_nonfinite(x, n);
 }
 inline double ScrambledKernels::sum_squares(const float* x, int64_t n) {
   ZT_SCRAMBLED(sum_squares, x);

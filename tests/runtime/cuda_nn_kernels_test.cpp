@@ -1,6 +1,7 @@
 // Parity of the CUDA back end's neural-network kernels (runtime/cuda/cuda_nn_kernels.cu) with the
-// CPU back end's (runtime/cpu/cpu_kernels.cpp, itself pinned against double references and finite
-// differences in kernels_test.cpp): matmul (both weight layouts, with and without bias, every
+// CPU back end's (runtime/cpu/cpu_nn_kernels.cpp and cpu_attention_kernels.cpp, themselves pinned
+// against double references and finite differences in kernels_nn_test.cpp and
+// kernels_attention_test.cpp): matmul (both weight layouts, with and without bias, every
 // gradient), embedding, layer norm, causal attention and softmax cross-entropy, on identical
 // random inputs. Gradient buffers start non-zero on both devices, so the accumulate contract is
 // checked too. Then determinism: every op run twice on the GPU gives the same bits.

@@ -191,7 +191,6 @@ TEST_P(RoundingKernelsTest, ElementwiseOutputsAreRounded) {
   });
   check("accumulate",
         [&](Kernels& k, std::vector<float>& o) { k.accumulate(o.data(), x.data(), n); });
-  check("scale", [&](Kernels& k, std::vector<float>& o) { k.scale(o.data(), 0.3f, n); });
   std::vector<float> filled(n);
   rk_.fill(filled.data(), 0.1f, n);
   EXPECT_TRUE(same_bits(filled, rounded(std::vector<float>(n, 0.1f), dtype())));

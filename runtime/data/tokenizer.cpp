@@ -1,6 +1,6 @@
 // Gpt2Tokenizer: loading encoder.json / vocab.bpe, PCRE2 pre-tokenisation, BPE by merge rank
 // with a per-word cache, and decoding. Reads files only at construction; no threads.
-#include "runtime/tokenizer.h"
+#include "runtime/data/tokenizer.h"
 
 #include "runtime/file_io.h"
 

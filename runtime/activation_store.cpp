@@ -1,5 +1,5 @@
 // ActivationStore: tracked activation buffers of one layer, and their packing to 16 bits.
-#include "runtime/model.h"
+#include "runtime/activation_store.h"
 
 #include "runtime/status.h"
 

@@ -45,7 +45,7 @@ size_t safetensors_dtype_size(std::string_view dtype);
 
 // A validated safetensors file, open for reading. Move-only; owns the file descriptor.
 // Every problem with the file is a kInput error whose one-line message names the file and the
-// entry or the problem (tests/runtime/safetensors_test.cpp pins each case).
+// entry or the problem (tests/runtime/formats/safetensors_test.cpp pins each case).
 class SafetensorsReader {
  public:
   // Opens `path` and validates the header: size >= 8, N <= size - 8 and N <= 100 MiB, the header

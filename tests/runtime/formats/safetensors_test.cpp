@@ -1,9 +1,9 @@
-// Tests of runtime/safetensors: writer -> reader round trip, F16/BF16 files written by hand,
-// one test per kind of corrupt file (each must be a one-line kInput error naming the file), the
-// writer's all-or-nothing rename, a sparse 5 GB file read entry by entry, and cross-checks
-// against Python (the safetensors package when installed; else a stdlib-only parser).
-// Files live in a fresh directory under temp_directory_path(), removed after each test.
-#include "runtime/safetensors.h"
+// Tests of runtime/formats/safetensors: writer -> reader round trip, F16/BF16 files written by
+// hand, one test per kind of corrupt file (each must be a one-line kInput error naming the file),
+// the writer's all-or-nothing rename, a sparse 5 GB file read entry by entry, and cross-checks
+// against Python (the safetensors package when installed; else a stdlib-only parser). Files live in
+// a fresh directory under temp_directory_path(), removed after each test.
+#include "runtime/formats/safetensors.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -56,7 +56,7 @@ class TokenFile {
 // std::mt19937_64 seeded with (seed, e) by an explicit Fisher-Yates, identical on every rank
 // and every platform. The tail beyond R rounds is never served.
 //
-// The TokenFile must outlive the loader. Pinned by tests/runtime/token_data_test.cpp.
+// The TokenFile must outlive the loader. Pinned by tests/runtime/data/token_data_test.cpp.
 class DataLoader {
  public:
   // B, T >= 1 and a file too small for one round (R == 0) throw kInput naming the file.

@@ -1,6 +1,6 @@
 // Token files (llm.c format): atomic write, full read with validation; DataLoader's batch order.
 // POSIX I/O only; no tokenisation, no communication.
-#include "runtime/token_data.h"
+#include "runtime/data/token_data.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

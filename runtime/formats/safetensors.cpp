@@ -1,6 +1,6 @@
 // Safetensors reader (validate the header on open, pread one entry at a time) and writer
 // (temporary file, fsync, rename). POSIX file I/O only; no mmap, no buffering of whole files.
-#include "runtime/safetensors.h"
+#include "runtime/formats/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,0 +1,349 @@
+// CpuKernels, the element-wise ops and the flat reduction: residual, accumulate, cast between
+// fp32 / fp16 / bf16, round_to, round_rows, add, fill and sum_squares. Conversions use
+// dtype.h's codecs (F16C instructions where the CPU has them, with the same bits). Not here: the
+// neural-network ops (cpu_nn_kernels.cpp, cpu_attention_kernels.cpp) and the optimizers
+// (cpu_optimizer_kernels.cpp).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_parallel.h"
+#include "runtime/cpu/cpu_simd.h"
+#include "runtime/dtype.h"
+#include "runtime/status.h"
+
+namespace zt {
+using namespace cpu;
+namespace {
+
+constexpr int64_t kSumSquaresBlock = 16384;  // fixed blocks of sum_squares
+
+// ---------------------------------------------------------------------------------------------
+// Reductions over flat buffers.
+
+// The native vector of doubles for lane type V, and the float vector that converts into it.
+template <class V>
+struct DoubleLanes;
+template <>
+struct DoubleLanes<F4> {
+  typedef double D __attribute__((vector_size(16)));
+  typedef float H __attribute__((vector_size(8)));
+};
+template <>
+struct DoubleLanes<F8> {
+  typedef double D __attribute__((vector_size(32)));
+  typedef F4 H;
+};
+template <>
+struct DoubleLanes<F16> {
+  typedef D8 D;
+  typedef F8 H;
+};
+
+// Sum of x² over one block of at most kSumSquaresBlock elements, in double: element i of the
+// block goes to lane i % 8 (held as native double vectors), lanes added in a fixed tree.
+template <class V>
+double block_sum_squares(const float* x, int64_t n) {
+  using D = typename DoubleLanes<V>::D;
+  using H = typename DoubleLanes<V>::H;
+  constexpr int64_t kPerPart = sizeof(D) / sizeof(double), kParts = 8 / kPerPart;
+  D acc[kParts];
+  for (D& a : acc) a = D{} + 0.0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+#pragma GCC unroll 4
+    for (int64_t p = 0; p < kParts; ++p) {
+      H f;
+      std::memcpy(&f, x + i + p * kPerPart, sizeof f);
+      const D d = __builtin_convertvector(f, D);
+      acc[p] += d * d;
+    }
+  }
+  double lanes[8];
+  std::memcpy(lanes, acc, sizeof lanes);
+  for (int j = 0; i < n; ++i, ++j) {
+    const double d = x[i];
+    lanes[j] += d * d;
+  }
+  return tree_sum(lanes);
+}
+
+// fp32 -> fp16 with the F16C instruction: round to nearest even with IEEE overflow, the same
+// bits as dtype.h's fp32_to_fp16 for every non-NaN float (checked over all 2^32 inputs while
+// writing this; kernels_elementwise_test compares a million). A group holding a NaN is redone by
+// dtype.h, which maps every NaN to one quiet NaN where F16C would keep payload bits.
+__attribute__((target("avx2,f16c"))) void fp32_to_fp16_f16c(uint16_t* dst, const float* src,
+                                                            int64_t i0, int64_t i1) {
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0)
+      for (int64_t j = i; j < i + 8; ++j) dst[j] = fp32_to_fp16(src[j]);
+  }
+  for (; i < i1; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+template <class Dst, class Src, class Convert>
+inline void convert_loop(void* dst, const void* src, int64_t i0, int64_t i1, const Convert& c) {
+  Dst* d = static_cast<Dst*>(dst);
+  const Src* s = static_cast<const Src*>(src);
+#pragma omp simd
+  for (int64_t i = i0; i < i1; ++i) d[i] = c(s[i]);
+}
+
+// Elements [i0, i1) of a conversion between different dtypes, one loop per pair (vectorised by
+// GCC where the instruction set allows: fp32->fp16 needs per-lane shifts, AVX2 and up).
+// fp16 <-> bf16 goes through fp32, which holds both exactly.
+inline void cast_range(void* dst, DType dst_type, const void* src, DType src_type, int64_t i0,
+                       int64_t i1) {
+  using F = DType;
+  if (src_type == F::kF32 && dst_type == F::kF16) {
+    convert_loop<uint16_t, float>(dst, src, i0, i1, [](float f) { return fp32_to_fp16(f); });
+  } else if (src_type == F::kF32 && dst_type == F::kBF16) {
+    convert_loop<uint16_t, float>(dst, src, i0, i1, [](float f) { return fp32_to_bf16(f); });
+  } else if (src_type == F::kF16 && dst_type == F::kF32) {
+    convert_loop<float, uint16_t>(dst, src, i0, i1,
+                                  [](uint16_t h) { return fp16_to_fp32_branchless(h); });
+  } else if (src_type == F::kBF16 && dst_type == F::kF32) {
+    convert_loop<float, uint16_t>(dst, src, i0, i1, [](uint16_t h) { return bf16_to_fp32(h); });
+  } else if (src_type == F::kF16 && dst_type == F::kBF16) {
+    convert_loop<uint16_t, uint16_t>(
+        dst, src, i0, i1, [](uint16_t h) { return fp32_to_bf16(fp16_to_fp32_branchless(h)); });
+  } else if (src_type == F::kBF16 && dst_type == F::kF16) {
+    convert_loop<uint16_t, uint16_t>(dst, src, i0, i1,
+                                     [](uint16_t h) { return fp32_to_fp16(bf16_to_fp32(h)); });
+  }
+}
+
+// round_to and add: element-wise through fp32 with dtype.h's codecs (16-bit loads by
+// fp16_to_fp32_branchless, which vectorises), so each (dst, a, b) combination is one plain
+// `omp simd` loop.
+
+// f(S{}) with the storage tag S of t.
+template <class F>
+inline void visit_storage(DType t, const F& f) {
+  switch (t) {
+    case DType::kF32:
+      f(F32Codec{});
+      return;
+    case DType::kF16:
+      f(F16Codec{});
+      return;
+    case DType::kBF16:
+      f(BF16Codec{});
+      return;
+  }
+}
+
+// Element i of a buffer of S's elements.
+template <class S>
+inline typename S::Storage* elems(void* p, int64_t i) {
+  return static_cast<typename S::Storage*>(p) + i;
+}
+template <class S>
+inline const typename S::Storage* elems(const void* p, int64_t i) {
+  return static_cast<const typename S::Storage*>(p) + i;
+}
+
+// x[0, n) = float(S(x)).
+template <class S>
+inline void round_n(float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = S::widen(S::narrow(x[i]));
+}
+
+// x[i0, i1) rounded to fp16 and back by F16C: the bits of dtype.h for every non-NaN float (see
+// fp32_to_fp16_f16c; VCVTPH2PS equals fp16_to_fp32 on every non-NaN pattern,
+// kernels_elementwise_test checks all of them). A group holding a NaN is done by dtype.h, checked
+// before the in-place store.
+__attribute__((target("avx2,f16c"))) void round_to_fp16_f16c(float* x, int64_t i0, int64_t i1) {
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+      for (int64_t j = i; j < i + 8; ++j) x[j] = fp16_to_fp32(fp32_to_fp16(x[j]));
+      continue;
+    }
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)));
+  }
+  for (; i < i1; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+}
+
+// dst[0, n) = D(float(a) + float(b)). dst may be a or b itself (each element is read before it
+// is written), not a partial overlap.
+template <class D, class A, class B>
+inline void add_n(typename D::Storage* dst, const typename A::Storage* a, const typename B::Storage* b,
+                  int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = D::narrow(A::widen(a[i]) + B::widen(b[i]));
+}
+
+// add_n by F16C, for any (dst, a, b) with an fp16 among them, a block (in L1) at a time: the
+// operands as fp32 (fp16 by VCVTPH2PS, which equals fp16_to_fp32 on every non-NaN pattern), the
+// fp32 sums, then the store (fp16 by fp32_to_fp16_f16c). The same fp32 additions as add_n's, so
+// the same bits as the portable path: VCVTPH2PS returns a signalling NaN quiet where
+// fp16_to_fp32 keeps it signalling, but the addition quiets a NaN operand either way.
+template <class S>
+__attribute__((target("avx2,f16c"))) inline const float* block_as_fp32(
+    float* block, const typename S::Storage* src, int64_t n) {
+  if constexpr (std::is_same_v<S, F32Codec>) {
+    return src;
+  } else if constexpr (std::is_same_v<S, F16Codec>) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(block + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(src + i))));
+    for (; i < n; ++i) block[i] = _cvtsh_ss(src[i]);
+    return block;
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) block[i] = S::widen(src[i]);
+    return block;
+  }
+}
+
+template <class D, class A, class B>
+__attribute__((target("avx2,f16c"))) void add_n_f16c(typename D::Storage* dst,
+                                                     const typename A::Storage* a,
+                                                     const typename B::Storage* b, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  alignas(64) float a_block[kBlock], b_block[kBlock], sums[kBlock];
+  for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+    const int64_t len = std::min(kBlock, n - j0);
+    const float* fa = block_as_fp32<A>(a_block, a + j0, len);
+    const float* fb = block_as_fp32<B>(b_block, b + j0, len);
+    if constexpr (std::is_same_v<D, F32Codec>) {
+      add_n<F32Codec, F32Codec, F32Codec>(dst + j0, fa, fb, len);  // dst may be fa itself
+    } else {
+      add_n<F32Codec, F32Codec, F32Codec>(sums, fa, fb, len);
+      if constexpr (std::is_same_v<D, F16Codec>) {
+        fp32_to_fp16_f16c(dst + j0, sums, 0, len);
+      } else {
+#pragma omp simd
+        for (int64_t i = 0; i < len; ++i) dst[j0 + i] = D::narrow(sums[i]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+void CpuKernels::accumulate(float* y, const float* x, int64_t n) {
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i) y[i] += x[i];
+  });
+}
+
+void CpuKernels::cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) {
+  if (dst_type == src_type) {
+    const size_t size = dtype_size(dst_type);
+    parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+      std::memcpy(static_cast<char*>(dst) + i0 * size, static_cast<const char*>(src) + i0 * size,
+                  (i1 - i0) * size);
+    });
+    return;
+  }
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    if (f16c_ && src_type == DType::kF32 && dst_type == DType::kF16) {
+      fp32_to_fp16_f16c(static_cast<uint16_t*>(dst), static_cast<const float*>(src), i0, i1);
+      return;
+    }
+    run_isa(isa_, [&](auto) { cast_range(dst, dst_type, src, src_type, i0, i1); });
+  });
+}
+
+void CpuKernels::round_range(float* x, DType dtype, int64_t i0, int64_t i1) {
+  if (f16c_ && dtype == DType::kF16) {
+    round_to_fp16_f16c(x, i0, i1);
+    return;
+  }
+  run_isa(isa_, [&](auto) {
+    visit_storage(dtype, [&](auto s) { round_n<decltype(s)>(x + i0, i1 - i0); });
+  });
+}
+
+void CpuKernels::round_to(float* x, DType dtype, int64_t n) {
+  if (dtype == DType::kF32) return;
+  parallel_ranges(n, kElementGrain,
+                  [&](int64_t i0, int64_t i1) { round_range(x, dtype, i0, i1); });
+}
+
+// The rows one after another on each thread, their columns split across threads: a row named
+// twice is rounded twice by one thread (idempotent), never by two threads at once.
+void CpuKernels::round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
+                            DType dtype) {
+  if (dtype == DType::kF32) return;
+  parallel_ranges(row_len, kElementGrain, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = 0; i < n_rows; ++i)
+      round_range(x + static_cast<int64_t>(rows[i]) * row_len, dtype, c0, c1);
+  });
+}
+
+void CpuKernels::add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
+                     DType b_type, int64_t n) {
+  ZT_ASSERT(dst != b || dst_type == b_type, "add: dst aliases b with types {} and {}",
+            dtype_name(dst_type), dtype_name(b_type));
+  if (!a) {  // a rounding cast of b (so -0 stays -0, where 0 + b would give +0)
+    if (dst != b) cast(dst, dst_type, b, b_type, n);
+    return;
+  }
+  ZT_ASSERT(dst != a || dst_type == a_type, "add: dst aliases a with types {} and {}",
+            dtype_name(dst_type), dtype_name(a_type));
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    visit_storage(a_type, [&](auto a_tag) {
+      visit_storage(b_type, [&](auto b_tag) {
+        using A = decltype(a_tag);
+        using B = decltype(b_tag);
+        const bool any_fp16 =
+            dst_type == DType::kF16 || a_type == DType::kF16 || b_type == DType::kF16;
+        visit_storage(dst_type, [&](auto dst_tag) {
+          using D = decltype(dst_tag);
+          if (f16c_ && any_fp16) {
+            add_n_f16c<D, A, B>(elems<D>(dst, i0), elems<A>(a, i0), elems<B>(b, i0), i1 - i0);
+            return;
+          }
+          run_isa(isa_, [&](auto) {
+            add_n<D, A, B>(elems<D>(dst, i0), elems<A>(a, i0), elems<B>(b, i0), i1 - i0);
+          });
+        });
+      });
+    });
+  });
+}
+
+void CpuKernels::fill(float* x, float value, int64_t n) {
+  parallel_ranges(n, kElementGrain,
+                  [&](int64_t i0, int64_t i1) { std::fill(x + i0, x + i1, value); });
+}
+
+double CpuKernels::sum_squares(const float* x, int64_t n) {
+  if (n <= 0) return 0.0;
+  const int64_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
+  std::vector<double> block_sums(static_cast<size_t>(blocks));
+  parallel_ranges(n, kSumSquaresBlock, [&](int64_t i0, int64_t i1) {
+    run_isa(isa_, [&](auto lanes) {
+      block_sums[i0 / kSumSquaresBlock] =
+          block_sum_squares<typename decltype(lanes)::type>(x + i0, i1 - i0);
+    });
+  });
+  double total = 0.0;
+  for (double s : block_sums) total += s;
+  return total;
+}
+
+}  // namespace zt

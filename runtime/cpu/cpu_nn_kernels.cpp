@@ -1,0 +1,346 @@
+// CpuKernels, the neural-network ops: matmul (OpenBLAS's cblas_sgemm, the bias and its gradient
+// here), embedding, layer norm, GELU and softmax cross-entropy. Row kernels handle a row whole on
+// one thread, so their reductions never depend on the thread count; column reductions (bias,
+// layer-norm weights, embedding tables) add rows in order. Not here: attention
+// (cpu_attention_kernels.cpp), element-wise ops and flat reductions (cpu_elementwise_kernels.cpp),
+// optimizers (cpu_optimizer_kernels.cpp).
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_parallel.h"
+#include "runtime/cpu/cpu_simd.h"
+#include "runtime/status.h"
+
+namespace zt {
+using namespace cpu;
+namespace {
+
+constexpr int64_t kLayerNormRowBlock = 32;  // fixed row blocks of layernorm's dweight/dbias
+constexpr int64_t kSoftmaxChunk = 2048;     // softmax_cross_entropy's exp/sum chunk (L1)
+
+// ---------------------------------------------------------------------------------------------
+// GELU, element-wise, generic in the lane type V.
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+// GPT-2's GELU, 0.5·x·(1 + tanh(u)), u = sqrt(2/pi)·(x + 0.044715·x³), evaluated as
+// x·sigmoid(2u) = x / (1 + e^(-2u)): the same function, without tanh's cancellation near -1.
+template <class V>
+void gelu_forward_range(float* out, const float* inp, int64_t begin, int64_t end) {
+  simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    const T x = load<T>(inp + i);
+    const T u = kGeluScale * (x + kGeluCubic * x * x * x);
+    store<T>(out + i, x / (1.0f + exp_bounded<T>(-2.0f * u)));
+  });
+}
+
+// d/dx [x·s], s = sigmoid(2u) = 1/(1+e), e = e^(-2u): s + 2·x·s·(1-s)·du/dx, and 1-s = e·s.
+template <class V>
+void gelu_backward_range(float* dinp, const float* inp, const float* dout, int64_t begin,
+                         int64_t end) {
+  simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    const T x = load<T>(inp + i);
+    const T u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const T e = exp_bounded<T>(-2.0f * u);
+    const T s = 1.0f / (1.0f + e);
+    const T du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    const T grad = s * (1.0f + 2.0f * x * (e * s) * du);
+    store<T>(dinp + i, load<T>(dinp + i) + load<T>(dout + i) * grad);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels (a row is handled whole by one thread, so its reductions never depend on threads).
+
+constexpr float kLayerNormEps = 1e-5f;
+
+// One row of C: out = (x - mean)·rstd·w + b.
+template <class V>
+void layernorm_forward_row(float* out, float* mean_out, float* rstd_out, const float* x,
+                           const float* w, const float* b, int64_t C) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const float mean = lane_sum<V>(C,
+                                 [&](auto lanes, int64_t i) {
+                                   using T = typename decltype(lanes)::type;
+                                   return load<T>(x + i);
+                                 }) *
+                     inv_c;
+  const float var = lane_sum<V>(C,
+                                [&](auto lanes, int64_t i) {
+                                  using T = typename decltype(lanes)::type;
+                                  const T d = load<T>(x + i) - mean;
+                                  return d * d;
+                                }) *
+                    inv_c;
+  const float rstd = 1.0f / std::sqrt(var + kLayerNormEps);
+  simd_loop<V>(0, C, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    store<T>(out + i, (load<T>(x + i) - mean) * rstd * load<T>(w + i) + load<T>(b + i));
+  });
+  if (mean_out) *mean_out = mean;
+  if (rstd_out) *rstd_out = rstd;
+}
+
+// One row: dinp += (dnorm - mean(dnorm) - norm·mean(dnorm·norm))·rstd with dnorm = w·dout, and
+// the row's dweight/dbias contributions added into the block partials pdw, pdb (C each).
+template <class V>
+void layernorm_backward_row(float* dinp, float* pdw, float* pdb, const float* dout, const float* x,
+                            const float* w, float mean, float rstd, int64_t C) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const float dnorm_mean = lane_sum<V>(C,
+                                       [&](auto lanes, int64_t i) {
+                                         using T = typename decltype(lanes)::type;
+                                         return load<T>(w + i) * load<T>(dout + i);
+                                       }) *
+                           inv_c;
+  const float dnorm_norm_mean = lane_sum<V>(C,
+                                            [&](auto lanes, int64_t i) {
+                                              using T = typename decltype(lanes)::type;
+                                              const T norm = (load<T>(x + i) - mean) * rstd;
+                                              return load<T>(w + i) * load<T>(dout + i) * norm;
+                                            }) *
+                                inv_c;
+  simd_loop<V>(0, C, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    const T dy = load<T>(dout + i);
+    const T norm = (load<T>(x + i) - mean) * rstd;
+    const T dnorm = load<T>(w + i) * dy;
+    store<T>(dinp + i, load<T>(dinp + i) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd);
+    store<T>(pdw + i, load<T>(pdw + i) + dy * norm);
+    store<T>(pdb + i, load<T>(pdb + i) + dy);
+  });
+}
+
+// One row of logits (Vp wide, the first `vocab` real): loss = logsumexp - logit[target]; when
+// dloss != 0 the row becomes dloss·(softmax - onehot) with the padding zeroed. Passes: max (from
+// memory), exp and sum (the row is then in L2), scale.
+template <class V>
+float softmax_cross_entropy_row(float* row, int32_t target, int64_t vocab, int64_t padded,
+                                float dloss) {
+  const float target_logit = row[target];
+  const float mx = row_max<V>(row, vocab);
+  const bool write_grad = dloss != 0.0f;
+  alignas(64) float chunk[kSoftmaxChunk];
+  // Lanes by position in the row (chunks are multiples of 16 long), as lane_sum does.
+  LaneSums<V> acc;
+  const float* tail = nullptr;  // the ragged end of the last chunk
+  int64_t tail_count = 0;
+  for (int64_t c0 = 0; c0 < vocab; c0 += kSoftmaxChunk) {
+    const int64_t len = std::min(kSoftmaxChunk, vocab - c0);
+    float* e = write_grad ? row + c0 : chunk;
+    simd_loop<V>(0, len, [&](auto lanes, int64_t i) {
+      using T = typename decltype(lanes)::type;
+      store<T>(e + i, exp_bounded<T>(load<T>(row + c0 + i) - mx));
+    });
+    const int64_t full = len / 16 * 16;
+    for (int64_t i = 0; i < full; i += 16) acc.add16(e + i);
+    tail = e + full;
+    tail_count = len - full;
+  }
+  const float sum = acc.total(tail, tail_count);
+  if (write_grad) {
+    const float target_p = row[target] / sum;
+    const float k = dloss / sum;
+    simd_loop<V>(0, vocab, [&](auto lanes, int64_t i) {
+      using T = typename decltype(lanes)::type;
+      store<T>(row + i, load<T>(row + i) * k);
+    });
+    row[target] = (target_p - 1.0f) * dloss;
+    std::fill(row + vocab, row + padded, 0.0f);
+  }
+  return static_cast<float>(static_cast<double>(mx) + std::log(static_cast<double>(sum)) -
+                            static_cast<double>(target_logit));
+}
+
+void check_blas_dims(int64_t M, int64_t K, int64_t N) {
+  ZT_ASSERT(M >= 0 && K >= 0 && N >= 0 && M <= INT_MAX && K <= INT_MAX && N <= INT_MAX,
+            "matmul dimensions M={} K={} N={} must fit in a BLAS int", M, K, N);
+}
+
+// dbias (N) += column sums of dout (M,N), each column summed over rows in order.
+void column_sums(float* dbias, const float* dout, int64_t M, int64_t N) {
+  parallel_ranges(N, kColumnBlock, [&](int64_t c0, int64_t c1) {
+    float acc[kColumnBlock] = {};
+    const int64_t w = c1 - c0;
+    for (int64_t r = 0; r < M; ++r) {
+      const float* row = dout + r * N + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) acc[c] += row[c];
+    }
+    for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += acc[c];
+  });
+}
+
+}  // namespace
+
+void CpuKernels::matmul_forward(float* out, const float* inp, const float* weight,
+                                const float* bias, int64_t M, int64_t K, int64_t N,
+                                WeightLayout layout) {
+  check_blas_dims(M, K, N);
+  if (M == 0 || N == 0) return;
+  // With a bias, out starts as bias rows and the product is added (beta = 1): one write pass
+  // instead of a separate read-modify-write pass after the GEMM.
+  if (bias) {
+    parallel_ranges(M, std::max<int64_t>(1, kElementGrain / N), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::memcpy(out + r * N, bias, N * sizeof(float));
+    });
+  }
+  if (K == 0) {
+    if (!bias) fill(out, 0.0f, M * N);
+    return;
+  }
+  const bool in_out = layout == WeightLayout::kInOut;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasNoTrans : CblasTrans, int(M), int(N),
+              int(K), 1.0f, inp, int(K), weight, in_out ? int(N) : int(K), bias ? 1.0f : 0.0f,
+              out, int(N));
+}
+
+void CpuKernels::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, int64_t M, int64_t K,
+                                 int64_t N, WeightLayout layout) {
+  check_blas_dims(M, K, N);
+  if (M == 0 || N == 0 || K == 0) {
+    if (dbias && M > 0) column_sums(dbias, dout, M, N);
+    return;
+  }
+  const bool in_out = layout == WeightLayout::kInOut;
+  if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasTrans : CblasNoTrans, int(M), int(K),
+                int(N), 1.0f, dout, int(N), weight, in_out ? int(N) : int(K), 1.0f, dinp, int(K));
+  }
+  if (dweight) {
+    if (in_out) {  // dW (K,N) += inpᵀ (K,M) · dout (M,N)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(N), int(M), 1.0f, inp,
+                  int(K), dout, int(N), 1.0f, dweight, int(N));
+    } else {  // dW (N,K) += doutᵀ (N,M) · inp (M,K)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, dout,
+                  int(N), inp, int(K), 1.0f, dweight, int(K));
+    }
+  }
+  if (dbias) column_sums(dbias, dout, M, N);
+}
+
+void CpuKernels::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                   const float* wpe, int64_t B, int64_t T, int64_t C) {
+  parallel_for(B * T, [&](int64_t bt) {
+    const float* e = wte + int64_t(tokens[bt]) * C;
+    const float* p = wpe + (bt % T) * C;
+    float* o = out + bt * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  });
+}
+
+void CpuKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
+  // dwte: one task per block of channels, walking the tokens in order, so repeated tokens add
+  // in the same order whatever the thread count (no atomics). dwpe: one task per position.
+  parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
+    for (int64_t bt = 0; bt < B * T; ++bt) {
+      float* d = dwte + int64_t(tokens[bt]) * C;
+      const float* g = dout + bt * C;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+    }
+  });
+  parallel_for(T, [&](int64_t t) {
+    float* d = dwpe + t * C;
+    for (int64_t b = 0; b < B; ++b) {
+      const float* g = dout + (b * T + t) * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) d[c] += g[c];
+    }
+  });
+}
+
+void CpuKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* weight, const float* bias, int64_t N, int64_t C) {
+  parallel_ranges(N, kLayerNormRowBlock, [&](int64_t r0, int64_t r1) {
+    run_isa(isa_, [&](auto lanes) {
+      using V = typename decltype(lanes)::type;
+      for (int64_t r = r0; r < r1; ++r)
+        layernorm_forward_row<V>(out + r * C, mean ? mean + r : nullptr,
+                                 rstd ? rstd + r : nullptr, inp + r * C, weight, bias, C);
+    });
+  });
+}
+
+void CpuKernels::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const float* inp, const float* weight, const float* mean,
+                                    const float* rstd, int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return;
+  // Pass 1, per block of kLayerNormRowBlock rows: dinp, and the block's dweight/dbias
+  // partials. Pass 2, per block of channels: partials added in block order.
+  const int64_t blocks = (N + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
+  float* partials = thread_scratch<ScratchSlot::kCall>(blocks * 2 * C);  // (blocks, 2, C)
+  parallel_for(blocks, [&](int64_t blk) {
+    float* pdw = partials + blk * 2 * C;
+    float* pdb = pdw + C;
+    std::fill(pdw, pdw + 2 * C, 0.0f);
+    const int64_t r1 = std::min(N, (blk + 1) * kLayerNormRowBlock);
+    run_isa(isa_, [&](auto lanes) {
+      using V = typename decltype(lanes)::type;
+      for (int64_t r = blk * kLayerNormRowBlock; r < r1; ++r)
+        layernorm_backward_row<V>(dinp + r * C, pdw, pdb, dout + r * C, inp + r * C, weight,
+                                  mean[r], rstd[r], C);
+    });
+  });
+  parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
+    float sw[kColumnBlock] = {}, sb[kColumnBlock] = {};
+    const int64_t w = c1 - c0;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const float* pdw = partials + blk * 2 * C + c0;
+      const float* pdb = pdw + C;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) {
+        sw[c] += pdw[c];
+        sb[c] += pdb[c];
+      }
+    }
+    for (int64_t c = 0; c < w; ++c) {
+      dweight[c0 + c] += sw[c];
+      dbias[c0 + c] += sb[c];
+    }
+  });
+}
+
+void CpuKernels::gelu_forward(float* out, const float* inp, int64_t n) {
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    run_isa(isa_, [&](auto lanes) {
+      gelu_forward_range<typename decltype(lanes)::type>(out, inp, i0, i1);
+    });
+  });
+}
+
+void CpuKernels::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    run_isa(isa_, [&](auto lanes) {
+      gelu_backward_range<typename decltype(lanes)::type>(dinp, inp, dout, i0, i1);
+    });
+  });
+}
+
+void CpuKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
+                                       int64_t N, int64_t V, int64_t Vp, float dloss) {
+  ZT_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: V={} Vp={}", V, Vp);
+  for (int64_t i = 0; i < N; ++i)
+    ZT_ASSERT(targets[i] >= 0 && targets[i] < V, "target {} of row {} outside [0, {})",
+              targets[i], i, V);
+  parallel_for(N, [&](int64_t i) {
+    run_isa(isa_, [&](auto lanes) {
+      losses[i] = softmax_cross_entropy_row<typename decltype(lanes)::type>(
+          logits + i * Vp, targets[i], V, Vp, dloss);
+    });
+  });
+}
+
+}  // namespace zt

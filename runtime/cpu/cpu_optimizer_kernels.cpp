@@ -1,0 +1,97 @@
+// CpuKernels, the optimizers: AdamW (decoupled or classic L2) and SGD (PyTorch's, with optional
+// momentum and weight decay) over a contiguous range, a parameter view or a shard of one.
+// Element-wise: an element's update is the same bits wherever it sits in the buffer and whichever
+// instruction set ran, so shards updated separately equal the buffer updated whole. Not here: the
+// loss scaling, clipping and norms around a step (zero/), or any other op.
+#include <cstdint>
+
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_parallel.h"
+#include "runtime/cpu/cpu_simd.h"
+#include "runtime/status.h"
+
+namespace zt {
+using namespace cpu;
+namespace {
+
+// Scalars of one AdamW call, computed once so every element does identical arithmetic.
+template <class V, bool kDecoupled>
+void adamw_range(float* param, const float* grad, float* m, float* v, const AdamScalars& a,
+                 int64_t begin, int64_t end) {
+  simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    T p = load<T>(param + i);
+    T g = load<T>(grad + i) * a.grad_scale;
+    if constexpr (!kDecoupled) g = g + a.weight_decay * p;  // classic Adam: L2 in the gradient
+    const T mi = a.beta1 * load<T>(m + i) + a.one_minus_beta1 * g;
+    const T vi = a.beta2 * load<T>(v + i) + a.one_minus_beta2 * g * g;
+    store<T>(m + i, mi);
+    store<T>(v + i, vi);
+    const T mhat = mi / a.bias_correction1;
+    const T vhat = vi / a.bias_correction2;
+    const T step = mhat / (vsqrt(vhat) + a.eps);
+    if constexpr (kDecoupled) {
+      p = p - a.lr * (step + a.weight_decay * p);
+    } else {
+      p = p - a.lr * step;
+    }
+    store<T>(param + i, p);
+  });
+}
+
+// PyTorch's SGD: g += wd·p; with momentum buf = momentum·buf + g and the step uses buf.
+template <class V, bool kDecay, bool kMomentum>
+void sgd_range(float* param, const float* grad, float* buf, const SgdArgs& a, int64_t begin,
+               int64_t end) {
+  simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    const T p = load<T>(param + i);
+    T g = load<T>(grad + i) * a.grad_scale;
+    if constexpr (kDecay) g = g + a.weight_decay * p;
+    if constexpr (kMomentum) {
+      g = a.momentum * load<T>(buf + i) + g;
+      store<T>(buf + i, g);
+    }
+    store<T>(param + i, p - a.lr * g);
+  });
+}
+
+}  // namespace
+
+void CpuKernels::adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+                       const AdamWArgs& args) {
+  ZT_ASSERT(args.step >= 1, "adamw step must be >= 1; got {}", args.step);
+  const AdamScalars a = adam_scalars(args);
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    run_isa(isa_, [&](auto lanes) {
+      using V = typename decltype(lanes)::type;
+      if (args.decoupled)
+        adamw_range<V, true>(param, grad, m, v, a, i0, i1);
+      else
+        adamw_range<V, false>(param, grad, m, v, a, i0, i1);
+    });
+  });
+}
+
+void CpuKernels::sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+                     const SgdArgs& args) {
+  const bool momentum = args.momentum != 0.0f;
+  ZT_ASSERT(!momentum || momentum_buf, "sgd with momentum {} needs a momentum buffer",
+            args.momentum);
+  const bool decay = args.weight_decay != 0.0f;
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    run_isa(isa_, [&](auto lanes) {
+      using V = typename decltype(lanes)::type;
+      if (decay && momentum)
+        sgd_range<V, true, true>(param, grad, momentum_buf, args, i0, i1);
+      else if (decay)
+        sgd_range<V, true, false>(param, grad, momentum_buf, args, i0, i1);
+      else if (momentum)
+        sgd_range<V, false, true>(param, grad, momentum_buf, args, i0, i1);
+      else
+        sgd_range<V, false, false>(param, grad, momentum_buf, args, i0, i1);
+    });
+  });
+}
+
+}  // namespace zt
