@@ -240,6 +240,13 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
                          : fmt::format("; dynamic loss scale from 2^{}",
                                        precision.fp16.initial_scale_power))
                   : std::string());
+  const ZeroConfig& zero = config.zero_optimization;
+  if (zero.stage == 3 && zero.stage3_max_reuse_distance > 0)
+    log.rank0("stage 3: a unit used again before {} more elements are gathered stays gathered "
+              "(stage3_max_reuse_distance, DeepSpeed's behaviour), within "
+              "stage3_max_live_parameters = {}; set stage3_max_reuse_distance to 0 to release "
+              "every unit after use",
+              zero.stage3_max_reuse_distance, zero.stage3_max_live_parameters);
   if (precision.mixed() && !precision.master_weights)
     log.rank0("warning: pure {} training (no fp32 master weights) is less stable than mixed "
               "precision: updates smaller than half a unit in the last place of a weight are "

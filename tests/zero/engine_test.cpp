@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "comm/self_communicator.h"
 #include "model_zoo/gpt2.h"
@@ -86,25 +87,31 @@ TEST(ZeroPolicy, EachLevelNeedsTheOneBefore) {
 }
 
 // One rank. Gradient reductions (all_reduce, reduce_scatter) wait at a gate until it opens or
-// a second passes; gathers run on a duplicate that does not wait.
+// `gate_seconds` pass. Parameter gathers run on the duplicate (the engine's gather
+// communicator), which counts the all-gathers it finished and, only when `gate_gathers` (the
+// negative control) and once armed, waits at the same gate.
 class GatedCommunicator final : public Communicator {
  public:
+  explicit GatedCommunicator(double gate_seconds = 1.0, bool gate_gathers = false)
+      : gate_seconds_(gate_seconds), gate_gathers_(gate_gathers) {}
   std::string name() const override { return "gated"; }
   int rank() const override { return 0; }
   int world() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_world() const override { return 1; }
-  std::unique_ptr<Communicator> backend_duplicate() override {
-    return std::make_unique<SelfCommunicator>(device_);
-  }
   void open() {
     std::lock_guard<std::mutex> lock(mutex_);
     open_ = true;
     opened_.notify_all();
   }
-  int returned() const { return returned_; }  // reductions that have finished
+  void arm() { armed_ = true; }
+  int returned() const { return returned_; }          // reductions that have finished
+  int64_t gathers_done() const { return gathers_done_; }  // all-gathers of the duplicate
 
  protected:
+  std::unique_ptr<Communicator> backend_duplicate() override {
+    return std::make_unique<GatherSide>(*this);
+  }
   void backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
                           ReduceOp op) override {
     wait_at_gate();
@@ -127,16 +134,52 @@ class GatedCommunicator final : public Communicator {
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override {}
 
  private:
+  class GatherSide final : public Communicator {
+   public:
+    explicit GatherSide(GatedCommunicator& parent) : parent_(parent) {}
+    std::string name() const override { return "gated-gathers"; }
+    int rank() const override { return 0; }
+    int world() const override { return 1; }
+    int local_rank() const override { return 0; }
+    int local_world() const override { return 1; }
+
+   protected:
+    std::unique_ptr<Communicator> backend_duplicate() override {
+      return std::make_unique<GatherSide>(parent_);
+    }
+    void backend_all_reduce(const void*, void*, int64_t, DType, ReduceOp) override {}
+    void backend_reduce_scatter(const void*, void*, int64_t, DType, ReduceOp) override {}
+    void backend_all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+      if (parent_.gate_gathers_ && parent_.armed_) parent_.wait_at_gate();
+      inner_.all_gather(send, recv, count, dtype);
+      ++parent_.gathers_done_;
+    }
+    void backend_all_gather_host(const void* send, void* recv, int64_t count,
+                                 DType dtype) override {
+      inner_.all_gather_host(send, recv, count, dtype);
+    }
+    void backend_broadcast(void*, int64_t, DType, int) override {}
+
+   private:
+    GatedCommunicator& parent_;
+    CpuDevice device_;
+    SelfCommunicator inner_{device_};
+  };
+
   void wait_at_gate() {
     std::unique_lock<std::mutex> lock(mutex_);
-    opened_.wait_for(lock, std::chrono::seconds(1), [&] { return open_; });
+    opened_.wait_for(lock, std::chrono::duration<double>(gate_seconds_), [&] { return open_; });
   }
+  double gate_seconds_;
+  bool gate_gathers_;
+  std::atomic<bool> armed_{false};
   CpuDevice device_;
   SelfCommunicator inner_{device_};
   std::mutex mutex_;
   std::condition_variable opened_;
   bool open_ = false;
   std::atomic<int> returned_{0};
+  std::atomic<int64_t> gathers_done_{0};
 };
 
 struct Tokens {
@@ -196,6 +239,45 @@ TEST(EngineOverlap, AReductionIsInFlightWhileTheNextUnitsBackwardComputes) {
                 0)
           << "stage " << stage << " unit " << u;
   }
+}
+
+// Stage 3 with overlap_comm: while block 3's reduction waits at the gate, block 2's backward
+// starts the prefetch of block 1. That gather runs on the engine's gather communicator, so it
+// completes even though a reduction is stuck ahead of it; with the gathers behind the same gate
+// (the negative control) it cannot.
+bool prefetch_completes_behind_a_stuck_reduction(bool gate_gathers) {
+  CpuDevice device;
+  GatedCommunicator comm(/*gate_seconds=*/5.0, gate_gathers);
+  Gpt2 model(kTiny);
+  Gpt2 shapes(kTiny);
+  EngineOptions o;
+  o.policy = ZeroPolicy::for_stage(3);
+  o.overlap_comm = true;
+  o.reduce_bucket_size = 1;
+  o.persistence_threshold = 0;
+  o.prefetch_bucket_size = ShardLayout(shapes.units()[1]->layout().numel(), 1, 0).padded;
+  Engine engine(device, comm, model, o);
+  bool completed = false;
+  engine.set_gradient_hook([&](int unit, float*, int64_t) {
+    if (unit == 3) comm.arm();  // the control's gathers queue behind what comes next
+    if (unit != 2) return;
+    // Block 3's reduction is in flight (at the gate); block 1's prefetch was issued after it.
+    int64_t issued = 0;
+    for (int u = 0; u < engine.num_units(); ++u) issued += engine.gather_count(u);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (comm.gathers_done() < issued && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    completed = comm.returned() == 0 && comm.gathers_done() == issued;
+    comm.open();
+  });
+  const Tokens t = random_tokens(2, 8, 5);
+  engine.compute_gradients(t.batch);
+  return completed;
+}
+
+TEST(EngineOverlap, AStage3PrefetchDoesNotWaitBehindAReduction) {
+  EXPECT_TRUE(prefetch_completes_behind_a_stuck_reduction(false));
+  EXPECT_FALSE(prefetch_completes_behind_a_stuck_reduction(true)) << "the control should stall";
 }
 
 }  // namespace
