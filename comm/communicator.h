@@ -62,6 +62,15 @@ struct CommStats {
   CollectiveStats& operator[](CollectiveKind kind) { return by_kind[static_cast<size_t>(kind)]; }
   // One line per kind that was called: "all_reduce: 12 calls, 48.0 MiB, 15.3 ms".
   std::string to_string() const;
+  // Adds another communicator's counters, kind by kind.
+  CommStats& operator+=(const CommStats& other) {
+    for (size_t k = 0; k < by_kind.size(); ++k) {
+      by_kind[k].calls += other.by_kind[k].calls;
+      by_kind[k].bytes += other.by_kind[k].bytes;
+      by_kind[k].seconds += other.by_kind[k].seconds;
+    }
+    return *this;
+  }
 };
 
 // One collective call, as validated by Communicator and queued by CommQueue. For broadcast,

@@ -196,6 +196,11 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
   Gpt2& model = model_slot.emplace(model_config);
   Engine& engine = engine_slot.emplace(device, comm, model, engine_options(config, model));
   int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
+  // Test-only: throws when ZT_TEST_FAULT names this point, rank, step and unit.
+  auto inject = [&](TestFault::Point at, int64_t step, int unit) {
+    if (fault && fault->due(at, rank, step, unit))
+      fault->fire(model.units()[unit]->name(), step, rank);
+  };
   if (fault) {
     engine.set_fault_hook([&](EnginePoint point, int unit) {
       const TestFault::Point at = point == EnginePoint::kForward    ? TestFault::Point::kForward
@@ -203,8 +208,7 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
                                   : point == EnginePoint::kOptimizer
                                       ? TestFault::Point::kOptimizer
                                       : TestFault::Point::kEvaluation;
-      if (fault->due(at, rank, step_now, unit))
-        fault->fire(model.units()[unit]->name(), step_now, rank);
+      inject(at, step_now, unit);
     });
   }
   if (!config.zt.init_from.empty()) {
@@ -330,8 +334,7 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
     engine.set_context(fmt::format("weights save after step {}", steps));
     save_weights(engine, config.zt.save_weights,
                  sixteen_bit ? WeightsDtype::kWorking : WeightsDtype::kMaster, [&](int unit) {
-                   if (fault && fault->due(TestFault::Point::kSave, rank, steps, unit))
-                     fault->fire(model.units()[unit]->name(), steps, rank);
+                   inject(TestFault::Point::kSave, steps, unit);
                  });
     log.rank0("saved weights to {} ({})", config.zt.save_weights,
               sixteen_bit ? fmt::format("{} working weights", dtype_name(precision.compute))

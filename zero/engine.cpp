@@ -247,12 +247,7 @@ int64_t Engine::gather_window_bytes() const {
 
 CommStats Engine::comm_stats() const {
   CommStats total = comm_.stats();
-  const CommStats& gathers = gather_comm_->stats();
-  for (int k = 0; k < kNumCollectiveKinds; ++k) {
-    total.by_kind[k].calls += gathers.by_kind[k].calls;
-    total.by_kind[k].bytes += gathers.by_kind[k].bytes;
-    total.by_kind[k].seconds += gathers.by_kind[k].seconds;
-  }
+  total += gather_comm_->stats();
   return total;
 }
 
@@ -274,12 +269,7 @@ ParamGroup& Engine::use_unit(const UnitSchedule& schedule, size_t at) {
         if (static_cast<int>(v) == u || groups_[v]->state() != ParamState::kFull ||
             !groups_[v]->params_sharded())
           continue;
-        size_t next = UnitSchedule::kNever;
-        for (size_t j = at; j < schedule.size(); ++j)
-          if (schedule[j].unit == static_cast<int>(v)) {
-            next = j;
-            break;
-          }
+        const size_t next = schedule.next_use_of(static_cast<int>(v), at);
         if (victim < 0 || next > victim_next) victim = static_cast<int>(v), victim_next = next;
       }
       if (victim < 0) break;  // only gathers in flight: they finish into use soon

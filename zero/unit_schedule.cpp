@@ -37,6 +37,12 @@ UnitSchedule::UnitSchedule(std::span<Layer* const> layers, PassMode mode,
   }
 }
 
+size_t UnitSchedule::next_use_of(int unit, size_t from) const {
+  for (size_t j = from; j < steps_.size(); ++j)
+    if (steps_[j].unit == unit) return j;
+  return kNever;
+}
+
 std::vector<int> UnitSchedule::prefetch(size_t i, int64_t live,
                                         const std::function<bool(int)>& held) const {
   std::vector<int> start;

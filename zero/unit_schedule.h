@@ -52,6 +52,8 @@ class UnitSchedule {
   size_t backward_step(size_t layer) const { return 2 * num_layers_ - 1 - layer; }
   // The next step after i that uses step i's unit, or kNever.
   size_t next_use(size_t i) const { return next_use_[i]; }
+  // The first step at or after `from` that uses `unit`, or kNever.
+  size_t next_use_of(int unit, size_t from) const;
   int64_t gathered_elements(int unit) const { return gathered_elements_[unit]; }
 
   // Units to start gathering before step i computes, in order of use: the next distinct
