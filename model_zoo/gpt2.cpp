@@ -16,26 +16,26 @@ class TableUnit final : public Unit {
  public:
   TableUnit(std::string name, std::vector<ParamSpec> specs)
       : name_(std::move(name)), layout_(std::move(specs)) {
-    params_.assign(layout_.entries().size(), nullptr);
-    grads_.assign(layout_.entries().size(), nullptr);
+    params_.assign(layout_.entries().size(), Operand());
+    grads_.assign(layout_.entries().size(), Operand());
   }
   const std::string& name() const override { return name_; }
   const FlatLayout& layout() const override { return layout_; }
-  void bind(float* params, float* grads) override {
+  void bind(Operand params, Operand grads) override {
     auto entries = layout_.entries();
     for (size_t i = 0; i < entries.size(); ++i) {
-      params_[i] = params + entries[i].offset;
-      grads_[i] = grads ? grads + entries[i].offset : nullptr;
+      params_[i] = params.at(entries[i].offset);
+      grads_[i] = grads ? grads.at(entries[i].offset) : Operand();
     }
   }
-  float* param(int i) const { return params_[i]; }
-  float* grad(int i) const { return grads_[i]; }
+  ConstOperand param(int i) const { return params_[i]; }
+  Operand grad(int i) const { return grads_[i]; }
 
  private:
   std::string name_;
   FlatLayout layout_;
-  std::vector<float*> params_;
-  std::vector<float*> grads_;
+  std::vector<Operand> params_;
+  std::vector<Operand> grads_;
 };
 
 // Root unit tensors, in table order.

@@ -46,7 +46,11 @@ class Device {
  public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
-  virtual Kernels& kernels() = 0;
+  // The fp32 table: activations kept as computed.
+  Kernels& kernels() { return kernels_for(DType::kF32); }
+  // The table whose kernels round every activation they write to `activations` (kernels.h:
+  // mixed precision computes with the table of its 16-bit dtype). Owned by the device.
+  virtual Kernels& kernels_for(DType activations) = 0;
   // True when the host may read and write this device's memory directly (the CPU device);
   // false for a GPU, whose memory moves through copy_to_host / copy_from_host.
   virtual bool host_accessible() const { return true; }

@@ -1,4 +1,4 @@
-// Kernels: the leaf compute a back end supplies (runtime/cpu on OpenBLAS + OpenMP, runtime/cuda
+// Kernels: the leaf compute a back end supplies (runtime/cpu on oneDNN + OpenMP, runtime/cuda
 // on cuBLAS and our CUDA kernels).
 // Everything above runtime/ calls these and nothing else for math, so a new back end touches
 // runtime/ and comm/ only. Contracts, for every entry:
@@ -11,6 +11,16 @@
 //     separately equal the buffer updated whole (the ZeRO stages' bitwise equality rests on it);
 //   - reductions use a fixed blocking independent of the thread count, so results do not
 //     depend on how many threads ran them.
+// Precision. Parameters, their gradients and the optimizer's gradient input are Operands: a
+// pointer with its dtype (fp32, bf16 or fp16), read and written in the dtype they are stored in,
+// with fp32 arithmetic inside (a GEMM accumulates in fp32; a 16-bit gradient accumulated into is
+// rounded once, as a beta = 1 GEMM into a 16-bit output is). So a 16-bit working copy goes to the
+// kernels as it is and no fp32 copy of a unit exists. Activations (hidden states, their
+// gradients, logits) are fp32 arrays on this interface; a table made for an activation dtype
+// (Device::kernels_for) rounds every activation it writes to that dtype in the loop that writes
+// it, so each holds exactly what a 16-bit device would store (fp16 overflow gives ±inf where it
+// happens). Layer-norm statistics and losses stay fp32. Rounding is round to nearest even,
+// the bits of round_to.
 #pragma once
 
 #include <cmath>
@@ -22,6 +32,38 @@
 namespace zt {
 
 // How a weight matrix of a (M,K)x(K,N) product is stored.
+// A read-only operand in device memory and its element type. fp32 pointers convert implicitly.
+struct ConstOperand {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+
+  ConstOperand() = default;
+  ConstOperand(std::nullptr_t) {}
+  ConstOperand(const float* p) : data(p) {}
+  ConstOperand(const void* p, DType t) : data(p), dtype(t) {}
+  explicit operator bool() const { return data != nullptr; }
+  // The operand `elements` further on (a view into a flat buffer).
+  ConstOperand at(int64_t elements) const {
+    return {static_cast<const char*>(data) + elements * int64_t(dtype_size(dtype)), dtype};
+  }
+};
+
+// A writable operand in device memory and its element type. fp32 pointers convert implicitly.
+struct Operand {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+
+  Operand() = default;
+  Operand(std::nullptr_t) {}
+  Operand(float* p) : data(p) {}
+  Operand(void* p, DType t) : data(p), dtype(t) {}
+  explicit operator bool() const { return data != nullptr; }
+  operator ConstOperand() const { return {data, dtype}; }
+  Operand at(int64_t elements) const {
+    return {static_cast<char*>(data) + elements * int64_t(dtype_size(dtype)), dtype};
+  }
+};
+
 enum class WeightLayout {
   kInOut,  // (K, N): Hugging Face GPT-2's Conv1D layout, out = inp · W
   kOutIn,  // (N, K): nn.Linear / the tied LM head over wte, out = inp · Wᵀ
@@ -70,28 +112,29 @@ class Kernels {
   virtual ~Kernels() = default;
 
   // out (M,N) = inp (M,K) · W + bias (N; may be null). W is (K,N) or (N,K) by layout.
-  virtual void matmul_forward(float* out, const float* inp, const float* weight,
-                              const float* bias, int64_t M, int64_t K, int64_t N,
+  virtual void matmul_forward(float* out, const float* inp, ConstOperand weight,
+                              ConstOperand bias, int64_t M, int64_t K, int64_t N,
                               WeightLayout layout) = 0;
   // dinp (M,K) += dout · Wᵀ (skipped when null); dweight (W's shape) += inpᵀ·dout (or its
   // transpose for kOutIn); dbias (N) += column sums of dout (skipped when null).
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int64_t M, int64_t K,
+  virtual void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                               const float* inp, ConstOperand weight, int64_t M, int64_t K,
                                int64_t N, WeightLayout layout) = 0;
 
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens are already validated (< V).
-  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int64_t B, int64_t T, int64_t C) = 0;
+  virtual void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
+                                 ConstOperand wpe, int64_t B, int64_t T, int64_t C) = 0;
   // dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b. Deterministic order.
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+  // A 16-bit dwte row named by the batch is rounded once, after all its contributions.
+  virtual void embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                   const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
 
   // Per row of C: out = (inp - mean) * rstd * weight + bias, eps 1e-5. mean, rstd: (N).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int64_t N,
+                                 ConstOperand weight, ConstOperand bias, int64_t N,
                                  int64_t C) = 0;
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
+  virtual void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                                  const float* inp, ConstOperand weight, const float* mean,
                                   const float* rstd, int64_t N, int64_t C) = 0;
 
   // GELU, tanh approximation (GPT-2's).
@@ -119,10 +162,11 @@ class Kernels {
   virtual void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
                                      int64_t N, int64_t V, int64_t Vp, float dloss) = 0;
 
-  // Optimizers over a contiguous range (a parameter view or a shard of one).
-  virtual void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+  // Optimizers over a contiguous range (a parameter view or a shard of one): fp32 parameters
+  // and state, the gradient in its stored dtype (widened as it is read).
+  virtual void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
                      const AdamWArgs& args) = 0;
-  virtual void sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+  virtual void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
                    const SgdArgs& args) = 0;  // momentum_buf may be null when momentum == 0
 
   // Element-wise utilities.
@@ -142,8 +186,8 @@ class Kernels {
   virtual void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
                    DType b_type, int64_t n) = 0;
   virtual void fill(float* x, float value, int64_t n) = 0;
-  // Sum of x², accumulated in double over fixed blocks added in order.
-  virtual double sum_squares(const float* x, int64_t n) = 0;
+  // Sum of x², x in its stored dtype, accumulated in double over fixed blocks added in order.
+  virtual double sum_squares(ConstOperand x, int64_t n) = 0;
 };
 
 }  // namespace zt

@@ -32,8 +32,9 @@ class Unit {
   virtual const std::string& name() const = 0;
   virtual const FlatLayout& layout() const = 0;
   // Points the unit's parameter and gradient views into flat buffers of layout().numel()
-  // elements (grads may be null for forward-only use).
-  virtual void bind(float* params, float* grads) = 0;
+  // elements, each in its own dtype (the working params' and the produced gradients'), which
+  // the views pass to the kernels as they are (grads may be null for forward-only use).
+  virtual void bind(Operand params, Operand grads) = 0;
 };
 
 // What a layer reads and writes. Hidden states are (B, T, C) fp32 on the device.

@@ -180,8 +180,6 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
   evaluation_schedule_ =
       std::make_unique<UnitSchedule>(layers, PassMode::kEvaluation, gathered, limits);
   const Precision& precision = options_.precision;
-  if (precision.mixed())
-    rounding_ = std::make_unique<RoundingKernels>(device_.kernels(), precision.compute);
   if (precision.loss_scaling()) loss_scaler_ = std::make_unique<LossScaler>(precision.fp16);
   // A unit's gradient is complete after the backward of the first layer (in forward order)
   // that uses it: backward runs in reverse.
@@ -191,16 +189,12 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
 
 Engine::~Engine() = default;
 
-Kernels& Engine::compute_kernels() {
-  return rounding_ ? static_cast<Kernels&>(*rounding_) : device_.kernels();
-}
+// The table rounding activations to the compute dtype (fp32: the plain one).
+Kernels& Engine::compute_kernels() { return device_.kernels_for(options_.precision.compute); }
 
 void Engine::for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
-                                 const std::function<void(const float*, int64_t, int64_t)>& f) {
-  if (dtype == DType::kF32) {
-    f(static_cast<const float*>(src), 0, n);
-    return;
-  }
+                                 const std::function<void(float*, int64_t, int64_t)>& f) {
+  ZT_ASSERT(dtype != DType::kF32, "for_each_fp32_chunk widens 16-bit values; got fp32");
   const int64_t chunk = std::min(n, kWorkspaceChunk);
   Buffer scratch = device_.alloc(static_cast<size_t>(chunk) * sizeof(float),
                                  MemCategory::kWorkspace);
@@ -393,12 +387,9 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   // any rank makes the sum non-finite on every rank: that is the agreed overflow flag.
   auto t0 = Clock::now();
   double partial = 0.0;
-  for (auto& g : groups_) {
-    for_each_fp32_chunk(g->grad_shard(), g->grad_dtype(), g->shard().shard,
-                        [&](const float* x, int64_t, int64_t n) {
-                          partial += device_.kernels().sum_squares(x, n);
-                        });
-  }
+  for (auto& g : groups_)
+    partial += device_.kernels().sum_squares(ConstOperand(g->grad_shard(), g->grad_dtype()),
+                                             g->shard().shard);
   const double norm_squared = all_ranks_sum(partial);
   result.grad_norm = std::sqrt(norm_squared) / scale;
   auto finish_times = [&] {
@@ -471,26 +462,21 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
   float* master = g.master();
   const DType dtype = options_.precision.compute;
   Kernels& k = device_.kernels();
-  // Chunk by chunk when the gradients (or, without a master, the parameters) are 16-bit: the
-  // fp32 workspace stays one chunk, and the update is element-wise, so the bits are those of
-  // one pass over the whole range.
-  for_each_fp32_chunk(g.grad_master(), g.grad_dtype(), n,
-                      [&](const float* grads, int64_t begin, int64_t count) {
-    if (master) {
-      optimizer_->step_part(u, begin, begin + count, master + begin, grads, lr, grad_scale,
+  const ConstOperand grads(g.grad_master(), g.grad_dtype());  // widened by the kernels
+  if (master) {
+    optimizer_->step_part(u, 0, n, master, grads, lr, grad_scale, step_);
+  } else {
+    // Pure 16-bit: the update computed in fp32 from the working values, a chunk at a time (the
+    // update is element-wise, so the bits are those of one pass), and rounded back.
+    for_each_fp32_chunk(g.working_master_range(), dtype, n,
+                        [&](float* params, int64_t begin, int64_t count) {
+      void* working = static_cast<std::byte*>(g.working_master_range()) +
+                      static_cast<size_t>(begin) * dtype_size(dtype);
+      optimizer_->step_part(u, begin, begin + count, params, grads.at(begin), lr, grad_scale,
                             step_);
-      return;
-    }
-    // Pure 16-bit: the update computed in fp32 from the working values and rounded back.
-    void* working = static_cast<std::byte*>(g.working_master_range()) +
-                    static_cast<size_t>(begin) * dtype_size(dtype);
-    Buffer params = device_.alloc(static_cast<size_t>(count) * sizeof(float),
-                                  MemCategory::kWorkspace);
-    k.cast(params.data(), DType::kF32, working, dtype, count);
-    optimizer_->step_part(u, begin, begin + count, params.as<float>(), grads, lr, grad_scale,
-                          step_);
-    k.cast(working, dtype, params.data(), DType::kF32, count);
-  });
+      k.cast(working, dtype, params, DType::kF32, count);
+    });
+  }
   g.sync_working(k);  // mixed: working = master rounded; fp32: they are one buffer
 }
 
@@ -520,12 +506,19 @@ void Engine::read_unit_params(int u, float* dst) {
     device_.copy_to_host(dst, full.data(), numel_bytes);
     return;
   }
-  // fp32: the working parameters are the master; pure 16-bit: the fp32 compute copy holds the
-  // working values exactly. Either way `use` gathers a sharded unit.
+  // fp32: the working parameters are the master; pure 16-bit: the working values widened
+  // (exactly). Either way `use` gathers a sharded unit.
   const bool was_full = g.state() == ParamState::kFull;
   g.use(*gather_queue_);
-  device_.copy_to_host(dst, g.bound_params(), numel_bytes);
-  if (!was_full || options_.precision.mixed()) g.done();
+  const DType dtype = working_dtype();
+  if (dtype == DType::kF32) {
+    device_.copy_to_host(dst, g.full_working_data(), numel_bytes);
+  } else {
+    Buffer widened = device_.alloc(numel_bytes, MemCategory::kWorkspace);
+    device_.kernels().cast(widened.data(), DType::kF32, g.full_working_data(), dtype, s.numel);
+    device_.copy_to_host(dst, widened.data(), numel_bytes);
+  }
+  if (!was_full) g.done();
 }
 
 void Engine::read_unit_working(int u, void* dst) {

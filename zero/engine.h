@@ -22,7 +22,6 @@
 #include "comm/communicator.h"
 #include "runtime/device.h"
 #include "runtime/model.h"
-#include "runtime/rounding_kernels.h"
 #include "zero/loss_scaler.h"
 #include "zero/optimizer.h"
 #include "zero/param_group.h"
@@ -82,10 +81,10 @@ struct StepResult {
   std::string failure;
 };
 
-// Called with this rank's fp32 gradient of a unit as soon as the micro-batch's backward has
+// Called with this rank's gradient of a unit (compute dtype) as soon as the micro-batch's backward has
 // completed it, before it is reduced or stored (tests inject faults through it). Under fp32 with
 // unsharded gradients the buffer is the store itself: the step's micro-batches so far.
-using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
+using GradientHook = std::function<void(int unit, Operand grad, int64_t numel)>;
 
 // Where the engine calls its fault hook (tests and zt-train's test-only fault injection throw
 // from it to prove that an error on one rank at that point ends every rank):
@@ -183,13 +182,14 @@ class Engine {
   int64_t live_elements() const;  // gathered (and gathering) elements held now
   void note_gathered();
   double all_ranks_sum(double local);  // sum over ranks in rank order, same on every rank
-  // The kernels layers compute with: the device's, or rounding to the 16-bit working dtype.
+  // The kernels layers compute with: the device's table rounding activations to the compute
+  // dtype (fp32: the plain one).
   Kernels& compute_kernels();
-  // Calls f(values, begin, count) over n elements of `dtype` at src as fp32: src itself in one
-  // call for fp32, else converted chunk by chunk (kWorkspaceChunk elements, chunk boundaries
-  // counted from src) into one workspace buffer.
+  // Calls f(values, begin, count) over n 16-bit elements of `dtype` at src widened to fp32,
+  // chunk by chunk (kWorkspaceChunk elements, boundaries counted from src) into one workspace
+  // buffer that f may overwrite (pure 16-bit training's optimizer step).
   void for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
-                           const std::function<void(const float*, int64_t, int64_t)>& f);
+                           const std::function<void(float*, int64_t, int64_t)>& f);
   static constexpr int64_t kWorkspaceChunk = int64_t{1} << 22;
   void optimizer_step(int u, float lr, float grad_scale);
   // After the optimizer: full parameters refreshed from every rank's master where the
@@ -210,7 +210,6 @@ class Engine {
   std::vector<std::unique_ptr<ParamGroup>> groups_;  // one per unit
   std::unique_ptr<UnitSchedule> training_schedule_, evaluation_schedule_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<RoundingKernels> rounding_;   // mixed precision
   std::unique_ptr<LossScaler> loss_scaler_;     // fp16
   GradientHook gradient_hook_;
   FaultHook fault_hook_;

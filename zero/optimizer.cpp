@@ -36,7 +36,7 @@ Optimizer::Optimizer(Device& device, const OptimizerOptions& options,
 }
 
 void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
-                          const float* grads, float lr, float grad_scale, int64_t step) {
+                          ConstOperand grads, float lr, float grad_scale, int64_t step) {
   Kernels& k = device_.kernels();
   float* m = first_[range].as<float>();
   float* v = second_[range].as<float>();
@@ -45,7 +45,7 @@ void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
     if (lo >= hi) continue;
     const int64_t n = hi - lo;
     float* p = params + (lo - begin);
-    const float* g = grads + (lo - begin);
+    const ConstOperand g = grads.at(lo - begin);
     const float wd = r.decay == Decay::kYes ? options_.weight_decay : 0.0f;
     if (options_.type == OptimizerOptions::Type::kSgd) {
       SgdArgs a{lr, options_.momentum, wd, grad_scale};

@@ -41,7 +41,8 @@ class Optimizer {
   // grads point at element `begin` (the whole range, or a chunk of it converted from 16-bit into
   // a bounded workspace). `step` is 1-based. Element-wise: updating a range chunk by chunk gives
   // the bits of updating it whole.
-  void step_part(int range, int64_t begin, int64_t end, float* params, const float* grads,
+  // grads: end - begin elements in their stored dtype (widened by the kernels as they read).
+  void step_part(int range, int64_t begin, int64_t end, float* params, ConstOperand grads,
                  float lr, float grad_scale, int64_t step);
   const OptimizerOptions& options() const { return options_; }
   // State tensors of range i (Adam: m then v; SGD with momentum: the buffer), for checkpoints.

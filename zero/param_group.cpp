@@ -111,13 +111,11 @@ void ParamGroup::wrong_state(const char* call) const {
 }
 
 void ParamGroup::bind() {
-  float* params = nullptr;
-  if (precision_.mixed())
-    params = compute_copy_ ? compute_copy_.as<float>() : nullptr;
-  else if (state_ == ParamState::kFull)
-    params = full_params();
-  float* grads = separate_grads_ ? (grads_full_ ? grads_full_.as<float>() : nullptr)
-                                 : grads_.as<float>();
+  const Operand params =
+      state_ == ParamState::kFull ? Operand(full_working(), compute_) : Operand();
+  Operand grads(grads_.data(), grad_dtype_);
+  if (separate_grads_ && !produce_in_store_)
+    grads = grads_full_ ? Operand(grads_full_.data(), compute_) : Operand();
   unit_.bind(params, grads);
 }
 
@@ -149,21 +147,9 @@ void ParamGroup::ensure_full(CommQueue& queue) {
   if (state_ == ParamState::kGathering) finish_gather();
 }
 
-void ParamGroup::use(CommQueue& queue) {
-  ensure_full(queue);
-  if (precision_.mixed() && !compute_copy_) {
-    compute_copy_ = device_.alloc(float_bytes(shard_.padded), MemCategory::kWorkspace);
-    device_.kernels().cast(compute_copy_.data(), DType::kF32, full_working(), compute_,
-                           shard_.padded);
-    bind();
-  }
-}
+void ParamGroup::use(CommQueue& queue) { ensure_full(queue); }
 
 void ParamGroup::done(bool keep_gathered) {
-  if (compute_copy_) {
-    compute_copy_.reset();
-    bind();
-  }
   if (params_sharded_ && state_ == ParamState::kFull && !keep_gathered) release();
 }
 
@@ -177,12 +163,6 @@ float* ParamGroup::full_params() {
             dtype_name(compute_));
   if (state_ != ParamState::kFull) wrong_state("full_params");
   return static_cast<float*>(full_working());
-}
-
-const float* ParamGroup::bound_params() {
-  if (!precision_.mixed()) return full_params();
-  ZT_ASSERT(compute_copy_, "unit {}: no compute copy (use() first)", name());
-  return compute_copy_.as<float>();
 }
 
 int64_t ParamGroup::gathered_bytes() const { return static_cast<int64_t>(gathered_.bytes()); }
@@ -212,29 +192,48 @@ CommHandle ParamGroup::begin_refresh(CommQueue& queue) {
                           compute_, name());
 }
 
-void ParamGroup::zero_grads() { device_.zero(grads_.data(), grads_.bytes()); }
+void ParamGroup::zero_grads() {
+  device_.zero(grads_.data(), grads_.bytes());
+  // The store is zero: a full store in the compute dtype takes the first micro-batch's gradient
+  // directly, bitwise what producing it apart and adding it to zero would store.
+  produce_in_store_ = precision_.mixed() && !policy_.shard_grads && grad_dtype_ == compute_;
+  bind();
+}
 
 void ParamGroup::ensure_grads() {
-  if (separate_grads_ && !grads_full_) {
-    grads_full_ = device_.alloc_zeroed(float_bytes(shard_.padded),
+  if (separate_grads_ && !produce_in_store_ && !grads_full_) {
+    grads_full_ = device_.alloc_zeroed(param_bytes(shard_.padded),
                                        precision_.mixed() ? MemCategory::kWorkspace
                                                           : MemCategory::kCommBuffers);
     bind();
   }
 }
 
-float* ParamGroup::full_grads() {
-  if (!separate_grads_) return grads_.as<float>();
+Operand ParamGroup::full_grads() {
+  if (!separate_grads_ || produce_in_store_) return Operand(grads_.data(), grad_dtype_);
   ZT_ASSERT(grads_full_, "unit {}: no full gradient buffer (ensure_grads first)", name());
-  return grads_full_.as<float>();
+  return Operand(grads_full_.data(), compute_);
 }
 
 void ParamGroup::finish_grads(Kernels& k, bool reduce) {
   if (!precision_.mixed()) return;
   const bool into_store =
       !policy_.shard_grads && (!reduce || precision_.comm == grad_dtype_);
+  if (produce_in_store_) {
+    // Already in the store; a reduction in another dtype reads it from a rounded copy.
+    produce_in_store_ = false;
+    if (reduce && !into_store) {
+      reduce_buf_ = device_.alloc(
+          static_cast<size_t>(shard_.padded) * dtype_size(precision_.comm),
+          MemCategory::kCommBuffers);
+      k.cast(reduce_buf_.data(), precision_.comm, grads_.data(), grad_dtype_, shard_.padded);
+    }
+    bind();
+    return;
+  }
+  const Operand produced = full_grads();
   if (into_store) {
-    k.add(grads_.data(), grad_dtype_, grads_.data(), grad_dtype_, full_grads(), DType::kF32,
+    k.add(grads_.data(), grad_dtype_, grads_.data(), grad_dtype_, produced.data, produced.dtype,
           shard_.padded);
   } else {
     // One rounding into the communication dtype of (what earlier micro-batches stored + this
@@ -242,7 +241,7 @@ void ParamGroup::finish_grads(Kernels& k, bool reduce) {
     reduce_buf_ = device_.alloc(static_cast<size_t>(shard_.padded) * dtype_size(precision_.comm),
                                 MemCategory::kCommBuffers);
     k.add(reduce_buf_.data(), precision_.comm, policy_.shard_grads ? nullptr : grads_.data(),
-          grad_dtype_, full_grads(), DType::kF32, shard_.padded);
+          grad_dtype_, produced.data, produced.dtype, shard_.padded);
   }
   grads_full_.reset();
   bind();
@@ -254,7 +253,7 @@ CommHandle ParamGroup::begin_reduce(CommQueue& queue) {
   DType dtype = DType::kF32;
   void* full = nullptr;
   if (!precision_.mixed()) {
-    full = full_grads();
+    full = full_grads().data;
   } else if (reduce_buf_) {
     dtype = precision_.comm;
     full = reduce_buf_.data();

@@ -5,11 +5,14 @@
 //                   also the master
 //   master          mixed precision: fp32, the optimizer's range (kOptimizer, beside Adam's m, v)
 //   gathered        stage 3: the full working params while in use (kCommBuffers)
-//   compute copy    16-bit compute on a back end computing in fp32: the unit's fp32 parameters
-//                   while in use (kWorkspace)
 //   stored grads    grad_accum dtype, full or this rank's shard (kGrads)
-//   produced grads  the unit's full fp32 gradient while its backward runs, when it is not the
-//                   store itself (sharded gradients: kCommBuffers; mixed precision: kWorkspace)
+//   produced grads  the unit's full gradient in the compute dtype while its backward runs, when
+//                   it is not the store itself (sharded gradients: kCommBuffers; mixed
+//                   precision: kWorkspace). Mixed precision with the store in the compute dtype
+//                   and unsharded produces the first micro-batch's gradient in the store
+//                   itself (it is zero then, so 0 + g would be g: the same bits, no buffer).
+// The working params and the produced grads are bound into the unit in their own dtypes: the
+// kernels read 16-bit parameters as they are (no fp32 copy of a unit exists).
 //   reduce buffer   mixed precision: the full gradient in the communication dtype while reduced
 //                   (kCommBuffers)
 // Collectives go through the engine's CommQueue; begin_* submits, finish_* waits. Every
@@ -61,11 +64,10 @@ class ParamGroup {
   void finish_gather();                 // kGathering -> kFull
   void release();                       // kFull -> kSharded (sharded groups only)
   void ensure_full(CommQueue& queue);   // whatever it takes to reach kFull
-  // The unit is about to compute: full, and its fp32 compute copy made when the working dtype
-  // is 16-bit; the parameters are bound into the unit.
+  // The unit is about to compute: full, its parameters bound into the unit.
   void use(CommQueue& queue);
-  // The engine is done with the unit for now: the compute copy dropped and, for sharded
-  // parameters, the gathered copy released unless `keep_gathered` (it is used again soon).
+  // The engine is done with the unit for now: for sharded parameters, the gathered copy is
+  // released unless `keep_gathered` (it is used again soon).
   void done(bool keep_gathered = false);
   // The one place a unit's values enter it (initialisation, weights in): the working
   // parameters this rank holds (rounded to the compute dtype) and the master range, from
@@ -73,8 +75,6 @@ class ParamGroup {
   // stale).
   void assign(const UnitValues& values);
   float* full_params();                 // fp32 training, kFull only; padded buffer
-  // The fp32 parameters bound into the unit (after use()): the compute copy or full_params().
-  const float* bound_params();
   // kFull: the full working parameters (padded), compute dtype, for reading them.
   const void* full_working_data() { return full_working(); }
   // The working parameters this rank holds (full or shard), compute dtype, for writing them.
@@ -97,9 +97,10 @@ class ParamGroup {
   // ---- gradients ----
   void zero_grads();                  // start of a step
   void ensure_grads();                // the produced-gradient buffer exists (allocated zeroed)
-  // The fp32 full gradient the unit's backward accumulates into (after ensure_grads()).
-  float* full_grads();
-  // The unit's gradient of this micro-batch is complete. Mixed precision frees its fp32
+  // The full gradient the unit's backward accumulates into (after ensure_grads()), in the
+  // compute dtype (fp32 training: fp32).
+  Operand full_grads();
+  // The unit's gradient of this micro-batch is complete. Mixed precision frees its produced
   // buffer at once: when it is not reduced now (gradients not sharded, not the last
   // micro-batch), or reduced in place in the store (gradients not sharded and store dtype ==
   // communication dtype), it is added to the store; otherwise (store + it) is rounded into the
@@ -141,6 +142,7 @@ class ParamGroup {
   DType grad_dtype_;  // stored gradients' dtype
   bool params_sharded_;
   bool separate_grads_;  // the backward writes a buffer other than the store
+  bool produce_in_store_ = false;  // this micro-batch's gradient is produced in the store
   // Computed once: what each buffer covers of the padded flat buffer.
   FlatRange working_range_;  // params_: this rank's shard when sharded, else everything
   FlatRange master_range_;   // the optimizer's range: the shard when the optimizer is sharded
@@ -150,7 +152,6 @@ class ParamGroup {
   Buffer params_;        // working params: full or this rank's shard
   Buffer master_;        // mixed precision with a master
   Buffer gathered_;      // stage 3
-  Buffer compute_copy_;  // 16-bit compute: fp32 parameters while in use
   Buffer grads_;         // stored gradients: full or this rank's shard
   Buffer grads_full_;    // produced gradients (separate_grads_)
   Buffer reduce_buf_;    // mixed precision: the gradient in the communication dtype

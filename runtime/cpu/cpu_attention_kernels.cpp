@@ -338,10 +338,15 @@ void CpuKernels::attention_forward(float* out, float* att, const float* qkv, int
   parallel_with_scratch(pairs, scratch_floats, [&](int64_t bh, float* scratch) {
     const int64_t b = bh / NH, h = bh % NH;
     const HeadView hv(qkv, b, h, s);
+    float* o = out + b * T * C + h * s.hs;
+    float* a = att + att_offset(b, h, s);
     run_isa(isa_, [&](auto lanes) {
-      attention_forward_head<typename decltype(lanes)::type>(
-          out + b * T * C + h * s.hs, att + att_offset(b, h, s), hv, s, scratch);
+      attention_forward_head<typename decltype(lanes)::type>(o, a, hv, s, scratch);
     });
+    if (act_ != DType::kF32) {  // this head's outputs, while in cache
+      for (int64_t t = 0; t < T; ++t) round_act(o + t * C, 0, s.hs);
+      if (att) round_act(a, 0, T * T);
+    }
   });
 }
 
@@ -355,11 +360,14 @@ void CpuKernels::attention_backward(float* dqkv, const float* dout, const float*
   parallel_with_scratch(pairs, scratch_floats, [&](int64_t bh, float* scratch) {
     const int64_t b = bh / NH, h = bh % NH;
     const HeadView hv(qkv, b, h, s);
+    float* d = dqkv + b * T * 3 * C + h * s.hs;
     run_isa(isa_, [&](auto lanes) {
       attention_backward_head<typename decltype(lanes)::type>(
-          dqkv + b * T * 3 * C + h * s.hs, dout + b * T * C + h * s.hs, att + att_offset(b, h, s),
-          hv, s, scratch);
+          d, dout + b * T * C + h * s.hs, att + att_offset(b, h, s), hv, s, scratch);
     });
+    if (act_ != DType::kF32)  // this head's slices of dq, dk and dv
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t part = 0; part < 3; ++part) round_act(d + t * 3 * C + part * C, 0, s.hs);
   });
 }
 

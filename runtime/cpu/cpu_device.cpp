@@ -1,7 +1,6 @@
 // CpuDevice allocation and copies.
 #include "runtime/cpu/cpu_device.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -18,7 +17,14 @@ constexpr size_t kAlignment = 64;
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
-CpuDevice::CpuDevice() : kernels_(make_cpu_kernels()) {}
+CpuDevice::CpuDevice() {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    kernels_[static_cast<int>(t)] = make_cpu_kernels(t);
+}
+
+Kernels& CpuDevice::kernels_for(DType activations) {
+  return *kernels_[static_cast<int>(activations)];
+}
 
 CpuDevice::~CpuDevice() {
   for (auto& [bytes, data] : cache_) std::free(data);
@@ -55,7 +61,6 @@ void CpuDevice::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 void set_cpu_threads(int threads) {
   ZT_ASSERT(threads > 0, "threads={}", threads);
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
 }
 
 int cpu_threads() { return omp_get_max_threads(); }

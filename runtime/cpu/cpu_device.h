@@ -1,10 +1,12 @@
 // CpuDevice: host memory with a size-keyed cache of freed blocks (activations are allocated
 // and freed every step; the cache avoids paying page faults for them each time), and the
-// OpenBLAS/OpenMP kernels. The tracker counts bytes handed out, not bytes cached.
+// oneDNN/OpenMP kernels (a table per activation dtype). The tracker counts bytes handed out,
+// not bytes cached.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <string>
 
 #include "runtime/device.h"
 
@@ -15,7 +17,7 @@ class CpuDevice final : public Device {
   CpuDevice();
   ~CpuDevice() override;
   std::string name() const override { return "cpu"; }
-  Kernels& kernels() override { return *kernels_; }
+  Kernels& kernels_for(DType activations) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
@@ -27,13 +29,13 @@ class CpuDevice final : public Device {
   void raw_free(void* data, size_t bytes) override;
 
  private:
-  std::unique_ptr<Kernels> kernels_;
+  std::unique_ptr<Kernels> kernels_[3];  // by DType: fp32, fp16, bf16
   std::multimap<size_t, void*> cache_;  // freed blocks by exact size
   size_t cached_bytes_ = 0;
 };
 
-// Threads for the CPU kernels: sets both OpenMP's and OpenBLAS's thread counts, so one budget
-// governs the cores a rank uses (several ranks on one machine divide its cores).
+// Threads for the CPU kernels: OpenMP's thread count, which oneDNN's GEMMs run on as well, so
+// one budget governs the cores a rank uses (several ranks on one machine divide its cores).
 void set_cpu_threads(int threads);
 int cpu_threads();  // OpenMP's current maximum
 // The budget rule of the executables: `requested` threads when > 0; else OMP_NUM_THREADS when
@@ -41,7 +43,15 @@ int cpu_threads();  // OpenMP's current maximum
 // `ranks_on_machine` ranks sharing it (MACHINE.md: oversubscribed ranks crawl otherwise).
 void choose_cpu_threads(int requested, int ranks_on_machine);
 
-// The CPU kernel table (CpuKernels, runtime/cpu/cpu_kernels.h).
-std::unique_ptr<Kernels> make_cpu_kernels();
+// The CPU kernel table (CpuKernels, runtime/cpu/cpu_kernels.h) rounding activations to
+// `activations`.
+std::unique_ptr<Kernels> make_cpu_kernels(DType activations = DType::kF32);
+
+// True when bf16 GEMMs run natively (oneDNN reports AVX512_BF16 or AMX-BF16 and ZT_CPU_SIMD
+// does not cap the instruction set below AVX-512); otherwise they widen to fp32 in blocks.
+bool native_bf16_gemm();
+// One line for the start-up log: the GEMM library, the instruction set its kernels use, and
+// the path each 16-bit dtype takes.
+std::string cpu_gemm_description();
 
 }  // namespace zt

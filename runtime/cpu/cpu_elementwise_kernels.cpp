@@ -239,6 +239,7 @@ void CpuKernels::residual_forward(float* out, const float* a, const float* b, in
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+    round_act(out, i0, i1);
   });
 }
 
@@ -246,6 +247,38 @@ void CpuKernels::accumulate(float* y, const float* x, int64_t n) {
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) y[i] += x[i];
+    round_act(y, i0, i1);
+  });
+}
+
+void CpuKernels::widen_range(float* dst, ConstOperand src, int64_t n) {
+  if (n <= 0) return;
+  if (src.dtype == DType::kF32) {
+    std::memcpy(dst, src.data, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  run_isa(isa_, [&](auto) { cast_range(dst, DType::kF32, src.data, src.dtype, 0, n); });
+}
+
+void CpuKernels::narrow_range(Operand dst, const float* x, int64_t n) {
+  if (n <= 0) return;
+  if (f16c_ && dst.dtype == DType::kF16) {
+    fp32_to_fp16_f16c(static_cast<uint16_t*>(dst.data), x, 0, n);
+    return;
+  }
+  run_isa(isa_, [&](auto) { cast_range(dst.data, dst.dtype, x, DType::kF32, 0, n); });
+}
+
+void CpuKernels::add_range(Operand dst, const float* x, int64_t n) {
+  if (n <= 0) return;
+  visit_storage(dst.dtype, [&](auto tag) {
+    using D = decltype(tag);
+    auto* d = elems<D>(dst.data, 0);
+    if (f16c_ && dst.dtype == DType::kF16) {
+      add_n_f16c<D, D, F32Codec>(d, d, x, n);
+      return;
+    }
+    run_isa(isa_, [&](auto) { add_n<D, D, F32Codec>(d, d, x, n); });
   });
 }
 
@@ -327,18 +360,27 @@ void CpuKernels::add(void* dst, DType dst_type, const void* a, DType a_type, con
 }
 
 void CpuKernels::fill(float* x, float value, int64_t n) {
-  parallel_ranges(n, kElementGrain,
-                  [&](int64_t i0, int64_t i1) { std::fill(x + i0, x + i1, value); });
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    std::fill(x + i0, x + i1, value);
+    round_act(x, i0, i1);
+  });
 }
 
-double CpuKernels::sum_squares(const float* x, int64_t n) {
+// A 16-bit x is widened a block at a time into the worker's scratch (exact), so the sums are
+// those of the fp32 values.
+double CpuKernels::sum_squares(ConstOperand x, int64_t n) {
   if (n <= 0) return 0.0;
   const int64_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
   std::vector<double> block_sums(static_cast<size_t>(blocks));
-  parallel_ranges(n, kSumSquaresBlock, [&](int64_t i0, int64_t i1) {
+  parallel_with_scratch(blocks, kSumSquaresBlock, [&](int64_t blk, float* scratch) {
+    const int64_t i0 = blk * kSumSquaresBlock, i1 = std::min(n, i0 + kSumSquaresBlock);
+    const float* v = static_cast<const float*>(x.data) + i0;
+    if (x.dtype != DType::kF32) {
+      widen_range(scratch, x.at(i0), i1 - i0);
+      v = scratch;
+    }
     run_isa(isa_, [&](auto lanes) {
-      block_sums[i0 / kSumSquaresBlock] =
-          block_sum_squares<typename decltype(lanes)::type>(x + i0, i1 - i0);
+      block_sums[blk] = block_sum_squares<typename decltype(lanes)::type>(v, i1 - i0);
     });
   });
   double total = 0.0;

@@ -33,11 +33,11 @@ Isa choose_isa() {
 
 }  // namespace cpu
 
-CpuKernels::CpuKernels(cpu::Isa isa)
-    : isa_(isa), f16c_(isa != cpu::Isa::kSse2 && __builtin_cpu_supports("f16c")) {}
+CpuKernels::CpuKernels(cpu::Isa isa, DType activations)
+    : isa_(isa), act_(activations), f16c_(isa != cpu::Isa::kSse2 && __builtin_cpu_supports("f16c")) {}
 
-std::unique_ptr<Kernels> make_cpu_kernels() {
-  return std::make_unique<CpuKernels>(cpu::choose_isa());
+std::unique_ptr<Kernels> make_cpu_kernels(DType activations) {
+  return std::make_unique<CpuKernels>(cpu::choose_isa(), activations);
 }
 
 }  // namespace zt

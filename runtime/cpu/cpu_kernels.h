@@ -1,5 +1,7 @@
-// CpuKernels: the Kernels table on the host. Matrix products go to OpenBLAS (cblas_sgemm);
-// everything else is written in runtime/cpu as loops split across OpenMP threads. Pure compute:
+// CpuKernels: the Kernels table on the host. Matrix products go to oneDNN (dnnl_sgemm for fp32,
+// its matmul primitive for bf16 where the CPU computes bf16 natively: AVX512_BF16 or AMX-BF16);
+// everything else is written in runtime/cpu as loops split across OpenMP threads, the runtime
+// oneDNN runs on too, so one thread pool owns the rank's cores. Pure compute:
 // no communication, no logging, and no allocation once warm (scratch such as layernorm's
 // per-block partial sums and attention's per-head copies of K and V is kept per thread across
 // calls, cpu_parallel.h).
@@ -11,7 +13,8 @@
 //
 // The methods are split by op family, as the CUDA back end's are:
 //   cpu_kernels.cpp              construction, the instruction-set choice, make_cpu_kernels
-//   cpu_nn_kernels.cpp           matmul, embedding, layer norm, GELU, softmax cross-entropy
+//   cpu_matmul_kernels.cpp       matmul forward and backward (oneDNN), typed weights
+//   cpu_nn_kernels.cpp           embedding, layer norm, GELU, softmax cross-entropy
 //   cpu_attention_kernels.cpp    causal multi-head attention
 //   cpu_elementwise_kernels.cpp  residual, accumulate, cast, round_to, round_rows, add, fill,
 //                                sum_squares
@@ -25,23 +28,28 @@
 
 namespace zt {
 
+// Operands in 16 bits are widened where they are read, in blocks of at most a few MiB (a
+// whole small vector such as a bias; a GEMM's weights in column or row blocks), and outputs are
+// rounded in the task that wrote them while still in cache (kernels.h, Precision).
 class CpuKernels final : public Kernels {
  public:
-  explicit CpuKernels(cpu::Isa isa);
+  // `activations`: the dtype every activation written is rounded to (kernels.h).
+  CpuKernels(cpu::Isa isa, DType activations);
+  DType activation_dtype() const { return act_; }
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  void matmul_forward(float* out, const float* inp, ConstOperand weight, ConstOperand bias,
                       int64_t M, int64_t K, int64_t N, WeightLayout layout) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int64_t M, int64_t K, int64_t N,
+  void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                       const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
                        WeightLayout layout) override;
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+  void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
                          int64_t B, int64_t T, int64_t C) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+  void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
                           int64_t B, int64_t T, int64_t C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int64_t N, int64_t C) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
+                         ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
+  void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                          const float* inp, ConstOperand weight, const float* mean,
                           const float* rstd, int64_t N, int64_t C) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
@@ -53,9 +61,9 @@ class CpuKernels final : public Kernels {
   void accumulate(float* y, const float* x, int64_t n) override;
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
                              int64_t V, int64_t Vp, float dloss) override;
-  void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+  void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
              const AdamWArgs& args) override;
-  void sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+  void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
            const SgdArgs& args) override;
   void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
   void round_to(float* x, DType dtype, int64_t n) override;
@@ -64,13 +72,29 @@ class CpuKernels final : public Kernels {
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
   void fill(float* x, float value, int64_t n) override;
-  double sum_squares(const float* x, int64_t n) override;
+  double sum_squares(ConstOperand x, int64_t n) override;
 
  private:
+  // x[i0, i1) rounded to the activation dtype, in the task that wrote it (fp32: nothing).
+  void round_act(float* x, int64_t i0, int64_t i1) {
+    if (act_ != DType::kF32) round_range(x, act_, i0, i1);
+  }
+  // dst[0, n) = src[0, n) as fp32, on the calling thread (exact).
+  void widen_range(float* dst, ConstOperand src, int64_t n);
+  // dst[0, n) = dst.dtype(float(dst[i]) + x[i]), one rounding (add's bits), calling thread.
+  void add_range(Operand dst, const float* x, int64_t n);
+  // dst[0, n) = dst.dtype(x[i]) (round to nearest even), calling thread.
+  void narrow_range(Operand dst, const float* x, int64_t n);
+  // `op` as fp32: its own pointer when fp32, else widened whole into `scratch` (n floats).
+  const float* widened(ConstOperand op, int64_t n, float* scratch);
+  // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
+  const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
+
   // x[i0, i1) rounded to dtype (not kF32): round_to's arithmetic, for round_to and round_rows.
   void round_range(float* x, DType dtype, int64_t i0, int64_t i1);
 
   cpu::Isa isa_;
+  DType act_;
   bool f16c_;  // fp16 conversions by the F16C instructions in cast (fp32 -> fp16), round_to and
                // add (AVX2 paths only, so ZT_CPU_SIMD=sse2 tests the portable conversions)
 };

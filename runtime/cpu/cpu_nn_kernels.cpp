@@ -1,16 +1,18 @@
-// CpuKernels, the neural-network ops: matmul (OpenBLAS's cblas_sgemm, the bias and its gradient
-// here), embedding, layer norm, GELU and softmax cross-entropy. Row kernels handle a row whole on
+// CpuKernels, the neural-network ops: embedding, layer norm, GELU and softmax cross-entropy
+// (matmul: cpu_matmul_kernels.cpp). Parameters arrive in their stored dtype: the small ones
+// (layer-norm weight and bias, a row of an embedding table) are widened to fp32 where they are
+// read, and 16-bit gradients receive one rounded addition per element per call. Row kernels handle a row whole on
 // one thread, so their reductions never depend on the thread count; column reductions (bias,
 // layer-norm weights, embedding tables) add rows in order. Not here: attention
 // (cpu_attention_kernels.cpp), element-wise ops and flat reductions (cpu_elementwise_kernels.cpp),
 // optimizers (cpu_optimizer_kernels.cpp).
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <unordered_map>
+#include <vector>
 
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_parallel.h"
@@ -161,123 +163,104 @@ float softmax_cross_entropy_row(float* row, int32_t target, int64_t vocab, int64
                             static_cast<double>(target_logit));
 }
 
-void check_blas_dims(int64_t M, int64_t K, int64_t N) {
-  ZT_ASSERT(M >= 0 && K >= 0 && N >= 0 && M <= INT_MAX && K <= INT_MAX && N <= INT_MAX,
-            "matmul dimensions M={} K={} N={} must fit in a BLAS int", M, K, N);
-}
-
-// dbias (N) += column sums of dout (M,N), each column summed over rows in order.
-void column_sums(float* dbias, const float* dout, int64_t M, int64_t N) {
-  parallel_ranges(N, kColumnBlock, [&](int64_t c0, int64_t c1) {
-    float acc[kColumnBlock] = {};
-    const int64_t w = c1 - c0;
-    for (int64_t r = 0; r < M; ++r) {
-      const float* row = dout + r * N + c0;
-#pragma omp simd
-      for (int64_t c = 0; c < w; ++c) acc[c] += row[c];
-    }
-    for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += acc[c];
-  });
-}
-
 }  // namespace
 
-void CpuKernels::matmul_forward(float* out, const float* inp, const float* weight,
-                                const float* bias, int64_t M, int64_t K, int64_t N,
-                                WeightLayout layout) {
-  check_blas_dims(M, K, N);
-  if (M == 0 || N == 0) return;
-  // With a bias, out starts as bias rows and the product is added (beta = 1): one write pass
-  // instead of a separate read-modify-write pass after the GEMM.
-  if (bias) {
-    parallel_ranges(M, std::max<int64_t>(1, kElementGrain / N), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) std::memcpy(out + r * N, bias, N * sizeof(float));
-    });
-  }
-  if (K == 0) {
-    if (!bias) fill(out, 0.0f, M * N);
-    return;
-  }
-  const bool in_out = layout == WeightLayout::kInOut;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasNoTrans : CblasTrans, int(M), int(N),
-              int(K), 1.0f, inp, int(K), weight, in_out ? int(N) : int(K), bias ? 1.0f : 0.0f,
-              out, int(N));
-}
-
-void CpuKernels::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, int64_t M, int64_t K,
-                                 int64_t N, WeightLayout layout) {
-  check_blas_dims(M, K, N);
-  if (M == 0 || N == 0 || K == 0) {
-    if (dbias && M > 0) column_sums(dbias, dout, M, N);
-    return;
-  }
-  const bool in_out = layout == WeightLayout::kInOut;
-  if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, in_out ? CblasTrans : CblasNoTrans, int(M), int(K),
-                int(N), 1.0f, dout, int(N), weight, in_out ? int(N) : int(K), 1.0f, dinp, int(K));
-  }
-  if (dweight) {
-    if (in_out) {  // dW (K,N) += inpᵀ (K,M) · dout (M,N)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(K), int(N), int(M), 1.0f, inp,
-                  int(K), dout, int(N), 1.0f, dweight, int(N));
-    } else {  // dW (N,K) += doutᵀ (N,M) · inp (M,K)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(N), int(K), int(M), 1.0f, dout,
-                  int(N), inp, int(K), 1.0f, dweight, int(K));
+void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
+                                   ConstOperand wpe, int64_t B, int64_t T, int64_t C) {
+  const bool wide = wte.dtype == DType::kF32 && wpe.dtype == DType::kF32;
+  parallel_with_scratch(B * T, wide ? 0 : 2 * C, [&](int64_t bt, float* scratch) {
+    const ConstOperand e_row = wte.at(int64_t(tokens[bt]) * C), p_row = wpe.at((bt % T) * C);
+    const float* e = static_cast<const float*>(e_row.data);
+    const float* p = static_cast<const float*>(p_row.data);
+    if (!wide) {
+      e = widened(e_row, C, scratch);
+      p = widened(p_row, C, scratch + C);
     }
-  }
-  if (dbias) column_sums(dbias, dout, M, N);
-}
-
-void CpuKernels::embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                   const float* wpe, int64_t B, int64_t T, int64_t C) {
-  parallel_for(B * T, [&](int64_t bt) {
-    const float* e = wte + int64_t(tokens[bt]) * C;
-    const float* p = wpe + (bt % T) * C;
     float* o = out + bt * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    round_act(o, 0, C);
   });
 }
 
-void CpuKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
+// dwte: one task per block of channels, walking the tokens in order, so repeated tokens add in
+// the same order whatever the thread count (no atomics). A 16-bit dwte row is summed in fp32
+// (its old value, then the batch's contributions in token order: the additions of the fp32
+// path) and rounded once: each distinct token of the batch owns one fp32 row of the task's
+// scratch. dwpe: one task per
+// position, the same way.
+void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
-  // dwte: one task per block of channels, walking the tokens in order, so repeated tokens add
-  // in the same order whatever the thread count (no atomics). dwpe: one task per position.
-  parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
-    for (int64_t bt = 0; bt < B * T; ++bt) {
-      float* d = dwte + int64_t(tokens[bt]) * C;
-      const float* g = dout + bt * C;
+  const int64_t BT = B * T;
+  if (dwte && dwte.dtype == DType::kF32) {
+    float* table = static_cast<float*>(dwte.data);
+    parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
+      for (int64_t bt = 0; bt < BT; ++bt) {
+        float* d = table + int64_t(tokens[bt]) * C;
+        const float* g = dout + bt * C;
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+      }
+    });
+  } else if (dwte) {
+    // slot[bt]: the index of the first position holding the same token.
+    std::vector<int64_t> slot(static_cast<size_t>(BT));
+    {
+      std::unordered_map<int32_t, int64_t> first;
+      first.reserve(static_cast<size_t>(BT));
+      for (int64_t bt = 0; bt < BT; ++bt) slot[bt] = first.try_emplace(tokens[bt], bt).first->second;
     }
-  });
-  parallel_for(T, [&](int64_t t) {
-    float* d = dwpe + t * C;
+    const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
+    parallel_with_scratch(blocks, BT * kColumnBlock, [&](int64_t blk, float* acc) {
+      const int64_t c0 = blk * kColumnBlock, w = std::min(C, c0 + kColumnBlock) - c0;
+      for (int64_t bt = 0; bt < BT; ++bt) {
+        float* a = acc + slot[bt] * kColumnBlock;
+        if (slot[bt] == bt) widen_range(a, dwte.at(int64_t(tokens[bt]) * C + c0), w);
+        const float* g = dout + bt * C + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < w; ++c) a[c] += g[c];
+      }
+      for (int64_t bt = 0; bt < BT; ++bt)
+        if (slot[bt] == bt)
+          narrow_range(dwte.at(int64_t(tokens[bt]) * C + c0), acc + bt * kColumnBlock, w);
+    });
+  }
+  if (!dwpe) return;
+  parallel_with_scratch(T, dwpe.dtype == DType::kF32 ? 0 : C, [&](int64_t t, float* scratch) {
+    float* d = dwpe.dtype == DType::kF32 ? static_cast<float*>(dwpe.data) + t * C : scratch;
+    if (d == scratch) widen_range(d, dwpe.at(t * C), C);
     for (int64_t b = 0; b < B; ++b) {
       const float* g = dout + (b * T + t) * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) d[c] += g[c];
     }
+    if (d == scratch) narrow_range(dwpe.at(t * C), scratch, C);
   });
 }
 
 void CpuKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                   const float* weight, const float* bias, int64_t N, int64_t C) {
+                                   ConstOperand weight_op, ConstOperand bias_op, int64_t N,
+                                   int64_t C) {
+  float* wb = thread_scratch<ScratchSlot::kOperand>(2 * C);
+  const float* weight = widened(weight_op, C, wb);
+  const float* bias = widened(bias_op, C, wb + C);
   parallel_ranges(N, kLayerNormRowBlock, [&](int64_t r0, int64_t r1) {
     run_isa(isa_, [&](auto lanes) {
       using V = typename decltype(lanes)::type;
-      for (int64_t r = r0; r < r1; ++r)
+      for (int64_t r = r0; r < r1; ++r) {
         layernorm_forward_row<V>(out + r * C, mean ? mean + r : nullptr,
                                  rstd ? rstd + r : nullptr, inp + r * C, weight, bias, C);
+        round_act(out + r * C, 0, C);  // mean and rstd stay fp32
+      }
     });
   });
 }
 
-void CpuKernels::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                    const float* inp, const float* weight, const float* mean,
+void CpuKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                                    const float* inp, ConstOperand weight_op, const float* mean,
                                     const float* rstd, int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return;
+  const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
   // Pass 1, per block of kLayerNormRowBlock rows: dinp, and the block's dweight/dbias
   // partials. Pass 2, per block of channels: partials added in block order.
   const int64_t blocks = (N + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
@@ -289,9 +272,11 @@ void CpuKernels::layernorm_backward(float* dinp, float* dweight, float* dbias, c
     const int64_t r1 = std::min(N, (blk + 1) * kLayerNormRowBlock);
     run_isa(isa_, [&](auto lanes) {
       using V = typename decltype(lanes)::type;
-      for (int64_t r = blk * kLayerNormRowBlock; r < r1; ++r)
+      for (int64_t r = blk * kLayerNormRowBlock; r < r1; ++r) {
         layernorm_backward_row<V>(dinp + r * C, pdw, pdb, dout + r * C, inp + r * C, weight,
                                   mean[r], rstd[r], C);
+        round_act(dinp + r * C, 0, C);
+      }
     });
   });
   parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
@@ -306,10 +291,8 @@ void CpuKernels::layernorm_backward(float* dinp, float* dweight, float* dbias, c
         sb[c] += pdb[c];
       }
     }
-    for (int64_t c = 0; c < w; ++c) {
-      dweight[c0 + c] += sw[c];
-      dbias[c0 + c] += sb[c];
-    }
+    add_range(dweight.at(c0), sw, w);  // fp32: +=; 16-bit: one rounding
+    add_range(dbias.at(c0), sb, w);
   });
 }
 
@@ -318,6 +301,7 @@ void CpuKernels::gelu_forward(float* out, const float* inp, int64_t n) {
     run_isa(isa_, [&](auto lanes) {
       gelu_forward_range<typename decltype(lanes)::type>(out, inp, i0, i1);
     });
+    round_act(out, i0, i1);
   });
 }
 
@@ -326,6 +310,7 @@ void CpuKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
     run_isa(isa_, [&](auto lanes) {
       gelu_backward_range<typename decltype(lanes)::type>(dinp, inp, dout, i0, i1);
     });
+    round_act(dinp, i0, i1);
   });
 }
 
@@ -340,6 +325,7 @@ void CpuKernels::softmax_cross_entropy(float* losses, float* logits, const int32
       losses[i] = softmax_cross_entropy_row<typename decltype(lanes)::type>(
           logits + i * Vp, targets[i], V, Vp, dloss);
     });
+    if (dloss != 0.0f) round_act(logits + i * Vp, 0, Vp);  // the gradient; losses stay fp32
   });
 }
 

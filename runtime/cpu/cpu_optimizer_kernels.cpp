@@ -3,6 +3,7 @@
 // Element-wise: an element's update is the same bits wherever it sits in the buffer and whichever
 // instruction set ran, so shards updated separately equal the buffer updated whole. Not here: the
 // loss scaling, clipping and norms around a step (zero/), or any other op.
+#include <algorithm>
 #include <cstdint>
 
 #include "runtime/cpu/cpu_kernels.h"
@@ -58,38 +59,55 @@ void sgd_range(float* param, const float* grad, float* buf, const SgdArgs& a, in
 
 }  // namespace
 
-void CpuKernels::adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+// The gradient of [i0, i1) as fp32, element i0 first: the stored buffer itself, or the range
+// widened into `scratch` (kElementGrain floats).
+const float* CpuKernels::grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch) {
+  if (grad.dtype == DType::kF32) return static_cast<const float*>(grad.data) + i0;
+  widen_range(scratch, grad.at(i0), i1 - i0);
+  return scratch;
+}
+
+void CpuKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
                        const AdamWArgs& args) {
   ZT_ASSERT(args.step >= 1, "adamw step must be >= 1; got {}", args.step);
   const AdamScalars a = adam_scalars(args);
-  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+  const int64_t chunks = (n + kElementGrain - 1) / kElementGrain;
+  parallel_with_scratch(chunks, kElementGrain, [&](int64_t c, float* scratch) {
+    const int64_t i0 = c * kElementGrain, i1 = std::min(n, i0 + kElementGrain);
+    const float* g = grad_range(grad, i0, i1, scratch);
     run_isa(isa_, [&](auto lanes) {
       using V = typename decltype(lanes)::type;
       if (args.decoupled)
-        adamw_range<V, true>(param, grad, m, v, a, i0, i1);
+        adamw_range<V, true>(param + i0, g, m + i0, v + i0, a, 0, i1 - i0);
       else
-        adamw_range<V, false>(param, grad, m, v, a, i0, i1);
+        adamw_range<V, false>(param + i0, g, m + i0, v + i0, a, 0, i1 - i0);
     });
   });
 }
 
-void CpuKernels::sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+void CpuKernels::sgd(float* param, ConstOperand grad_op, float* momentum_buf, int64_t n,
                      const SgdArgs& args) {
   const bool momentum = args.momentum != 0.0f;
   ZT_ASSERT(!momentum || momentum_buf, "sgd with momentum {} needs a momentum buffer",
             args.momentum);
   const bool decay = args.weight_decay != 0.0f;
-  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+  const int64_t chunks = (n + kElementGrain - 1) / kElementGrain;
+  parallel_with_scratch(chunks, kElementGrain, [&](int64_t c, float* scratch) {
+    const int64_t i0 = c * kElementGrain, i1 = std::min(n, i0 + kElementGrain);
+    const float* grad = grad_range(grad_op, i0, i1, scratch);
+    float* p = param + i0;
+    float* buf = momentum_buf ? momentum_buf + i0 : nullptr;
+    const int64_t len = i1 - i0;
     run_isa(isa_, [&](auto lanes) {
       using V = typename decltype(lanes)::type;
       if (decay && momentum)
-        sgd_range<V, true, true>(param, grad, momentum_buf, args, i0, i1);
+        sgd_range<V, true, true>(p, grad, buf, args, 0, len);
       else if (decay)
-        sgd_range<V, true, false>(param, grad, momentum_buf, args, i0, i1);
+        sgd_range<V, true, false>(p, grad, buf, args, 0, len);
       else if (momentum)
-        sgd_range<V, false, true>(param, grad, momentum_buf, args, i0, i1);
+        sgd_range<V, false, true>(p, grad, buf, args, 0, len);
       else
-        sgd_range<V, false, false>(param, grad, momentum_buf, args, i0, i1);
+        sgd_range<V, false, false>(p, grad, buf, args, 0, len);
     });
   });
 }

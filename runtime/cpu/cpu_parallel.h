@@ -34,9 +34,10 @@ void parallel_ranges(int64_t n, int64_t grain, const F& f) {
 // Scratch memory kept per thread across calls (grown, never shrunk), so a warm kernel neither
 // allocates nor page-faults: fresh multi-megabyte buffers cost more than layernorm's whole
 // backward pass. Per thread, because OpenMP workers and concurrent callers each need their own.
-// Two slots: kCall for a buffer the calling thread shares with its workers during one call,
-// kWorker for each worker's private buffer.
-enum class ScratchSlot { kCall, kWorker };
+// Slots: kCall for a buffer the calling thread shares with its workers during one call,
+// kWorker for each worker's private buffer, kOperand for 16-bit operands widened (or narrowed)
+// by the calling thread for its workers to read (a bias, a block of GEMM weights).
+enum class ScratchSlot { kCall, kWorker, kOperand };
 template <ScratchSlot kSlot>
 float* thread_scratch(int64_t floats) {
   thread_local std::vector<float> buffer;

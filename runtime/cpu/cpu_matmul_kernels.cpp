@@ -1,0 +1,341 @@
+// CpuKernels, the matrix products: matmul forward and backward with the weights, the bias and
+// their gradients in their stored dtypes. Every product is a row-major GEMM run by oneDNN:
+//   - fp32 operands: dnnl_sgemm, accumulating in place (beta = 1) where the contract adds;
+//   - bf16 weights with bf16 activations, on a CPU with native bf16 (AVX512_BF16 or AMX-BF16;
+//     native_bf16_gemm()): the activation operand is narrowed to bf16 (exact: it holds bf16
+//     values already) in row blocks, and oneDNN's bf16 matmul accumulates in fp32;
+//   - otherwise (fp16, or bf16 without native support) the weights are widened to fp32 in blocks
+//     of columns or rows of at most kBlockBytes and each block is an sgemm.
+// A 16-bit weight gradient is produced a block of its rows (or columns) at a time in an fp32
+// scratch and added into the stored gradient with one rounding; a 16-bit bias gradient is the
+// fp32 column sums added the same way. Activation outputs (out, dinp) are rounded to the table's
+// activation dtype after their product, a row block at a time.
+// Determinism: oneDNN's GEMMs give the same bits for the same shapes and thread count (the
+// ZeRO stages' bitwise equality compares runs of one shape); nothing here depends on timing.
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_parallel.h"
+#include "runtime/status.h"
+
+namespace zt {
+using namespace cpu;
+namespace {
+
+// Scratch bound of one blocked operand (a widened weight block, a narrowed activation block, an
+// fp32 gradient block): a few MiB, so blocks stay in the L2/L3 the GEMM streams from.
+constexpr int64_t kBlockBytes = int64_t(4) << 20;
+
+void check_gemm_dims(int64_t M, int64_t K, int64_t N) {
+  ZT_ASSERT(M >= 0 && K >= 0 && N >= 0 && M <= INT_MAX && K <= INT_MAX && N <= INT_MAX,
+            "matmul dimensions M={} K={} N={} must fit in a GEMM int", M, K, N);
+}
+
+// Rows (or columns) per block so that `per_row` elements of `bytes` each fit kBlockBytes; at
+// least one, a multiple of 16 when more than 16 (whole vector widths for the packing loops).
+int64_t block_count(int64_t per_row, int64_t bytes, int64_t total) {
+  int64_t n = std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, per_row * bytes));
+  if (n > 16) n = n / 16 * 16;
+  return std::min(n, std::max<int64_t>(total, 1));
+}
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B,
+                                      ldb, beta, C, ldc);
+  ZT_ASSERT(st == dnnl_success, "dnnl_sgemm failed with status {} (M={} N={} K={})", int(st), M,
+            N, K);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bf16 GEMMs through oneDNN's matmul primitive, one primitive per shape, kept for the process.
+
+struct Bf16Gemm {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mu;
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int64_t, int64_t>, dnnl::matmul>
+      cache;
+
+  static Bf16Gemm& get() {
+    static Bf16Gemm g;
+    return g;
+  }
+
+  // C (M,N) = op(A) (M,K) · op(B) (K,N) [+ C] in row-major storage: A is (M,K) with row stride
+  // lda, or (K,M) when ta; B is (K,N) with row stride ldb, or (N,K) when tb; A and B bf16, C fp32
+  // dense (M,N). oneDNN accumulates in fp32.
+  void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
+           const uint16_t* B, int64_t ldb, float* C, bool accumulate) {
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc a_md({M, K}, dt::bf16,
+                                  ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+    const dnnl::memory::desc b_md({K, N}, dt::bf16,
+                                  tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+    const dnnl::memory::desc c_md({M, N}, dt::f32, dnnl::memory::dims{N, 1});
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_tuple(M, N, K, ta, tb, accumulate, lda, ldb);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      dnnl::primitive_attr attr;
+      if (accumulate) {
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+      }
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+      it = cache.emplace(key, dnnl::matmul(pd)).first;
+    }
+    dnnl::memory a(a_md, engine, const_cast<uint16_t*>(A));
+    dnnl::memory b(b_md, engine, const_cast<uint16_t*>(B));
+    dnnl::memory c(c_md, engine, C);
+    it->second.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    stream.wait();
+  }
+};
+
+// dst (rows, cols) dense bf16 = src rows (cols each, stride ld) rounded to bf16, across threads.
+void narrow_rows_bf16(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  parallel_ranges(rows, std::max<int64_t>(1, kElementGrain / std::max<int64_t>(cols, 1)),
+                  [&](int64_t r0, int64_t r1) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                      const float* s = src + r * ld;
+                      uint16_t* d = dst + r * cols;
+#pragma omp simd
+                      for (int64_t c = 0; c < cols; ++c) d[c] = fp32_to_bf16(s[c]);
+                    }
+                  });
+}
+
+uint16_t* bf16_scratch(int64_t elements) {
+  return reinterpret_cast<uint16_t*>(thread_scratch<ScratchSlot::kOperand>((elements + 1) / 2));
+}
+
+// dbias (N) += column sums of dout (M,N), each column summed over rows in order.
+void column_sums(float* dbias, const float* dout, int64_t M, int64_t N) {
+  parallel_ranges(N, kColumnBlock, [&](int64_t c0, int64_t c1) {
+    float acc[kColumnBlock] = {};
+    const int64_t w = c1 - c0;
+    for (int64_t r = 0; r < M; ++r) {
+      const float* row = dout + r * N + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) acc[c] += row[c];
+    }
+    for (int64_t c = 0; c < w; ++c) dbias[c0 + c] += acc[c];
+  });
+}
+
+}  // namespace
+
+bool native_bf16_gemm() {
+  static const bool native = [] {
+    if (cpu::choose_isa() != cpu::Isa::kAvx512) return false;  // ZT_CPU_SIMD caps it too
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+  }();
+  return native;
+}
+
+std::string cpu_gemm_description() {
+  const dnnl_version_t* v = dnnl_version();
+  const char* isa = "?";
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: isa = "sse41"; break;
+    case dnnl_cpu_isa_avx: isa = "avx"; break;
+    case dnnl_cpu_isa_avx2: isa = "avx2"; break;
+    case dnnl_cpu_isa_avx512_mic: isa = "avx512_mic"; break;
+    case dnnl_cpu_isa_avx512_mic_4ops: isa = "avx512_mic_4ops"; break;
+    case dnnl_cpu_isa_avx512_core: isa = "avx512_core"; break;
+    case dnnl_cpu_isa_avx512_core_vnni: isa = "avx512_core_vnni"; break;
+    case dnnl_cpu_isa_avx512_core_bf16: isa = "avx512_core_bf16"; break;
+    case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; break;
+    case dnnl_cpu_isa_avx2_vnni: isa = "avx2_vnni"; break;
+    default: break;
+  }
+  std::string bf16 = "bf16 GEMMs widened to fp32 in blocks (no native bf16)";
+  if (native_bf16_gemm()) {
+    bf16 = "bf16 GEMMs native";
+    try {  // the implementation oneDNN picks for a representative shape
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc({{256, 768}, dt::bf16, tag::ab}, {{768, 768}, dt::bf16, tag::ab},
+                             {{256, 768}, dt::f32, tag::ab}),
+          engine);
+      bf16 += std::string(" (") + pd.impl_info_str() + ")";
+    } catch (const dnnl::error&) {
+    }
+  }
+  return fmt::format("oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs widened to fp32 in blocks",
+                     v->major, v->minor, v->patch, isa, bf16);
+}
+
+const float* CpuKernels::widened(ConstOperand op, int64_t n, float* scratch) {
+  if (op.dtype == DType::kF32) return static_cast<const float*>(op.data);
+  widen_range(scratch, op, n);
+  return scratch;
+}
+
+void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weight,
+                                ConstOperand bias, int64_t M, int64_t K, int64_t N,
+                                WeightLayout layout) {
+  check_gemm_dims(M, K, N);
+  if (M == 0 || N == 0) return;
+  // With a bias, out starts as bias rows and the products are added (beta = 1): one write pass
+  // instead of a separate read-modify-write pass after the GEMM.
+  if (bias) {
+    const float* b = widened(bias, N, thread_scratch<ScratchSlot::kCall>(N));
+    parallel_ranges(M, std::max<int64_t>(1, kElementGrain / N), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::memcpy(out + r * N, b, N * sizeof(float));
+    });
+  }
+  const float beta = bias ? 1.0f : 0.0f;
+  const bool in_out = layout == WeightLayout::kInOut;
+  if (K == 0) {
+    if (!bias) fill(out, 0.0f, M * N);
+  } else if (weight.dtype == DType::kF32) {
+    sgemm(false, !in_out, M, N, K, inp, K, static_cast<const float*>(weight.data),
+          in_out ? N : K, beta, out, N);
+  } else if (weight.dtype == DType::kBF16 && act_ == DType::kBF16 && native_bf16_gemm()) {
+    const int64_t rows = block_count(K, 2, M);
+    uint16_t* a = bf16_scratch(rows * K);
+    for (int64_t r0 = 0; r0 < M; r0 += rows) {
+      const int64_t m = std::min(rows, M - r0);
+      narrow_rows_bf16(a, inp + r0 * K, m, K, K);
+      Bf16Gemm::get().run(false, !in_out, m, N, K, a, K,
+                          static_cast<const uint16_t*>(weight.data), in_out ? N : K,
+                          out + r0 * N, bool(bias));
+    }
+  } else {  // weights widened a block of output columns at a time
+    const int64_t cols = block_count(K, 4, N);
+    float* w = thread_scratch<ScratchSlot::kOperand>(cols * K);
+    for (int64_t n0 = 0; n0 < N; n0 += cols) {
+      const int64_t nb = std::min(cols, N - n0);
+      if (in_out) {  // (K, nb) from the columns [n0, n0 + nb) of (K, N)
+        parallel_ranges(K, 64, [&](int64_t k0, int64_t k1) {
+          for (int64_t k = k0; k < k1; ++k) widen_range(w + k * nb, weight.at(k * N + n0), nb);
+        });
+      } else {  // (nb, K): rows [n0, n0 + nb) of (N, K)
+        parallel_ranges(nb, 16, [&](int64_t j0, int64_t j1) {
+          widen_range(w + j0 * K, weight.at((n0 + j0) * K), (j1 - j0) * K);
+        });
+      }
+      sgemm(false, !in_out, M, nb, K, inp, K, w, in_out ? nb : K, beta, out + n0, N);
+    }
+  }
+  if (act_ != DType::kF32)
+    parallel_ranges(M * N, kElementGrain, [&](int64_t i0, int64_t i1) { round_act(out, i0, i1); });
+}
+
+void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                                 const float* inp, ConstOperand weight, int64_t M, int64_t K,
+                                 int64_t N, WeightLayout layout) {
+  check_gemm_dims(M, K, N);
+  if (dbias && M > 0 && N > 0) {
+    if (dbias.dtype == DType::kF32) {
+      column_sums(static_cast<float*>(dbias.data), dout, M, N);
+    } else {
+      float* sums = thread_scratch<ScratchSlot::kCall>(N);
+      std::fill(sums, sums + N, 0.0f);
+      column_sums(sums, dout, M, N);
+      parallel_ranges(N, kElementGrain,
+                      [&](int64_t i0, int64_t i1) { add_range(dbias.at(i0), sums + i0, i1 - i0); });
+    }
+  }
+  if (M == 0 || N == 0 || K == 0) return;
+  const bool in_out = layout == WeightLayout::kInOut;
+  const bool native = act_ == DType::kBF16 && native_bf16_gemm() &&
+                      (!dinp || weight.dtype == DType::kBF16);
+
+  if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
+    if (weight.dtype == DType::kF32) {
+      sgemm(false, in_out, M, K, N, dout, N, static_cast<const float*>(weight.data),
+            in_out ? N : K, 1.0f, dinp, K);
+    } else {
+      // Blocks along N, the reduction dimension, summed in fp32 in dinp: a block of dout's
+      // columns narrowed to bf16 (native), or a block of W's rows of Wᵀ widened to fp32.
+      const int64_t cols = native ? block_count(M, 2, N) : block_count(K, 4, N);
+      uint16_t* d16 = native ? bf16_scratch(M * cols) : nullptr;
+      float* w = native ? nullptr : thread_scratch<ScratchSlot::kOperand>(cols * K);
+      for (int64_t n0 = 0; n0 < N; n0 += cols) {
+        const int64_t nb = std::min(cols, N - n0);
+        // Wᵀ's rows [n0, n0 + nb): W's columns (kInOut, row stride N) or rows (kOutIn).
+        const ConstOperand wb = weight.at(in_out ? n0 : n0 * K);
+        if (native) {
+          narrow_rows_bf16(d16, dout + n0, M, nb, N);
+          Bf16Gemm::get().run(false, in_out, M, K, nb, d16, nb,
+                              static_cast<const uint16_t*>(wb.data), in_out ? N : K, dinp, true);
+          continue;
+        }
+        if (in_out) {  // (K, nb)
+          parallel_ranges(K, 64, [&](int64_t k0, int64_t k1) {
+            for (int64_t k = k0; k < k1; ++k) widen_range(w + k * nb, wb.at(k * N), nb);
+          });
+        } else {  // (nb, K)
+          parallel_ranges(nb, 16, [&](int64_t j0, int64_t j1) {
+            widen_range(w + j0 * K, wb.at(j0 * K), (j1 - j0) * K);
+          });
+        }
+        sgemm(false, in_out, M, K, nb, dout + n0, N, w, in_out ? nb : K, 1.0f, dinp, K);
+      }
+    }
+    if (act_ != DType::kF32)
+      parallel_ranges(M * K, kElementGrain,
+                      [&](int64_t i0, int64_t i1) { round_act(dinp, i0, i1); });
+  }
+
+  if (!dweight) return;
+  if (dweight.dtype == DType::kF32) {
+    float* dw = static_cast<float*>(dweight.data);
+    if (in_out)  // dW (K,N) += inpᵀ (K,M) · dout (M,N)
+      sgemm(true, false, K, N, M, inp, K, dout, N, 1.0f, dw, N);
+    else  // dW (N,K) += doutᵀ (N,M) · inp (M,K)
+      sgemm(true, false, N, K, M, dout, N, inp, K, 1.0f, dw, K);
+    return;
+  }
+  // A 16-bit gradient: blocks of its rows (kOutIn) or columns (kInOut) summed in an fp32
+  // scratch, then added into the stored values with one rounding each.
+  const int64_t block = block_count(K, 4, N);
+  float* acc = thread_scratch<ScratchSlot::kCall>(block * K);
+  uint16_t* inp16 = nullptr;
+  uint16_t* d16 = nullptr;
+  if (native) {
+    inp16 = bf16_scratch(M * K + M * block);
+    d16 = inp16 + M * K;
+    narrow_rows_bf16(inp16, inp, M, K, K);
+  }
+  for (int64_t n0 = 0; n0 < N; n0 += block) {
+    const int64_t nb = std::min(block, N - n0);
+    if (native) narrow_rows_bf16(d16, dout + n0, M, nb, N);  // dout[:, n0:n0+nb] as (M, nb)
+    if (in_out) {  // acc (K, nb) = inpᵀ (K,M) · dout[:, n0:n0+nb] (M, nb)
+      if (native)
+        Bf16Gemm::get().run(true, false, K, nb, M, inp16, K, d16, nb, acc, false);
+      else
+        sgemm(true, false, K, nb, M, inp, K, dout + n0, N, 0.0f, acc, nb);
+      parallel_ranges(K, 16, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) add_range(dweight.at(k * N + n0), acc + k * nb, nb);
+      });
+    } else {  // acc (nb, K) = dout[:, n0:n0+nb]ᵀ (nb, M) · inp (M, K)
+      if (native)
+        Bf16Gemm::get().run(true, false, nb, K, M, d16, nb, inp16, K, acc, false);
+      else
+        sgemm(true, false, nb, K, M, dout + n0, N, inp, K, 0.0f, acc, K);
+      parallel_ranges(nb * K, kElementGrain, [&](int64_t i0, int64_t i1) {
+        add_range(dweight.at(n0 * K + i0), acc + i0, i1 - i0);
+      });
+    }
+  }
+}
+
+}  // namespace zt
