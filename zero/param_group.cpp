@@ -22,6 +22,7 @@ const char* param_state_name(ParamState s) {
 namespace {
 
 size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+constexpr int64_t kStagingChunk = int64_t{1} << 20;  // elements staged at a time by assign
 
 template <class T>
 T* offset_by(T* base, int64_t elements, DType dtype) {
@@ -95,10 +96,15 @@ void ParamGroup::assign(const UnitValues& values) {
     device_.copy_from_host(params_.data(), host.data(), bytes);  // the master too
     return;
   }
-  Buffer staged = device_.alloc(bytes, MemCategory::kWorkspace);
-  device_.copy_from_host(staged.data(), host.data(), bytes);
-  device_.kernels().cast(params_.data(), compute_, staged.data(), DType::kF32,
-                         working_range_.size);
+  // Rounded into the working dtype through a bounded fp32 staging chunk on the device.
+  const int64_t chunk = std::min<int64_t>(working_range_.size, kStagingChunk);
+  Buffer staged = device_.alloc(float_bytes(chunk), MemCategory::kWorkspace);
+  for (int64_t begin = 0; begin < working_range_.size; begin += chunk) {
+    const int64_t count = std::min(chunk, working_range_.size - begin);
+    device_.copy_from_host(staged.data(), host.data() + begin, float_bytes(count));
+    device_.kernels().cast(offset_by(params_.data(), begin, compute_), compute_, staged.data(),
+                           DType::kF32, count);
+  }
   if (master_)
     device_.copy_from_host(master_.data(),
                            host.data() + offset_in(master_range_, working_range_),

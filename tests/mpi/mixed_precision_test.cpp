@@ -153,11 +153,13 @@ TEST(MixedPrecision, OverflowOnOneRankSkipsTheStepEverywhere) {
     spec.precision.fp16.hysteresis = 1;
     Engine engine(device, comm, model, options(spec, model));
     int step = 0;
-    engine.set_gradient_hook([&](int unit, float* grad, int64_t numel) {
+    engine.set_gradient_hook([&](int unit, Operand grad, int64_t numel) {
       // Only the last rank, one element of one unit; the reduction carries the inf into
-      // whichever rank's shard holds that element.
-      if (step == 3 && my_rank() == last && unit == 1)
-        grad[numel - 1] = std::numeric_limits<float>::infinity();
+      // whichever rank's shard holds that element (the gradient is fp16 here).
+      if (step == 3 && my_rank() == last && unit == 1) {
+        ASSERT_EQ(grad.dtype, DType::kF16);
+        static_cast<uint16_t*>(grad.data)[numel - 1] = 0x7C00;  // +inf
+      }
     });
     auto state = [&] {
       std::vector<std::vector<std::byte>> all;

@@ -214,7 +214,7 @@ std::pair<int, std::vector<std::vector<float>>> reductions_done_at_second_unit(i
   o.persistence_threshold = 0;
   Engine engine(device, comm, model, o);
   int done_then = -1;
-  engine.set_gradient_hook([&](int unit, float*, int64_t) {
+  engine.set_gradient_hook([&](int unit, Operand, int64_t) {
     if (unit != 2) return;
     done_then = comm.returned();
     comm.open();
@@ -258,7 +258,7 @@ bool prefetch_completes_behind_a_stuck_reduction(bool gate_gathers) {
   o.prefetch_bucket_size = ShardLayout(shapes.units()[1]->layout().numel(), 1, 0).padded;
   Engine engine(device, comm, model, o);
   bool completed = false;
-  engine.set_gradient_hook([&](int unit, float*, int64_t) {
+  engine.set_gradient_hook([&](int unit, Operand, int64_t) {
     if (unit == 3) comm.arm();  // the control's gathers queue behind what comes next
     if (unit != 2) return;
     // Block 3's reduction is in flight (at the gate); block 1's prefetch was issued after it.
