@@ -20,14 +20,17 @@ struct BenchTrainOptions {
   // Each is measured in turn in the same run: fp32, bf16, fp16 (mixed, fp32 master), bf16-pure,
   // fp16-pure (no master).
   std::vector<std::string> precisions = {"fp32"};
-  std::string device = "cpu";  // "cuda": GPU 0; MFU against peak_tflops instead of sgemm
+  std::string device = "cpu";  // "cuda": GPU 0; MFU against peak_tflops instead
   double peak_tflops = 989.0;  // the GPU's dense 16-bit peak (H100/H200 SXM: 989)
   bool allow_tf32 = false;
+  // Time per Kernels entry per step (runtime/profiling_kernels.h), one table per precision.
+  bool profile = false;
   std::string json_path;
 };
 
-// GPT-2 training steps (AdamW) next to the sgemm rate of the model's own matmul shapes, for
-// each precision asked, with peak memory per category: apex's O0 / O2 / O3 side by side.
+// GPT-2 training steps (AdamW) against the cores' peak FMA rate measured in the same run, next
+// to oneDNN's GEMM rate on the model's own matmul shapes, for each precision asked, with peak
+// memory per category: apex's O0 / O2 / O3 side by side.
 int bench_train(const BenchTrainOptions& options);
 
 struct BenchCommOptions {

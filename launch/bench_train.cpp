@@ -1,11 +1,15 @@
-// zt-bench train: whole training steps against the machine's sgemm rate, measured in the same
-// run on the model's own matmul shapes (M = B*T rows).
-#include <cblas.h>
+// zt-bench train: whole training steps against the cores' peak fp32 FMA rate, measured in the
+// same run (runtime/cpu/cpu_peak.h), beside the rate oneDNN's GEMMs reach on the model's own
+// matmul shapes (M = B*T rows); with --profile, where each step's time went, per Kernels entry.
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -15,7 +19,9 @@
 #include "model_zoo/gpt2.h"
 #include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/cpu_peak.h"
 #include "runtime/device_factory.h"
+#include "runtime/profiling_kernels.h"
 #include "runtime/status.h"
 #include "zero/engine.h"
 
@@ -28,62 +34,148 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The forward matmuls of one GPT-2 step (every block's four and the tied head) as plain
-// cblas_sgemm calls on their own buffers: the rate a perfectly GEMM-bound step would reach.
-class SgemmProbe {
+void check_dnnl(dnnl_status_t status, const char* call) {
+  if (status != dnnl_success)
+    throw_internal(fmt::format("oneDNN {} failed with status {}", call, static_cast<int>(status)));
+}
+
+// The kernels oneDNN's CPU code paths are built for on this machine.
+const char* dnnl_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
+
+uint16_t to_bf16(float x) {  // round to nearest even; the probe's values are finite
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+// The matmuls of one GPT-2 step as oneDNN computes them on their own buffers: forward
+// out = inp·W, dinput = dout·Wᵀ and dweight = inpᵀ·dout (or its transpose for the tied head)
+// of one block's four products and the head, each block product counted n_layer times. fp32
+// through dnnl_sgemm; bf16 through a bf16 x bf16 -> fp32 matmul primitive (AMX-BF16 where the
+// CPU has it). The rate a perfectly GEMM-bound step would reach with this library, a bit
+// above it: products run with beta = 0, and one block's weights stay in cache across the
+// probe's calls where the step streams twelve blocks' weights.
+class GemmProbe {
  public:
-  SgemmProbe(const Gpt2Config& c, int64_t M) : M_(M) {
+  GemmProbe(const Gpt2Config& c, int64_t M, bool bf16) : bf16_(bf16) {
     const int64_t C = c.n_embd, Vp = c.padded_vocab_size();
-    for (auto [K, N, transposed, count] :
+    for (auto [K, N, out_in, count] :
          {std::tuple{C, 3 * C, false, c.n_layer}, {C, C, false, c.n_layer},
           {C, 4 * C, false, c.n_layer}, {4 * C, C, false, c.n_layer}, {C, Vp, true, 1}}) {
-      shapes_.push_back(Shape{K, N, transposed, count, std::vector<float>(M * K, 0.01f),
-                              std::vector<float>(K * N, 0.02f), std::vector<float>(M * N)});
+      // Row-major C(m,n) = op(A)(m,k)·op(B)(k,n); a transposed operand is stored as op's
+      // transpose. W is (K,N), or (N,K) for the head (nn.Linear's layout).
+      add(M, N, K, false, out_in, count);  // forward: inp (M,K) · W
+      add(M, K, N, false, !out_in, count);  // dinput: dout (M,N) · Wᵀ
+      if (out_in)
+        add(N, K, M, true, false, count);  // dweight (N,K) = doutᵀ · inp
+      else
+        add(K, N, M, true, false, count);  // dweight (K,N) = inpᵀ · dout
     }
   }
-  // Runs the whole set once; returns GFLOP/s.
+  const char* name() const { return bf16_ ? "oneDNN bf16 matmul" : "oneDNN sgemm"; }
+  // The implementations oneDNN chose for the bf16 products ("brg:avx512_core_amx", ...).
+  std::string implementations() const {
+    std::set<std::string> names;
+    for (const Gemm& g : gemms_)
+      if (g.primitive) names.insert(g.implementation);
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  }
+  // Runs every product once; returns GFLOP/s of the step's products (each block product's
+  // time counted n_layer times).
   double run() {
-    double flops = 0;
-    auto t0 = Clock::now();
-    for (Shape& s : shapes_) {
-      for (int i = 0; i < s.count; ++i) {
-        if (s.transposed)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M_, s.N, s.K, 1.0f, s.a.data(),
-                      s.K, s.w.data(), s.K, 0.0f, s.out.data(), s.N);
-        else
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M_, s.N, s.K, 1.0f, s.a.data(),
-                      s.K, s.w.data(), s.N, 0.0f, s.out.data(), s.N);
-        flops += 2.0 * M_ * s.K * s.N;
+    double flops = 0.0, seconds = 0.0;
+    for (Gemm& g : gemms_) {
+      const auto t0 = Clock::now();
+      if (g.primitive) {
+        g.primitive->execute(stream_, {{DNNL_ARG_SRC, g.a_mem}, {DNNL_ARG_WEIGHTS, g.b_mem},
+                                       {DNNL_ARG_DST, g.c_mem}});
+        stream_.wait();
+      } else {
+        check_dnnl(dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f,
+                              g.a.data(), g.ta ? g.m : g.k, g.b.data(), g.tb ? g.k : g.n, 0.0f,
+                              g.c.data(), g.n),
+                   "dnnl_sgemm");
       }
+      seconds += seconds_since(t0) * g.count;
+      flops += 2.0 * g.m * g.n * g.k * g.count;
     }
-    return flops / seconds_since(t0) / 1e9;
+    return flops / seconds / 1e9;
   }
 
  private:
-  struct Shape {
-    int64_t K, N;
-    bool transposed;
+  struct Gemm {
+    int64_t m, n, k;
+    bool ta, tb;
     int count;
-    std::vector<float> a, w, out;
+    std::vector<float> a, b, c;
+    std::vector<uint16_t> a16, b16;
+    dnnl::memory a_mem, b_mem, c_mem;
+    std::unique_ptr<dnnl::matmul> primitive;  // bf16 only
+    std::string implementation;
   };
-  int64_t M_;
-  std::vector<Shape> shapes_;
+  void add(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int count) {
+    Gemm g{m, n, k, ta, tb, count, {}, {}, std::vector<float>(m * n), {}, {}, {}, {}, {}, {}, {}};
+    if (!bf16_) {
+      g.a.assign(m * k, 0.01f);
+      g.b.assign(k * n, 0.02f);
+      gemms_.push_back(std::move(g));
+      return;
+    }
+    g.a16.assign(m * k, to_bf16(0.01f));
+    g.b16.assign(k * n, to_bf16(0.02f));
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::desc a_md({m, k}, dt::bf16, ta ? tag::ba : tag::ab);
+    const dnnl::memory::desc b_md({k, n}, dt::bf16, tb ? tag::ba : tag::ab);
+    const dnnl::memory::desc c_md({m, n}, dt::f32, tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine_);
+    g.implementation = pd.impl_info_str();
+    g.primitive = std::make_unique<dnnl::matmul>(pd);
+    g.a_mem = dnnl::memory(a_md, engine_, g.a16.data());
+    g.b_mem = dnnl::memory(b_md, engine_, g.b16.data());
+    g.c_mem = dnnl::memory(c_md, engine_, g.c.data());
+    gemms_.push_back(std::move(g));
+  }
+
+  bool bf16_;
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  std::vector<Gemm> gemms_;
 };
 
-// GFLOP/s of a square 1024^3 sgemm, best of a few: the machine's peak-ish BLAS rate, a second
-// reference beside the model-shape probe (small-M shapes run below it).
+// GFLOP/s of a square 1024^3 oneDNN sgemm, best of a few: the library's best case, beside the
+// model-shape probe (small-M shapes run below it).
 double square_sgemm_gflops() {
   const int n = 1024;
   std::vector<float> a(n * n, 0.01f), b(n * n, 0.02f), c(n * n);
   double best = 0;
   for (int i = 0; i < 4; ++i) {
     auto t0 = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    check_dnnl(dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n),
+               "dnnl_sgemm");
     best = std::max(best, 2.0 * n * n * n / seconds_since(t0) / 1e9);
   }
   return best;
 }
+
+// The per-step peak reference: best of 3 runs of 30 ms (the start-up figure: 5 of 50 ms).
+PeakFma peak_after_step() { return measure_peak_fma(3, 0.03); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -102,16 +194,25 @@ Precision bench_precision(const std::string& name) {
 
 struct PrecisionRow {
   std::string name;
-  double ms = 0, tokens_per_s = 0, gflops = 0, sgemm = 0, fraction = 0;
+  double ms = 0, tokens_per_s = 0, gflops = 0, gemm = 0, peak = 0, fraction = 0;
   double mfu = 0;  // cuda: model FLOP/s over the peak
   int64_t skipped = 0;
-  std::vector<double> step_ms, sgemm_rates;
+  std::string gemm_name;
+  std::vector<double> step_ms, gemm_rates, peak_rates;
   MemoryTracker memory;
+  OpProfile profile;  // --profile: the timed steps' kernel time, per Kernels entry
 };
 
-// `probe`: the CPU's sgemm reference, alternated with the steps; null on a GPU (MFU instead).
+// The CPU's references, alternated with the steps; absent on a GPU (MFU instead).
+struct CpuReferences {
+  std::unique_ptr<GemmProbe> sgemm, bf16;  // bf16: made when a bf16 row is asked for
+  GemmProbe& for_precision(const std::string& precision) {
+    return precision.starts_with("bf16") ? *bf16 : *sgemm;
+  }
+};
+
 PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
-                     const std::string& precision, const Batch& batch, SgemmProbe* probe) {
+                     const std::string& precision, const Batch& batch, CpuReferences* cpu) {
   // One device per precision: its own peak memory.
   std::unique_ptr<Device> device_owner =
       make_device(parse_device_kind(o.device, "--device"), 0);
@@ -128,41 +229,91 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
     for (size_t l = 0; l < model.layers().size(); ++l)
       eo.checkpoint[l] = model.layers()[l]->checkpointable();
   }
+  // Declared before the engine, which computes with it: outlives it.
+  // One profile filled by every table the engine computes with (fp32, and the compute dtype's).
+  std::unique_ptr<OpProfile> profile;
+  std::vector<std::unique_ptr<ProfilingKernels>> profiling_tables;
+  if (o.profile) {
+    profile = std::make_unique<OpProfile>();
+    eo.kernels = [&](Kernels& device_table) -> Kernels& {
+      profiling_tables.push_back(std::make_unique<ProfilingKernels>(device_table, *profile));
+      return *profiling_tables.back();
+    };
+  }
   SelfCommunicator comm(device);
   Engine engine(device, comm, model, eo);
   const double flops_per_token = 3.0 * model.forward_flops_per_token(batch.T);  // fwd + 2x bwd
   const double tokens = static_cast<double>(batch.B * batch.T);
   PrecisionRow row;
   row.name = precision;
+  GemmProbe* gemm = cpu ? &cpu->for_precision(precision) : nullptr;
   for (int i = 0; i < o.warmup; ++i) {
     row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
-    if (probe) probe->run();
+    if (gemm) gemm->run();
   }
-  // Steps and sgemm probes alternate, so both see the same machine: the reported fraction is
-  // the median of per-pair ratios, robust to a neighbour's load coming and going.
-  std::vector<double> ratios;
+  if (profile) profile->reset();
+  // Steps and references alternate, so both see the same machine (a neighbour's load comes
+  // and goes): after each step the peak FMA rate, then the GEMM probe.
   for (int i = 0; i < o.steps; ++i) {
     auto t0 = Clock::now();
     row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
     row.step_ms.push_back(seconds_since(t0) * 1e3);
-    if (!probe) continue;
-    row.sgemm_rates.push_back(probe->run());
-    ratios.push_back(flops_per_token * tokens / (row.step_ms.back() / 1e3) / 1e9 /
-                     row.sgemm_rates.back());
+    if (!cpu) continue;
+    row.peak_rates.push_back(peak_after_step().gflops);
+    row.gemm_rates.push_back(gemm->run());
   }
   row.ms = median(row.step_ms);
   row.tokens_per_s = tokens / (row.ms / 1e3);
   row.gflops = flops_per_token * row.tokens_per_s / 1e9;
-  if (probe) {
-    row.sgemm = median(row.sgemm_rates);
-    row.fraction = median(ratios);
+  if (cpu) {
+    row.gemm_name = gemm->name();
+    row.gemm = median(row.gemm_rates);
+    row.peak = median(row.peak_rates);
+    row.fraction = row.peak > 0 ? row.gflops / row.peak : 0.0;
   }
   row.mfu = row.gflops / (o.peak_tflops * 1e3);
   row.memory = device.memory();
+  if (profile) row.profile = *profile;
   return row;
 }
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+double mean(const std::vector<double>& v) {
+  double sum = 0.0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
+// --profile: one table per row, the entries by time; their sum beside the mean step (the
+// table's steps are those of the row, so the mean, not the median, is what they add up to).
+void print_profile(const Logger& log, const PrecisionRow& r, int steps) {
+  std::vector<std::pair<std::string, OpTime>> ops(r.profile.ops().begin(), r.profile.ops().end());
+  std::sort(ops.begin(), ops.end(),
+            [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+  const double step_ms = mean(r.step_ms);
+  log.rank0("");
+  log.rank0("profile {}: time per Kernels entry per step (mean of {} steps)", r.name, steps);
+  log.rank0("  {:<22} {:>10} {:>11} {:>10}", "entry", "ms/step", "calls/step", "% of step");
+  for (const auto& [name, t] : ops)
+    log.rank0("  {:<22} {:>10.2f} {:>11.1f} {:>9.1f}%", name, t.seconds * 1e3 / steps,
+              static_cast<double>(t.calls) / steps, 100.0 * t.seconds * 1e3 / steps / step_ms);
+  const double sum_ms = r.profile.total_seconds() * 1e3 / steps;
+  log.rank0("  {:<22} {:>10.2f} {:>11} {:>9.1f}%   (measured step {:.2f} ms)", "sum", sum_ms, "",
+            100.0 * sum_ms / step_ms, step_ms);
+}
+
+nlohmann::json profile_json(const PrecisionRow& r, int steps) {
+  nlohmann::json ops = nlohmann::json::array();
+  const double step_ms = mean(r.step_ms);
+  for (const auto& [name, t] : r.profile.ops())
+    ops.push_back({{"entry", name},
+                   {"ms_per_step", t.seconds * 1e3 / steps},
+                   {"calls_per_step", static_cast<double>(t.calls) / steps},
+                   {"fraction_of_step", t.seconds * 1e3 / steps / step_ms}});
+  return {{"ops", ops},
+          {"sum_ms_per_step", r.profile.total_seconds() * 1e3 / steps},
+          {"mean_step_ms", step_ms}};
+}
 
 }  // namespace
 
@@ -177,16 +328,33 @@ int bench_train(const BenchTrainOptions& o) {
   for (auto& t : targets) t = token(rng);
   const Batch batch{inputs.data(), targets.data(), B, T};
   const double flops_per_token = 3.0 * Gpt2(config).forward_flops_per_token(T);
-
-  log.rank0("zt-bench train: {} ({:.1f}M parameters), B={} T={} AdamW{}, {} threads",
-            o.model, Gpt2(config).forward_flops_per_token(0) / 2e6, B, T,
-            o.checkpoint ? ", activation checkpointing" : "", openblas_get_num_threads());
   const bool gpu = parse_device_kind(o.device, "--device") == DeviceKind::kCuda;
-  std::unique_ptr<SgemmProbe> probe;
-  if (!gpu) probe = std::make_unique<SgemmProbe>(config, B * T);
+
+  const PeakFma start_peak = measure_peak_fma();
+  log.rank0("zt-bench train: {} ({:.1f}M parameters), B={} T={} AdamW{}, {} threads "
+            "(omp_get_max_threads){}",
+            o.model, Gpt2(config).forward_flops_per_token(0) / 2e6, B, T,
+            o.checkpoint ? ", activation checkpointing" : "", start_peak.threads,
+            o.profile ? ", --profile" : "");
+  log.rank0("CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s ({} loop on {} threads, best of 5 x "
+            "50 ms)",
+            cpu_model_name(), cpu_simd_features(), start_peak.gflops, start_peak.isa,
+            start_peak.threads);
+  std::unique_ptr<CpuReferences> cpu;
+  if (!gpu) {
+    cpu = std::make_unique<CpuReferences>();
+    cpu->sgemm = std::make_unique<GemmProbe>(config, B * T, false);
+    const bool bf16 = std::any_of(o.precisions.begin(), o.precisions.end(),
+                                  [](const std::string& p) { return p.starts_with("bf16"); });
+    if (bf16) cpu->bf16 = std::make_unique<GemmProbe>(config, B * T, true);
+    log.rank0("oneDNN {}.{}: kernels for {} (dnnl_get_effective_cpu_isa){}",
+              dnnl_version()->major, dnnl_version()->minor,
+              dnnl_isa_name(dnnl_get_effective_cpu_isa()),
+              bf16 ? "; bf16 matmul implementations: " + cpu->bf16->implementations() : "");
+  }
   std::vector<PrecisionRow> rows;
   for (const std::string& precision : o.precisions)
-    rows.push_back(measure(o, config, precision, batch, probe.get()));
+    rows.push_back(measure(o, config, precision, batch, cpu.get()));
   if (gpu) {
     log.rank0("{:>10} {:>10} {:>10} {:>10} {:>7} | peak MiB: {:>8} {:>8} {:>8} {:>8} {:>8} "
               "{:>8}",
@@ -203,17 +371,21 @@ int bench_train(const BenchTrainOptions& o) {
     }
     log.rank0("MFU: model FLOPs (6 x params + attention, {:.3g}/token) per second over {} "
               "TFLOP/s", flops_per_token, o.peak_tflops);
+    if (o.profile)
+      for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
     if (!o.json_path.empty()) {
       nlohmann::json j = {{"bench", "train"}, {"device", o.device}, {"model", o.model},
                           {"batch", B}, {"seq_len", T}, {"peak_tflops", o.peak_tflops},
                           {"activation_checkpointing", o.checkpoint},
                           {"rows", nlohmann::json::array()}};
-      for (const PrecisionRow& r : rows)
+      for (const PrecisionRow& r : rows) {
         j["rows"].push_back({{"precision", r.name}, {"ms_per_step", r.ms},
                              {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
                              {"step_ms", r.step_ms},
                              {"peak_bytes_total", r.memory.peak_total()},
                              {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)}});
+        if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
+      }
       std::ofstream out(o.json_path);
       if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
       out << j.dump(2) << "\n";
@@ -222,15 +394,15 @@ int bench_train(const BenchTrainOptions& o) {
   }
   const double square = square_sgemm_gflops();
 
-  log.rank0("{:>10} {:>10} {:>10} {:>9} {:>10} {:>9} | peak MiB: {:>8} {:>8} {:>8} {:>8} "
-            "{:>8} {:>8}",
-            "precision", "ms/step", "tokens/s", "GFLOP/s", "sgemm GF/s", "of sgemm", "params",
-            "grads", "optim", "activ", "work", "total");
+  log.rank0("{:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8} | peak MiB: {:>8} {:>8} {:>8} "
+            "{:>8} {:>8} {:>8}",
+            "precision", "ms/step", "tokens/s", "GFLOP/s", "GEMM GF/s", "peak GF/s", "of peak",
+            "params", "grads", "optim", "activ", "work", "total");
   for (const PrecisionRow& r : rows) {
     const MemoryTracker& m = r.memory;
-    log.rank0("{:>10} {:>10.1f} {:>10.0f} {:>9.1f} {:>10.1f} {:>8.1f}% | {:>18.1f} {:>8.1f} "
-              "{:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}",
-              r.name, r.ms, r.tokens_per_s, r.gflops, r.sgemm, 100.0 * r.fraction,
+    log.rank0("{:>10} {:>10.1f} {:>10.0f} {:>9.1f} {:>10.1f} {:>10.1f} {:>7.1f}% | {:>18.1f} "
+              "{:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}",
+              r.name, r.ms, r.tokens_per_s, r.gflops, r.gemm, r.peak, 100.0 * r.fraction,
               mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
               mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
               mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
@@ -240,18 +412,18 @@ int bench_train(const BenchTrainOptions& o) {
   }
   log.rank0("model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps",
             flops_per_token, o.steps);
-  log.rank0("square 1024^3 sgemm in the same run: {:.1f} GFLOP/s; the rows reach {} of it",
-            square, [&] {
-              std::string s;
-              for (const PrecisionRow& r : rows)
-                s += fmt::format("{}{}: {:.1f}%", s.empty() ? "" : ", ", r.name,
-                                 100.0 * r.gflops / square);
-              return s;
-            }());
-  log.rank0("'of sgemm' is the median over steps of (step GFLOP/s) / (fp32 sgemm GFLOP/s "
-            "measured right after that step on the model's forward matmul shapes). 16-bit rows "
-            "compute in fp32 on this back end (values rounded to 16 bits where stored); 'work' "
-            "is the fp32 copies that takes");
+  log.rank0("'of peak': the row's GFLOP/s over 'peak GF/s', the median of the cores' fp32 FMA "
+            "rate measured right after each step ({}, {} loop, {} threads). 'GEMM GF/s': the "
+            "median rate, after each step, of the model's forward, dinput and dweight matmul "
+            "shapes in {} (bf16 rows: {})",
+            cpu_model_name(), start_peak.isa, start_peak.threads, cpu->sgemm->name(),
+            cpu->bf16 ? cpu->bf16->name() : "none asked");
+  log.rank0("square 1024^3 oneDNN sgemm in the same run: {:.1f} GFLOP/s ({:.1f}% of the "
+            "start-up peak). 16-bit rows compute in fp32 on this back end (values rounded to 16 "
+            "bits where stored); 'work' is the fp32 copies that takes",
+            square, 100.0 * square / start_peak.gflops);
+  if (o.profile)
+    for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
 
   if (!o.json_path.empty()) {
     nlohmann::json j = {{"bench", "train"},
@@ -260,6 +432,12 @@ int bench_train(const BenchTrainOptions& o) {
                         {"seq_len", T},
                         {"activation_checkpointing", o.checkpoint},
                         {"flops_per_token", flops_per_token},
+                        {"cpu", cpu_model_name()},
+                        {"cpu_simd", cpu_simd_features()},
+                        {"threads", start_peak.threads},
+                        {"peak_isa", start_peak.isa},
+                        {"startup_peak_gflops", start_peak.gflops},
+                        {"dnnl_isa", dnnl_isa_name(dnnl_get_effective_cpu_isa())},
                         {"square_sgemm_gflops", square},
                         {"rows", nlohmann::json::array()}};
     for (const PrecisionRow& r : rows) {
@@ -273,13 +451,17 @@ int bench_train(const BenchTrainOptions& o) {
                            {"ms_per_step", r.ms},
                            {"tokens_per_s", r.tokens_per_s},
                            {"gflops", r.gflops},
-                           {"sgemm_gflops", r.sgemm},
-                           {"fraction_of_sgemm", r.fraction},
-                           {"fraction_of_square_sgemm", r.gflops / square},
+                           {"peak_gflops", r.peak},
+                           {"fraction_of_peak", r.fraction},
+                           {"gemm", r.gemm_name},
+                           {"gemm_gflops", r.gemm},
+                           {"fraction_of_gemm", r.gemm > 0 ? r.gflops / r.gemm : 0.0},
                            {"skipped_steps", r.skipped},
                            {"step_ms", r.step_ms},
-                           {"sgemm_gflops_per_step", r.sgemm_rates},
+                           {"peak_gflops_per_step", r.peak_rates},
+                           {"gemm_gflops_per_step", r.gemm_rates},
                            {"peak_bytes", peak}});
+      if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
     }
     std::ofstream out(o.json_path);
     if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));

@@ -31,7 +31,7 @@ bool parse_options(int argc, char** argv, const po::options_description& desc,
 
 int train_main(int argc, char** argv) {
   zt::BenchTrainOptions o;
-  po::options_description desc("zt-bench train: GPT-2 training step vs measured sgemm rate");
+  po::options_description desc("zt-bench train: GPT-2 training step vs the measured peak FMA rate");
   desc.add_options()("help,h", "show this help")
       ("model", po::value(&o.model)->default_value(o.model), "model zoo name")
       ("batch,B", po::value(&o.batch)->default_value(o.batch), "micro-batch size")
@@ -46,6 +46,8 @@ int train_main(int argc, char** argv) {
       ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops),
        "cuda: the GPU's dense 16-bit peak, for MFU")
       ("allow-tf32", po::bool_switch(&o.allow_tf32), "cuda: fp32 GEMMs may use TF32")
+      ("profile", po::bool_switch(&o.profile),
+       "time per Kernels entry per step, one table per precision")
       ("json", po::value(&o.json_path), "also write the figures to this JSON file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "train", vm)) return 0;

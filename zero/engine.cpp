@@ -59,8 +59,9 @@ class DeviceBatch {
 // (input_of / output_of), dropped after the layer (drop_copies).
 class PassState {
  public:
-  PassState(Device& device, size_t layers, int64_t N, int64_t C, DType act_dtype, bool training)
-      : device_(device), layers_(layers), n_(N * C), act_dtype_(act_dtype),
+  PassState(Device& device, Kernels& k, size_t layers, int64_t N, int64_t C, DType act_dtype,
+            bool training)
+      : device_(device), k_(k), layers_(layers), n_(N * C), act_dtype_(act_dtype),
         pack_(act_dtype != DType::kF32) {
     hidden_.resize(layers - 1);
     for (auto& h : hidden_)
@@ -77,7 +78,7 @@ class PassState {
     if (l == 0) return nullptr;
     if (!pack_) return hidden_[l - 1].as<float>();
     input_copy_ = device_.alloc(fp32_bytes(), MemCategory::kActivations);
-    device_.kernels().cast(input_copy_.data(), DType::kF32, hidden_[l - 1].data(), act_dtype_, n_);
+    k_.cast(input_copy_.data(), DType::kF32, hidden_[l - 1].data(), act_dtype_, n_);
     return input_copy_.as<float>();
   }
   // Layer l's output buffer: null for the last layer, and for a backward that does not
@@ -92,7 +93,7 @@ class PassState {
   // After a forward: the fp32 output copy stored as the working dtype.
   void store_output(size_t l, const float* output) {
     if (pack_ && output)
-      device_.kernels().cast(hidden_[l].data(), act_dtype_, output, DType::kF32, n_);
+      k_.cast(hidden_[l].data(), act_dtype_, output, DType::kF32, n_);
   }
   void drop_copies() {
     input_copy_.reset();
@@ -126,6 +127,7 @@ class PassState {
  private:
   size_t fp32_bytes() const { return static_cast<size_t>(n_) * sizeof(float); }
   Device& device_;
+  Kernels& k_;
   size_t layers_;
   int64_t n_;  // N * C
   DType act_dtype_;
@@ -144,6 +146,12 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
       comm_(comm),
       model_(model),
       options_(std::move(options)),
+      kernels_(options_.kernels ? options_.kernels(device.kernels()) : device.kernels()),
+      compute_kernels_(options_.precision.mixed()
+                           ? (options_.kernels
+                                  ? options_.kernels(device.kernels_for(options_.precision.compute))
+                                  : device.kernels_for(options_.precision.compute))
+                           : kernels_),
       policy_(options_.policy),
       reduce_queue_(std::make_unique<CommQueue>(comm)),
       gather_comm_(comm.duplicate()),
@@ -171,8 +179,8 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     sizes.push_back(g.master_size());
     gathered.push_back(g.params_sharded() ? shard.padded : 0);
   }
-  optimizer_ = std::make_unique<Optimizer>(device_, options_.optimizer, std::move(ranges),
-                                           std::move(sizes));
+  optimizer_ = std::make_unique<Optimizer>(device_, kernels_, options_.optimizer,
+                                           std::move(ranges), std::move(sizes));
   const GatherLimits limits{options_.prefetch_bucket_size, options_.max_live_parameters,
                             options_.max_reuse_distance};
   training_schedule_ =
@@ -189,8 +197,7 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
 
 Engine::~Engine() = default;
 
-// The table rounding activations to the compute dtype (fp32: the plain one).
-Kernels& Engine::compute_kernels() { return device_.kernels_for(options_.precision.compute); }
+Kernels& Engine::compute_kernels() { return compute_kernels_; }
 
 void Engine::for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
                                  const std::function<void(float*, int64_t, int64_t)>& f) {
@@ -200,7 +207,7 @@ void Engine::for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
                                  MemCategory::kWorkspace);
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t count = std::min(chunk, n - begin);
-    device_.kernels().cast(scratch.data(), DType::kF32,
+    kernels_.cast(scratch.data(), DType::kF32,
                            static_cast<const std::byte*>(src) +
                                static_cast<size_t>(begin) * dtype_size(dtype),
                            dtype, count);
@@ -292,8 +299,8 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
   const size_t L = layers.size();
   const bool training = mode == PassMode::kTraining;
   const UnitSchedule& schedule = training ? *training_schedule_ : *evaluation_schedule_;
-  PassState pass(device_, L, batch.B * batch.T, model_.hidden_size(), options_.precision.compute,
-                 training);
+  PassState pass(device_, kernels_, L, batch.B * batch.T, model_.hidden_size(),
+                 options_.precision.compute, training);
   auto layer_io = [&](size_t l, bool computes_output) {
     LayerIO io;
     io.batch = &batch;
@@ -324,7 +331,7 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
   if (!training) return pass.mean_loss();
 
   t0 = Clock::now();
-  GradientReducer reducer(*reduce_queue_, device_.kernels(), options_.reduce_bucket_size,
+  GradientReducer reducer(*reduce_queue_, kernels_, options_.reduce_bucket_size,
                           options_.overlap_comm);
   for (size_t l = L; l-- > 0;) {
     const size_t at = schedule.backward_step(l);
@@ -343,7 +350,7 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
     pass.acts(l).release();
     if (last_backward_layer_[u] == l) {  // the unit's gradient of this micro-batch is complete
       if (gradient_hook_) gradient_hook_(u, g.full_grads(), g.shard().numel);
-      g.finish_grads(device_.kernels(), reduce_now);
+      g.finish_grads(kernels_, reduce_now);
       if (reduce_now) reducer.add(g);
       fault_point(EnginePoint::kBackward, u);
     }
@@ -388,8 +395,8 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   auto t0 = Clock::now();
   double partial = 0.0;
   for (auto& g : groups_)
-    partial += device_.kernels().sum_squares(ConstOperand(g->grad_shard(), g->grad_dtype()),
-                                             g->shard().shard);
+    partial += kernels_.sum_squares(ConstOperand(g->grad_shard(), g->grad_dtype()),
+                                    g->shard().shard);
   const double norm_squared = all_ranks_sum(partial);
   result.grad_norm = std::sqrt(norm_squared) / scale;
   auto finish_times = [&] {
@@ -461,7 +468,7 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
   const int64_t n = g.master_size();
   float* master = g.master();
   const DType dtype = options_.precision.compute;
-  Kernels& k = device_.kernels();
+  Kernels& k = kernels_;
   const ConstOperand grads(g.grad_master(), g.grad_dtype());  // widened by the kernels
   if (master) {
     optimizer_->step_part(u, 0, n, master, grads, lr, grad_scale, step_);
@@ -556,7 +563,7 @@ std::vector<float> Engine::unit_grads(int u) {
   const void* values = full.data();
   if (dtype != DType::kF32) {
     widened = device_.alloc(static_cast<size_t>(s.padded) * sizeof(float), MemCategory::kWorkspace);
-    device_.kernels().cast(widened.data(), DType::kF32, full.data(), dtype, s.padded);
+    kernels_.cast(widened.data(), DType::kF32, full.data(), dtype, s.padded);
     values = widened.data();
   }
   std::vector<float> out(static_cast<size_t>(s.numel));

@@ -51,6 +51,9 @@ struct EngineOptions {
   int64_t max_reuse_distance = 0;
   int64_t persistence_threshold = 100'000;      // stage 3: units this small stay gathered
   Precision precision;                          // fp32, mixed or pure 16-bit
+  // The tables the engine computes with, given the device's; profiling wraps them
+  // (runtime/profiling_kernels.h). What it returns must outlive the engine. Empty: the device's.
+  std::function<Kernels&(Kernels& device_table)> kernels;
 };
 
 // Where one step's time went on this rank (wall_clock_breakdown), in seconds. forward,
@@ -200,6 +203,8 @@ class Engine {
   Communicator& comm_;
   Model& model_;
   EngineOptions options_;
+  Kernels& kernels_;          // options_.kernels applied to the device's fp32 table
+  Kernels& compute_kernels_;  // ... and to its table for the compute dtype (fp32: kernels_)
   ZeroPolicy policy_;
   // Two communicators, each with its queue: gradient reductions and scalar reductions on
   // comm_, parameter gathers on a duplicate, so a stage-3 prefetch never waits behind a large

@@ -20,10 +20,10 @@ std::vector<DecayRange> decay_ranges(const FlatLayout& layout, int64_t begin, in
   return out;
 }
 
-Optimizer::Optimizer(Device& device, const OptimizerOptions& options,
+Optimizer::Optimizer(Device& device, Kernels& kernels, const OptimizerOptions& options,
                      std::vector<std::vector<DecayRange>> ranges,
                      std::vector<int64_t> range_sizes)
-    : device_(device), options_(options), ranges_(std::move(ranges)) {
+    : device_(device), kernels_(kernels), options_(options), ranges_(std::move(ranges)) {
   ZT_ASSERT(ranges_.size() == range_sizes.size(), "{} vs {}", ranges_.size(), range_sizes.size());
   const bool adam = options_.type != OptimizerOptions::Type::kSgd;
   const bool momentum = !adam && options_.momentum != 0.0f;
@@ -37,7 +37,7 @@ Optimizer::Optimizer(Device& device, const OptimizerOptions& options,
 
 void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
                           ConstOperand grads, float lr, float grad_scale, int64_t step) {
-  Kernels& k = device_.kernels();
+  Kernels& k = kernels_;
   float* m = first_[range].as<float>();
   float* v = second_[range].as<float>();
   for (const DecayRange& r : ranges_[range]) {

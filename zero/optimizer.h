@@ -34,7 +34,8 @@ class Optimizer {
  public:
   // One state slot per range; `range_sizes[i]` elements, `layouts[i]` gives the decay runs of
   // the range that starts at flat offset `range_begins[i]`.
-  Optimizer(Device& device, const OptimizerOptions& options,
+  // `kernels`: the table the updates run on (the device's, or one wrapping it).
+  Optimizer(Device& device, Kernels& kernels, const OptimizerOptions& options,
             std::vector<std::vector<DecayRange>> ranges, std::vector<int64_t> range_sizes);
 
   // Updates elements [begin, end) of range i from grads multiplied by grad_scale; params and
@@ -50,6 +51,7 @@ class Optimizer {
 
  private:
   Device& device_;
+  Kernels& kernels_;
   OptimizerOptions options_;
   std::vector<std::vector<DecayRange>> ranges_;
   std::vector<Buffer> first_;   // Adam m / SGD momentum

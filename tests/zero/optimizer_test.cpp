@@ -52,7 +52,8 @@ TEST(Optimizer, DecayOnlyWhereTheTableSays) {
   OptimizerOptions o;
   o.type = OptimizerOptions::Type::kSgd;
   o.weight_decay = 0.5f;
-  Optimizer opt(device, o, {decay_ranges(layout, 0, layout.numel())}, {layout.numel()});
+  Optimizer opt(device, device.kernels(), o, {decay_ranges(layout, 0, layout.numel())},
+                {layout.numel()});
   std::vector<float> p(layout.numel(), 1.0f), g(layout.numel(), 0.0f);
   opt.step_part(0, 0, layout.numel(), p.data(), g.data(), 0.1f, 1.0f, 1);
   EXPECT_FLOAT_EQ(p[0], 1.0f - 0.1f * 0.5f);  // w decays
