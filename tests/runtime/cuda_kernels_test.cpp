@@ -2,7 +2,8 @@
 // the CPU back end's, run on the same inputs on both devices: compared bitwise where the two run
 // the same IEEE operations (casts, rounding, add, fill, residual, accumulate; NaN payloads made by
 // arithmetic excepted) and within a tight tolerance elsewhere, 16-bit optimizer gradients and
-// sum_squares inputs included. Every test skips when no GPU is visible. Not here: the matmul / embedding / layer-norm / attention / cross-entropy entries
+// sum_squares inputs included. Every test skips when no GPU is visible. Not here: the matmul /
+// embedding / layer-norm / attention / cross-entropy entries
 // (cuda_nn_kernels_test.cpp) and Device memory (cuda_device_test.cpp).
 #include <gtest/gtest.h>
 
