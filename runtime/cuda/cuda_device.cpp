@@ -51,8 +51,12 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   try {
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
-    kernels_ = std::make_unique<CudaKernels>(compute_);
+    auto& fp32 = kernels_[static_cast<int>(DType::kF32)];
+    fp32 = std::make_unique<CudaKernels>(*this, compute_);
+    for (DType t : {DType::kF16, DType::kBF16})
+      kernels_[static_cast<int>(t)] = std::make_unique<CudaKernels>(*fp32, t);
   } catch (...) {
+    for (auto& k : kernels_) k.reset();
     if (compute_) cudaStreamDestroy(compute_);
     if (comm_) cudaStreamDestroy(comm_);
     throw;
@@ -62,7 +66,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
 // Errors are ignored here: a destructor cannot report them, and the process is usually ending.
 CudaDevice::~CudaDevice() {
   cudaSetDevice(ordinal_);
-  kernels_.reset();  // waits for the compute stream, frees its handles and scratch
+  for (auto& k : kernels_) k.reset();  // wait for the compute stream; the last frees the handles
   cudaStreamSynchronize(compute_);
   cudaStreamSynchronize(comm_);
   {
@@ -82,8 +86,10 @@ std::string CudaDevice::name() const {
   return fmt::format("cuda:{} ({})", ordinal_, device_name_);
 }
 
-Kernels& CudaDevice::kernels() { return *kernels_; }
-CudaKernels& CudaDevice::cuda_kernels() { return *kernels_; }
+Kernels& CudaDevice::kernels_for(DType activations) {
+  return *kernels_[static_cast<int>(activations)];
+}
+CudaKernels& CudaDevice::cuda_kernels() { return *kernels_[static_cast<int>(DType::kF32)]; }
 
 // The host copies wait for the compute stream: a read sees every kernel queued before it, and
 // the host buffer may be reused as soon as the call returns.

@@ -5,6 +5,8 @@
 // every allocation is tracked by category by the base class (current and peak, like
 // torch.cuda.max_memory_allocated); reserved_bytes() is what cudaMalloc holds.
 // Host copies synchronise the compute stream (a read sees every kernel queued before it).
+// Three kernel tables, one per activation dtype (kernels_for), share the compute stream, the
+// cuBLAS handles, workspaces and TF32 setting (cuda_kernels.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,8 +30,9 @@ class CudaDevice final : public Device {
   ~CudaDevice() override;
 
   std::string name() const override;  // "cuda:0 (NVIDIA H200)"
-  Kernels& kernels() override;
+  Kernels& kernels_for(DType activations) override;
   bool host_accessible() const override { return false; }
+  // The fp32 table (set_allow_tf32 on it applies to all three).
   CudaKernels& cuda_kernels();
 
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
@@ -58,7 +61,7 @@ class CudaDevice final : public Device {
   std::string device_name_;                  // cudaDeviceProp::name
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
-  std::unique_ptr<CudaKernels> kernels_;
+  std::unique_ptr<CudaKernels> kernels_[3];  // by DType: fp32, fp16, bf16
   mutable std::mutex mutex_;                 // the allocator's state (below)
   std::multimap<size_t, void*> free_blocks_; // block size -> cached block
   std::map<void*, size_t> live_blocks_;      // handed-out block -> its (rounded) size

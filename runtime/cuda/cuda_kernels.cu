@@ -1,7 +1,11 @@
 // CudaKernels: construction, element-wise ops, optimizers and reductions. The neural-network
 // ops (matmul, embedding, layer norm, attention, cross-entropy) are in cuda_nn_kernels.cu.
 // Every entry is enqueued on stream_ and returns at once, except sum_squares, which waits for its
-// result.
+// result. Activations written here (gelu out / dinp, residual out, accumulate y, fill x) are
+// rounded to the table's activation dtype after the kernel (round_act); the optimizers, cast,
+// round_to, round_rows, add and sum_squares round nothing (they work on fp32 master state, are
+// exact, or are the rounding itself). A 16-bit gradient of adamw / sgd and a 16-bit x of
+// sum_squares are widened as they are read (kernels templated on the storage type).
 //
 // Bitwise agreement with the CPU back end (runtime/cpu/). Element-wise kernels
 // here run the same IEEE operations in the same order as the CPU's, one element per loop
@@ -21,9 +25,6 @@
 // blocks use 8 lanes), which agree to ~1e-15 relative.
 // Pinned by tests/runtime/cuda_device_test.cpp (every entry here against the CPU's, bitwise
 // where the operations are the same; ElementWiseResultsDoNotDependOnSplitting for position).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -130,13 +131,14 @@ __global__ void fill_kernel(float* x, float value, int64_t n) {
 // Optimizers: the CPU's adamw_range / sgd_range (cpu_optimizer_kernels.cpp), operation for
 // operation.
 
-// Scalars of one AdamW call, computed once on the host exactly as the CPU computes them.
-template <bool kDecoupled>
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
-                             AdamScalars a) {
+// Scalars of one AdamW call, computed once on the host exactly as the CPU computes them. The
+// gradient is read in its stored dtype G (widened exactly).
+template <bool kDecoupled, class G>
+__global__ void adamw_kernel(float* param, const typename G::Elem* grad, float* m, float* v,
+                             int64_t n, AdamScalars a) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     float p = param[i];
-    float g = __fmul_rn(grad[i], a.grad_scale);
+    float g = __fmul_rn(G::to_fp32(grad[i]), a.grad_scale);
     if constexpr (!kDecoupled) g = __fadd_rn(g, __fmul_rn(a.weight_decay, p));  // L2
     const float mi = __fadd_rn(__fmul_rn(a.beta1, m[i]), __fmul_rn(a.one_minus_beta1, g));
     const float vi =
@@ -156,11 +158,12 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 }
 
 // PyTorch's SGD: g += wd p; with momentum buf = momentum buf + g, and the step uses buf.
-template <bool kDecay, bool kMomentum>
-__global__ void sgd_kernel(float* param, const float* grad, float* buf, int64_t n, SgdArgs a) {
+template <bool kDecay, bool kMomentum, class G>
+__global__ void sgd_kernel(float* param, const typename G::Elem* grad, float* buf, int64_t n,
+                           SgdArgs a) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     const float p = param[i];
-    float g = __fmul_rn(grad[i], a.grad_scale);
+    float g = __fmul_rn(G::to_fp32(grad[i]), a.grad_scale);
     if constexpr (kDecay) g = __fadd_rn(g, __fmul_rn(a.weight_decay, p));
     if constexpr (kMomentum) {
       g = __fadd_rn(__fmul_rn(a.momentum, buf[i]), g);
@@ -171,66 +174,7 @@ __global__ void sgd_kernel(float* param, const float* grad, float* buf, int64_t 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Storage types: an element type with its conversions to and from fp32, as runtime/dtype.h
-// defines them (round to nearest even, fp16 overflow to inf, NaN kept as dtype.h keeps it).
-
-struct F32Storage {
-  using Elem = float;
-  __device__ static float to_fp32(float x) { return x; }
-  __device__ static float from_fp32(float x) { return x; }
-};
-
-struct F16Storage {
-  using Elem = uint16_t;
-  // dtype.h's fp16_to_fp32: exact for every pattern, NaN payload kept.
-  __device__ static float to_fp32(uint16_t h) {
-    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu;
-    const uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
-    if (exp == 0) {
-      if (mant == 0) return __uint_as_float(sign);
-      const float value = __fmul_rn(static_cast<float>(mant), 0x1p-24f);  // subnormal, exact
-      return sign ? -value : value;
-    }
-    return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
-  }
-  // dtype.h's fp32_to_fp16: every NaN becomes the quiet NaN 0x7e00 with the input's sign.
-  __device__ static uint16_t from_fp32(float f) {
-    const uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-      return static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7e00u);
-    return __half_as_ushort(__float2half_rn(f));
-  }
-};
-
-struct BF16Storage {
-  using Elem = uint16_t;
-  __device__ static float to_fp32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
-  // dtype.h's fp32_to_bf16: a NaN keeps its top 16 bits and is made quiet.
-  __device__ static uint16_t from_fp32(float f) {
-    const uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-  }
-};
-
-// f(S{}) with the storage tag S of t (host side: picks the kernel instantiation).
-template <class F>
-void visit_storage(DType t, const F& f) {
-  switch (t) {
-    case DType::kF32:
-      f(F32Storage{});
-      return;
-    case DType::kF16:
-      f(F16Storage{});
-      return;
-    case DType::kBF16:
-      f(BF16Storage{});
-      return;
-  }
-  ZT_CUDA_ASSERT(false, "unknown DType");
-}
+// Conversions (the storage types are in cuda_kernels_impl.h).
 
 // dst = D(S(src)) through fp32 (fp16 <-> bf16 included: fp32 holds both exactly).
 template <class D, class S>
@@ -270,8 +214,10 @@ __global__ void add_kernel(typename D::Elem* dst, const typename A::Elem* a,
 // partials[blk] = sum of x[i]^2 over block blk = [blk * 16384, min(n, (blk + 1) * 16384)), in
 // double. Thread t adds elements t, t + 256, t + 512, ... of the block in order; the 256 thread
 // sums are then added in a fixed tree (s[t] += s[t + w] for w = 128, 64, ..., 1). The shape
-// depends only on the element's position, so any grid size gives the same bits.
-__global__ void sum_squares_blocks_kernel(double* partials, const float* x, int64_t n,
+// depends only on the element's position, so any grid size gives the same bits. x is read in its
+// stored dtype S (widened exactly, so a 16-bit x sums to the bits of its fp32 widening).
+template <class S>
+__global__ void sum_squares_blocks_kernel(double* partials, const typename S::Elem* x, int64_t n,
                                           int64_t blocks) {
   __shared__ double sums[kThreads];
   const int t = threadIdx.x;
@@ -281,7 +227,7 @@ __global__ void sum_squares_blocks_kernel(double* partials, const float* x, int6
     for (int k = 0; k < kSumSquaresPerThread; ++k) {
       const int64_t i = begin + static_cast<int64_t>(k) * kThreads + t;
       if (i < n) {
-        const double d = static_cast<double>(x[i]);
+        const double d = static_cast<double>(S::to_fp32(x[i]));
         acc = __dadd_rn(acc, __dmul_rn(d, d));
       }
     }
@@ -303,7 +249,8 @@ __global__ void sum_in_order_kernel(double* partials, int64_t blocks) {
   partials[blocks] = total;
 }
 
-// Frees whatever of impl is held, ignoring errors (destructor and failed constructor paths).
+// Frees whatever of impl is held, ignoring errors (the last table's destructor and the failed
+// constructor path).
 void release(CudaKernels::Impl& impl) noexcept {
   if (impl.cublas) cublasDestroy(impl.cublas);
   if (impl.lt) cublasLtDestroy(impl.lt);
@@ -313,12 +260,24 @@ void release(CudaKernels::Impl& impl) noexcept {
   impl = CudaKernels::Impl{};
 }
 
+// The shared state's deleter: release, then delete.
+struct ImplDeleter {
+  void operator()(CudaKernels::Impl* impl) const noexcept {
+    release(*impl);
+    delete impl;
+  }
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Construction.
 
-CudaKernels::CudaKernels(cudaStream_t stream) : stream_(stream), impl_(std::make_unique<Impl>()) {
+CudaKernels::CudaKernels(Device& device, cudaStream_t stream)
+    : device_(device),
+      stream_(stream),
+      act_(DType::kF32),
+      impl_(std::shared_ptr<Impl>(new Impl{}, ImplDeleter{})) {
   Impl& impl = *impl_;
   try {
     ZT_CUBLAS_CHECK(cublasCreate(&impl.cublas));
@@ -329,14 +288,28 @@ CudaKernels::CudaKernels(cudaStream_t stream) : stream_(stream), impl_(std::make
     impl.lt_workspace_bytes = kLtWorkspaceBytes;
     ZT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl.host_result), sizeof(double)));
   } catch (...) {
-    release(impl);
+    release(impl);  // the deleter then finds nothing held
     throw;
   }
 }
 
+CudaKernels::CudaKernels(const CudaKernels& base, DType activations)
+    : device_(base.device_), stream_(base.stream_), act_(activations), impl_(base.impl_) {}
+
 CudaKernels::~CudaKernels() {
-  cudaStreamSynchronize(stream_);  // no kernel of ours may still use the scratch
-  release(*impl_);
+  cudaStreamSynchronize(stream_);  // no kernel of ours may still use the shared scratch
+}
+
+Buffer CudaKernels::scratch(int64_t n) {
+  ZT_CUDA_ASSERT(n >= 0, "negative scratch size");
+  return device_.alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kWorkspace);
+}
+
+const float* CudaKernels::widened(ConstOperand op, int64_t n, Buffer& holder) {
+  if (!op || op.dtype == DType::kF32) return static_cast<const float*>(op.data);
+  holder = scratch(n);
+  cast(holder.data(), DType::kF32, op.data, op.dtype, n);
+  return holder.as<float>();
 }
 
 void CudaKernels::set_allow_tf32(bool allow) {
@@ -352,55 +325,69 @@ void CudaKernels::gelu_forward(float* out, const float* inp, int64_t n) {
   if (n <= 0) return;
   gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
   check_launch();
+  round_act(out, n);
 }
 
 void CudaKernels::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   if (n <= 0) return;
   gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
   check_launch();
+  round_act(dinp, n);
 }
 
 void CudaKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {
   if (n <= 0) return;
   residual_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, a, b, n);
   check_launch();
+  round_act(out, n);
 }
 
 void CudaKernels::accumulate(float* y, const float* x, int64_t n) {
   if (n <= 0) return;
   accumulate_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, x, n);
   check_launch();
+  round_act(y, n);
 }
 
-void CudaKernels::adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+void CudaKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
                         const AdamWArgs& args) {
   ZT_CUDA_ASSERT(args.step >= 1, "adamw step must be >= 1");
   if (n <= 0) return;
   const AdamScalars a = adam_scalars(args);  // the CPU back end's scalars
-  if (args.decoupled) {
-    adamw_kernel<true><<<grid_for(n), kThreads, 0, stream_>>>(param, grad, m, v, n, a);
-  } else {
-    adamw_kernel<false><<<grid_for(n), kThreads, 0, stream_>>>(param, grad, m, v, n, a);
-  }
+  visit_storage(grad.dtype, [&](auto tag) {
+    using G = decltype(tag);
+    if (args.decoupled) {
+      adamw_kernel<true, G><<<grid_for(n), kThreads, 0, stream_>>>(param, elems<G>(grad), m, v,
+                                                                   n, a);
+    } else {
+      adamw_kernel<false, G><<<grid_for(n), kThreads, 0, stream_>>>(param, elems<G>(grad), m, v,
+                                                                    n, a);
+    }
+  });
   check_launch();
 }
 
-void CudaKernels::sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+void CudaKernels::sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
                       const SgdArgs& args) {
   const bool momentum = args.momentum != 0.0f;
   ZT_CUDA_ASSERT(!momentum || momentum_buf, "sgd with momentum needs a momentum buffer");
   if (n <= 0) return;
   const bool decay = args.weight_decay != 0.0f;
   const unsigned grid = grid_for(n);
-  if (decay && momentum) {
-    sgd_kernel<true, true><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
-  } else if (decay) {
-    sgd_kernel<true, false><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
-  } else if (momentum) {
-    sgd_kernel<false, true><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
-  } else {
-    sgd_kernel<false, false><<<grid, kThreads, 0, stream_>>>(param, grad, momentum_buf, n, args);
-  }
+  visit_storage(grad.dtype, [&](auto tag) {
+    using G = decltype(tag);
+    const typename G::Elem* g = elems<G>(grad);
+    if (decay && momentum) {
+      sgd_kernel<true, true, G><<<grid, kThreads, 0, stream_>>>(param, g, momentum_buf, n, args);
+    } else if (decay) {
+      sgd_kernel<true, false, G><<<grid, kThreads, 0, stream_>>>(param, g, momentum_buf, n, args);
+    } else if (momentum) {
+      sgd_kernel<false, true, G><<<grid, kThreads, 0, stream_>>>(param, g, momentum_buf, n, args);
+    } else {
+      sgd_kernel<false, false, G><<<grid, kThreads, 0, stream_>>>(param, g, momentum_buf, n,
+                                                                  args);
+    }
+  });
   check_launch();
 }
 
@@ -470,13 +457,14 @@ void CudaKernels::fill(float* x, float value, int64_t n) {
   if (n <= 0) return;
   fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, value, n);
   check_launch();
+  round_act(x, n);
 }
 
 // ---------------------------------------------------------------------------------------------
 // The reduction returned to the host: the result lands in a pinned slot, then the stream is
 // waited.
 
-double CudaKernels::sum_squares(const float* x, int64_t n) {
+double CudaKernels::sum_squares(ConstOperand x, int64_t n) {
   if (n <= 0) return 0.0;
   Impl& impl = *impl_;
   const int64_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
@@ -492,7 +480,11 @@ double CudaKernels::sum_squares(const float* x, int64_t n) {
     impl.partials_capacity = needed;
   }
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, kMaxBlocks));
-  sum_squares_blocks_kernel<<<grid, kThreads, 0, stream_>>>(impl.partials, x, n, blocks);
+  visit_storage(x.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    sum_squares_blocks_kernel<S><<<grid, kThreads, 0, stream_>>>(impl.partials, elems<S>(x), n,
+                                                                 blocks);
+  });
   check_launch();
   sum_in_order_kernel<<<1, 1, 0, stream_>>>(impl.partials, blocks);
   check_launch();

@@ -5,6 +5,18 @@
 // element-wise kernels give an element the same bits wherever it sits in a buffer, and
 // reductions (sum_squares, bias and layer-norm weight gradients, embedding gradients) use a fixed
 // order independent of launch geometry, so results are deterministic run to run.
+//
+// Precision (kernels.h). A device has three tables, one per activation dtype, sharing one
+// stream, one set of cuBLAS handles and workspaces, and one TF32 setting; a table rounds every
+// activation it writes to its dtype with round_to's kernel right after the kernel that wrote it
+// (the list is in cuda_nn_kernels.cu and cuda_kernels.cu, entry by entry). 16-bit operands:
+// our own kernels (embedding, layer norm, bias sums, optimizers, sum_squares) read and write
+// them in their dtype with templated loads and stores (fp32 inside, one rounding per stored
+// gradient element). The GEMMs do not yet: a 16-bit weight is widened into an fp32 scratch
+// (tracked as kWorkspace) and a 16-bit weight gradient is computed into an fp32 scratch, then
+// added into the stored values with one rounding. Correct, not fast; native tensor-core
+// bf16/fp16 GEMMs are issue 11's work.
+//
 // The methods are split over cuda_kernels.cu (construction, element-wise, optimizers,
 // reductions) and cuda_nn_kernels.cu (matmul, embedding, layer norm, attention, cross-entropy);
 // both share CudaKernels::Impl from cuda_kernels_impl.h.
@@ -14,30 +26,38 @@
 
 #include <memory>
 
+#include "runtime/device.h"
 #include "runtime/kernels.h"
 
 namespace zt {
 
 class CudaKernels final : public Kernels {
  public:
-  explicit CudaKernels(cudaStream_t stream);
+  // The fp32 table: creates the cuBLAS handles and workspaces bound to `stream`. `device`
+  // (which owns the table and must outlive it) provides the tracked scratch.
+  CudaKernels(Device& device, cudaStream_t stream);
+  // A table rounding activations to `activations`, sharing `base`'s device, stream, handles,
+  // workspaces and TF32 setting (base may be destroyed first: the shared state is counted).
+  CudaKernels(const CudaKernels& base, DType activations);
   ~CudaKernels() override;
   cudaStream_t stream() const { return stream_; }
+  DType activation_dtype() const { return act_; }
+  // TF32 tensor cores for the fp32 GEMMs, for every table sharing these handles.
   void set_allow_tf32(bool allow);
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  void matmul_forward(float* out, const float* inp, ConstOperand weight, ConstOperand bias,
                       int64_t M, int64_t K, int64_t N, WeightLayout layout) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int64_t M, int64_t K, int64_t N,
+  void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                       const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
                        WeightLayout layout) override;
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+  void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
                          int64_t B, int64_t T, int64_t C) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+  void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
                           int64_t B, int64_t T, int64_t C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int64_t N, int64_t C) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
+                         ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
+  void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                          const float* inp, ConstOperand weight, const float* mean,
                           const float* rstd, int64_t N, int64_t C) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
@@ -49,9 +69,9 @@ class CudaKernels final : public Kernels {
   void accumulate(float* y, const float* x, int64_t n) override;
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
                              int64_t V, int64_t Vp, float dloss) override;
-  void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+  void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
              const AdamWArgs& args) override;
-  void sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+  void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
            const SgdArgs& args) override;
   void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
   void round_to(float* x, DType dtype, int64_t n) override;
@@ -60,13 +80,27 @@ class CudaKernels final : public Kernels {
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
   void fill(float* x, float value, int64_t n) override;
-  double sum_squares(const float* x, int64_t n) override;
+  double sum_squares(ConstOperand x, int64_t n) override;
 
   struct Impl;  // cuBLAS handles, workspaces, scratch: cuda_kernels_impl.h
 
  private:
+  // x[0, n) rounded to the activation dtype (fp32 table: nothing).
+  void round_act(float* x, int64_t n) {
+    if (act_ != DType::kF32) round_to(x, act_, n);
+  }
+  // An fp32 scratch of n floats from the device's allocator (kWorkspace), contents unspecified.
+  // Freed by the caller when the entry returns: the block's next user enqueues on this same
+  // stream, after the kernels that read it (cuda_device.cpp's stream-ordered reuse).
+  Buffer scratch(int64_t n);
+  // `op` (n elements) as fp32: its own pointer when fp32 (or null), else widened into a new
+  // scratch held by `holder`.
+  const float* widened(ConstOperand op, int64_t n, Buffer& holder);
+
+  Device& device_;
   cudaStream_t stream_;
-  std::unique_ptr<Impl> impl_;
+  DType act_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace zt

@@ -1,12 +1,16 @@
-// CudaKernels::Impl: what the two kernel files of the CUDA back end share, and their checking
-// macros. Private to runtime/cuda; free of fmt and status.h (see cuda_check.h).
+// CudaKernels::Impl: what the two kernel files of the CUDA back end share (the state every table
+// of a device shares, the storage types of the 16-bit operands) and their checking macros.
+// Private to runtime/cuda and to nvcc (device code); free of fmt and status.h (see cuda_check.h).
 #pragma once
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_kernels.h"
@@ -27,6 +31,7 @@
 
 namespace zt {
 
+// Shared by the three tables of a device (CudaKernels(base, activations)); freed with the last.
 struct CudaKernels::Impl {
   cublasHandle_t cublas = nullptr;     // bound to the stream
   cublasLtHandle_t lt = nullptr;
@@ -39,5 +44,78 @@ struct CudaKernels::Impl {
   size_t partials_capacity = 0;        // elements
   double* host_result = nullptr;       // pinned
 };
+
+// ---------------------------------------------------------------------------------------------
+// Storage types: an element type with its conversions to and from fp32, as runtime/dtype.h
+// defines them (round to nearest even, fp16 overflow to inf, NaN kept as dtype.h keeps it).
+// Kernels templated on them read and write an operand in its stored dtype.
+
+struct F32Storage {
+  using Elem = float;
+  __device__ static float to_fp32(float x) { return x; }
+  __device__ static float from_fp32(float x) { return x; }
+};
+
+struct F16Storage {
+  using Elem = uint16_t;
+  // dtype.h's fp16_to_fp32: exact for every pattern, NaN payload kept.
+  __device__ static float to_fp32(uint16_t h) {
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t mant = h & 0x3ffu;
+    if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0) {
+      if (mant == 0) return __uint_as_float(sign);
+      const float value = __fmul_rn(static_cast<float>(mant), 0x1p-24f);  // subnormal, exact
+      return sign ? -value : value;
+    }
+    return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  }
+  // dtype.h's fp32_to_fp16: every NaN becomes the quiet NaN 0x7e00 with the input's sign.
+  __device__ static uint16_t from_fp32(float f) {
+    const uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+      return static_cast<uint16_t>(((x >> 16) & 0x8000u) | 0x7e00u);
+    return __half_as_ushort(__float2half_rn(f));
+  }
+};
+
+struct BF16Storage {
+  using Elem = uint16_t;
+  __device__ static float to_fp32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+  // dtype.h's fp32_to_bf16: a NaN keeps its top 16 bits and is made quiet.
+  __device__ static uint16_t from_fp32(float f) {
+    const uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  }
+};
+
+// f(S{}) with the storage tag S of t (host side: picks the kernel instantiation).
+template <class F>
+void visit_storage(DType t, const F& f) {
+  switch (t) {
+    case DType::kF32:
+      f(F32Storage{});
+      return;
+    case DType::kF16:
+      f(F16Storage{});
+      return;
+    case DType::kBF16:
+      f(BF16Storage{});
+      return;
+  }
+  ZT_CUDA_ASSERT(false, "unknown DType");
+}
+
+// An operand's pointer as S's element type.
+template <class S>
+const typename S::Elem* elems(ConstOperand op) {
+  return static_cast<const typename S::Elem*>(op.data);
+}
+template <class S>
+typename S::Elem* elems(Operand op) {
+  return static_cast<typename S::Elem*>(op.data);
+}
 
 }  // namespace zt

@@ -14,6 +14,15 @@
 // called with the operands swapped and m = N, n = M. Each GEMM below states the column-major
 // product it computes.
 //
+// Precision (cuda_kernels.h). Activations written here are rounded to the table's activation
+// dtype after the kernel that wrote them (round_act): matmul out / dinp, embedding out, layer-norm
+// out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
+// logits gradient when dloss != 0 (losses stay fp32). 16-bit parameters and parameter gradients
+// are read and written in their dtype by our kernels (templated on the storage type: a gradient
+// element is widened, accumulated in fp32 and narrowed once); the GEMMs widen a 16-bit weight
+// into an fp32 scratch and compute a 16-bit weight gradient into one, added into the stored
+// values with one rounding (add's bits), until issue 11's tensor-core GEMMs.
+//
 // Not here: the element-wise ops, optimizers and flat reductions (cuda_kernels.cu).
 #include <cuda_runtime.h>
 
@@ -102,17 +111,22 @@ void gemm_batched(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a
 // ---------------------------------------------------------------------------------------------
 // Small kernels
 
-// out (M,N) row r = bias, or 0 when bias is null.
-__global__ void broadcast_rows_kernel(float* out, const float* bias, int64_t M, int64_t N) {
+// out (M,N) row r = bias (in its stored dtype S), or 0 when bias is null.
+template <class S>
+__global__ void broadcast_rows_kernel(float* out, const typename S::Elem* bias, int64_t M,
+                                      int64_t N) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * N) return;
-  out[i] = bias ? bias[i % N] : 0.0f;
+  out[i] = bias ? S::to_fp32(bias[i % N]) : 0.0f;
 }
 
 // dbias (N) += column sums of dout (M,N). Block: kColumnsPerBlock columns × kColumnRowGroups
 // row groups; group g sums rows g, g+8, g+16, ... in order, then the 8 group sums are added in
-// group order. The order depends on the constants only.
-__global__ void column_sums_kernel(float* dbias, const float* dout, int64_t M, int64_t N) {
+// group order. The order depends on the constants only. dbias is stored as S: the old value
+// widened, the sum added in fp32, the result rounded once (fp32: a plain +=).
+template <class S>
+__global__ void column_sums_kernel(typename S::Elem* dbias, const float* dout, int64_t M,
+                                   int64_t N) {
   __shared__ float partial[kColumnRowGroups][kColumnsPerBlock];
   const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
   const int g = threadIdx.y;
@@ -124,24 +138,30 @@ __global__ void column_sums_kernel(float* dbias, const float* dout, int64_t M, i
   if (g == 0 && col < N) {
     float sum = 0.0f;
     for (int j = 0; j < kColumnRowGroups; ++j) sum += partial[j][threadIdx.x];
-    dbias[col] += sum;
+    dbias[col] = S::from_fp32(S::to_fp32(dbias[col]) + sum);
   }
 }
 
-// out (B,T,C) = wte[tokens[b,t]] + wpe[t].
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
-                                         const float* wpe, int64_t BT, int64_t T, int64_t C) {
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t], the tables stored as W and P.
+template <class W, class P>
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens,
+                                         const typename W::Elem* wte,
+                                         const typename P::Elem* wpe, int64_t BT, int64_t T,
+                                         int64_t C) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C;
-  out[i] = wte[int64_t(tokens[bt]) * C + c] + wpe[(bt % T) * C + c];
+  out[i] = W::to_fp32(wte[int64_t(tokens[bt]) * C + c]) + P::to_fp32(wpe[(bt % T) * C + c]);
 }
 
 // dwte += scatter of dout by token. Block x = position bt, block y = a chunk of channels. Only
 // the block of a token's FIRST position writes: it walks positions bt .. BT-1 in order, adding
 // the rows of the same token into the dwte value, so the additions happen in position order,
-// exactly as on the CPU (dwte[tok] + g[first] + g[next] + ...), with no atomics.
-__global__ void embedding_backward_wte_kernel(float* dwte, const float* dout,
+// exactly as on the CPU (dwte[tok] + g[first] + g[next] + ...), with no atomics. dwte is stored
+// as S: the old value is widened, every contribution added in fp32, and the row element rounded
+// once after all of them (kernels.h); rows no token names keep their bits.
+template <class S>
+__global__ void embedding_backward_wte_kernel(typename S::Elem* dwte, const float* dout,
                                               const int32_t* tokens, int64_t BT, int64_t C) {
   const int64_t bt = blockIdx.x;
   const int32_t token = tokens[bt];
@@ -150,27 +170,30 @@ __global__ void embedding_backward_wte_kernel(float* dwte, const float* dout,
   if (__syncthreads_or(seen_before)) return;  // an earlier position's block owns this token
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  float* d = dwte + int64_t(token) * C + c;
-  float acc = *d;
+  typename S::Elem* d = dwte + int64_t(token) * C + c;
+  float acc = S::to_fp32(*d);
   for (int64_t j = bt; j < BT; ++j)
     if (tokens[j] == token) acc += dout[j * C + c];
-  *d = acc;
+  *d = S::from_fp32(acc);
 }
 
-// dwpe (T,C) += sum over b of dout[b,t], b in order.
-__global__ void embedding_backward_wpe_kernel(float* dwpe, const float* dout, int64_t B,
-                                              int64_t T, int64_t C) {
+// dwpe (T,C) += sum over b of dout[b,t], b in order; dwpe stored as S, rounded once.
+template <class S>
+__global__ void embedding_backward_wpe_kernel(typename S::Elem* dwpe, const float* dout,
+                                              int64_t B, int64_t T, int64_t C) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * C) return;
-  float acc = dwpe[i];
+  float acc = S::to_fp32(dwpe[i]);
   for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
-  dwpe[i] = acc;
+  dwpe[i] = S::from_fp32(acc);
 }
 
-// One warp per row of C: two-pass mean and biased variance, as the CPU.
+// One warp per row of C: two-pass mean and biased variance, as the CPU. weight and bias are
+// stored as W and B.
+template <class W, class B>
 __global__ void layernorm_forward_kernel(float* out, float* mean_out, float* rstd_out,
-                                         const float* inp, const float* weight,
-                                         const float* bias, int64_t N, int64_t C) {
+                                         const float* inp, const typename W::Elem* weight,
+                                         const typename B::Elem* bias, int64_t N, int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;  // whole warps leave together: the shuffles below see full warps
   const int lane = threadIdx.x;
@@ -187,16 +210,19 @@ __global__ void layernorm_forward_kernel(float* out, float* mean_out, float* rst
   const float var = warp_sum(v) * inv_c;
   const float rstd = 1.0f / sqrtf(var + kLayerNormEps);
   float* o = out + row * C;
-  for (int64_t i = lane; i < C; i += kWarp) o[i] = (x[i] - mean) * rstd * weight[i] + bias[i];
+  for (int64_t i = lane; i < C; i += kWarp)
+    o[i] = (x[i] - mean) * rstd * W::to_fp32(weight[i]) + B::to_fp32(bias[i]);
   if (lane == 0) {
     if (mean_out) mean_out[row] = mean;
     if (rstd_out) rstd_out[row] = rstd;
   }
 }
 
-// One warp per row: dinp += (dnorm - mean(dnorm) - norm·mean(dnorm·norm))·rstd, dnorm = w·dout.
+// One warp per row: dinp += (dnorm - mean(dnorm) - norm·mean(dnorm·norm))·rstd, dnorm = w·dout,
+// the weight stored as W.
+template <class W>
 __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
-                                               const float* weight, const float* mean,
+                                               const typename W::Elem* weight, const float* mean,
                                                const float* rstd, int64_t N, int64_t C) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;
@@ -207,7 +233,7 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
   const float inv_c = 1.0f / static_cast<float>(C);
   float s_dnorm = 0.0f, s_dnorm_norm = 0.0f;
   for (int64_t i = lane; i < C; i += kWarp) {
-    const float dnorm = weight[i] * dy[i];
+    const float dnorm = W::to_fp32(weight[i]) * dy[i];
     s_dnorm += dnorm;
     s_dnorm_norm += dnorm * ((x[i] - mu) * rs);
   }
@@ -216,14 +242,17 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
   float* dx = dinp + row * C;
   for (int64_t i = lane; i < C; i += kWarp) {
     const float norm = (x[i] - mu) * rs;
-    const float dnorm = weight[i] * dy[i];
+    const float dnorm = W::to_fp32(weight[i]) * dy[i];
     dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
   }
 }
 
 // dweight (C) += Σ_rows dout·norm, dbias (C) += Σ_rows dout: the column-sum blocking of
-// column_sums_kernel (fixed order).
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout,
+// column_sums_kernel (fixed order). dweight and dbias are stored as SW and SB: old value widened,
+// sum added in fp32, rounded once (fp32: a plain +=).
+template <class SW, class SB>
+__global__ void layernorm_backward_params_kernel(typename SW::Elem* dweight,
+                                                 typename SB::Elem* dbias, const float* dout,
                                                  const float* inp, const float* mean,
                                                  const float* rstd, int64_t N, int64_t C) {
   __shared__ float partial_w[kColumnRowGroups][kColumnsPerBlock];
@@ -246,8 +275,8 @@ __global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, c
       sw += partial_w[j][threadIdx.x];
       sb += partial_b[j][threadIdx.x];
     }
-    dweight[col] += sw;
-    dbias[col] += sb;
+    dweight[col] = SW::from_fp32(SW::to_fp32(dweight[col]) + sw);
+    dbias[col] = SB::from_fp32(SB::to_fp32(dbias[col]) + sb);
   }
 }
 
@@ -347,58 +376,82 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
 // ---------------------------------------------------------------------------------------------
 // Matmul
 
-void CudaKernels::matmul_forward(float* out, const float* inp, const float* weight,
-                                 const float* bias, int64_t M, int64_t K, int64_t N,
+void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weight_op,
+                                 ConstOperand bias, int64_t M, int64_t K, int64_t N,
                                  WeightLayout layout) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_forward: negative dimension");
   if (M == 0 || N == 0) return;
   // With a bias, out starts as bias rows and the product is added (beta = 1); with K = 0 the
   // product is empty and out is the bias (or 0).
   if (bias || K == 0) {
-    broadcast_rows_kernel<<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
-        out, bias, M, N);
+    visit_storage(bias.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0,
+                                 stream_>>>(out, elems<S>(bias), M, N);
+    });
     check_launch();
   }
-  if (K == 0) return;
-  // Column-major outᵀ (N,M) = op(W) (N,K) · inpᵀ (K,M). inp row-major (M,K) is inpᵀ with ld K.
-  // kInOut: W row-major (K,N) is Wᵀ (N,K) ld N, used as is. kOutIn: W row-major (N,K) is the
-  // column-major (K,N) ld K, transposed.
-  const bool in_out = layout == WeightLayout::kInOut;
-  gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M, K,
-       1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
+  if (K > 0) {
+    Buffer weight_fp32;  // a 16-bit weight widened (K·N floats), until issue 11's GEMMs
+    const float* weight = widened(weight_op, K * N, weight_fp32);
+    // Column-major outᵀ (N,M) = op(W) (N,K) · inpᵀ (K,M). inp row-major (M,K) is inpᵀ with
+    // ld K. kInOut: W row-major (K,N) is Wᵀ (N,K) ld N, used as is. kOutIn: W row-major (N,K)
+    // is the column-major (K,N) ld K, transposed.
+    const bool in_out = layout == WeightLayout::kInOut;
+    gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M,
+         K, 1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
+  }
+  round_act(out, M * N);
 }
 
-void CudaKernels::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, int64_t M, int64_t K,
+void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                                  const float* inp, ConstOperand weight_op, int64_t M, int64_t K,
                                   int64_t N, WeightLayout layout) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
   if (M == 0 || N == 0) return;
   const bool in_out = layout == WeightLayout::kInOut;
   if (K > 0) {
     if (dinp) {
+      Buffer weight_fp32;  // a 16-bit weight widened (K·N floats), until issue 11's GEMMs
+      const float* weight = widened(weight_op, K * N, weight_fp32);
       // dinp (M,K) += dout · Wᵀ. Column-major dinpᵀ (K,M) += op(W) (K,N) · doutᵀ (N,M).
       // kInOut: W stored as the column-major (N,K) ld N, transposed. kOutIn: stored as the
       // column-major (K,N) ld K, as is.
       gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K,
            M, N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
+      round_act(dinp, M * K);
     }
     if (dweight) {
+      // fp32: the GEMM accumulates into dweight (beta = 1). 16 bits: the product goes to an fp32
+      // scratch (beta = 0: cuBLAS does not read C, so the scratch needs no zeroing), then
+      // dweight = dtype(float(dweight) + product), one rounding (add's bits).
+      const bool fp32 = dweight.dtype == DType::kF32;
+      Buffer product;
+      if (!fp32) product = scratch(K * N);
+      float* dw = fp32 ? static_cast<float*>(dweight.data) : product.as<float>();
+      const float beta = fp32 ? 1.0f : 0.0f;
       if (in_out) {
         // dW (K,N) += inpᵀ · dout. Column-major dWᵀ (N,K) += doutᵀ (N,M) · inp (M,K), inp being
         // the column-major (K,M) ld K transposed.
         gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, N, K, M, 1.0f, dout, N,
-             inp, K, 1.0f, dweight, N);
+             inp, K, beta, dw, N);
       } else {
         // dW (N,K) += doutᵀ · inp. Column-major dWᵀ (K,N) += inpᵀ (K,M) · dout (M,N), dout being
         // the column-major (N,M) ld N transposed.
         gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, 1.0f, inp, K,
-             dout, N, 1.0f, dweight, K);
+             dout, N, beta, dw, K);
       }
+      if (!fp32) add(dweight.data, dweight.dtype, dweight.data, dweight.dtype, dw, DType::kF32,
+                     K * N);
     }
   }
   if (dbias) {
     const dim3 block(kColumnsPerBlock, kColumnRowGroups);
-    column_sums_kernel<<<blocks_for(N, kColumnsPerBlock), block, 0, stream_>>>(dbias, dout, M, N);
+    visit_storage(dbias.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      column_sums_kernel<S><<<blocks_for(N, kColumnsPerBlock), block, 0, stream_>>>(
+          elems<S>(dbias), dout, M, N);
+    });
     check_launch();
   }
 }
@@ -406,52 +459,94 @@ void CudaKernels::matmul_backward(float* dinp, float* dweight, float* dbias, con
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
-void CudaKernels::embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                    const float* wpe, int64_t B, int64_t T, int64_t C) {
+void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
+                                    ConstOperand wpe, int64_t B, int64_t T, int64_t C) {
   const int64_t n = B * T * C;
   if (n <= 0) return;
-  embedding_forward_kernel<<<blocks_for(n, kElementThreads), kElementThreads, 0, stream_>>>(
-      out, tokens, wte, wpe, B * T, T, C);
+  visit_storage(wte.dtype, [&](auto wte_tag) {
+    visit_storage(wpe.dtype, [&](auto wpe_tag) {
+      using W = decltype(wte_tag);
+      using P = decltype(wpe_tag);
+      embedding_forward_kernel<W, P>
+          <<<blocks_for(n, kElementThreads), kElementThreads, 0, stream_>>>(
+              out, tokens, elems<W>(wte), elems<P>(wpe), B * T, T, C);
+    });
+  });
   check_launch();
+  round_act(out, n);
 }
 
-void CudaKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
+// Parameter gradients only: nothing to round to the activation dtype (a 16-bit dwte / dwpe is
+// rounded in the kernel, once per element written).
+void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                      const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
   const int64_t BT = B * T;
   if (BT <= 0 || C <= 0) return;
   ZT_CUDA_ASSERT(BT <= std::numeric_limits<int>::max(), "embedding_backward: B*T too large");
   const unsigned channel_chunks = blocks_for(C, kElementThreads);
   ZT_CUDA_ASSERT(channel_chunks <= 65535, "embedding_backward: C too large");
-  embedding_backward_wte_kernel<<<dim3(unsigned(BT), channel_chunks), kElementThreads, 0,
-                                  stream_>>>(dwte, dout, tokens, BT, C);
-  check_launch();
-  embedding_backward_wpe_kernel<<<blocks_for(T * C, kElementThreads), kElementThreads, 0,
-                                  stream_>>>(dwpe, dout, B, T, C);
-  check_launch();
+  if (dwte) {
+    visit_storage(dwte.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      embedding_backward_wte_kernel<S>
+          <<<dim3(unsigned(BT), channel_chunks), kElementThreads, 0, stream_>>>(
+              elems<S>(dwte), dout, tokens, BT, C);
+    });
+    check_launch();
+  }
+  if (dwpe) {
+    visit_storage(dwpe.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      embedding_backward_wpe_kernel<S>
+          <<<blocks_for(T * C, kElementThreads), kElementThreads, 0, stream_>>>(
+              elems<S>(dwpe), dout, B, T, C);
+    });
+    check_launch();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Layer norm
 
 void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                    const float* weight, const float* bias, int64_t N,
+                                    ConstOperand weight, ConstOperand bias, int64_t N,
                                     int64_t C) {
   if (N <= 0 || C <= 0) return;
-  layernorm_forward_kernel<<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
-                             stream_>>>(out, mean, rstd, inp, weight, bias, N, C);
+  visit_storage(weight.dtype, [&](auto weight_tag) {
+    visit_storage(bias.dtype, [&](auto bias_tag) {
+      using W = decltype(weight_tag);
+      using B = decltype(bias_tag);
+      layernorm_forward_kernel<W, B>
+          <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+              out, mean, rstd, inp, elems<W>(weight), elems<B>(bias), N, C);
+    });
+  });
   check_launch();
+  round_act(out, N * C);  // mean and rstd stay fp32
 }
 
-void CudaKernels::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                     const float* inp, const float* weight, const float* mean,
-                                     const float* rstd, int64_t N, int64_t C) {
+void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias,
+                                     const float* dout, const float* inp, ConstOperand weight,
+                                     const float* mean, const float* rstd, int64_t N,
+                                     int64_t C) {
   if (N <= 0 || C <= 0) return;
-  layernorm_backward_dinp_kernel<<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
-                                   stream_>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  visit_storage(weight.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    layernorm_backward_dinp_kernel<W>
+        <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+            dinp, dout, inp, elems<W>(weight), mean, rstd, N, C);
+  });
   check_launch();
-  layernorm_backward_params_kernel<<<blocks_for(C, kColumnsPerBlock),
-                                     dim3(kColumnsPerBlock, kColumnRowGroups), 0, stream_>>>(
-      dweight, dbias, dout, inp, mean, rstd, N, C);
+  round_act(dinp, N * C);
+  visit_storage(dweight.dtype, [&](auto weight_tag) {
+    visit_storage(dbias.dtype, [&](auto bias_tag) {
+      using SW = decltype(weight_tag);
+      using SB = decltype(bias_tag);
+      layernorm_backward_params_kernel<SW, SB>
+          <<<blocks_for(C, kColumnsPerBlock), dim3(kColumnsPerBlock, kColumnRowGroups), 0,
+             stream_>>>(elems<SW>(dweight), elems<SB>(dbias), dout, inp, mean, rstd, N, C);
+    });
+  });
   check_launch();
 }
 
@@ -490,6 +585,9 @@ void CudaKernels::attention_forward(float* out, float* att, const float* qkv, in
     gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v,
                  C3, hs, att_b, T, TT, 0.0f, out_b, C, hs, NH);
   }
+  // Rounded after both products, as the CPU rounds a head's out and att after computing them.
+  round_act(out, B * T * C);
+  round_act(att, B * NH * TT);
 }
 
 void CudaKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
@@ -535,6 +633,7 @@ void CudaKernels::attention_backward(float* dqkv, const float* dout, const float
                  C3, hs, ds_b, T, TT, 1.0f, dk, C3, hs, NH);
   }
   ZT_CUDA_CHECK(cudaFreeAsync(ds, stream_));
+  round_act(dqkv, B * T * C3);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -548,6 +647,7 @@ void CudaKernels::softmax_cross_entropy(float* losses, float* logits, const int3
   softmax_cross_entropy_kernel<<<unsigned(N), kSoftmaxThreads, 0, stream_>>>(losses, logits,
                                                                             targets, V, Vp, dloss);
   check_launch();
+  if (dloss != 0.0f) round_act(logits, N * Vp);  // the gradient; losses stay fp32
 }
 
 }  // namespace zt

@@ -1,8 +1,9 @@
 // The CUDA back end's element-wise kernels, optimizers and reductions (cuda_kernels.cu) against
 // the CPU back end's, run on the same inputs on both devices: compared bitwise where the two run
 // the same IEEE operations (casts, rounding, add, fill, residual, accumulate; NaN payloads made by
-// arithmetic excepted) and within a tight tolerance elsewhere. Every test skips when no GPU is
-// visible. Not here: the matmul / embedding / layer-norm / attention / cross-entropy entries
+// arithmetic excepted) and within a tight tolerance elsewhere, 16-bit optimizer gradients and
+// sum_squares inputs included. Every test skips when no GPU is visible. Not here: the matmul /
+// embedding / layer-norm / attention / cross-entropy entries
 // (cuda_nn_kernels_test.cpp) and Device memory (cuda_device_test.cpp).
 #include <gtest/gtest.h>
 
@@ -183,6 +184,37 @@ TEST_F(CudaDeviceTest, SgdMatchesCpuWithAndWithoutMomentumAndDecay) {
   }
 }
 
+// A 16-bit gradient (ConstOperand) is widened as it is read: the same results as the CPU's.
+TEST_F(CudaDeviceTest, OptimizersRead16BitGradientsLikeCpu) {
+  const int64_t n = 100003;
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    std::vector<float> p = normal_floats(n, 12), m(static_cast<size_t>(n), 0.0f), v = m;
+    std::vector<float> sp = p, buf(static_cast<size_t>(n), 0.0f);
+    Buffer dp = upload(p), dm = upload(m), dv = upload(v), dsp = upload(sp), dbuf = upload(buf);
+    for (int64_t step = 1; step <= 3; ++step) {
+      const std::vector<uint8_t> g = as_dtype(normal_floats(n, uint32_t(13 + step)), t);
+      Buffer dg = upload(g);
+      AdamWArgs args;
+      args.lr = 1e-2f;
+      args.weight_decay = 0.1f;
+      args.step = step;
+      gk().adamw(dp.as<float>(), ConstOperand(dg.data(), t), dm.as<float>(), dv.as<float>(), n,
+                 args);
+      ck().adamw(p.data(), ConstOperand(g.data(), t), m.data(), v.data(), n, args);
+      SgdArgs sargs;
+      sargs.lr = 0.05f;
+      sargs.momentum = 0.9f;
+      gk().sgd(dsp.as<float>(), ConstOperand(dg.data(), t), dbuf.as<float>(), n, sargs);
+      ck().sgd(sp.data(), ConstOperand(g.data(), t), buf.data(), n, sargs);
+      const std::string what = type_name(t) + " step=" + std::to_string(step);
+      expect_close(download<float>(dp, n), p, 1e-6, "adamw " + what + " params");
+      expect_close(download<float>(dv, n), v, 1e-6, "adamw " + what + " v");
+      expect_close(download<float>(dsp, n), sp, 1e-6, "sgd " + what + " params");
+      expect_close(download<float>(dbuf, n), buf, 1e-6, "sgd " + what + " buf");
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Casts, rounding and add: bit for bit.
 
@@ -349,6 +381,15 @@ TEST_F(CudaDeviceTest, SumSquaresMatchesCpuAndIsDeterministic) {
     }
   }
   EXPECT_EQ(gk().sum_squares(nullptr, 0), 0.0);
+  // x stored in 16 bits: the sum of squares of its widened values, as on the CPU.
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    const int64_t n = 3 * kSumSquaresBlock + 123;
+    const std::vector<uint8_t> x = as_dtype(normal_floats(n, 92, 2.0f), t);
+    Buffer dx = upload(x);
+    const double expected = ck().sum_squares(ConstOperand(x.data(), t), n);
+    EXPECT_NEAR(gk().sum_squares(ConstOperand(dx.data(), t), n), expected, 1e-12 * expected)
+        << type_name(t);
+  }
   // Special values: inf gives inf, NaN gives NaN, on both.
   std::vector<float> y = normal_floats(1000, 91);
   y[500] = kInf;

@@ -4,7 +4,9 @@
 // kernels_attention_test.cpp): matmul (both weight layouts, with and without bias, every
 // gradient), embedding, layer norm, causal attention and softmax cross-entropy, on identical
 // random inputs. Gradient buffers start non-zero on both devices, so the accumulate contract is
-// checked too. Then determinism: every op run twice on the GPU gives the same bits.
+// checked too. Then the 16-bit tables (kernels_for) with 16-bit parameters and gradients against
+// the CPU's tables of the same dtype, and determinism: every op run twice on the GPU gives the
+// same bits.
 // Written against Device / Kernels only (no CUDA headers), so it compiles with or without CUDA;
 // every test skips when no GPU is usable. Not here: TF32 (CudaKernels::set_allow_tf32 needs the
 // CUDA headers), the element-wise ops and optimizers (cuda_kernels.cu), performance.
@@ -82,6 +84,12 @@ class Mirror {
   const int32_t* gi() const { return gpu_.as<int32_t>(); }
   std::vector<float> cpu() const { return read(cpu_dev_, cpu_); }
   std::vector<float> gpu() const { return read(gpu_dev_, gpu_); }
+  // The buffer as an operand of dtype t (its bytes hold elements of t: see mirror_as).
+  Operand co(DType t) const { return {cpu_.data(), t}; }
+  Operand go(DType t) const { return {gpu_.data(), t}; }
+  // Elements of dtype t, widened exactly.
+  std::vector<float> cpu_as(DType t) const { return widen(read_bytes(cpu_dev_, cpu_), t); }
+  std::vector<float> gpu_as(DType t) const { return widen(read_bytes(gpu_dev_, gpu_), t); }
   void reset_gpu(const std::vector<float>& host) {
     gpu_dev_.copy_from_host(gpu_.data(), host.data(), bytes_);
   }
@@ -91,6 +99,24 @@ class Mirror {
     std::vector<float> host(bytes_ / sizeof(float));
     if (bytes_ > 0) dev.copy_to_host(host.data(), buf.data(), bytes_);
     return host;
+  }
+  std::vector<uint8_t> read_bytes(Device& dev, const Buffer& buf) const {
+    std::vector<uint8_t> host(bytes_);
+    if (bytes_ > 0) dev.copy_to_host(host.data(), buf.data(), bytes_);
+    return host;
+  }
+  static std::vector<float> widen(const std::vector<uint8_t>& bytes, DType t) {
+    std::vector<float> x(bytes.size() / dtype_size(t));
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (t == DType::kF32) {
+        std::memcpy(&x[i], bytes.data() + 4 * i, 4);
+        continue;
+      }
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      x[i] = t == DType::kF16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
+    return x;
   }
   Device& cpu_dev_;
   Device& gpu_dev_;
@@ -107,6 +133,14 @@ class CudaNnKernelsTest : public ::testing::Test {
   // Buffers must die before the devices: tests declare Mirrors as locals, destroyed first.
   Mirror mirror(const std::vector<float>& host) { return Mirror(cpu_dev_, *gpu_dev_, host); }
   Mirror mirror(const std::vector<int32_t>& host) { return Mirror(cpu_dev_, *gpu_dev_, host); }
+  // host rounded to dtype t and stored as t on both devices (read back with cpu_as / gpu_as).
+  Mirror mirror_as(const std::vector<float>& host, DType t) {
+    if (t == DType::kF32) return mirror(host);
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i)
+      bits[i] = t == DType::kF16 ? fp32_to_fp16(host[i]) : fp32_to_bf16(host[i]);
+    return Mirror(cpu_dev_, *gpu_dev_, bits);
+  }
   Kernels& cpu() { return cpu_dev_.kernels(); }
   Kernels& gpu() { return gpu_dev_->kernels(); }
 
@@ -377,6 +411,151 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyMatchesCpu) {
       for (int64_t r = 0; r < cs.N; ++r)
         for (int64_t i = cs.V; i < cs.Vp; ++i)
           ASSERT_EQ(grad[r * cs.Vp + i], 0.0f) << what << " padded column " << i << " row " << r;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 16-bit tables (Device::kernels_for) with parameters and their gradients stored in 16 bits,
+// against the CPU's table of the same dtype. Every activation written holds a value of the
+// dtype on both; the fp32 values the two round differ by ~1e-6 relative, so rounded results
+// agree within a unit in the last place of the dtype (the tolerance is two). The embedding
+// gradients add the same terms in the same order on both: bitwise. Wrong dtype reads or a
+// missing rounding give O(1) errors or unrepresentable values.
+
+// Every element of x is a value of dtype t.
+void expect_representable(const std::vector<float>& x, DType t, const std::string& what) {
+  int failures = 0;
+  for (size_t i = 0; i < x.size() && failures < 5; ++i) {
+    const float r = t == DType::kF16 ? fp16_to_fp32(fp32_to_fp16(x[i]))
+                                     : bf16_to_fp32(fp32_to_bf16(x[i]));
+    if (!same_bits({r}, {x[i]})) {
+      ADD_FAILURE() << what << "[" << i << "] = " << x[i] << " is not a " << dtype_name(t)
+                    << " value";
+      ++failures;
+    }
+  }
+}
+
+TEST_F(CudaNnKernelsTest, SixteenBitTablesAndOperandsMatchCpu) {
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    Kernels& ck = cpu_dev_.kernels_for(t);
+    Kernels& gk = gpu_dev_->kernels_for(t);
+    const double rtol = t == DType::kBF16 ? 0x1p-7 : 0x1p-10;
+    const std::string type = " " + std::string(dtype_name(t));
+
+    // Matmul: 16-bit weight, bias and their gradients.
+    const int64_t M = 37, K = 30, N = 61;
+    for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+      const std::string what =
+          std::string(layout == WeightLayout::kInOut ? "matmul inout" : "matmul outin") + type;
+      Mirror inp = mirror(random_floats(M * K, 1));
+      Mirror w = mirror_as(random_floats(K * N, 2), t);
+      Mirror bias = mirror_as(random_floats(N, 3), t);
+      Mirror out = mirror(random_floats(M * N, 4));
+      ck.matmul_forward(out.c(), inp.c(), w.co(t), bias.co(t), M, K, N, layout);
+      gk.matmul_forward(out.g(), inp.g(), w.go(t), bias.go(t), M, K, N, layout);
+      expect_close(out.gpu(), out.cpu(), rtol, what + " out");
+      expect_representable(out.gpu(), t, what + " out");
+      Mirror dout = mirror(random_floats(M * N, 5));
+      Mirror dinp = mirror(random_floats(M * K, 6));
+      Mirror dw = mirror_as(random_floats(K * N, 7), t);
+      Mirror db = mirror_as(random_floats(N, 8), t);
+      ck.matmul_backward(dinp.c(), dw.co(t), db.co(t), dout.c(), inp.c(), w.co(t), M, K, N,
+                         layout);
+      gk.matmul_backward(dinp.g(), dw.go(t), db.go(t), dout.g(), inp.g(), w.go(t), M, K, N,
+                         layout);
+      expect_close(dinp.gpu(), dinp.cpu(), rtol, what + " dinp");
+      expect_representable(dinp.gpu(), t, what + " dinp");
+      expect_close(dw.gpu_as(t), dw.cpu_as(t), rtol, what + " dweight");
+      expect_close(db.gpu_as(t), db.cpu_as(t), rtol, what + " dbias");
+    }
+
+    // Embedding: 16-bit tables and gradients.
+    {
+      const Shape& s = kShapes[1];
+      const std::string what = "embedding" + type;
+      Mirror tokens = mirror(random_tokens(s.B * s.T, int32_t(s.V), 11));
+      Mirror wte = mirror_as(random_floats(s.V * s.C, 12), t);
+      Mirror wpe = mirror_as(random_floats(s.T * s.C, 13), t);
+      Mirror out = mirror(random_floats(s.B * s.T * s.C, 14));
+      ck.embedding_forward(out.c(), tokens.ci(), wte.co(t), wpe.co(t), s.B, s.T, s.C);
+      gk.embedding_forward(out.g(), tokens.gi(), wte.go(t), wpe.go(t), s.B, s.T, s.C);
+      EXPECT_TRUE(same_bits(out.gpu(), out.cpu())) << what << " out";
+      expect_representable(out.gpu(), t, what + " out");
+      Mirror dout = mirror(random_floats(s.B * s.T * s.C, 15));
+      Mirror dwte = mirror_as(random_floats(s.V * s.C, 16), t);
+      Mirror dwpe = mirror_as(random_floats(s.T * s.C, 17), t);
+      ck.embedding_backward(dwte.co(t), dwpe.co(t), dout.c(), tokens.ci(), s.B, s.T, s.C);
+      gk.embedding_backward(dwte.go(t), dwpe.go(t), dout.g(), tokens.gi(), s.B, s.T, s.C);
+      EXPECT_TRUE(same_bits(dwte.gpu_as(t), dwte.cpu_as(t))) << what << " dwte";
+      EXPECT_TRUE(same_bits(dwpe.gpu_as(t), dwpe.cpu_as(t))) << what << " dwpe";
+    }
+
+    // Layer norm: 16-bit weight, bias and their gradients; mean and rstd stay fp32.
+    {
+      const int64_t rows = 77, C = 30;
+      const std::string what = "layernorm" + type;
+      Mirror inp = mirror(random_floats(rows * C, 21, -2.0f, 3.0f));
+      Mirror w = mirror_as(random_floats(C, 22, 0.5f, 1.5f), t);
+      Mirror b = mirror_as(random_floats(C, 23), t);
+      Mirror out = mirror(random_floats(rows * C, 24));
+      Mirror mean = mirror(random_floats(rows, 25));
+      Mirror rstd = mirror(random_floats(rows, 26));
+      ck.layernorm_forward(out.c(), mean.c(), rstd.c(), inp.c(), w.co(t), b.co(t), rows, C);
+      gk.layernorm_forward(out.g(), mean.g(), rstd.g(), inp.g(), w.go(t), b.go(t), rows, C);
+      expect_close(out.gpu(), out.cpu(), rtol, what + " out");
+      expect_representable(out.gpu(), t, what + " out");
+      expect_close(mean.gpu(), mean.cpu(), kRtol, what + " mean");
+      expect_close(rstd.gpu(), rstd.cpu(), kRtol, what + " rstd");
+      mean.reset_gpu(mean.cpu());
+      rstd.reset_gpu(rstd.cpu());
+      Mirror dout = mirror(random_floats(rows * C, 27));
+      Mirror dinp = mirror(random_floats(rows * C, 28));
+      Mirror dw = mirror_as(random_floats(C, 29), t);
+      Mirror db = mirror_as(random_floats(C, 30), t);
+      ck.layernorm_backward(dinp.c(), dw.co(t), db.co(t), dout.c(), inp.c(), w.co(t), mean.c(),
+                            rstd.c(), rows, C);
+      gk.layernorm_backward(dinp.g(), dw.go(t), db.go(t), dout.g(), inp.g(), w.go(t), mean.g(),
+                            rstd.g(), rows, C);
+      expect_close(dinp.gpu(), dinp.cpu(), rtol, what + " dinp");
+      expect_representable(dinp.gpu(), t, what + " dinp");
+      expect_close(dw.gpu_as(t), dw.cpu_as(t), rtol, what + " dweight");
+      expect_close(db.gpu_as(t), db.cpu_as(t), rtol, what + " dbias");
+    }
+
+    // The activation-only ops of the table round what they write.
+    {
+      const Shape& s = kShapes[0];
+      const std::string what = "activations" + type;
+      const int64_t n = s.B * s.T * s.C, att_n = s.B * s.NH * s.T * s.T;
+      Mirror qkv = mirror(random_floats(3 * n, 31, -2.0f, 2.0f));
+      Mirror out = mirror(random_floats(n, 32));
+      Mirror att = mirror(random_floats(att_n, 33));
+      gk.attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.C, s.NH);
+      expect_representable(out.gpu(), t, what + " attention out");
+      expect_representable(att.gpu(), t, what + " attention att");
+      Mirror dqkv = mirror(random_floats(3 * n, 34));
+      Mirror dout = mirror(random_floats(n, 35));
+      gk.attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.C, s.NH);
+      expect_representable(dqkv.gpu(), t, what + " attention dqkv");
+      Mirror x = mirror(random_floats(n, 36));
+      Mirror y = mirror(random_floats(n, 37));
+      gk.residual_forward(out.g(), x.g(), y.g(), n);
+      expect_representable(out.gpu(), t, what + " residual");
+      gk.gelu_forward(out.g(), x.g(), n);
+      expect_representable(out.gpu(), t, what + " gelu");
+      gk.gelu_backward(y.g(), x.g(), dout.g(), n);
+      expect_representable(y.gpu(), t, what + " gelu dinp");
+      gk.accumulate(x.g(), dout.g(), n);
+      expect_representable(x.gpu(), t, what + " accumulate");
+      gk.fill(x.g(), 0.1f, n);
+      expect_representable(x.gpu(), t, what + " fill");
+      Mirror logits = mirror(random_floats(s.B * s.T * s.Vp, 38, -3.0f, 3.0f));
+      Mirror targets = mirror(random_tokens(s.B * s.T, int32_t(s.V), 39));
+      Mirror losses = mirror(random_floats(s.B * s.T, 40));
+      gk.softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), s.B * s.T, s.V, s.Vp, 0.5f);
+      expect_representable(logits.gpu(), t, what + " cross-entropy gradient");
     }
   }
 }
