@@ -9,7 +9,8 @@
 // that dtype. Misuse that scrambling alone might not reveal throws zt::Error (kInternal) at once:
 // a kernel pointer or a copy's device side outside every live allocation of this device (host
 // memory handed to the device; a typed operand must lie inside one whole, its n elements of its
-// dtype), or a copy's host side inside one (device memory handed to the host). Used by tests/mpi/device_comm_test.cpp and tests/mpi/device_engine_test.cpp.
+// dtype), or a copy's host side inside one (device memory handed to the host). Used by
+// tests/mpi/device_comm_test.cpp and tests/mpi/device_engine_test.cpp.
 //
 // Thread-safe: kernel calls, copies, zero and allocation take one mutex (a CommQueue's thread
 // copies while the user thread runs kernels). Only the CPU kernels run inside it.
@@ -107,7 +108,8 @@ class ScrambledDevice final : public Device {
 
   ScrambledDevice() {
     for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
-      kernels_[static_cast<int>(t)] = std::make_unique<ScrambledKernels>(*this, cpu_.kernels_for(t));
+      kernels_[static_cast<int>(t)] =
+          std::make_unique<ScrambledKernels>(*this, cpu_.kernels_for(t));
   }
   ~ScrambledDevice() override = default;
 
