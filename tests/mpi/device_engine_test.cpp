@@ -31,7 +31,7 @@
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/device_factory.h"
-#include "runtime/rounding_kernels.h"
+#include "runtime/dtype.h"
 #include "runtime/status.h"
 #include "tests/mpi/scrambled_device.h"
 #include "tests/mpi/zero_test_util.h"
@@ -77,6 +77,15 @@ TEST(ScrambledDevice, HostMemoryHandedToTheDeviceThrows) {
   EXPECT_THROW(device.copy_to_host(other.data(), b.data(), 36), Error);  // past the end
   EXPECT_THROW(device.copy(b.data(), host.data(), 32), Error);
   EXPECT_EQ(host[0], 1.0f);  // nothing was unscrambled into host memory
+}
+
+// A typed operand is checked whole: its n elements of its dtype lie in one allocation.
+TEST(ScrambledDevice, AnOperandRunningPastItsAllocationThrows) {
+  ScrambledDevice device;
+  Buffer grad = device.alloc_zeroed(8 * 2, MemCategory::kOther);  // 8 bf16 values
+  EXPECT_EQ(device.kernels().sum_squares({grad.data(), DType::kBF16}, 8), 0.0);
+  EXPECT_THROW(device.kernels().sum_squares({grad.data(), DType::kBF16}, 9), Error);
+  EXPECT_THROW(device.kernels().sum_squares({grad.data(), DType::kF32}, 8), Error);  // 32 bytes
 }
 
 // What every engine step used to do under host staging: a device collective given host memory.
@@ -162,9 +171,12 @@ TEST(NcclCommunicator, AllGatherHostTakesHostMemoryInPieces) {
   EXPECT_EQ(all_gather_doubles(*nccl, {&mine, 1})[world - 1], double(world));
 }
 
-// Mixed precision rounds the embedding gradient rows of the batch's tokens: on the device, with
-// the token ids in device memory (a host loop over them read garbage here, or crashed).
-TEST(ScrambledDevice, RoundingKernelsRoundTheTokenRowsOnTheDevice) {
+// Mixed precision's embedding gradient in 16 bits: the activation table's embedding_backward
+// adds the batch's contributions into the rows of its tokens and rounds each once, on the
+// device, with the token ids in device memory (a host loop over them read garbage here, or
+// crashed). dwte and dwpe are Operands stored in the dtype; the result is the CPU device's
+// table's, bit for bit, and rows of tokens absent from the batch keep their bits.
+TEST(ScrambledDevice, EmbeddingBackwardRoundsTheTokenRowsOnTheDevice) {
   const int64_t B = 2, T = 5, C = 24, V = 11;
   const std::vector<int32_t> tokens = {3, 7, 3, 0, 10, 7, 7, 1, 2, 3};  // repeats on purpose
   std::vector<float> dout(B * T * C), dwte(V * C), dwpe(T * C);
@@ -173,10 +185,19 @@ TEST(ScrambledDevice, RoundingKernelsRoundTheTokenRowsOnTheDevice) {
   for (size_t i = 0; i < dwpe.size(); ++i) dwpe[i] = -2e-3f * float(i);
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(dtype));
+    auto narrow = [&](const std::vector<float>& x) {
+      std::vector<uint16_t> h(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        h[i] = dtype == DType::kF16 ? fp32_to_fp16(x[i]) : fp32_to_bf16(x[i]);
+      return h;
+    };
+    const std::vector<uint16_t> dwte16 = narrow(dwte), dwpe16 = narrow(dwpe);
+    const size_t wte_bytes = dwte16.size() * 2, wpe_bytes = dwpe16.size() * 2;
+
     CpuDevice cpu;
-    RoundingKernels expected_k(cpu.kernels(), dtype);
-    std::vector<float> ewte = dwte, ewpe = dwpe;
-    expected_k.embedding_backward(ewte.data(), ewpe.data(), dout.data(), tokens.data(), B, T, C);
+    std::vector<uint16_t> ewte = dwte16, ewpe = dwpe16;
+    cpu.kernels_for(dtype).embedding_backward({ewte.data(), dtype}, {ewpe.data(), dtype},
+                                              dout.data(), tokens.data(), B, T, C);
 
     ScrambledDevice device;
     auto upload = [&](const void* src, size_t bytes) {
@@ -186,18 +207,20 @@ TEST(ScrambledDevice, RoundingKernelsRoundTheTokenRowsOnTheDevice) {
     };
     Buffer d_tokens = upload(tokens.data(), tokens.size() * 4);
     Buffer d_dout = upload(dout.data(), dout.size() * 4);
-    Buffer d_wte = upload(dwte.data(), dwte.size() * 4);
-    Buffer d_wpe = upload(dwpe.data(), dwpe.size() * 4);
-    RoundingKernels k(device.kernels(), dtype);
-    k.embedding_backward(d_wte.as<float>(), d_wpe.as<float>(), d_dout.as<float>(),
-                         d_tokens.as<int32_t>(), B, T, C);
-    std::vector<float> gwte(dwte.size()), gwpe(dwpe.size());
-    device.copy_to_host(gwte.data(), d_wte.data(), gwte.size() * 4);
-    device.copy_to_host(gwpe.data(), d_wpe.data(), gwpe.size() * 4);
-    EXPECT_EQ(std::memcmp(gwte.data(), ewte.data(), gwte.size() * 4), 0);
-    EXPECT_EQ(std::memcmp(gwpe.data(), ewpe.data(), gwpe.size() * 4), 0);
-    // Rows of tokens absent from the batch kept their (unrounded) bits.
-    EXPECT_EQ(gwte[4 * C + 1], dwte[4 * C + 1]);
+    Buffer d_wte = upload(dwte16.data(), wte_bytes);
+    Buffer d_wpe = upload(dwpe16.data(), wpe_bytes);
+    device.kernels_for(dtype).embedding_backward({d_wte.data(), dtype}, {d_wpe.data(), dtype},
+                                                 d_dout.as<float>(), d_tokens.as<int32_t>(), B,
+                                                 T, C);
+    std::vector<uint16_t> gwte(dwte16.size()), gwpe(dwpe16.size());
+    device.copy_to_host(gwte.data(), d_wte.data(), wte_bytes);
+    device.copy_to_host(gwpe.data(), d_wpe.data(), wpe_bytes);
+    EXPECT_EQ(std::memcmp(gwte.data(), ewte.data(), wte_bytes), 0);
+    EXPECT_EQ(std::memcmp(gwpe.data(), ewpe.data(), wpe_bytes), 0);
+    // The batch's rows moved; rows of tokens absent from the batch (4, 5, 6, 8, 9) kept their bits.
+    EXPECT_NE(std::memcmp(gwte.data() + 3 * C, dwte16.data() + 3 * C, C * 2), 0);
+    for (int64_t v : {4, 5, 6, 8, 9})
+      EXPECT_EQ(std::memcmp(gwte.data() + v * C, dwte16.data() + v * C, C * 2), 0) << "row " << v;
   }
 }
 
@@ -361,7 +384,7 @@ TEST(DeviceEngine, ScrambledDeviceWithHostStagingGivesTheCpuBits) {
     const Outcome got = run(c, device, *staged, "scrambled");
     expect_same_outcome(got, expected);
     // The run really was on the device: its kernels ran and data crossed both ways.
-    EXPECT_GT(device.scrambled_kernels().calls(), 0);
+    EXPECT_GT(device.kernel_calls(), 0);
     EXPECT_GT(device.copies_to_host(), 0);
     EXPECT_GT(device.copies_from_host(), 0);
     if (my_rank() == 0) {

@@ -5,10 +5,12 @@
 // Its kernels are the CPU's behind ScrambledKernels, which unscrambles the allocations a call's
 // pointers fall in, runs the CPU kernel, and scrambles them again: the kernels compute on real
 // values, so a run on this device gives the CPU device's bits exactly when nothing else touched
-// its memory. Misuse that scrambling alone might not reveal throws zt::Error (kInternal) at once:
+// its memory. One ScrambledKernels per activation dtype (kernels_for), each over the CPU table of
+// that dtype. Misuse that scrambling alone might not reveal throws zt::Error (kInternal) at once:
 // a kernel pointer or a copy's device side outside every live allocation of this device (host
-// memory handed to the device), or a copy's host side inside one (device memory handed to the
-// host). Used by tests/mpi/device_comm_test.cpp and tests/mpi/device_engine_test.cpp.
+// memory handed to the device; a typed operand must lie inside one whole, its n elements of its
+// dtype), or a copy's host side inside one (device memory handed to the host). Used by
+// tests/mpi/device_comm_test.cpp and tests/mpi/device_engine_test.cpp.
 //
 // Thread-safe: kernel calls, copies, zero and allocation take one mutex (a CommQueue's thread
 // copies while the user thread runs kernels). Only the CPU kernels run inside it.
@@ -35,24 +37,26 @@ namespace zt {
 class ScrambledDevice;
 
 // The Kernels of ScrambledDevice: every entry names its pointer arguments (a null one is
-// skipped) and runs the CPU kernel on them unscrambled.
+// skipped; an operand with its byte size, n elements of its dtype) and runs the CPU kernel on
+// them unscrambled.
 class ScrambledKernels final : public Kernels {
  public:
+  // `base`: the CPU table of the same activation dtype.
   ScrambledKernels(ScrambledDevice& device, Kernels& base) : device_(device), base_(base) {}
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  void matmul_forward(float* out, const float* inp, ConstOperand weight, ConstOperand bias,
                       int64_t M, int64_t K, int64_t N, WeightLayout layout) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int64_t M, int64_t K, int64_t N,
+  void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                       const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
                        WeightLayout layout) override;
-  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+  void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
                          int64_t B, int64_t T, int64_t C) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+  void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
                           int64_t B, int64_t T, int64_t C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int64_t N, int64_t C) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
+                         ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
+  void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                          const float* inp, ConstOperand weight, const float* mean,
                           const float* rstd, int64_t N, int64_t C) override;
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
@@ -64,9 +68,9 @@ class ScrambledKernels final : public Kernels {
   void accumulate(float* y, const float* x, int64_t n) override;
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
                              int64_t V, int64_t Vp, float dloss) override;
-  void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+  void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
              const AdamWArgs& args) override;
-  void sgd(float* param, const float* grad, float* momentum_buf, int64_t n,
+  void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
            const SgdArgs& args) override;
   void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
   void round_to(float* x, DType dtype, int64_t n) override;
@@ -75,12 +79,24 @@ class ScrambledKernels final : public Kernels {
   void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
            int64_t n) override;
   void fill(float* x, float value, int64_t n) override;
-  double sum_squares(const float* x, int64_t n) override;
+  double sum_squares(ConstOperand x, int64_t n) override;
 
   int64_t calls() const { return calls_.load(); }
 
  private:
   class Unscrambled;  // the scope of one call
+  // A kernel argument: a pointer into device memory and, when known, the bytes from it the
+  // kernel may touch (0: unknown, only the pointer is checked).
+  struct Arg {
+    const void* data;
+    size_t bytes = 0;
+    Arg(const void* p) : data(p) {}
+    Arg(const void* p, size_t b) : data(p), bytes(b) {}
+  };
+  // An operand of n elements of its dtype.
+  static Arg operand(ConstOperand op, int64_t n) {
+    return {op.data, static_cast<size_t>(n) * dtype_size(op.dtype)};
+  }
   ScrambledDevice& device_;
   Kernels& base_;
   std::atomic<int64_t> calls_{0};
@@ -90,12 +106,24 @@ class ScrambledDevice final : public Device {
  public:
   static constexpr unsigned char kMask = 0x5a;
 
-  ScrambledDevice() : kernels_(std::make_unique<ScrambledKernels>(*this, cpu_.kernels())) {}
+  ScrambledDevice() {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+      kernels_[static_cast<int>(t)] =
+          std::make_unique<ScrambledKernels>(*this, cpu_.kernels_for(t));
+  }
   ~ScrambledDevice() override = default;
 
   std::string name() const override { return "scrambled (test)"; }
-  Kernels& kernels() override { return *kernels_; }
-  ScrambledKernels& scrambled_kernels() { return *kernels_; }
+  Kernels& kernels_for(DType activations) override { return scrambled_kernels(activations); }
+  ScrambledKernels& scrambled_kernels(DType activations) {
+    return *kernels_[static_cast<int>(activations)];
+  }
+  // Kernel calls made on this device, every activation dtype's table together.
+  int64_t kernel_calls() const {
+    int64_t n = 0;
+    for (const auto& k : kernels_) n += k->calls();
+    return n;
+  }
   bool host_accessible() const override { return false; }
 
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
@@ -200,27 +228,29 @@ class ScrambledDevice final : public Device {
   }
 
   CpuDevice cpu_;  // the kernels' back end only; its memory is never used
-  std::unique_ptr<ScrambledKernels> kernels_;
+  std::unique_ptr<ScrambledKernels> kernels_[3];  // by DType: fp32, fp16, bf16, as CpuDevice's
   mutable std::mutex mutex_;
   std::map<const char*, size_t> allocations_;  // live allocations: start -> bytes
   std::atomic<int64_t> copies_to_host_{0}, copies_from_host_{0}, device_copies_{0};
 };
 
-// One kernel call: the device locked, each allocation the pointers fall in unscrambled once,
+// One kernel call: the device locked, each allocation the arguments fall in unscrambled once,
 // scrambled again (and the lock released) when the call returns or throws.
 class ScrambledKernels::Unscrambled {
  public:
-  Unscrambled(ScrambledKernels& k, const char* kernel, std::initializer_list<const void*> pointers)
+  Unscrambled(ScrambledKernels& k, const char* kernel, std::initializer_list<Arg> args)
       : device_(k.device_), lock_(k.device_.mutex_) {
     ++k.calls_;
     std::vector<const std::pair<const char* const, size_t>*> found;
-    for (const void* p : pointers) {
+    for (const Arg& arg : args) {
+      const void* p = arg.data;
       if (p == nullptr) continue;
       const auto* a = device_.allocation_of(p);
-      if (a == nullptr)  // thrown before anything was unscrambled
-        throw_internal(fmt::format("kernel {}: argument {} is not memory of device '{}' (host "
-                                   "memory handed to a kernel?)",
-                                   kernel, fmt::ptr(p), device_.name()));
+      if (a == nullptr ||  // thrown before anything was unscrambled
+          static_cast<const char*>(p) + arg.bytes > a->first + a->second)
+        throw_internal(fmt::format("kernel {}: argument {} ({} bytes) is not memory of device "
+                                   "'{}' (host memory handed to a kernel?)",
+                                   kernel, fmt::ptr(p), arg.bytes, device_.name()));
       bool seen = false;
       for (const auto* b : found) seen = seen || b == a;
       if (!seen) found.push_back(a);
@@ -242,42 +272,45 @@ class ScrambledKernels::Unscrambled {
 
 #define ZT_SCRAMBLED(kernel, ...) Unscrambled scope_(*this, #kernel, {__VA_ARGS__})
 
-inline void ScrambledKernels::matmul_forward(float* out, const float* inp, const float* weight,
-                                             const float* bias, int64_t M, int64_t K, int64_t N,
+inline void ScrambledKernels::matmul_forward(float* out, const float* inp, ConstOperand weight,
+                                             ConstOperand bias, int64_t M, int64_t K, int64_t N,
                                              WeightLayout layout) {
-  ZT_SCRAMBLED(matmul_forward, out, inp, weight, bias);
+  ZT_SCRAMBLED(matmul_forward, out, inp, operand(weight, K * N), operand(bias, N));
   base_.matmul_forward(out, inp, weight, bias, M, K, N, layout);
 }
-inline void ScrambledKernels::matmul_backward(float* dinp, float* dweight, float* dbias,
+inline void ScrambledKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias,
                                               const float* dout, const float* inp,
-                                              const float* weight, int64_t M, int64_t K,
+                                              ConstOperand weight, int64_t M, int64_t K,
                                               int64_t N, WeightLayout layout) {
-  ZT_SCRAMBLED(matmul_backward, dinp, dweight, dbias, dout, inp, weight);
+  ZT_SCRAMBLED(matmul_backward, dinp, operand(dweight, K * N), operand(dbias, N), dout, inp,
+               operand(weight, K * N));
   base_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, K, N, layout);
 }
+// wte and dwte are (V, C) with V not an argument: only their pointers are checked.
 inline void ScrambledKernels::embedding_forward(float* out, const int32_t* tokens,
-                                                const float* wte, const float* wpe, int64_t B,
+                                                ConstOperand wte, ConstOperand wpe, int64_t B,
                                                 int64_t T, int64_t C) {
-  ZT_SCRAMBLED(embedding_forward, out, tokens, wte, wpe);
+  ZT_SCRAMBLED(embedding_forward, out, tokens, wte.data, operand(wpe, T * C));
   base_.embedding_forward(out, tokens, wte, wpe, B, T, C);
 }
-inline void ScrambledKernels::embedding_backward(float* dwte, float* dwpe, const float* dout,
+inline void ScrambledKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                                  const int32_t* tokens, int64_t B, int64_t T,
                                                  int64_t C) {
-  ZT_SCRAMBLED(embedding_backward, dwte, dwpe, dout, tokens);
+  ZT_SCRAMBLED(embedding_backward, dwte.data, operand(dwpe, T * C), dout, tokens);
   base_.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
 }
 inline void ScrambledKernels::layernorm_forward(float* out, float* mean, float* rstd,
-                                                const float* inp, const float* weight,
-                                                const float* bias, int64_t N, int64_t C) {
-  ZT_SCRAMBLED(layernorm_forward, out, mean, rstd, inp, weight, bias);
+                                                const float* inp, ConstOperand weight,
+                                                ConstOperand bias, int64_t N, int64_t C) {
+  ZT_SCRAMBLED(layernorm_forward, out, mean, rstd, inp, operand(weight, C), operand(bias, C));
   base_.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
 }
-inline void ScrambledKernels::layernorm_backward(float* dinp, float* dweight, float* dbias,
+inline void ScrambledKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias,
                                                  const float* dout, const float* inp,
-                                                 const float* weight, const float* mean,
+                                                 ConstOperand weight, const float* mean,
                                                  const float* rstd, int64_t N, int64_t C) {
-  ZT_SCRAMBLED(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  ZT_SCRAMBLED(layernorm_backward, dinp, operand(dweight, C), operand(dbias, C), dout, inp,
+               operand(weight, C), mean, rstd);
   base_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 inline void ScrambledKernels::gelu_forward(float* out, const float* inp, int64_t n) {
@@ -315,14 +348,14 @@ inline void ScrambledKernels::softmax_cross_entropy(float* losses, float* logits
   ZT_SCRAMBLED(softmax_cross_entropy, losses, logits, targets);
   base_.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
 }
-inline void ScrambledKernels::adamw(float* param, const float* grad, float* m, float* v,
+inline void ScrambledKernels::adamw(float* param, ConstOperand grad, float* m, float* v,
                                     int64_t n, const AdamWArgs& args) {
-  ZT_SCRAMBLED(adamw, param, grad, m, v);
+  ZT_SCRAMBLED(adamw, param, operand(grad, n), m, v);
   base_.adamw(param, grad, m, v, n, args);
 }
-inline void ScrambledKernels::sgd(float* param, const float* grad, float* momentum_buf,
+inline void ScrambledKernels::sgd(float* param, ConstOperand grad, float* momentum_buf,
                                   int64_t n, const SgdArgs& args) {
-  ZT_SCRAMBLED(sgd, param, grad, momentum_buf);
+  ZT_SCRAMBLED(sgd, param, operand(grad, n), momentum_buf);
   base_.sgd(param, grad, momentum_buf, n, args);
 }
 inline void ScrambledKernels::cast(void* dst, DType dst_type, const void* src, DType src_type,
@@ -348,8 +381,8 @@ inline void ScrambledKernels::fill(float* x, float value, int64_t n) {
   ZT_SCRAMBLED(fill, x);
   base_.fill(x, value, n);
 }
-inline double ScrambledKernels::sum_squares(const float* x, int64_t n) {
-  ZT_SCRAMBLED(sum_squares, x);
+inline double ScrambledKernels::sum_squares(ConstOperand x, int64_t n) {
+  ZT_SCRAMBLED(sum_squares, operand(x, n));
   return base_.sum_squares(x, n);
 }
 

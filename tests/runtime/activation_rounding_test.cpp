@@ -1,0 +1,472 @@
+// The activation tables of the CPU back end (CpuDevice::kernels_for(fp16 / bf16), kernels.h
+// "Precision"): every activation a kernel writes is a value of the table's dtype, and for the
+// element-wise and row kernels (and matmul with fp32 weights) it is the fp32 table's result
+// rounded by dtype.h, bit for bit: rounding inside the kernel gives the bits of rounding
+// afterwards. fp16 overflow becomes ±inf. What the tables keep fp32: layer-norm mean and rstd,
+// losses, fp32 parameter gradients, and the non-activation entries (optimizers, cast, add,
+// sum_squares). Matmul with 16-bit weights may run as a native bf16 GEMM (oneDNN AMX or
+// AVX512_BF16, native_bf16_gemm()) whose accumulation order differs from sgemm's, so its
+// outputs, and its 16-bit weight gradients, are held to one ulp of the dtype against a double
+// reference on the widened weights. The suite runs with ZT_CPU_SIMD as the environment leaves it
+// (unset under ctest), so the native path is the one tested where the CPU has it.
+// The fp32 kernels themselves are tested in kernels_*_test.cpp; round_rows in round_rows_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/dtype.h"
+#include "runtime/kernels.h"
+
+#include "random_data.h"
+
+namespace zt {
+namespace {
+
+using test::random_floats;
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool same_bits(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+}
+
+uint16_t narrow(float x, DType t) { return t == DType::kF16 ? fp32_to_fp16(x) : fp32_to_bf16(x); }
+float widen(uint16_t h, DType t) { return t == DType::kF16 ? fp16_to_fp32(h) : bf16_to_fp32(h); }
+
+// x in t's 16 bits (round to nearest even), and back to fp32.
+std::vector<uint16_t> narrowed(const std::vector<float>& x, DType t) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = narrow(x[i], t);
+  return h;
+}
+std::vector<float> widened(const std::vector<uint16_t>& h, DType t) {
+  std::vector<float> x(h.size());
+  for (size_t i = 0; i < h.size(); ++i) x[i] = widen(h[i], t);
+  return x;
+}
+// x rounded to t by dtype.h's scalar conversions.
+std::vector<float> rounded(const std::vector<float>& x, DType t) {
+  return widened(narrowed(x, t), t);
+}
+
+// Every element of x is a value of t.
+bool all_in(const std::vector<float>& x, DType t) { return same_bits(x, rounded(x, t)); }
+// Some element of x is not a value of t: a test that x is unrounded is not vacuous.
+bool has_unrounded(const std::vector<float>& x, DType t) { return !all_in(x, t); }
+
+// One ulp of t relative to the value: the 16-bit results' tolerance against a double reference.
+double relative_ulp(DType t) { return t == DType::kF16 ? 0x1p-10 : 0x1p-7; }
+
+// |got - want| <= rel·|want| + abs, element by element, naming the first failures.
+void expect_within(const std::vector<float>& got, const std::vector<double>& want, double rel,
+                   double abs, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+    const double err = std::abs(double(got[i]) - want[i]);
+    if (!(err <= rel * std::abs(want[i]) + abs)) {
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
+                    << " (error " << err << ")";
+      ++failures;
+    }
+  }
+}
+
+// The double reference of out (M,N) = inp (M,K) · W + bias, W (K,N) or (N,K) by layout.
+std::vector<double> matmul_ref(const std::vector<float>& inp, const std::vector<float>& w,
+                               const std::vector<float>& bias, int64_t M, int64_t K, int64_t N,
+                               WeightLayout layout) {
+  std::vector<double> out(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = bias.empty() ? 0.0 : bias[n];
+      for (int64_t k = 0; k < K; ++k)
+        s += double(inp[m * K + k]) *
+             w[layout == WeightLayout::kInOut ? k * N + n : n * K + k];
+      out[m * N + n] = s;
+    }
+  return out;
+}
+
+class ActivationRoundingTest : public ::testing::TestWithParam<DType> {
+ protected:
+  DType dtype() const { return GetParam(); }
+  // Values of the dtype: what activations are under its table.
+  std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    return rounded(random_floats(n, seed, lo, hi), dtype());
+  }
+  CpuDevice dev_;
+  Kernels& f32_ = dev_.kernels();
+  Kernels& act_ = dev_.kernels_for(GetParam());
+};
+
+// ---- matmul -----------------------------------------------------------------------------------
+
+TEST_P(ActivationRoundingTest, MatmulWithFp32WeightsIsTheFp32ResultRounded) {
+  const int64_t M = 7, K = 13, N = 11;
+  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+    SCOPED_TRACE(layout == WeightLayout::kInOut ? "kInOut" : "kOutIn");
+    const auto inp = random_values(M * K, 1), w = random_floats(K * N, 2),
+               bias = random_floats(N, 3);
+    std::vector<float> out_f32(M * N), out(M * N);
+    f32_.matmul_forward(out_f32.data(), inp.data(), w.data(), bias.data(), M, K, N, layout);
+    act_.matmul_forward(out.data(), inp.data(), w.data(), bias.data(), M, K, N, layout);
+    EXPECT_TRUE(has_unrounded(out_f32, dtype()));
+    EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+
+    // dinp is an activation gradient: rounded. fp32 dweight and dbias are parameter gradients
+    // stored in fp32: left as the fp32 table leaves them.
+    const auto dout = random_values(M * N, 4);
+    std::vector<float> dinp_f32 = random_values(M * K, 5), dw_f32 = random_floats(K * N, 6),
+                       db_f32 = random_floats(N, 7);
+    std::vector<float> dinp = dinp_f32, dw = dw_f32, db = db_f32;
+    f32_.matmul_backward(dinp_f32.data(), dw_f32.data(), db_f32.data(), dout.data(), inp.data(),
+                         w.data(), M, K, N, layout);
+    act_.matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), M,
+                         K, N, layout);
+    EXPECT_TRUE(has_unrounded(dinp_f32, dtype()));
+    EXPECT_TRUE(same_bits(dinp, rounded(dinp_f32, dtype())));
+    EXPECT_TRUE(has_unrounded(dw_f32, dtype()) && has_unrounded(db_f32, dtype()));
+    EXPECT_TRUE(same_bits(dw, dw_f32));
+    EXPECT_TRUE(same_bits(db, db_f32));
+  }
+}
+
+TEST_P(ActivationRoundingTest, MatmulOverflowBecomesInfInFp16) {
+  const int64_t M = 4, K = 8, N = 4;
+  const auto inp = random_values(M * K, 8, 200.0f, 300.0f);
+  // Column n's weights have the sign (-1)^n: every product is above 8·200·200 = 320000 > 65504
+  // in magnitude, +inf or -inf in fp16, finite in bf16.
+  auto w = random_floats(K * N, 9, 200.0f, 300.0f);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 1; n < N; n += 2) w[k * N + n] = -w[k * N + n];
+  const std::vector<uint16_t> w16 = narrowed(w, dtype());
+  for (bool typed : {false, true}) {  // fp32 weights, then weights in the dtype
+    SCOPED_TRACE(typed ? "16-bit weights" : "fp32 weights");
+    const ConstOperand weight = typed ? ConstOperand(w16.data(), dtype()) : ConstOperand(w.data());
+    std::vector<float> out(M * N);
+    act_.matmul_forward(out.data(), inp.data(), weight, nullptr, M, K, N, WeightLayout::kInOut);
+    EXPECT_TRUE(all_in(out, dtype()));
+    if (!typed) {
+      std::vector<float> out_f32(M * N);
+      f32_.matmul_forward(out_f32.data(), inp.data(), w.data(), nullptr, M, K, N,
+                          WeightLayout::kInOut);
+      EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+    }
+    for (int64_t i = 0; i < M * N; ++i) {
+      EXPECT_EQ(std::isinf(out[i]), dtype() == DType::kF16) << out[i];
+      EXPECT_EQ(std::signbit(out[i]), i % N % 2 == 1) << out[i];
+    }
+  }
+}
+
+// Weights and bias in the dtype, as a 16-bit working copy goes to the kernels. The activation
+// inputs hold dtype values (they do under this table), so a native bf16 GEMM reads them exactly.
+TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsIsWithinAnUlpOfTheWidenedProduct) {
+  const int64_t M = 9, K = 37, N = 21;
+  const double rel = relative_ulp(dtype()), abs = 1e-5;
+  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+    SCOPED_TRACE(layout == WeightLayout::kInOut ? "kInOut" : "kOutIn");
+    const auto inp = random_values(M * K, 31);
+    const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 32), dtype()),
+                                b16 = narrowed(random_floats(N, 33), dtype());
+    const std::vector<float> w = widened(w16, dtype()), bias = widened(b16, dtype());
+    const ConstOperand weight(w16.data(), dtype());
+
+    std::vector<float> out(M * N);
+    act_.matmul_forward(out.data(), inp.data(), weight, {b16.data(), dtype()}, M, K, N, layout);
+    EXPECT_TRUE(all_in(out, dtype()));
+    expect_within(out, matmul_ref(inp, w, bias, M, K, N, layout), rel, abs, "out");
+
+    // Backward: dinp (an activation gradient) and the 16-bit dweight and dbias accumulate,
+    // each stored value the dtype of (old + the fp32 contribution).
+    const auto dout = random_values(M * N, 34), dinp0 = random_values(M * K, 35);
+    const std::vector<uint16_t> dw0 = narrowed(random_floats(K * N, 36), dtype()),
+                                db0 = narrowed(random_floats(N, 37), dtype());
+    std::vector<float> dinp = dinp0;
+    std::vector<uint16_t> dw16 = dw0, db16 = db0;
+    act_.matmul_backward(dinp.data(), {dw16.data(), dtype()}, {db16.data(), dtype()},
+                         dout.data(), inp.data(), weight, M, K, N, layout);
+    EXPECT_TRUE(all_in(dinp, dtype()));
+    std::vector<double> dinp_ref(M * K), dw_ref(K * N), db_ref(N);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        double s = dinp0[m * K + k];
+        for (int64_t n = 0; n < N; ++n)
+          s += double(dout[m * N + n]) *
+               w[layout == WeightLayout::kInOut ? k * N + n : n * K + k];
+        dinp_ref[m * K + k] = s;
+      }
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t i = layout == WeightLayout::kInOut ? k * N + n : n * K + k;
+        double s = widen(dw0[i], dtype());
+        for (int64_t m = 0; m < M; ++m) s += double(inp[m * K + k]) * dout[m * N + n];
+        dw_ref[i] = s;
+      }
+    for (int64_t n = 0; n < N; ++n) {
+      double s = widen(db0[n], dtype());
+      for (int64_t m = 0; m < M; ++m) s += dout[m * N + n];
+      db_ref[n] = s;
+    }
+    expect_within(dinp, dinp_ref, rel, abs, "dinp");
+    expect_within(widened(dw16, dtype()), dw_ref, rel, abs, "dweight");
+    expect_within(widened(db16, dtype()), db_ref, rel, abs, "dbias");
+    EXPECT_FALSE(same_bits(dw16, dw0));
+    // dbias is the fp32 column sums added with one rounding: the fp32 table's bits, rounded.
+    std::vector<float> db_f32 = widened(db0, dtype());
+    f32_.matmul_backward(nullptr, nullptr, db_f32.data(), dout.data(), inp.data(), w.data(), M,
+                         K, N, layout);
+    EXPECT_TRUE(same_bits(db16, narrowed(db_f32, dtype())));
+  }
+}
+
+// ---- embedding and layer norm -----------------------------------------------------------------
+
+TEST_P(ActivationRoundingTest, EmbeddingRoundsItsOutputAndTheBatchRowsOfItsGradient) {
+  const int64_t V = 10, B = 2, T = 3, C = 9;
+  const std::vector<int32_t> tokens = {1, 4, 1, 7, 4, 9};
+  const std::set<int32_t> present(tokens.begin(), tokens.end());
+  const auto wte = random_floats(V * C, 18), wpe = random_floats(T * C, 19);
+  const std::vector<uint16_t> wte16 = narrowed(wte, dtype()), wpe16 = narrowed(wpe, dtype());
+
+  // Forward, fp32 tables and tables in the dtype (widened exactly where read).
+  std::vector<float> out_f32(B * T * C), out(B * T * C);
+  f32_.embedding_forward(out_f32.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  act_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  EXPECT_TRUE(has_unrounded(out_f32, dtype()));
+  EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+  const std::vector<float> wte_w = widened(wte16, dtype()), wpe_w = widened(wpe16, dtype());
+  f32_.embedding_forward(out_f32.data(), tokens.data(), wte_w.data(), wpe_w.data(), B, T, C);
+  act_.embedding_forward(out.data(), tokens.data(), {wte16.data(), dtype()},
+                         {wpe16.data(), dtype()}, B, T, C);
+  EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+
+  // Backward into 16-bit gradients: the rows of the batch's tokens are the fp32 sums of the old
+  // values and the contributions, rounded once; the other rows keep their bits.
+  const auto dout = random_values(B * T * C, 20);
+  const std::vector<uint16_t> dwte0 = narrowed(random_floats(V * C, 21), dtype()),
+                              dwpe0 = narrowed(random_floats(T * C, 22), dtype());
+  std::vector<float> dwte_f32 = widened(dwte0, dtype()), dwpe_f32 = widened(dwpe0, dtype());
+  f32_.embedding_backward(dwte_f32.data(), dwpe_f32.data(), dout.data(), tokens.data(), B, T, C);
+  std::vector<uint16_t> dwte = dwte0, dwpe = dwpe0;
+  act_.embedding_backward({dwte.data(), dtype()}, {dwpe.data(), dtype()}, dout.data(),
+                          tokens.data(), B, T, C);
+  const std::vector<uint16_t> dwte_want = narrowed(dwte_f32, dtype());
+  for (int64_t v = 0; v < V; ++v) {
+    const auto& want = present.count(int32_t(v)) ? dwte_want : dwte0;
+    EXPECT_EQ(std::memcmp(dwte.data() + v * C, want.data() + v * C, C * 2), 0) << "row " << v;
+  }
+  EXPECT_FALSE(same_bits(dwte, dwte0));
+  EXPECT_TRUE(same_bits(dwpe, narrowed(dwpe_f32, dtype())));
+
+  // fp32 parameter gradients under this table are not rounded.
+  std::vector<float> gwte_f32 = random_floats(V * C, 23), gwpe_f32 = random_floats(T * C, 24);
+  std::vector<float> gwte = gwte_f32, gwpe = gwpe_f32;
+  f32_.embedding_backward(gwte_f32.data(), gwpe_f32.data(), dout.data(), tokens.data(), B, T, C);
+  act_.embedding_backward(gwte.data(), gwpe.data(), dout.data(), tokens.data(), B, T, C);
+  EXPECT_TRUE(has_unrounded(gwte_f32, dtype()));
+  EXPECT_TRUE(same_bits(gwte, gwte_f32) && same_bits(gwpe, gwpe_f32));
+}
+
+TEST_P(ActivationRoundingTest, LayerNormRoundsOutAndDinpKeepsMeanAndRstdInFp32) {
+  const int64_t N = 5, C = 24;
+  const auto x = random_values(N * C, 10, -3.0f, 3.0f), w = random_floats(C, 11),
+             b = random_floats(C, 12);
+  std::vector<float> out_f32(N * C), mean_f32(N), rstd_f32(N), out(N * C), mean(N), rstd(N);
+  f32_.layernorm_forward(out_f32.data(), mean_f32.data(), rstd_f32.data(), x.data(), w.data(),
+                         b.data(), N, C);
+  act_.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                         C);
+  EXPECT_TRUE(has_unrounded(out_f32, dtype()));
+  EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+  EXPECT_TRUE(has_unrounded(mean_f32, dtype()) && has_unrounded(rstd_f32, dtype()));
+  EXPECT_TRUE(same_bits(mean, mean_f32));
+  EXPECT_TRUE(same_bits(rstd, rstd_f32));
+
+  // Backward with fp32 dweight/dbias: dinp rounded, the parameter gradients not.
+  const auto dout = random_values(N * C, 13);
+  std::vector<float> dx_f32 = random_values(N * C, 14), dw_f32 = random_floats(C, 15),
+                     db_f32 = random_floats(C, 16);
+  std::vector<float> dx = dx_f32, dw = dw_f32, db = db_f32;
+  f32_.layernorm_backward(dx_f32.data(), dw_f32.data(), db_f32.data(), dout.data(), x.data(),
+                          w.data(), mean_f32.data(), rstd_f32.data(), N, C);
+  act_.layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  EXPECT_TRUE(has_unrounded(dx_f32, dtype()));
+  EXPECT_TRUE(same_bits(dx, rounded(dx_f32, dtype())));
+  EXPECT_TRUE(has_unrounded(dw_f32, dtype()) && has_unrounded(db_f32, dtype()));
+  EXPECT_TRUE(same_bits(dw, dw_f32) && same_bits(db, db_f32));
+}
+
+// Weight, bias and their gradients in the dtype: widened exactly where read, the gradients the
+// fp32 sums of old value and contribution rounded once.
+TEST_P(ActivationRoundingTest, LayerNormWith16BitParametersIsTheFp32ResultRounded) {
+  const int64_t N = 40, C = 24;  // more rows than one block of layernorm_backward's partials
+  const auto x = random_values(N * C, 40, -3.0f, 3.0f), dout = random_values(N * C, 41);
+  const std::vector<uint16_t> w16 = narrowed(random_floats(C, 42), dtype()),
+                              b16 = narrowed(random_floats(C, 43), dtype()),
+                              dw0 = narrowed(random_floats(C, 44), dtype()),
+                              db0 = narrowed(random_floats(C, 45), dtype());
+  const std::vector<float> w = widened(w16, dtype()), b = widened(b16, dtype());
+  std::vector<float> out_f32(N * C), mean(N), rstd(N), out(N * C), mean16(N), rstd16(N);
+  f32_.layernorm_forward(out_f32.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                         N, C);
+  act_.layernorm_forward(out.data(), mean16.data(), rstd16.data(), x.data(),
+                         {w16.data(), dtype()}, {b16.data(), dtype()}, N, C);
+  EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+  EXPECT_TRUE(same_bits(mean16, mean) && same_bits(rstd16, rstd));
+
+  std::vector<float> dx_f32(N * C, 0.0f), dw_f32 = widened(dw0, dtype()),
+                     db_f32 = widened(db0, dtype());
+  f32_.layernorm_backward(dx_f32.data(), dw_f32.data(), db_f32.data(), dout.data(), x.data(),
+                          w.data(), mean.data(), rstd.data(), N, C);
+  std::vector<float> dx(N * C, 0.0f);
+  std::vector<uint16_t> dw = dw0, db = db0;
+  act_.layernorm_backward(dx.data(), {dw.data(), dtype()}, {db.data(), dtype()}, dout.data(),
+                          x.data(), {w16.data(), dtype()}, mean.data(), rstd.data(), N, C);
+  EXPECT_TRUE(same_bits(dx, rounded(dx_f32, dtype())));
+  EXPECT_TRUE(same_bits(dw, narrowed(dw_f32, dtype())));
+  EXPECT_TRUE(same_bits(db, narrowed(db_f32, dtype())));
+  EXPECT_FALSE(same_bits(dw, dw0));
+}
+
+// ---- softmax cross-entropy, attention, element-wise -------------------------------------------
+
+TEST_P(ActivationRoundingTest, SoftmaxCrossEntropyRoundsTheGradientNotTheLosses) {
+  const int64_t N = 5, V = 37, Vp = 40;
+  const auto logits = random_values(N * Vp, 17, -4.0f, 4.0f);
+  const std::vector<int32_t> targets = {0, 36, 5, 17, 5};
+  for (float dloss : {0.5f, 0.0f}) {
+    SCOPED_TRACE(dloss);
+    std::vector<float> g_f32 = logits, g = logits, loss_f32(N), loss(N);
+    f32_.softmax_cross_entropy(loss_f32.data(), g_f32.data(), targets.data(), N, V, Vp, dloss);
+    act_.softmax_cross_entropy(loss.data(), g.data(), targets.data(), N, V, Vp, dloss);
+    EXPECT_TRUE(has_unrounded(loss_f32, dtype()));
+    EXPECT_TRUE(same_bits(loss, loss_f32));
+    if (dloss != 0.0f) {
+      EXPECT_TRUE(has_unrounded(g_f32, dtype()));
+      EXPECT_TRUE(same_bits(g, rounded(g_f32, dtype())));
+    } else {  // logits only read
+      EXPECT_TRUE(same_bits(g, logits));
+    }
+  }
+}
+
+TEST_P(ActivationRoundingTest, AttentionRoundsOutputProbabilitiesAndGradient) {
+  const int64_t B = 2, T = 5, C = 8, NH = 2;
+  const auto qkv = random_values(B * T * 3 * C, 21), dout = random_values(B * T * C, 22);
+  std::vector<float> out_f32(B * T * C), att_f32(B * NH * T * T), out(out_f32.size()),
+      att(att_f32.size());
+  f32_.attention_forward(out_f32.data(), att_f32.data(), qkv.data(), B, T, C, NH);
+  act_.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  EXPECT_TRUE(has_unrounded(out_f32, dtype()) && has_unrounded(att_f32, dtype()));
+  EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+  EXPECT_TRUE(same_bits(att, rounded(att_f32, dtype())));
+  // Both tables read the same (rounded) probabilities, as backward does after a 16-bit forward.
+  std::vector<float> dqkv_f32 = random_values(qkv.size(), 23), dqkv = dqkv_f32;
+  f32_.attention_backward(dqkv_f32.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  act_.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  EXPECT_TRUE(has_unrounded(dqkv_f32, dtype()));
+  EXPECT_TRUE(same_bits(dqkv, rounded(dqkv_f32, dtype())));
+}
+
+TEST_P(ActivationRoundingTest, ElementwiseOutputsAreRounded) {
+  const int64_t n = 1001;
+  const auto x = random_values(n, 24, -3.0f, 3.0f), y = random_values(n, 25);
+  auto check = [&](const char* what, const auto& run) {
+    std::vector<float> from_f32 = y, from_act = y;
+    run(f32_, from_f32);
+    run(act_, from_act);
+    EXPECT_TRUE(has_unrounded(from_f32, dtype())) << what;
+    EXPECT_TRUE(same_bits(from_act, rounded(from_f32, dtype()))) << what;
+  };
+  check("gelu_forward",
+        [&](Kernels& k, std::vector<float>& o) { k.gelu_forward(o.data(), x.data(), n); });
+  check("gelu_backward", [&](Kernels& k, std::vector<float>& o) {
+    k.gelu_backward(o.data(), x.data(), y.data(), n);
+  });
+  check("residual_forward", [&](Kernels& k, std::vector<float>& o) {
+    k.residual_forward(o.data(), x.data(), o.data(), n);
+  });
+  check("accumulate",
+        [&](Kernels& k, std::vector<float>& o) { k.accumulate(o.data(), x.data(), n); });
+  check("fill", [&](Kernels& k, std::vector<float>& o) { k.fill(o.data(), 0.1f, n); });
+}
+
+// bf16 has fp32's range: overflow is fp16's alone.
+TEST(ActivationRounding, Fp16ResidualAndAccumulateOverflowBecomeInf) {
+  CpuDevice dev;
+  Kernels& fp16 = dev.kernels_for(DType::kF16);
+  const std::vector<float> a = {40000.0f, -40000.0f, 30000.0f}, b = {30000.0f, -30000.0f, 0.0f};
+  std::vector<float> out(3);
+  fp16.residual_forward(out.data(), a.data(), b.data(), 3);
+  EXPECT_EQ(out[0], INFINITY);
+  EXPECT_EQ(out[1], -INFINITY);
+  EXPECT_EQ(out[2], 30000.0f);
+  std::vector<float> y = b;
+  fp16.accumulate(y.data(), a.data(), 3);
+  EXPECT_EQ(y[0], INFINITY);
+  EXPECT_EQ(y[1], -INFINITY);
+  EXPECT_EQ(y[2], 30000.0f);
+}
+
+// ---- entries that write no activation ---------------------------------------------------------
+
+TEST_P(ActivationRoundingTest, OptimizersCastAddAndSumSquaresAreNotRounded) {
+  const int64_t n = 1001;
+  const auto p0 = random_floats(n, 26), g = random_floats(n, 27), m0 = random_floats(n, 28),
+             v0 = random_floats(n, 29, 0.0f, 1.0f);
+  const std::vector<uint16_t> g16 = narrowed(g, dtype());
+  for (bool typed : {false, true}) {  // the gradient in fp32, then in the dtype
+    SCOPED_TRACE(typed ? "16-bit gradient" : "fp32 gradient");
+    const ConstOperand grad = typed ? ConstOperand(g16.data(), dtype()) : ConstOperand(g.data());
+    AdamWArgs args;
+    args.step = 3;
+    args.weight_decay = 0.1f;
+    std::vector<float> p_f32 = p0, m_f32 = m0, v_f32 = v0, p = p0, m = m0, v = v0;
+    f32_.adamw(p_f32.data(), grad, m_f32.data(), v_f32.data(), n, args);
+    act_.adamw(p.data(), grad, m.data(), v.data(), n, args);
+    EXPECT_TRUE(has_unrounded(p_f32, dtype()) && has_unrounded(m_f32, dtype()) &&
+                has_unrounded(v_f32, dtype()));
+    EXPECT_TRUE(same_bits(p, p_f32) && same_bits(m, m_f32) && same_bits(v, v_f32));
+
+    SgdArgs sgd;
+    sgd.momentum = 0.9f;
+    std::vector<float> q_f32 = p0, b_f32 = m0, q = p0, b = m0;
+    f32_.sgd(q_f32.data(), grad, b_f32.data(), n, sgd);
+    act_.sgd(q.data(), grad, b.data(), n, sgd);
+    EXPECT_TRUE(has_unrounded(q_f32, dtype()));
+    EXPECT_TRUE(same_bits(q, q_f32) && same_bits(b, b_f32));
+
+    const double ss_f32 = f32_.sum_squares(grad, n), ss = act_.sum_squares(grad, n);
+    EXPECT_EQ(std::memcmp(&ss, &ss_f32, sizeof(double)), 0) << ss << " vs " << ss_f32;
+  }
+
+  // cast to fp32 and an fp32 add keep fp32 values.
+  std::vector<float> cast_f32(n), cast(n), sum_f32(n), sum(n);
+  f32_.cast(cast_f32.data(), DType::kF32, g.data(), DType::kF32, n);
+  act_.cast(cast.data(), DType::kF32, g.data(), DType::kF32, n);
+  EXPECT_TRUE(has_unrounded(cast, dtype()));
+  EXPECT_TRUE(same_bits(cast, cast_f32));
+  f32_.add(sum_f32.data(), DType::kF32, p0.data(), DType::kF32, g.data(), DType::kF32, n);
+  act_.add(sum.data(), DType::kF32, p0.data(), DType::kF32, g.data(), DType::kF32, n);
+  EXPECT_TRUE(has_unrounded(sum, dtype()));
+  EXPECT_TRUE(same_bits(sum, sum_f32));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ActivationRoundingTest,
+                         ::testing::Values(DType::kF16, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(dtype_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace zt
