@@ -12,6 +12,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/process_group.h"
+#include "launch/cpu_binding.h"
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
@@ -115,8 +116,8 @@ StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int 
 int bench_zero(const BenchZeroOptions& o) {
   MpiSession session(nullptr, nullptr);
   const int rank = session.group().rank, world = session.group().world;
-  const int local_world = session.group().local_world;
-  choose_cpu_threads(0, local_world);
+  const CpuBinding cpus = bind_local_cpus(session.group());
+  choose_cpu_threads(0, cpus.mine().threads);
   Logger log(rank, world);
   const Gpt2Config config = gpt2_zoo_config(o.model);
   log.rank0("zt-bench zero: {} on {} ranks, {} thread(s) each, B={} T={} per rank, fp32 AdamW, "

@@ -2,6 +2,7 @@
 #include "launch/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -167,8 +168,8 @@ namespace {
 
 // The body of train(). The model and the engine live in the caller's slots, so that they are
 // still alive in train()'s error handler.
-TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& comm,
-                      const Logger& log, std::optional<Gpt2>& model_slot,
+TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
+                      Communicator& comm, const Logger& log, std::optional<Gpt2>& model_slot,
                       std::optional<Engine>& engine_slot) {
   const Config& config = setup.config;
   const Gpt2Config& model_config = setup.model;
@@ -177,7 +178,10 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
   const int64_t accumulation = config.gradient_accumulation_steps;
   const TokenFile& train_file = setup.train_file;
   const std::optional<TokenFile>& val_file = setup.val_file;
-  choose_cpu_threads(config.zt.num_threads, comm.local_world());
+  // Before the first parallel region (the parameter initialisation): OpenMP sizes its pool then.
+  choose_cpu_threads(config.zt.num_threads, cpus.mine().threads);
+  const std::vector<double> threads =
+      all_gather_doubles(comm, std::array{static_cast<double>(cpu_threads())});
   DataLoader train_loader(train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
   if (val_file) val_loader.emplace(*val_file, B, T, rank, world, false, config.zt.seed);
@@ -221,13 +225,12 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
   for (Unit* u : model.units()) params += u->layout().param_count();
   const Precision& precision = engine.options().precision;
   log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | {} | "
-            "{} thread{} per rank | B={} T={} accumulation={} | {} train tokens{}",
+            "B={} T={} accumulation={} | {} train tokens{}",
             config.source, params / 1e6, model_config.n_layer, world, world > 1 ? "s" : "",
-            config.zero_optimization.stage, precision_name(precision), cpu_threads(),
-            cpu_threads() > 1 ? "s" : "", B, T,
-            accumulation,
+            config.zero_optimization.stage, precision_name(precision), B, T, accumulation,
             train_file.size(),
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
+  log.rank0("{}", describe_cpu_binding(cpus, threads));
 
   // DeepSpeed keys accepted with no effect and "auto" values resolved: one line each.
   for (const std::string& note : config.notes) log.rank0("note: {}", note);
@@ -383,14 +386,14 @@ TrainResult train_run(const TrainSetup& setup, Device& device, Communicator& com
 
 }  // namespace
 
-TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm, const Logger& log,
-                  const TrainErrorHandler& on_error) {
+TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
+                  Communicator& comm, const Logger& log, const TrainErrorHandler& on_error) {
   // Declared here, outside the try: the handler runs while they are alive, so the engine's
   // CommQueue has not been asked to finish (or abandon) anything before the job is ended.
   std::optional<Gpt2> model;
   std::optional<Engine> engine;
   try {
-    return train_run(setup, device, comm, log, model, engine);
+    return train_run(setup, cpus, device, comm, log, model, engine);
   } catch (...) {
     if (on_error) on_error();
     throw;

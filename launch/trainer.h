@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "launch/cpu_binding.h"
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/config.h"
@@ -46,7 +47,9 @@ using TrainErrorHandler = std::function<void()>;
 // goes: every row is one checked write, so a failed write (a full disk) ends the run in the step
 // it happened, naming the file and the OS error; rows before it stay, the failed one may be cut
 // short. The weights file is written atomically (it is complete under its name, or absent).
-TrainResult train(const TrainSetup& setup, Device& device, Communicator& comm,
-                  const Logger& log, const TrainErrorHandler& on_error = {});
+// `cpus` is this process's bind_local_cpus(): its thread count is the default for
+// zt.num_threads, and rank 0's start-up line reports every local rank's threads and CPUs.
+TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
+                  Communicator& comm, const Logger& log, const TrainErrorHandler& on_error = {});
 
 }  // namespace zt

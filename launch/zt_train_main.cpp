@@ -10,6 +10,7 @@
 #include "comm/collective_watchdog.h"
 #include "comm/communicator_factory.h"
 #include "comm/process_group.h"
+#include "launch/cpu_binding.h"
 #include "launch/logger.h"
 #include "launch/tool_frame.h"
 #include "launch/trainer.h"
@@ -60,9 +61,12 @@ int main(int argc, char** argv) {
   // Phase 1: everything the job's input can get wrong, on every rank, then one agreement: the
   // lowest failing rank's message is printed once and every rank exits with its code.
   std::optional<zt::TrainSetup> setup;
+  std::optional<zt::CpuBinding> cpus;
   std::string help_text;
   bool help = false;
   const int setup_code = zt::agree_on_exit_code("zt-train", group.rank, group.world, [&] {
+    // First, before any thread of ours exists: threads inherit the mask when they start.
+    cpus = zt::bind_local_cpus(group);
     CommandLine cl = parse_command_line(argc, argv, &help_text);
     help = cl.help;
     if (!help) setup = zt::prepare_training(cl.config_path, cl.overrides, group.rank, group.world);
@@ -99,7 +103,7 @@ int main(int argc, char** argv) {
       const int error_code = zt::describe_current_exception(&message);
       zt::abort_job("zt-train", report_rank, message, error_code);
     };
-    const zt::TrainResult result = zt::train(*setup, *device, *comm, log, abort_on_error);
+    const zt::TrainResult result = zt::train(*setup, *cpus, *device, *comm, log, abort_on_error);
     if (result.failure.empty()) return 0;
     agreed_failure = true;
     if (group.rank == 0) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());

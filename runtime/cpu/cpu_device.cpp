@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 #include <cstring>
 
 #include "runtime/status.h"
@@ -65,12 +64,11 @@ void set_cpu_threads(int threads) {
 
 int cpu_threads() { return omp_get_max_threads(); }
 
-void choose_cpu_threads(int requested, int ranks_on_machine) {
+void choose_cpu_threads(int requested, int fitting) {
   if (requested > 0) {
     set_cpu_threads(requested);
   } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    set_cpu_threads(std::max(1, cores / std::max(1, ranks_on_machine)));
+    set_cpu_threads(std::max(1, fitting));
   }
 }
 

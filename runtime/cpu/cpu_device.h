@@ -38,10 +38,11 @@ class CpuDevice final : public Device {
 // one budget governs the cores a rank uses (several ranks on one machine divide its cores).
 void set_cpu_threads(int threads);
 int cpu_threads();  // OpenMP's current maximum
-// The budget rule of the executables: `requested` threads when > 0; else OMP_NUM_THREADS when
-// set (left as the runtime read it); else this machine's cores divided among the
-// `ranks_on_machine` ranks sharing it (MACHINE.md: oversubscribed ranks crawl otherwise).
-void choose_cpu_threads(int requested, int ranks_on_machine);
+// The budget rule of the executables: `requested` threads when > 0 (zt.num_threads); else
+// OMP_NUM_THREADS when set (left as the runtime read it); else `fitting`, the threads that fit
+// this rank's CPUs (CpuPlacement::threads, runtime/cpu/cpu_affinity.h: the machine's CPUs
+// divided among the ranks sharing it; MACHINE.md: oversubscribed ranks crawl otherwise).
+void choose_cpu_threads(int requested, int fitting);
 
 // The CPU kernel table (CpuKernels, runtime/cpu/cpu_kernels.h) rounding activations to
 // `activations`.
