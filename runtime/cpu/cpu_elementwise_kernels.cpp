@@ -251,10 +251,17 @@ void CpuKernels::accumulate(float* y, const float* x, int64_t n) {
   });
 }
 
+// GEMM operands and parameters widened from fp16 by F16C where the CPU has it: VCVTPH2PS equals
+// fp16_to_fp32 on every non-NaN pattern (a NaN stays a NaN, quieted), and it is several times
+// faster than the portable conversion.
 void CpuKernels::widen_range(float* dst, ConstOperand src, int64_t n) {
   if (n <= 0) return;
   if (src.dtype == DType::kF32) {
     std::memcpy(dst, src.data, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (f16c_ && src.dtype == DType::kF16) {
+    block_as_fp32<F16Codec>(dst, static_cast<const uint16_t*>(src.data), n);
     return;
   }
   run_isa(isa_, [&](auto) { cast_range(dst, DType::kF32, src.data, src.dtype, 0, n); });

@@ -95,6 +95,7 @@ class CpuKernels final : public Kernels {
 
   cpu::Isa isa_;
   DType act_;
+  bool native_bf16_;  // bf16 GEMMs run natively (native_bf16_gemm() when the table was made)
   bool f16c_;  // fp16 conversions by the F16C instructions in cast (fp32 -> fp16), round_to and
                // add (AVX2 paths only, so ZT_CPU_SIMD=sse2 tests the portable conversions)
 };

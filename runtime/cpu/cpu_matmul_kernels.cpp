@@ -64,8 +64,8 @@ struct Bf16Gemm {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::mutex mu;
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int64_t, int64_t>, dnnl::matmul>
-      cache;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool>;
+  std::map<Key, dnnl::matmul> cache;
 
   static Bf16Gemm& get() {
     static Bf16Gemm g;
@@ -73,18 +73,22 @@ struct Bf16Gemm {
   }
 
   // C (M,N) = op(A) (M,K) · op(B) (K,N) [+ C] in row-major storage: A is (M,K) with row stride
-  // lda, or (K,M) when ta; B is (K,N) with row stride ldb, or (N,K) when tb; A and B bf16, C fp32
-  // dense (M,N). oneDNN accumulates in fp32.
+  // lda, or (K,M) when ta; B is (K,N) with row stride ldb, or (N,K) when tb; A and B bf16; C
+  // dense (M,N), fp32 or bf16 (c_dtype). oneDNN accumulates in fp32; a bf16 C receives
+  // bf16(acc + float(C)) with one rounding (the sum post-op before the down-conversion).
   void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
-           const uint16_t* B, int64_t ldb, float* C, bool accumulate) {
+           const uint16_t* B, int64_t ldb, void* C, bool accumulate,
+           DType c_dtype = DType::kF32) {
     using dt = dnnl::memory::data_type;
     const dnnl::memory::desc a_md({M, K}, dt::bf16,
                                   ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
     const dnnl::memory::desc b_md({K, N}, dt::bf16,
                                   tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-    const dnnl::memory::desc c_md({M, N}, dt::f32, dnnl::memory::dims{N, 1});
+    const bool c16 = c_dtype == DType::kBF16;
+    ZT_ASSERT(c16 || c_dtype == DType::kF32, "bf16 GEMM into {}", dtype_name(c_dtype));
+    const dnnl::memory::desc c_md({M, N}, c16 ? dt::bf16 : dt::f32, dnnl::memory::dims{N, 1});
     std::lock_guard<std::mutex> lock(mu);
-    auto key = std::make_tuple(M, N, K, ta, tb, accumulate, lda, ldb);
+    const Key key{M, N, K, lda, ldb, ta, tb, accumulate, c16};
     auto it = cache.find(key);
     if (it == cache.end()) {
       dnnl::primitive_attr attr;
@@ -138,8 +142,8 @@ void column_sums(float* dbias, const float* dout, int64_t M, int64_t N) {
 }  // namespace
 
 bool native_bf16_gemm() {
+  if (cpu::choose_isa() != cpu::Isa::kAvx512) return false;  // ZT_CPU_SIMD caps it too
   static const bool native = [] {
-    if (cpu::choose_isa() != cpu::Isa::kAvx512) return false;  // ZT_CPU_SIMD caps it too
     const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
   }();
@@ -207,7 +211,7 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
   } else if (weight.dtype == DType::kF32) {
     sgemm(false, !in_out, M, N, K, inp, K, static_cast<const float*>(weight.data),
           in_out ? N : K, beta, out, N);
-  } else if (weight.dtype == DType::kBF16 && act_ == DType::kBF16 && native_bf16_gemm()) {
+  } else if (weight.dtype == DType::kBF16 && act_ == DType::kBF16 && native_bf16_) {
     const int64_t rows = block_count(K, 2, M);
     uint16_t* a = bf16_scratch(rows * K);
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
@@ -255,7 +259,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   }
   if (M == 0 || N == 0 || K == 0) return;
   const bool in_out = layout == WeightLayout::kInOut;
-  const bool native = act_ == DType::kBF16 && native_bf16_gemm() &&
+  const bool native = act_ == DType::kBF16 && native_bf16_ &&
                       (!dinp || weight.dtype == DType::kBF16);
 
   if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
@@ -304,8 +308,21 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
       sgemm(true, false, N, K, M, dout, N, inp, K, 1.0f, dw, K);
     return;
   }
-  // A 16-bit gradient: blocks of its rows (kOutIn) or columns (kInOut) summed in an fp32
-  // scratch, then added into the stored values with one rounding each.
+  if (native && dweight.dtype == DType::kBF16) {  // one GEMM into the bf16 gradient
+    uint16_t* inp16 = bf16_scratch(M * K + M * N);
+    uint16_t* d16 = inp16 + M * K;
+    narrow_rows_bf16(inp16, inp, M, K, K);
+    narrow_rows_bf16(d16, dout, M, N, N);
+    if (in_out)  // dW (K,N) = bf16(dW + inpᵀ (K,M) · dout (M,N))
+      Bf16Gemm::get().run(true, false, K, N, M, inp16, K, d16, N, dweight.data, true,
+                          DType::kBF16);
+    else  // dW (N,K) = bf16(dW + doutᵀ (N,M) · inp (M,K))
+      Bf16Gemm::get().run(true, false, N, K, M, d16, N, inp16, K, dweight.data, true,
+                          DType::kBF16);
+    return;
+  }
+  // A 16-bit gradient otherwise: blocks of its rows (kOutIn) or columns (kInOut) summed in an
+  // fp32 scratch, then added into the stored values with one rounding each.
   const int64_t block = block_count(K, 4, N);
   float* acc = thread_scratch<ScratchSlot::kCall>(block * K);
   uint16_t* inp16 = nullptr;
