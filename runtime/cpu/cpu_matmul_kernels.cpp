@@ -41,12 +41,15 @@ void check_gemm_dims(int64_t M, int64_t K, int64_t N) {
             "matmul dimensions M={} K={} N={} must fit in a GEMM int", M, K, N);
 }
 
-// Rows (or columns) per block so that `per_row` elements of `bytes` each fit kBlockBytes; at
-// least one, a multiple of 16 when more than 16 (whole vector widths for the packing loops).
+// Rows (or columns) per block so that `per_row` elements of `bytes` each fit kBlockBytes, the
+// blocks balanced (a short last block makes a slow GEMM) and a multiple of 16 when over 16.
 int64_t block_count(int64_t per_row, int64_t bytes, int64_t total) {
-  int64_t n = std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, per_row * bytes));
-  if (n > 16) n = n / 16 * 16;
-  return std::min(n, std::max<int64_t>(total, 1));
+  if (total <= 1) return 1;
+  const int64_t row_bytes = std::max<int64_t>(1, per_row * bytes);
+  const int64_t blocks = std::max<int64_t>(1, (total * row_bytes + kBlockBytes - 1) / kBlockBytes);
+  int64_t n = (total + blocks - 1) / blocks;
+  if (n > 16) n = (n + 15) / 16 * 16;
+  return std::min(n, total);
 }
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
