@@ -207,7 +207,9 @@ struct PrecisionRow {
 struct CpuReferences {
   std::unique_ptr<GemmProbe> sgemm, bf16;  // bf16: made when a bf16 row is asked for
   GemmProbe& for_precision(const std::string& precision) {
-    return precision.starts_with("bf16") ? *bf16 : *sgemm;
+    // The library rate of the path the step's GEMMs take: bf16 matmul where bf16 runs natively
+    // (native_bf16_gemm: not under ZT_CPU_SIMD=avx2 or below), sgemm otherwise.
+    return precision.starts_with("bf16") && native_bf16_gemm() ? *bf16 : *sgemm;
   }
 };
 
@@ -419,9 +421,10 @@ int bench_train(const BenchTrainOptions& o) {
             cpu_model_name(), start_peak.isa, start_peak.threads, cpu->sgemm->name(),
             cpu->bf16 ? cpu->bf16->name() : "none asked");
   log.rank0("square 1024^3 oneDNN sgemm in the same run: {:.1f} GFLOP/s ({:.1f}% of the "
-            "start-up peak). 16-bit rows compute in fp32 on this back end (values rounded to 16 "
-            "bits where stored); 'work' is the fp32 copies that takes",
-            square, 100.0 * square / start_peak.gflops);
+            "start-up peak). The step's GEMMs: {}. Kernels read 16-bit parameters as stored "
+            "and round activations where they write them; 'work' is tracked workspace (the "
+            "kernels' blocking scratch is per thread, untracked)",
+            square, 100.0 * square / start_peak.gflops, cpu_gemm_description());
   if (o.profile)
     for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
 

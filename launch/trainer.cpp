@@ -231,6 +231,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
             train_file.size(),
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
   log.rank0("{}", describe_cpu_binding(cpus, threads));
+  if (config.zt.device == "cpu") log.rank0("cpu kernels: {}", cpu_gemm_description());
 
   // DeepSpeed keys accepted with no effect and "auto" values resolved: one line each.
   for (const std::string& note : config.notes) log.rank0("note: {}", note);
