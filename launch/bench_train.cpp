@@ -238,7 +238,11 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
   if (o.profile) {
     profile = std::make_unique<OpProfile>();
     eo.kernels = [&](Kernels& device_table) -> Kernels& {
-      profiling_tables.push_back(std::make_unique<ProfilingKernels>(device_table, *profile));
+      // A GPU enqueues: each entry's time is read after its stream work completed.
+      std::function<void()> sync;
+      if (!device.host_accessible()) sync = [&device] { synchronize_device(device); };
+      profiling_tables.push_back(
+          std::make_unique<ProfilingKernels>(device_table, *profile, std::move(sync)));
       return *profiling_tables.back();
     };
   }

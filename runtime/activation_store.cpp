@@ -32,7 +32,7 @@ void ActivationStore::pack(DType dtype) {
   ZT_ASSERT(!packed(), "packing an activation store already packed to {}",
             dtype_name(packed_dtype_));
   packed_dtype_ = dtype;
-  Kernels& k = device_->kernels();
+  Kernels& k = *kernels_;
   for (Entry& e : buffers_) {
     if (e.stats || e.n == 0) continue;
     Buffer half =
@@ -44,7 +44,7 @@ void ActivationStore::pack(DType dtype) {
 
 void ActivationStore::unpack() {
   if (!packed()) return;
-  Kernels& k = device_->kernels();
+  Kernels& k = *kernels_;
   for (Entry& e : buffers_) {
     const size_t full_bytes = static_cast<size_t>(e.n) * sizeof(float);
     if (e.stats || e.buffer.bytes() == full_bytes) continue;

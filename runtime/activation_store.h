@@ -18,7 +18,10 @@ namespace zt {
 // layer's forward (activations kept as 16-bit) and unpacks it before the backward.
 class ActivationStore {
  public:
-  explicit ActivationStore(Device& device) : device_(&device) {}
+  // `kernels`: the table pack() and unpack() cast with (the engine passes its own, so a
+  // profiling table sees those casts); null: the device's fp32 table.
+  explicit ActivationStore(Device& device, Kernels* kernels = nullptr)
+      : device_(&device), kernels_(kernels ? kernels : &device.kernels()) {}
   // An fp32 activation buffer of n elements; packed to 16-bit by pack().
   float* alloc_floats(int64_t n);
   // An fp32 buffer that stays fp32 whatever the precision (layer-norm mean and rstd).
@@ -49,6 +52,7 @@ class ActivationStore {
   Device* device_;
   std::vector<Entry> buffers_;
   DType packed_dtype_ = DType::kF32;
+  Kernels* kernels_;
 };
 
 }  // namespace zt

@@ -56,6 +56,14 @@ std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal) {
   throw_input(fmt::format("a CUDA device was asked for, but {}", cuda_unavailable_reason()));
 }
 
+void synchronize_device(Device& device) {
+#if ZT_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<CudaDevice*>(&device)) gpu->synchronize();
+#else
+  (void)device;
+#endif
+}
+
 void set_allow_tf32(Device& device, bool allow) {
 #if ZT_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaDevice*>(&device)) gpu->cuda_kernels().set_allow_tf32(allow);

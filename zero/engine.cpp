@@ -70,7 +70,7 @@ class PassState {
     if (training)
       for (auto& d : d_hidden_) d = device.alloc(fp32_bytes(), MemCategory::kActivations);
     acts_.reserve(layers);
-    for (size_t l = 0; l < layers; ++l) acts_.emplace_back(device);
+    for (size_t l = 0; l < layers; ++l) acts_.emplace_back(device, &k);
   }
 
   // Layer l's input: null for the first layer.
