@@ -21,6 +21,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/cpu_peak.h"
 #include "runtime/device_factory.h"
+#include "runtime/dtype.h"
 #include "runtime/profiling_kernels.h"
 #include "runtime/status.h"
 #include "zero/engine.h"
@@ -37,29 +38,6 @@ double seconds_since(Clock::time_point t0) {
 void check_dnnl(dnnl_status_t status, const char* call) {
   if (status != dnnl_success)
     throw_internal(fmt::format("oneDNN {} failed with status {}", call, static_cast<int>(status)));
-}
-
-// The kernels oneDNN's CPU code paths are built for on this machine.
-const char* dnnl_isa_name(dnnl_cpu_isa_t isa) {
-  switch (isa) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    default: return "unknown";
-  }
-}
-
-uint16_t to_bf16(float x) {  // round to nearest even; the probe's values are finite
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
 }
 
 // The matmuls of one GPT-2 step as oneDNN computes them on their own buffers: forward
@@ -137,8 +115,8 @@ class GemmProbe {
       gemms_.push_back(std::move(g));
       return;
     }
-    g.a16.assign(m * k, to_bf16(0.01f));
-    g.b16.assign(k * n, to_bf16(0.02f));
+    g.a16.assign(m * k, fp32_to_bf16(0.01f));
+    g.b16.assign(k * n, fp32_to_bf16(0.02f));
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const dnnl::memory::desc a_md({m, k}, dt::bf16, ta ? tag::ba : tag::ab);
@@ -355,7 +333,7 @@ int bench_train(const BenchTrainOptions& o) {
     if (bf16) cpu->bf16 = std::make_unique<GemmProbe>(config, B * T, true);
     log.rank0("oneDNN {}.{}: kernels for {} (dnnl_get_effective_cpu_isa){}",
               dnnl_version()->major, dnnl_version()->minor,
-              dnnl_isa_name(dnnl_get_effective_cpu_isa()),
+              onednn_isa_name(),
               bf16 ? "; bf16 matmul implementations: " + cpu->bf16->implementations() : "");
   }
   std::vector<PrecisionRow> rows;
@@ -444,7 +422,7 @@ int bench_train(const BenchTrainOptions& o) {
                         {"threads", start_peak.threads},
                         {"peak_isa", start_peak.isa},
                         {"startup_peak_gflops", start_peak.gflops},
-                        {"dnnl_isa", dnnl_isa_name(dnnl_get_effective_cpu_isa())},
+                        {"dnnl_isa", onednn_isa_name()},
                         {"square_sgemm_gflops", square},
                         {"rows", nlohmann::json::array()}};
     for (const PrecisionRow& r : rows) {

@@ -146,11 +146,9 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
       comm_(comm),
       model_(model),
       options_(std::move(options)),
-      kernels_(options_.kernels ? options_.kernels(device.kernels()) : device.kernels()),
+      kernels_(table(options_, device.kernels())),
       compute_kernels_(options_.precision.mixed()
-                           ? (options_.kernels
-                                  ? options_.kernels(device.kernels_for(options_.precision.compute))
-                                  : device.kernels_for(options_.precision.compute))
+                           ? table(options_, device.kernels_for(options_.precision.compute))
                            : kernels_),
       policy_(options_.policy),
       reduce_queue_(std::make_unique<CommQueue>(comm)),
@@ -196,6 +194,10 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
 }
 
 Engine::~Engine() = default;
+
+Kernels& Engine::table(const EngineOptions& options, Kernels& device_table) {
+  return options.kernels ? options.kernels(device_table) : device_table;
+}
 
 Kernels& Engine::compute_kernels() { return compute_kernels_; }
 

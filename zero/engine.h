@@ -188,6 +188,8 @@ class Engine {
   // The kernels layers compute with: the device's table rounding activations to the compute
   // dtype (fp32: the plain one).
   Kernels& compute_kernels();
+  // A device table as the engine computes with it: options.kernels applied when set.
+  static Kernels& table(const EngineOptions& options, Kernels& device_table);
   // Calls f(values, begin, count) over n 16-bit elements of `dtype` at src widened to fp32,
   // chunk by chunk (kWorkspaceChunk elements, boundaries counted from src) into one workspace
   // buffer that f may overwrite (pure 16-bit training's optimizer step).

@@ -51,6 +51,9 @@ std::unique_ptr<Kernels> make_cpu_kernels(DType activations = DType::kF32);
 // True when bf16 GEMMs run natively (oneDNN reports AVX512_BF16 or AMX-BF16 and ZT_CPU_SIMD
 // does not cap the instruction set below AVX-512); otherwise they widen to fp32 in blocks.
 bool native_bf16_gemm();
+// The instruction set oneDNN's CPU kernels are built for here (dnnl_get_effective_cpu_isa),
+// e.g. "avx512_core_amx".
+const char* onednn_isa_name();
 // One line for the start-up log: the GEMM library, the instruction set its kernels use, and
 // the path each 16-bit dtype takes.
 std::string cpu_gemm_description();

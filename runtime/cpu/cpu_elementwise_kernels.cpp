@@ -267,6 +267,12 @@ void CpuKernels::widen_range(float* dst, ConstOperand src, int64_t n) {
   run_isa(isa_, [&](auto) { cast_range(dst, DType::kF32, src.data, src.dtype, 0, n); });
 }
 
+const float* CpuKernels::widened(ConstOperand op, int64_t n, float* scratch) {
+  if (op.dtype == DType::kF32) return static_cast<const float*>(op.data);
+  widen_range(scratch, op, n);
+  return scratch;
+}
+
 void CpuKernels::narrow_range(Operand dst, const float* x, int64_t n) {
   if (n <= 0) return;
   if (f16c_ && dst.dtype == DType::kF16) {

@@ -43,7 +43,7 @@ void check_gemm_dims(int64_t M, int64_t K, int64_t N) {
 
 // Rows (or columns) per block so that `per_row` elements of `bytes` each fit kBlockBytes, the
 // blocks balanced (a short last block makes a slow GEMM) and a multiple of 16 when over 16.
-int64_t block_count(int64_t per_row, int64_t bytes, int64_t total) {
+int64_t block_size(int64_t per_row, int64_t bytes, int64_t total) {
   if (total <= 1) return 1;
   const int64_t row_bytes = std::max<int64_t>(1, per_row * bytes);
   const int64_t blocks = std::max<int64_t>(1, (total * row_bytes + kBlockBytes - 1) / kBlockBytes);
@@ -153,22 +153,24 @@ bool native_bf16_gemm() {
   return native;
 }
 
+const char* onednn_isa_name() {
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+  }
+}
+
 std::string cpu_gemm_description() {
   const dnnl_version_t* v = dnnl_version();
-  const char* isa = "?";
-  switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_sse41: isa = "sse41"; break;
-    case dnnl_cpu_isa_avx: isa = "avx"; break;
-    case dnnl_cpu_isa_avx2: isa = "avx2"; break;
-    case dnnl_cpu_isa_avx512_mic: isa = "avx512_mic"; break;
-    case dnnl_cpu_isa_avx512_mic_4ops: isa = "avx512_mic_4ops"; break;
-    case dnnl_cpu_isa_avx512_core: isa = "avx512_core"; break;
-    case dnnl_cpu_isa_avx512_core_vnni: isa = "avx512_core_vnni"; break;
-    case dnnl_cpu_isa_avx512_core_bf16: isa = "avx512_core_bf16"; break;
-    case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; break;
-    case dnnl_cpu_isa_avx2_vnni: isa = "avx2_vnni"; break;
-    default: break;
-  }
   std::string bf16 = "bf16 GEMMs widened to fp32 in blocks (no native bf16)";
   if (native_bf16_gemm()) {
     bf16 = "bf16 GEMMs native";
@@ -185,13 +187,22 @@ std::string cpu_gemm_description() {
     }
   }
   return fmt::format("oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs widened to fp32 in blocks",
-                     v->major, v->minor, v->patch, isa, bf16);
+                     v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
-const float* CpuKernels::widened(ConstOperand op, int64_t n, float* scratch) {
-  if (op.dtype == DType::kF32) return static_cast<const float*>(op.data);
-  widen_range(scratch, op, n);
-  return scratch;
+// The weights' block [n0, n0 + nb) along N widened to fp32 into w: W's columns as (K, nb) for
+// kInOut (W is (K, N)), W's rows as (nb, K) for kOutIn (W is (N, K)).
+void CpuKernels::widen_weight_block(float* w, ConstOperand weight, bool in_out, int64_t K,
+                                    int64_t N, int64_t n0, int64_t nb) {
+  if (in_out) {
+    parallel_ranges(K, 64, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) widen_range(w + k * nb, weight.at(k * N + n0), nb);
+    });
+  } else {
+    parallel_ranges(nb, 16, [&](int64_t j0, int64_t j1) {
+      widen_range(w + j0 * K, weight.at((n0 + j0) * K), (j1 - j0) * K);
+    });
+  }
 }
 
 void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weight,
@@ -215,7 +226,7 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
     sgemm(false, !in_out, M, N, K, inp, K, static_cast<const float*>(weight.data),
           in_out ? N : K, beta, out, N);
   } else if (weight.dtype == DType::kBF16 && act_ == DType::kBF16 && native_bf16_) {
-    const int64_t rows = block_count(K, 2, M);
+    const int64_t rows = block_size(K, 2, M);
     uint16_t* a = bf16_scratch(rows * K);
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
       const int64_t m = std::min(rows, M - r0);
@@ -225,19 +236,11 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
                           out + r0 * N, bool(bias));
     }
   } else {  // weights widened a block of output columns at a time
-    const int64_t cols = block_count(K, 4, N);
+    const int64_t cols = block_size(K, 4, N);
     float* w = thread_scratch<ScratchSlot::kOperand>(cols * K);
     for (int64_t n0 = 0; n0 < N; n0 += cols) {
       const int64_t nb = std::min(cols, N - n0);
-      if (in_out) {  // (K, nb) from the columns [n0, n0 + nb) of (K, N)
-        parallel_ranges(K, 64, [&](int64_t k0, int64_t k1) {
-          for (int64_t k = k0; k < k1; ++k) widen_range(w + k * nb, weight.at(k * N + n0), nb);
-        });
-      } else {  // (nb, K): rows [n0, n0 + nb) of (N, K)
-        parallel_ranges(nb, 16, [&](int64_t j0, int64_t j1) {
-          widen_range(w + j0 * K, weight.at((n0 + j0) * K), (j1 - j0) * K);
-        });
-      }
+      widen_weight_block(w, weight, in_out, K, N, n0, nb);
       sgemm(false, !in_out, M, nb, K, inp, K, w, in_out ? nb : K, beta, out + n0, N);
     }
   }
@@ -272,28 +275,20 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
     } else {
       // Blocks along N, the reduction dimension, summed in fp32 in dinp: a block of dout's
       // columns narrowed to bf16 (native), or a block of W's rows of Wᵀ widened to fp32.
-      const int64_t cols = native ? block_count(M, 2, N) : block_count(K, 4, N);
+      const int64_t cols = native ? block_size(M, 2, N) : block_size(K, 4, N);
       uint16_t* d16 = native ? bf16_scratch(M * cols) : nullptr;
       float* w = native ? nullptr : thread_scratch<ScratchSlot::kOperand>(cols * K);
       for (int64_t n0 = 0; n0 < N; n0 += cols) {
         const int64_t nb = std::min(cols, N - n0);
-        // Wᵀ's rows [n0, n0 + nb): W's columns (kInOut, row stride N) or rows (kOutIn).
-        const ConstOperand wb = weight.at(in_out ? n0 : n0 * K);
         if (native) {
+          // Wᵀ's rows [n0, n0 + nb): W's columns (kInOut, row stride N) or rows (kOutIn).
+          const ConstOperand wb = weight.at(in_out ? n0 : n0 * K);
           narrow_rows_bf16(d16, dout + n0, M, nb, N);
           Bf16Gemm::get().run(false, in_out, M, K, nb, d16, nb,
                               static_cast<const uint16_t*>(wb.data), in_out ? N : K, dinp, true);
           continue;
         }
-        if (in_out) {  // (K, nb)
-          parallel_ranges(K, 64, [&](int64_t k0, int64_t k1) {
-            for (int64_t k = k0; k < k1; ++k) widen_range(w + k * nb, wb.at(k * N), nb);
-          });
-        } else {  // (nb, K)
-          parallel_ranges(nb, 16, [&](int64_t j0, int64_t j1) {
-            widen_range(w + j0 * K, wb.at(j0 * K), (j1 - j0) * K);
-          });
-        }
+        widen_weight_block(w, weight, in_out, K, N, n0, nb);
         sgemm(false, in_out, M, K, nb, dout + n0, N, w, in_out ? nb : K, 1.0f, dinp, K);
       }
     }
@@ -326,7 +321,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   }
   // A 16-bit gradient otherwise: blocks of its rows (kOutIn) or columns (kInOut) summed in an
   // fp32 scratch, then added into the stored values with one rounding each.
-  const int64_t block = block_count(K, 4, N);
+  const int64_t block = block_size(K, 4, N);
   float* acc = thread_scratch<ScratchSlot::kCall>(block * K);
   uint16_t* inp16 = nullptr;
   uint16_t* d16 = nullptr;
