@@ -267,6 +267,10 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   const bool in_out = layout == WeightLayout::kInOut;
   const bool native = act_ == DType::kBF16 && native_bf16_ &&
                       (!dinp || weight.dtype == DType::kBF16);
+  // The native path narrows dout into the start of the kOperand scratch; when dinp's product
+  // took it whole (one block), the weight gradient reuses it (the scratch keeps its contents
+  // when it grows).
+  bool dout_narrowed = false;
 
   if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
     if (weight.dtype == DType::kF32) {
@@ -277,6 +281,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
       // columns narrowed to bf16 (native), or a block of W's rows of Wᵀ widened to fp32.
       const int64_t cols = native ? block_size(M, 2, N) : block_size(K, 4, N);
       uint16_t* d16 = native ? bf16_scratch(M * cols) : nullptr;
+      dout_narrowed = native && cols >= N;
       float* w = native ? nullptr : thread_scratch<ScratchSlot::kOperand>(cols * K);
       for (int64_t n0 = 0; n0 < N; n0 += cols) {
         const int64_t nb = std::min(cols, N - n0);
@@ -307,10 +312,10 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
     return;
   }
   if (native && dweight.dtype == DType::kBF16) {  // one GEMM into the bf16 gradient
-    uint16_t* inp16 = bf16_scratch(M * K + M * N);
-    uint16_t* d16 = inp16 + M * K;
+    uint16_t* d16 = bf16_scratch(M * N + M * K);
+    uint16_t* inp16 = d16 + M * N;
+    if (!dout_narrowed) narrow_rows_bf16(d16, dout, M, N, N);
     narrow_rows_bf16(inp16, inp, M, K, K);
-    narrow_rows_bf16(d16, dout, M, N, N);
     if (in_out)  // dW (K,N) = bf16(dW + inpᵀ (K,M) · dout (M,N))
       Bf16Gemm::get().run(true, false, K, N, M, inp16, K, d16, N, dweight.data, true,
                           DType::kBF16);
