@@ -46,8 +46,14 @@ void refuse_unbuilt_features(const Config& config) {
   auto refuse = [&](bool used, const char* what) {
     if (used) throw_input(fmt::format("{}: {} is not supported by this build yet", config.source, what));
   };
-  refuse(config.zero_optimization.offload_optimizer.device != OffloadDevice::kNone,
-         "'zero_optimization.offload_optimizer'");
+  const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
+  refuse(oo.device == OffloadDevice::kNvme,
+         "'zero_optimization.offload_optimizer.device' \"nvme\" (\"cpu\" is)");
+  refuse(oo.device == OffloadDevice::kCpu && oo.ratio < 1.0,
+         "'zero_optimization.offload_optimizer.ratio' below 1 (partial offload)");
+  refuse(oo.device == OffloadDevice::kCpu && oo.pin_memory && config.zt.device == "cuda",
+         "'zero_optimization.offload_optimizer.pin_memory' true on cuda (host memory is not "
+         "pinned yet; set it false)");
   refuse(config.zero_optimization.offload_param.device != OffloadDevice::kNone,
          "'zero_optimization.offload_param'");
 }
@@ -170,7 +176,7 @@ namespace {
 // still alive in train()'s error handler.
 TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
                       Communicator& comm, const Logger& log, std::optional<Gpt2>& model_slot,
-                      std::optional<Engine>& engine_slot) {
+                      std::optional<CpuDevice>& host_slot, std::optional<Engine>& engine_slot) {
   const Config& config = setup.config;
   const Gpt2Config& model_config = setup.model;
   const int rank = comm.rank(), world = comm.world();
@@ -198,7 +204,14 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   };
 
   Gpt2& model = model_slot.emplace(model_config);
-  Engine& engine = engine_slot.emplace(device, comm, model, engine_options(config, model));
+  EngineOptions engine_opts = engine_options(config, model);
+  if (config.zero_optimization.offload_optimizer.device == OffloadDevice::kCpu) {
+    // ZeRO-Offload: the master and the optimizer state in host memory, updated there.
+    engine_opts.offload_optimizer = &host_slot.emplace();
+    log.rank0("offload_optimizer: fp32 master and optimizer state in host memory, updated by "
+              "the CPU kernels");
+  }
+  Engine& engine = engine_slot.emplace(device, comm, model, std::move(engine_opts));
   int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
   // Test-only: throws when ZT_TEST_FAULT names this point, rank, step and unit.
   auto inject = [&](TestFault::Point at, int64_t step, int unit) {
@@ -305,6 +318,8 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
                           {"lr", r.lr},          {"grad_norm", r.grad_norm},
                           {"ms", ms},            {"tokens_per_s", tokens_per_s},
                           {"peak_bytes", peak_bytes_json(device.memory())}};
+    if (const MemoryTracker* host = engine.host_memory())
+      row["host_peak_bytes"] = peak_bytes_json(*host);
     if (precision.loss_scaling()) {
       row["loss_scale"] = r.loss_scale;
       row["skipped"] = r.skipped;
@@ -345,32 +360,41 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
                           : std::string("fp32"));
   }
   // Every rank's peak bytes per category, gathered, shown as min/max over ranks and appended to
-  // the metrics.
-  const MemoryTracker& mem = device.memory();
-  std::vector<double> mine(kNumMemCategories + 1);
-  for (int c = 0; c < kNumMemCategories; ++c) mine[c] = mem.peak(static_cast<MemCategory>(c));
-  mine[kNumMemCategories] = static_cast<double>(mem.peak_total());
-  const std::vector<double> all = all_gather_doubles(comm, mine);
-  nlohmann::ordered_json low, high;
-  log.rank0("peak memory per rank (MiB):  {:>12} {:>10} {:>10}", "category", "min", "max");
-  for (size_t c = 0; c < mine.size(); ++c) {
-    double lo = all[c], hi = all[c];
-    for (int r = 1; r < world; ++r) {
-      lo = std::min(lo, all[r * mine.size() + c]);
-      hi = std::max(hi, all[r * mine.size() + c]);
+  // the metrics: the device's, and the host tier's when the optimizer is offloaded.
+  auto peak_table = [&](const MemoryTracker& mem, const char* title, nlohmann::ordered_json& low,
+                        nlohmann::ordered_json& high) {
+    std::vector<double> mine(kNumMemCategories + 1);
+    for (int c = 0; c < kNumMemCategories; ++c) mine[c] = mem.peak(static_cast<MemCategory>(c));
+    mine[kNumMemCategories] = static_cast<double>(mem.peak_total());
+    const std::vector<double> all = all_gather_doubles(comm, mine);
+    log.rank0("{:<29}{:>12} {:>10} {:>10}", title, "category", "min", "max");
+    for (size_t c = 0; c < mine.size(); ++c) {
+      double lo = all[c], hi = all[c];
+      for (int r = 1; r < world; ++r) {
+        lo = std::min(lo, all[r * mine.size() + c]);
+        hi = std::max(hi, all[r * mine.size() + c]);
+      }
+      const std::string name = c < static_cast<size_t>(kNumMemCategories)
+                                   ? std::string(mem_category_name(static_cast<MemCategory>(c)))
+                                   : "total";
+      log.rank0("                             {:>12} {:>10.1f} {:>10.1f}", name, lo / 1048576.0,
+                hi / 1048576.0);
+      low[name] = lo;
+      high[name] = hi;
     }
-    const std::string name = c < static_cast<size_t>(kNumMemCategories)
-                                 ? std::string(mem_category_name(static_cast<MemCategory>(c)))
-                                 : "total";
-    log.rank0("                             {:>12} {:>10.1f} {:>10.1f}", name, lo / 1048576.0,
-              hi / 1048576.0);
-    low[name] = lo;
-    high[name] = hi;
-  }
+  };
+  nlohmann::ordered_json low, high, host_low, host_high;
+  peak_table(device.memory(), "peak memory per rank (MiB):", low, high);
+  if (const MemoryTracker* host = engine.host_memory())
+    peak_table(*host, "peak host memory (offload):", host_low, host_high);
   nlohmann::ordered_json summary = {{"ranks", world},
                                     {"precision", precision_name(precision)},
                                     {"peak_bytes_min", low},
                                     {"peak_bytes_max", high}};
+  if (engine.host_memory()) {
+    summary["host_peak_bytes_min"] = host_low;
+    summary["host_peak_bytes_max"] = host_high;
+  }
   if (const LossScaler* scaler = engine.loss_scaler()) {
     summary["loss_scale"] = scaler->scale();
     summary["skipped_steps"] = scaler->counters().skipped_steps;
@@ -392,9 +416,10 @@ TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& devic
   // Declared here, outside the try: the handler runs while they are alive, so the engine's
   // CommQueue has not been asked to finish (or abandon) anything before the job is ended.
   std::optional<Gpt2> model;
+  std::optional<CpuDevice> host;  // the host tier of an offloaded optimizer: outlives the engine
   std::optional<Engine> engine;
   try {
-    return train_run(setup, cpus, device, comm, log, model, engine);
+    return train_run(setup, cpus, device, comm, log, model, host, engine);
   } catch (...) {
     if (on_error) on_error();
     throw;

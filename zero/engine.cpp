@@ -155,6 +155,15 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
       gather_comm_(comm.duplicate()),
       gather_queue_(std::make_unique<CommQueue>(*gather_comm_)) {
   policy_.validate();
+  Device* host = options_.offload_optimizer;
+  if (host) {
+    if (!policy_.shard_optimizer)
+      throw_input("zero_optimization.offload_optimizer needs zero_optimization.stage >= 1");
+    if (options_.precision.mixed() && !options_.precision.has_master())
+      throw_input(
+          "zero_optimization.offload_optimizer needs an fp32 master: it cannot be combined with "
+          "pure 16-bit training (fp16_master_weights_and_grads / bf16_master_weights_and_grads)");
+  }
   auto layers = model_.layers();
   if (options_.checkpoint.empty()) options_.checkpoint.assign(layers.size(), false);
   ZT_ASSERT(options_.checkpoint.size() == layers.size(), "checkpoint mask has {} of {} layers",
@@ -171,14 +180,26 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     const ShardLayout shard(layout.numel(), comm_.world(), comm_.rank());
     const bool persistent = layout.numel() <= options_.persistence_threshold;
     groups_.push_back(std::make_unique<ParamGroup>(device_, *unit, shard, policy_,
-                                                   options_.precision, persistent, options_.seed));
+                                                   options_.precision, persistent, options_.seed,
+                                                   host));
     const ParamGroup& g = *groups_.back();
     ranges.push_back(decay_ranges(layout, g.master_offset(), g.master_offset() + g.master_size()));
     sizes.push_back(g.master_size());
     gathered.push_back(g.params_sharded() ? shard.padded : 0);
   }
-  optimizer_ = std::make_unique<Optimizer>(device_, kernels_, options_.optimizer,
-                                           std::move(ranges), std::move(sizes));
+  if (host) {  // the optimizer's state and its updates on the host tier
+    offload_kernels_ = &table(options_, host->kernels());
+    int64_t largest = 0;
+    for (int64_t n : sizes) largest = std::max(largest, n);
+    const size_t chunk = static_cast<size_t>(std::min(largest, kOffloadChunk));
+    offload_grads_ = host->alloc(chunk * dtype_size(groups_[0]->grad_dtype()), MemCategory::kGrads);
+    offload_working_ = host->alloc(chunk * dtype_size(options_.precision.compute),
+                                   MemCategory::kWorkspace);
+  }
+  optimizer_ = std::make_unique<Optimizer>(host ? *host : device_,
+                                           host ? *offload_kernels_ : kernels_,
+                                           options_.optimizer, std::move(ranges),
+                                           std::move(sizes));
   const GatherLimits limits{options_.prefetch_bucket_size, options_.max_live_parameters,
                             options_.max_reuse_distance};
   training_schedule_ =
@@ -464,8 +485,34 @@ void Engine::refresh_params() {
   for (auto& h : in_flight) h.wait();
 }
 
+void Engine::offloaded_optimizer_step(int u, float lr, float grad_scale) {
+  ParamGroup& g = *groups_[u];
+  const int64_t n = g.master_size();
+  float* master = g.master();  // host memory
+  const DType gdtype = g.grad_dtype(), dtype = options_.precision.compute;
+  const size_t gsize = dtype_size(gdtype), wsize = dtype_size(dtype);
+  const auto* grads = static_cast<const std::byte*>(g.grad_master());
+  auto* working = static_cast<std::byte*>(g.working_master_range());
+  Kernels& k = *offload_kernels_;
+  for (int64_t begin = 0; begin < n; begin += kOffloadChunk) {
+    const int64_t count = std::min(kOffloadChunk, n - begin);
+    const size_t at = static_cast<size_t>(begin);
+    const size_t count_bytes = static_cast<size_t>(count);
+    device_.copy_to_host(offload_grads_.data(), grads + at * gsize, count_bytes * gsize);
+    optimizer_->step_part(u, begin, begin + count, master + begin,
+                          ConstOperand(offload_grads_.data(), gdtype), lr, grad_scale, step_);
+    const void* updated = master + begin;  // fp32: the master's bits are the working bits
+    if (dtype != DType::kF32) {
+      k.cast(offload_working_.data(), dtype, master + begin, DType::kF32, count);
+      updated = offload_working_.data();
+    }
+    device_.copy_from_host(working + at * wsize, updated, count_bytes * wsize);
+  }
+}
+
 void Engine::optimizer_step(int u, float lr, float grad_scale) {
   fault_point(EnginePoint::kOptimizer, u);
+  if (options_.offload_optimizer) return offloaded_optimizer_step(u, lr, grad_scale);
   ParamGroup& g = *groups_[u];
   const int64_t n = g.master_size();
   float* master = g.master();
@@ -506,12 +553,20 @@ void Engine::read_unit_params(int u, float* dst) {
   const size_t numel_bytes = static_cast<size_t>(s.numel) * sizeof(float);
   if (options_.precision.has_master()) {
     if (g.master_size() == s.padded) {  // the master is whole on every rank
-      device_.copy_to_host(dst, g.master(), numel_bytes);
+      g.master_device().copy_to_host(dst, g.master(), numel_bytes);
       return;
     }
     Buffer full = device_.alloc(static_cast<size_t>(s.padded) * sizeof(float),
                                 MemCategory::kWorkspace);
-    gather_queue_->all_gather(g.master(), full.data(), s.shard, DType::kF32, g.name()).wait();
+    const float* shard = g.master();
+    Buffer staged;  // an offloaded master goes through the device to be gathered
+    if (&g.master_device() != &device_) {
+      const size_t shard_bytes = static_cast<size_t>(s.shard) * sizeof(float);
+      staged = device_.alloc(shard_bytes, MemCategory::kWorkspace);
+      device_.copy_from_host(staged.data(), shard, shard_bytes);
+      shard = staged.as<float>();
+    }
+    gather_queue_->all_gather(shard, full.data(), s.shard, DType::kF32, g.name()).wait();
     device_.copy_to_host(dst, full.data(), numel_bytes);
     return;
   }
@@ -576,15 +631,19 @@ std::vector<float> Engine::unit_grads(int u) {
 std::vector<std::byte> Engine::model_state_bytes(int u) {
   ParamGroup& g = *groups_[u];
   std::vector<std::byte> out;
-  auto append = [&](const void* data, size_t bytes) {
+  auto append = [&](Device& where, const void* data, size_t bytes) {
     const size_t at = out.size();
     out.resize(at + bytes);
-    device_.copy_to_host(out.data() + at, data, bytes);
+    where.copy_to_host(out.data() + at, data, bytes);
   };
-  append(g.working_bytes().data(), g.working_bytes().size());
-  append(g.master_bytes().data(), g.master_bytes().size());
+  Device& state_device = options_.offload_optimizer ? *options_.offload_optimizer : device_;
+  append(device_, g.working_bytes().data(), g.working_bytes().size());
+  // An fp32 offloaded master holds the working bits again: left out, so that the bytes are
+  // those of the same run without offload.
+  if (options_.precision.has_master())
+    append(g.master_device(), g.master_bytes().data(), g.master_bytes().size());
   for (float* state : optimizer_->state(u))
-    append(state, static_cast<size_t>(g.master_size()) * sizeof(float));
+    append(state_device, state, static_cast<size_t>(g.master_size()) * sizeof(float));
   return out;
 }
 

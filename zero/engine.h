@@ -51,6 +51,12 @@ struct EngineOptions {
   int64_t max_reuse_distance = 0;
   int64_t persistence_threshold = 100'000;      // stage 3: units this small stay gathered
   Precision precision;                          // fp32, mixed or pure 16-bit
+  // zero_optimization.offload_optimizer (ZeRO-Offload): the device whose memory holds the fp32
+  // master and the optimizer state (the host tier: a CpuDevice), and whose kernels run the
+  // optimizer. Each step, a unit's gradient shard goes to it and the updated working
+  // parameters come back, kOffloadChunk elements at a time through host staging; the result
+  // is bitwise the device's. Stages 1-3, not pure 16-bit. Must outlive the engine. Null: off.
+  Device* offload_optimizer = nullptr;
   // The tables the engine computes with, given the device's; profiling wraps them
   // (runtime/profiling_kernels.h). What it returns must outlive the engine. Empty: the device's.
   std::function<Kernels&(Kernels& device_table)> kernels;
@@ -156,6 +162,10 @@ class Engine {
   int64_t optimizer_steps() const { return step_; }
   const EngineOptions& options() const { return options_; }
   Device& device() { return device_; }
+  // The host tier's memory (offload_optimizer), or null when nothing is offloaded.
+  const MemoryTracker* host_memory() const {
+    return options_.offload_optimizer ? &options_.offload_optimizer->memory() : nullptr;
+  }
   Model& model() { return model_; }
   Communicator& comm() { return comm_; }
   // What the engine's collectives cost: its communicator's and its gather communicator's
@@ -197,6 +207,10 @@ class Engine {
                            const std::function<void(float*, int64_t, int64_t)>& f);
   static constexpr int64_t kWorkspaceChunk = int64_t{1} << 22;
   void optimizer_step(int u, float lr, float grad_scale);
+  // The offloaded step of unit u: gradients to the host, the update there, working parameters
+  // back, a chunk at a time.
+  void offloaded_optimizer_step(int u, float lr, float grad_scale);
+  static constexpr int64_t kOffloadChunk = int64_t{1} << 20;
   // After the optimizer: full parameters refreshed from every rank's master where the
   // optimizer is sharded but the parameters are not, allgather_bucket_size elements at a time.
   void refresh_params();
@@ -218,6 +232,8 @@ class Engine {
   std::unique_ptr<UnitSchedule> training_schedule_, evaluation_schedule_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LossScaler> loss_scaler_;     // fp16
+  Buffer offload_grads_, offload_working_;      // host staging of offloaded steps
+  Kernels* offload_kernels_ = nullptr;          // the host tier's table (options_.kernels applied)
   GradientHook gradient_hook_;
   FaultHook fault_hook_;
   void fault_point(EnginePoint point, int unit) {

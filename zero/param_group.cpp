@@ -47,8 +47,9 @@ void init_flat_range(const FlatLayout& layout, uint64_t seed, int64_t begin, int
 
 ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
                        const ZeroPolicy& policy, const Precision& precision, bool persistent,
-                       uint64_t seed)
+                       uint64_t seed, Device* offload)
     : device_(device),
+      offload_(offload),
       unit_(unit),
       shard_(shard),
       policy_(policy),
@@ -67,8 +68,10 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
   master_range_ = policy.shard_optimizer ? shard_range_ : whole;
   grads_range_ = policy.shard_grads ? shard_range_ : whole;
   params_ = device_.alloc(param_bytes(working_range_.size), MemCategory::kParams);
-  if (precision.has_master())
-    master_ = device_.alloc(float_bytes(master_range_.size), MemCategory::kOptimizer);
+  ZT_ASSERT(!offload || !precision.mixed() || precision.has_master(),
+            "unit {}: an offloaded optimizer needs an fp32 master (not pure 16-bit)", name());
+  if (precision.has_master() || offload)
+    master_ = master_device().alloc(float_bytes(master_range_.size), MemCategory::kOptimizer);
   grads_ = device_.alloc_zeroed(grad_bytes(grads_range_.size), MemCategory::kGrads);
   // Each element's initial value depends only on (seed, tensor, index): any range initialised
   // alone equals that range of the whole.
@@ -92,8 +95,11 @@ void ParamGroup::assign(const UnitValues& values) {
   std::vector<float> host(static_cast<size_t>(working_range_.size));
   values(working_range_.begin, working_range_.end(), host.data());
   const size_t bytes = float_bytes(working_range_.size);
+  const float* master_values = host.data() + offset_in(master_range_, working_range_);
+  if (master_)
+    master_device().copy_from_host(master_.data(), master_values, float_bytes(master_range_.size));
   if (!precision_.mixed()) {
-    device_.copy_from_host(params_.data(), host.data(), bytes);  // the master too
+    device_.copy_from_host(params_.data(), host.data(), bytes);  // the master too, unless offloaded
     return;
   }
   // Rounded into the working dtype through a bounded fp32 staging chunk on the device.
@@ -105,10 +111,6 @@ void ParamGroup::assign(const UnitValues& values) {
     device_.kernels().cast(offset_by(params_.data(), begin, compute_), compute_, staged.data(),
                            DType::kF32, count);
   }
-  if (master_)
-    device_.copy_from_host(master_.data(),
-                           host.data() + offset_in(master_range_, working_range_),
-                           float_bytes(master_range_.size));
 }
 
 void ParamGroup::wrong_state(const char* call) const {
@@ -174,7 +176,8 @@ float* ParamGroup::full_params() {
 int64_t ParamGroup::gathered_bytes() const { return static_cast<int64_t>(gathered_.bytes()); }
 
 float* ParamGroup::master() {
-  if (precision_.mixed()) return master_ ? master_.as<float>() : nullptr;
+  if (master_) return master_.as<float>();
+  if (precision_.mixed()) return nullptr;  // pure 16-bit
   return static_cast<float*>(working_master_range());  // fp32: the working params are the master
 }
 
@@ -187,6 +190,7 @@ void* ParamGroup::working_master_range() {
 }
 
 void ParamGroup::sync_working(Kernels& k) {
+  ZT_ASSERT(!offload_, "unit {}: sync_working with an offloaded master", name());
   if (!precision_.has_master()) return;
   k.cast(working_master_range(), compute_, master_.data(), DType::kF32, master_size());
 }

@@ -3,7 +3,9 @@
 // follows the ZeroPolicy (what is sharded) and the Precision (in which dtype):
 //   working params  compute dtype, full or this rank's shard (kParams); fp32 training: they are
 //                   also the master
-//   master          mixed precision: fp32, the optimizer's range (kOptimizer, beside Adam's m, v)
+//   master          mixed precision, or any precision with the optimizer offloaded: fp32, the
+//                   optimizer's range (kOptimizer, beside Adam's m, v), in the memory of the
+//                   optimizer's device (the host tier when offloaded)
 //   gathered        stage 3: the full working params while in use (kCommBuffers)
 //   stored grads    grad_accum dtype, full or this rank's shard (kGrads)
 //   produced grads  the unit's full gradient in the compute dtype while its backward runs, when
@@ -50,8 +52,12 @@ using UnitValues = std::function<void(int64_t begin, int64_t end, float* dst)>;
 class ParamGroup {
  public:
   // `persistent`: a small unit kept gathered under stage 3 (stage3_param_persistence_threshold).
+  // `offload`: the device whose memory holds the master (the host tier of
+  // offload_optimizer: there is then a master in every precision but pure 16-bit); null: the
+  // master, if any, is on `device`.
   ParamGroup(Device& device, Unit& unit, const ShardLayout& shard, const ZeroPolicy& policy,
-             const Precision& precision, bool persistent, uint64_t seed);
+             const Precision& precision, bool persistent, uint64_t seed,
+             Device* offload = nullptr);
 
   const ShardLayout& shard() const { return shard_; }
   const std::string& name() const { return unit_.name(); }
@@ -82,13 +88,20 @@ class ParamGroup {
   int64_t gathered_bytes() const;       // bytes of the gathered copy now held (0 if none)
   int64_t gather_count() const { return gather_count_; }  // begin_gather calls so far
   // The fp32 range this rank's optimizer updates: shard().shard elements (whole padded buffer
-  // when the optimizer is not sharded). Null under pure 16-bit (no master).
+  // when the optimizer is not sharded), in master_device()'s memory. Null under pure 16-bit
+  // (no master).
   float* master();
+  // Where master() lives: the offload device, else the group's device.
+  Device& master_device() { return offload_ ? *offload_ : device_; }
+  // A master buffer of its own exists (mixed precision, or an offloaded optimizer); fp32
+  // training without offload updates the working parameters in place.
+  bool separate_master() const { return static_cast<bool>(master_); }
   int64_t master_size() const;
   int64_t master_offset() const;  // where master() starts in the padded buffer
   // The working parameters over master()'s range, in the compute dtype.
   void* working_master_range();
   // Mixed precision, after the optimizer updated master(): the working range = master rounded.
+  // Not for an offloaded master (the engine streams it back through host staging).
   void sync_working(Kernels& k);
   // After the optimizer step: refresh full parameters from every rank's master (all_gather in
   // place, compute dtype) when parameters are full but the optimizer is sharded.
@@ -134,6 +147,7 @@ class ParamGroup {
   size_t grad_bytes(int64_t n) const { return static_cast<size_t>(n) * dtype_size(grad_dtype_); }
 
   Device& device_;
+  Device* offload_;  // the master's device when offloaded, else null
   Unit& unit_;
   ShardLayout shard_;
   ZeroPolicy policy_;
@@ -150,7 +164,7 @@ class ParamGroup {
   FlatRange shard_range_;    // this rank's shard
   ParamState state_;
   Buffer params_;        // working params: full or this rank's shard
-  Buffer master_;        // mixed precision with a master
+  Buffer master_;        // mixed precision with a master, or offloaded (master_device())
   Buffer gathered_;      // stage 3
   Buffer grads_;         // stored gradients: full or this rank's shard
   Buffer grads_full_;    // produced gradients (separate_grads_)

@@ -266,6 +266,8 @@ struct Outcome {
   std::vector<std::vector<float>> after_write;    // write_unit_params, one step, read back
   std::vector<std::vector<float>> after_load;     // save_weights, a step, load_weights, read
   std::string file;                               // rank 0: the saved safetensors bytes
+  size_t device_optimizer_bytes = 0;              // the device's kOptimizer bytes after training
+  size_t master_elements = 0;                     // this rank's master() elements, all units
 };
 
 std::vector<Batch> micro_batches(std::vector<GlobalBatch>& globals, int step, int accumulation) {
@@ -285,9 +287,13 @@ std::string shared_temp_path(const std::string& tag) {
       .string();
 }
 
-Outcome run(const Case& c, Device& device, Communicator& comm, const std::string& tag) {
+// `offload`: the host tier of an offloaded optimizer, or null.
+Outcome run(const Case& c, Device& device, Communicator& comm, const std::string& tag,
+            Device* offload = nullptr) {
   Gpt2 model(kModel);
-  Engine engine(device, comm, model, options(c, model));
+  EngineOptions eo = options(c, model);
+  eo.offload_optimizer = offload;
+  Engine engine(device, comm, model, eo);
   Outcome out;
   std::vector<GlobalBatch> globals;
   auto step = [&](int s) {
@@ -306,6 +312,11 @@ Outcome run(const Case& c, Device& device, Communicator& comm, const std::string
     return units;
   };
   for (int s = 0; s < 3; ++s) step(s);
+  out.device_optimizer_bytes = device.memory().current(MemCategory::kOptimizer);
+  for (Unit* unit : model.units()) {
+    const ShardLayout shard(unit->layout().numel(), world_size(), my_rank());
+    out.master_elements += static_cast<size_t>(c.stage >= 1 ? shard.shard : shard.padded);
+  }
   const GlobalBatch eval_batch(77, 0, world_size());
   out.eval = engine.eval_loss(eval_batch.rows(my_rank() * kB, kB));
   out.params = read_all();
@@ -393,6 +404,71 @@ TEST(DeviceEngine, ScrambledDeviceWithHostStagingGivesTheCpuBits) {
     // Sanity of the comparison itself: training moved the parameters.
     EXPECT_FALSE(same_bits(expected.params[0], expected.after_write[0]));
   }
+}
+
+// ZeRO-Offload: the master and Adam's moments on a host tier, the update run there on its
+// kernels, gradients out and working parameters back through the device's copies (every
+// transfer a real copy: the device is scrambled). Bitwise the run without offload, and the
+// optimizer's bytes are on the host: none on the device, 12 per master element on the host
+// (fp32 master, m, v; fp32 training keeps an fp32 master there too).
+TEST(DeviceEngine, OffloadedOptimizerGivesTheDeviceBitsAndHoldsItsStateOnTheHost) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16})
+    for (int stage = 1; stage <= 3; ++stage) {
+      const Case c{stage, dtype, stage == 2 ? 2 : 1, stage == 3, false};
+      SCOPED_TRACE(describe(c));
+      ScrambledDevice plain_device;
+      std::unique_ptr<Communicator> plain_comm = make_communicator("mpi", plain_device, 600);
+      const Outcome expected = run(c, plain_device, *plain_comm, "plain");
+
+      ScrambledDevice device;
+      CpuDevice host;
+      std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+      const Outcome got = run(c, device, *comm, "offload", &host);
+      expect_same_outcome(got, expected);
+      EXPECT_GT(expected.device_optimizer_bytes, 0u);
+      EXPECT_EQ(got.device_optimizer_bytes, 0u);
+      EXPECT_EQ(host.memory().peak(MemCategory::kOptimizer), 12 * got.master_elements);
+      EXPECT_EQ(host.memory().current_total(), 0u) << "the engine frees its host tier";
+      // The host tier did the updating: its kernels ran, and the device's ran no optimizer.
+      EXPECT_GT(device.copies_from_host(), plain_device.copies_from_host());
+    }
+}
+
+TEST(DeviceEngine, OffloadedOptimizerStateSitsOnTheHostWhileTheEngineLives) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Case c{2, dtype, 1, false, false};
+    SCOPED_TRACE(describe(c));
+    ScrambledDevice device;
+    CpuDevice host;
+    std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+    Gpt2 model(kModel);
+    EngineOptions eo = options(c, model);
+    eo.offload_optimizer = &host;
+    Engine engine(device, *comm, model, eo);
+    size_t master = 0;
+    for (Unit* unit : model.units())
+      master += static_cast<size_t>(ShardLayout(unit->layout().numel(), world_size(), my_rank()).shard);
+    std::vector<GlobalBatch> globals;
+    engine.train_step(micro_batches(globals, 0, 1), 1e-3f);
+    EXPECT_EQ(device.memory().current(MemCategory::kOptimizer), 0u);
+    EXPECT_EQ(host.memory().current(MemCategory::kOptimizer), 12 * master);
+    ASSERT_NE(engine.host_memory(), nullptr);
+    EXPECT_EQ(engine.host_memory(), &host.memory());
+  }
+}
+
+TEST(DeviceEngine, OffloadedOptimizerIsRefusedAtStageZeroAndUnderPure16Bit) {
+  ScrambledDevice device;
+  CpuDevice host;
+  std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+  Gpt2 model(kModel);
+  EngineOptions eo = options(Case{0, DType::kF32, 1, false, false}, model);
+  eo.offload_optimizer = &host;
+  EXPECT_THROW(Engine(device, *comm, model, eo), Error);
+  eo = options(Case{2, DType::kBF16, 1, false, false}, model);
+  eo.precision.master_weights = false;
+  eo.offload_optimizer = &host;
+  EXPECT_THROW(Engine(device, *comm, model, eo), Error);
 }
 
 }  // namespace
