@@ -78,6 +78,10 @@ int run_tool(const char* tool, const std::function<int()>& body, int rank) {
 int agree_on_exit_code(const char* tool, int rank, int world, const std::function<int()>& body) {
   std::string message;
   const int code = capture(body, &message);
+  return agree_on_failure(tool, rank, world, code, message);
+}
+
+int agree_on_failure(const char* tool, int rank, int world, int code, const std::string& message) {
   // The lowest failing rank speaks: MIN over ranks of (rank if failed, else world).
   int mine = code != 0 ? rank : world, first = world;
   ZT_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));

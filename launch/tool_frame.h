@@ -5,7 +5,8 @@
 // Exit codes (README, "Failure"):
 //   0  success
 //   1  a failure at run time: I/O (a failed write names the file and the OS error), MPI, CUDA,
-//      a broken invariant, a loss that diverged
+//      out of device memory (zt.device_memory_limit or a GPU's), a broken invariant, a loss that
+//      diverged
 //   2  bad input: command line, config, data or weights file
 //   3  a collective did not complete within zt.comm_timeout_s (a rank stopped, died or
 //      diverged); reported by the watchdog of the rank that saw it
@@ -30,6 +31,9 @@ int run_tool(const char* tool, const std::function<int()>& body, int rank = -1);
 // ranks agree. If any failed, the lowest failing rank prints its one line (as run_tool) and
 // every rank returns that rank's exit code; otherwise all return 0. No rank is left waiting.
 int agree_on_exit_code(const char* tool, int rank, int world, const std::function<int()>& body);
+// The agreement of agree_on_exit_code for an outcome already known: `code` (0: this rank
+// succeeded) and its one-line `message`. Collective over MPI_COMM_WORLD.
+int agree_on_failure(const char* tool, int rank, int world, int code, const std::string& message);
 
 // Inside a catch block: the exit code and one-line message of the exception being handled
 // (zt::Error: 2 for kInput, else 1; anything else 1, "internal error: ...").

@@ -12,8 +12,10 @@
 
 #include "comm/communicator_factory.h"
 #include "launch/test_fault.h"
+#include "launch/tool_frame.h"
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
+#include "runtime/byte_count.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/data/token_data.h"
 #include "runtime/device_factory.h"
@@ -203,15 +205,34 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     if (rank == 0) metrics.write(row.dump() + "\n");
   };
 
-  Gpt2& model = model_slot.emplace(model_config);
-  EngineOptions engine_opts = engine_options(config, model);
-  if (config.zero_optimization.offload_optimizer.device == OffloadDevice::kCpu) {
-    // ZeRO-Offload: the master and the optimizer state in host memory, updated there.
-    engine_opts.offload_optimizer = &host_slot.emplace();
-    log.rank0("offload_optimizer: fp32 master and optimizer state in host memory, updated by "
-              "the CPU kernels");
+  // Model states are allocated here, on every rank: the engine's constructor allocates the
+  // parameter groups and optimizer state after its one collective (duplicating the
+  // communicator), with none among the allocations. So model states that do not fit the device
+  // (zt.device_memory_limit, or a GPU's memory) are agreed on like a set-up error: every rank
+  // stops before the first step, the lowest failing rank reports, no rank is aborted or left
+  // in a collective. Any other error takes the path of every error in training (on_error).
+  // (Over MPI_COMM_WORLD, which is `comm`'s group in zt-train.)
+  std::string out_of_memory;
+  try {
+    Gpt2& built = model_slot.emplace(model_config);
+    EngineOptions engine_opts = engine_options(config, built);
+    if (config.zero_optimization.offload_optimizer.device == OffloadDevice::kCpu) {
+      // ZeRO-Offload: the master and the optimizer state in host memory, updated there.
+      engine_opts.offload_optimizer = &host_slot.emplace();
+      log.rank0("offload_optimizer: fp32 master and optimizer state in host memory, updated "
+                "by the CPU kernels");
+    }
+    engine_slot.emplace(device, comm, built, std::move(engine_opts));
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kOutOfMemory) throw;
+    describe_current_exception(&out_of_memory);
   }
-  Engine& engine = engine_slot.emplace(device, comm, model, std::move(engine_opts));
+  TrainResult result;
+  result.exit_code = agree_on_failure("zt-train", rank, world,
+                                      out_of_memory.empty() ? 0 : kExitFailure, out_of_memory);
+  if (result.exit_code != 0) return result;  // printed by the lowest failing rank
+  Gpt2& model = *model_slot;
+  Engine& engine = *engine_slot;
   int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
   // Test-only: throws when ZT_TEST_FAULT names this point, rank, step and unit.
   auto inject = [&](TestFault::Point at, int64_t step, int unit) {
@@ -245,6 +266,9 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
   log.rank0("{}", describe_cpu_binding(cpus, threads));
   if (config.zt.device == "cpu") log.rank0("cpu kernels: {}", cpu_gemm_description());
+  if (device.memory_limit() > 0)
+    log.rank0("device memory limit: {} per rank (zt.device_memory_limit)",
+              format_bytes(device.memory_limit()));
 
   // DeepSpeed keys accepted with no effect and "auto" values resolved: one line each.
   for (const std::string& note : config.notes) log.rank0("note: {}", note);
@@ -274,7 +298,6 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
               "lost; use it to compare memory, not to train for quality",
               dtype_name(precision.compute));
 
-  TrainResult result;
   result.first_val_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
   const bool can_eval = val_loader.has_value();
   if (can_eval) {
@@ -301,7 +324,9 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     if (!r.failure.empty()) {
       // Agreed on every rank (the loss scaler at its minimum still overflowing): ends the run
       // like a diverging loss rather than an abort.
-      result.failure = fmt::format("{}: step {}: {}", config.source, step, r.failure);
+      result.exit_code = kExitFailure;
+      if (rank == 0)
+        result.failure = fmt::format("{}: step {}: {}", config.source, step, r.failure);
       return result;
     }
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -309,8 +334,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     result.last_loss = r.loss;
     if (!std::isfinite(r.loss)) {
       // Every rank holds the same (reduced) loss, so every rank stops here together.
-      result.failure = fmt::format("{}: loss became {} at step {}; lower optimizer.params.lr or "
-                                   "enable gradient_clipping", config.source, r.loss, step);
+      result.exit_code = kExitFailure;
+      if (rank == 0)
+        result.failure = fmt::format("{}: loss became {} at step {}; lower optimizer.params.lr or "
+                                     "enable gradient_clipping", config.source, r.loss, step);
       return result;
     }
 

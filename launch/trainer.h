@@ -33,8 +33,15 @@ struct TrainResult {
   double first_val_loss = 0.0;  // before the first step; NaN without validation data
   double last_val_loss = 0.0;
   double last_loss = 0.0;
-  // Non-empty when training stopped early for a reason every rank agrees on (the loss, which
-  // is reduced across ranks, became NaN or inf): rank 0 reports it, every rank exits 1.
+  // Non-zero when training stopped early for a reason every rank agrees on: every rank exits
+  // with this code without aborting the job, and `failure`, where non-empty, is the line to
+  // print:
+  // - the model states did not fit the device on some rank (zt.device_memory_limit, or a GPU's
+  //   memory): every rank stops before the first step, exit 1; the lowest such rank has already
+  //   printed its error ("zt-train: rank r: out of device memory on ..."), `failure` is empty;
+  // - the loss, which is reduced across ranks, became NaN or inf: exit 1, `failure` set on
+  //   rank 0 only.
+  int exit_code = 0;
   std::string failure;
 };
 
@@ -43,10 +50,11 @@ struct TrainResult {
 // there (abort_job) when world > 1; if it returns, the error propagates.
 using TrainErrorHandler = std::function<void()>;
 
-// Collective over `comm` (one call per rank). metrics.jsonl (rank 0) is a log written as the run
-// goes: every row is one checked write, so a failed write (a full disk) ends the run in the step
-// it happened, naming the file and the OS error; rows before it stay, the failed one may be cut
-// short. The weights file is written atomically (it is complete under its name, or absent).
+// Collective over `comm` (one call per rank), whose group must be MPI_COMM_WORLD's (the ranks
+// agree over it on model states that do not fit). metrics.jsonl (rank 0) is a log written as
+// the run goes: every row is one checked write, so a failed write (a full disk) ends the run in
+// the step it happened, naming the file and the OS error; rows before it stay, the failed one
+// may be cut short. The weights file is written atomically (it is complete under its name, or absent).
 // `cpus` is this process's bind_local_cpus(): its thread count is the default for
 // zt.num_threads, and rank 0's start-up line reports every local rank's threads and CPUs.
 TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& device,

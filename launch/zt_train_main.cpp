@@ -79,11 +79,15 @@ int main(int argc, char** argv) {
   }
 
   // Phase 2: training. A failure here is one rank's, and the others may be inside a
-  // collective: print it and end the whole job. Errors once the engine exists are reported from
-  // inside train() (on_error), before the stack unwinds past the engine: its CommQueue would
-  // otherwise wait for collectives the other ranks never issue. A collective stuck past
-  // zt.comm_timeout_s is reported by the communicator's watchdog thread, which ends the job the
-  // same way with exit code 3.
+  // collective: print it and end the whole job. The exception is a device too small
+  // (zt.device_memory_limit, or a GPU's memory) for the communicator's buffers or the model
+  // states: every rank allocates them before any collective of training, so the ranks agree on
+  // that as in phase 1 (train() returns the agreed TrainResult::exit_code), and every rank
+  // stops before the first step with the lowest failing rank's line. Errors once the engine
+  // exists are reported from inside train() (on_error), before the stack unwinds past the
+  // engine: its CommQueue would otherwise wait for collectives the other ranks never issue. A
+  // collective stuck past zt.comm_timeout_s is reported by the communicator's watchdog thread,
+  // which ends the job the same way with exit code 3.
   bool agreed_failure = false;
   const int report_rank = group.world > 1 ? group.rank : -1;
   const int code = zt::run_tool("zt-train", [&] {
@@ -92,8 +96,24 @@ int main(int argc, char** argv) {
     std::unique_ptr<zt::Device> device = zt::make_device(
         zt::parse_device_kind(zc.device, setup->config.source + ": zt.device"), group.local_rank);
     zt::set_allow_tf32(*device, zc.allow_tf32);
-    std::unique_ptr<zt::Communicator> comm =
-        zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s);
+    device->set_memory_limit(zc.device_memory_limit);
+    // The communicator's staging buffers are the first device memory of the job, allocated
+    // after its collectives (duplicating the world): that they do not fit the device is agreed
+    // on as in phase 1, and so are the model states (train()). Other errors end the job.
+    std::unique_ptr<zt::Communicator> comm;
+    std::string out_of_memory;
+    try {
+      comm = zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s);
+    } catch (const zt::Error& e) {
+      if (e.kind() != zt::ErrorKind::kOutOfMemory) throw;
+      zt::describe_current_exception(&out_of_memory);
+    }
+    if (const int agreed = zt::agree_on_failure("zt-train", group.rank, group.world,
+                                                out_of_memory.empty() ? 0 : zt::kExitFailure,
+                                                out_of_memory)) {
+      agreed_failure = true;
+      return agreed;
+    }
     comm->set_watchdog(zc.comm_timeout_s, [&](const zt::CollectiveTimeout& timeout) {
       zt::abort_job("zt-train", report_rank, timeout.message(), zt::kExitCommTimeout);
     });
@@ -104,10 +124,10 @@ int main(int argc, char** argv) {
       zt::abort_job("zt-train", report_rank, message, error_code);
     };
     const zt::TrainResult result = zt::train(*setup, *cpus, *device, *comm, log, abort_on_error);
-    if (result.failure.empty()) return 0;
+    if (result.exit_code == 0) return 0;
     agreed_failure = true;
-    if (group.rank == 0) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());
-    return 1;
+    if (!result.failure.empty()) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());
+    return result.exit_code;
   }, report_rank);
   if (code != 0 && group.world > 1 && !agreed_failure) mpi.abort(code);
   return code;

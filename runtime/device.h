@@ -1,6 +1,15 @@
 // Device: owns memory (every allocation tracked by category) and a Kernels table.
 // Buffer is the RAII handle of one allocation. The CPU device lives in runtime/cpu/.
 // Streams and events arrive with the CUDA back end; on the CPU every call completes on return.
+// A device has a capacity: its memory limit (zt.device_memory_limit, on any back end) and the
+// back end's own (a GPU's memory). An allocation past either is one error (kOutOfMemory) of the
+// same form, never a bare allocator failure:
+//   out of device memory on cpu: optimizer asked for 774.50 KiB (793,088 bytes) but only
+//   158.75 KiB (162,560 bytes) of the 19.07 MiB (20,000,000 bytes) zt.device_memory_limit is
+//   free; in use: params 4.80 MiB (5,029,888 bytes), grads ...; model states do not fit: shard
+//   more of them (a higher zero_optimization.stage: ...), ..., or raise zt.device_memory_limit
+// A back end out of room says why in place of the limit's clause ("but cudaMalloc of ... failed:
+// out of memory ..."); what would make room depends on the category.
 #pragma once
 
 #include <cstddef>
@@ -56,11 +65,19 @@ class Device {
   virtual bool host_accessible() const { return true; }
 
   // Tracked allocation, 64-byte aligned, contents unspecified. Zero bytes gives an empty Buffer.
+  // Throws kOutOfMemory (out_of_memory_message) when the buffers would hold more than
+  // memory_limit() bytes, or when the back end has no room; nothing is allocated or tracked then.
   Buffer alloc(size_t bytes, MemCategory category);
   // Tracked allocation filled with zeros.
   Buffer alloc_zeroed(size_t bytes, MemCategory category);
   const MemoryTracker& memory() const { return memory_; }
   MemoryTracker& memory() { return memory_; }
+  // The most bytes this device's buffers may hold at once, counted as the tracker counts them
+  // (bytes asked for, not a back end's rounding or cache); 0: no limit but the back end's.
+  // An allocation that would take memory().current_total() past it fails; one that reaches it
+  // exactly does not. Buffers already live are kept when the limit is lowered below them.
+  void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
+  size_t memory_limit() const { return memory_limit_; }
 
   // Host <-> device copies (the CPU device copies with memcpy).
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
@@ -72,13 +89,17 @@ class Device {
   virtual void zero(void* dst, size_t bytes) = 0;
 
  protected:
-  virtual void* raw_alloc(size_t bytes) = 0;
+  // nullptr when the back end has no room for `bytes` (after whatever it does to find some: a
+  // GPU empties its cache and retries), with `why` saying so in its own terms ("cudaMalloc of
+  // 2.00 MiB ... failed: out of memory ..."); alloc() reports it. Other failures throw.
+  virtual void* raw_alloc(size_t bytes, std::string& why) = 0;
   virtual void raw_free(void* data, size_t bytes) = 0;
 
  private:
   friend class Buffer;
   void release(void* data, size_t bytes, MemCategory category);
   MemoryTracker memory_;
+  size_t memory_limit_ = 0;
 };
 
 }  // namespace zt

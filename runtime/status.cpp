@@ -37,5 +37,8 @@ void throw_system(std::string message, std::source_location where) {
 void throw_internal(std::string message, std::source_location where) {
   throw Error(ErrorKind::kInternal, std::move(message), where);
 }
+void throw_out_of_memory(std::string message, std::source_location where) {
+  throw Error(ErrorKind::kOutOfMemory, std::move(message), where);
+}
 
 }  // namespace zt

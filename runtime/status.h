@@ -14,6 +14,9 @@ enum class ErrorKind {
   kInput,     // bad user input: config, command line, data file, checkpoint. Exit code 2.
   kSystem,    // the OS or a library refused: I/O, allocation, MPI, BLAS.
   kInternal,  // a broken invariant inside ZeroTrain.
+  // A device has no room for an allocation: its zt.device_memory_limit or its own memory
+  // (Device::alloc, runtime/device.h). Exit code 1, like kSystem.
+  kOutOfMemory,
 };
 
 class Error : public std::runtime_error {
@@ -45,6 +48,8 @@ class Error : public std::runtime_error {
                                std::source_location where = std::source_location::current());
 [[noreturn]] void throw_internal(std::string message,
                                  std::source_location where = std::source_location::current());
+[[noreturn]] void throw_out_of_memory(std::string message,
+                                      std::source_location where = std::source_location::current());
 
 }  // namespace zt
 

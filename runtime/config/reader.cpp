@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 
+#include "runtime/byte_count.h"
 #include "runtime/status.h"
 
 namespace zt::config_detail {
@@ -167,6 +168,34 @@ int Reader::int32(const json& v, const std::string& path) const {
     fail(fmt::format("'{}' must be between {} and {}, got {}", path, INT_MIN, INT_MAX, v.dump()));
   }
   return static_cast<int>(x);
+}
+
+uint64_t Reader::byte_size(const json& v, const std::string& path) const {
+  constexpr std::string_view expected =
+      "a byte count: an integer, or a string such as \"6GB\" (10^9 bytes) or \"512MiB\" (2^20 "
+      "bytes)";
+  if (v.is_string() && !is_auto(v)) {
+    const ParsedByteCount parsed = parse_byte_count(v.get_ref<const std::string&>());
+    if (!parsed.problem.empty())
+      fail(fmt::format("'{}' is {}: {}", path, describe_value(v), parsed.problem));
+    return parsed.bytes;
+  }
+  if (!v.is_number()) type_error(v, path, expected);
+  uint64_t bytes = 0;
+  if (v.is_number_unsigned()) {
+    bytes = v.get<uint64_t>();
+  } else if (v.is_number_integer()) {
+    bytes = v.get<int64_t>() > 0 ? static_cast<uint64_t>(v.get<int64_t>()) : 0;
+  } else {
+    const double d = v.get<double>();
+    if (d >= 0x1p64)
+      fail(fmt::format("'{}' is {}: more than 2^64 - 1 bytes", path, describe_value(v)));
+    if (d != std::trunc(d))
+      fail(fmt::format("'{}' is {}: not a whole number of bytes", path, describe_value(v)));
+    bytes = d > 0 ? static_cast<uint64_t>(d) : 0;
+  }
+  if (bytes == 0) fail(fmt::format("'{}' must be > 0, got {}", path, v.dump()));
+  return bytes;
 }
 
 void Reader::check_bound(const json& v, Bound bound, const std::string& path) const {

@@ -81,6 +81,9 @@ class Reader {
   int64_t integer(const json& v, const std::string& path) const;
   uint64_t unsigned_integer(const json& v, const std::string& path) const;
   int int32(const json& v, const std::string& path) const;
+  // A byte count > 0: an integer (5e9 too, as integer() reads it) or a string with a unit
+  // ("6GB", "512 MiB", "1.5GiB": runtime/byte_count.h's rules, GB = 10^9, GiB = 2^30 bytes).
+  uint64_t byte_size(const json& v, const std::string& path) const;
 
   void check_bound(const json& v, Bound bound, const std::string& path) const;
   void check_range(int64_t x, int64_t lo, int64_t hi, const std::string& path) const;

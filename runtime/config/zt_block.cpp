@@ -1,4 +1,5 @@
-// The zt block: what is ours (model, data, steps, output, device and communication back end).
+// The zt block: what is ours (model, data, steps, output, device, its memory limit and the
+// communication back end).
 // Required keys: model, seq_len, train_data, steps. Zoo model names are checked by model_zoo/,
 // not here. (zt.comm_backend "auto" is ours: the back end follows zt.device.)
 #include <fmt/format.h>
@@ -61,11 +62,13 @@ constexpr Field<ZtConfig> kZtFields[] = {
 ZtConfig parse_zt(const Reader& r, const json& j) {
   const json& block = r.require(j, "", "zt");
   r.expect_object(block, "zt");
-  r.check_keys(block, "zt", keys_of(kZtFields, {"model"}));
+  r.check_keys(block, "zt", keys_of(kZtFields, {"model", "device_memory_limit"}));
   for (std::string_view key : {"model", "seq_len", "train_data", "steps"}) r.require(block, "zt", key);
   ZtConfig z;
   z.model = parse_model(r, block.at("model"));
   read_fields(r, block, "zt", kZtFields, z);
+  if (const json* limit = Reader::find(block, "device_memory_limit"))
+    z.device_memory_limit = r.byte_size(*limit, "zt.device_memory_limit");
   if (z.train_data.empty()) r.fail("'zt.train_data' must not be empty");
   if (z.output_dir.empty()) r.fail("'zt.output_dir' must not be empty");
   if (z.device != "cpu" && z.device != "cuda")

@@ -29,7 +29,7 @@ CpuDevice::~CpuDevice() {
   for (auto& [bytes, data] : cache_) std::free(data);
 }
 
-void* CpuDevice::raw_alloc(size_t bytes) {
+void* CpuDevice::raw_alloc(size_t bytes, std::string& why) {
   if (auto it = cache_.find(bytes); it != cache_.end()) {
     void* data = it->second;
     cache_.erase(it);
@@ -37,7 +37,7 @@ void* CpuDevice::raw_alloc(size_t bytes) {
     return data;
   }
   void* data = std::aligned_alloc(kAlignment, round_up(bytes, kAlignment));
-  if (!data) throw_system(fmt::format("out of host memory allocating {} bytes", bytes));
+  if (!data) why = "the host refused it (aligned_alloc failed: out of host memory)";
   return data;
 }
 

@@ -25,7 +25,7 @@ class CpuDevice final : public Device {
   size_t cached_bytes() const { return cached_bytes_; }
 
  protected:
-  void* raw_alloc(size_t bytes) override;
+  void* raw_alloc(size_t bytes, std::string& why) override;
   void raw_free(void* data, size_t bytes) override;
 
  private:

@@ -10,12 +10,13 @@
 // can be handed out at once, because its next user enqueues on the same stream after them.
 // Work on the comm stream is synchronised by the communicator before its buffers are freed.
 // Pinned by tests/runtime/cuda_device_test.cpp (ReusedBlocksHoldTheirNewOwnersData,
-// ImpossibleAllocationThrowsSystemNamingTheBytes); the reuse itself (device_mallocs() flat in
+// ImpossibleAllocationNamesCategoryBytesAndWhatWouldFit, MemoryLimitCapsTheGpu); the reuse itself (device_mallocs() flat in
 // steady state) is not visible through Device, so no test there checks it.
 #include "runtime/cuda/cuda_device.h"
 
 #include <utility>
 
+#include "runtime/byte_count.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/status.h"
@@ -153,7 +154,7 @@ void CudaDevice::release_cached_locked() {
   }
 }
 
-void* CudaDevice::raw_alloc(size_t bytes) {
+void* CudaDevice::raw_alloc(size_t bytes, std::string& why) {
   const size_t size = block_size_for(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
   // Best fit among cached blocks of [size, 2 * size].
@@ -175,16 +176,29 @@ void* CudaDevice::raw_alloc(size_t bytes) {
     release_cached_locked();
     status = cudaMalloc(&data, size);
   }
-  if (status != cudaSuccess) {
+  if (status == cudaErrorMemoryAllocation) {
+    // Out of memory: Device::alloc reports it in the form of every back end (the category, what
+    // each holds, what would fit), with the driver's view here.
     cudaGetLastError();
     size_t in_use = 0;
     for (const auto& [block_data, block] : live_blocks_) in_use += block;
-    throw_system(fmt::format(
-        "cudaMalloc of {} bytes ({} asked) failed on {}: {} ({}); {} bytes reserved, {} in use{}. "
-        "Reduce the micro-batch size or sequence length, or shard more state (a higher ZeRO "
-        "stage or offload)",
-        size, bytes, name(), cudaGetErrorString(status), cudaGetErrorName(status), reserved_,
-        in_use, retried ? " (after emptying the cache and retrying)" : ""));
+    size_t driver_free = 0, driver_total = 0;
+    const bool known = cudaMemGetInfo(&driver_free, &driver_total) == cudaSuccess;
+    if (!known) cudaGetLastError();
+    why = fmt::format("cudaMalloc of {} failed: {} ({}){}; {} reserved by the caching allocator, "
+                      "{} of it handed out{}",
+                      format_bytes(size), cudaGetErrorString(status), cudaGetErrorName(status),
+                      retried ? " after emptying the cache and retrying" : "",
+                      format_bytes(reserved_), format_bytes(in_use),
+                      known ? fmt::format("; the driver reports {} free of {}",
+                                          format_bytes(driver_free), format_bytes(driver_total))
+                            : std::string());
+    return nullptr;
+  }
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw_system(fmt::format("cudaMalloc of {} bytes ({} asked) failed on {}: {} ({})", size,
+                             bytes, name(), cudaGetErrorString(status), cudaGetErrorName(status)));
   }
   ++mallocs_;
   reserved_ += size;

@@ -50,7 +50,7 @@ class CudaDevice final : public Device {
   void empty_cache();                // returns cached blocks to the driver
 
  protected:
-  void* raw_alloc(size_t bytes) override;
+  void* raw_alloc(size_t bytes, std::string& why) override;
   void raw_free(void* data, size_t bytes) override;
 
  private:

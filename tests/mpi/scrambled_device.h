@@ -163,8 +163,12 @@ class ScrambledDevice final : public Device {
   int64_t device_copies() const { return device_copies_.load(); }
 
  protected:
-  void* raw_alloc(size_t bytes) override {
-    void* data = ::operator new(bytes, std::align_val_t(64));
+  void* raw_alloc(size_t bytes, std::string& why) override {
+    void* data = ::operator new(bytes, std::align_val_t(64), std::nothrow);
+    if (!data) {
+      why = "the host refused it (operator new failed)";
+      return nullptr;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     allocations_[static_cast<const char*>(data)] = bytes;
     return data;

@@ -258,6 +258,62 @@ TEST(ConfigTypes, TopLevelMustBeObject) {
             "configs/x.json: the top level must be an object, got array [1]");
 }
 
+// ---- zt.device_memory_limit -------------------------------------------------------------------
+
+TEST(ConfigMemoryLimit, BytesOrAStringWithAUnit) {
+  EXPECT_EQ(parse(minimal()).zt.device_memory_limit, 0u);  // absent: no limit
+  const std::pair<json, uint64_t> cases[] = {
+      {6000000000, 6'000'000'000u}, {6e9, 6'000'000'000u},   {"6GB", 6'000'000'000u},
+      {"6 GB", 6'000'000'000u},     {"6GiB", uint64_t{6} << 30}, {"512MiB", 512u << 20},
+      {"1.5GiB", 1'610'612'736u},   {"6e9", 6'000'000'000u},   {1, 1u},
+  };
+  for (const auto& [value, bytes] : cases) {
+    SCOPED_TRACE(value.dump());
+    EXPECT_EQ(parse(with(minimal(), "/zt/device_memory_limit", value)).zt.device_memory_limit,
+              bytes);
+  }
+  EXPECT_EQ(parse(with(minimal(), "/zt/device_memory_limit", nullptr)).zt.device_memory_limit, 0u);
+}
+
+TEST(ConfigMemoryLimit, BadValuesNameKeyValueAndFile) {
+  const std::pair<json, std::string> cases[] = {
+      {0, "'zt.device_memory_limit' must be > 0, got 0"},
+      {-1, "'zt.device_memory_limit' must be > 0, got -1"},
+      {0.0, "'zt.device_memory_limit' must be > 0, got 0.0"},
+      {1.5, "'zt.device_memory_limit' is number 1.5: not a whole number of bytes"},
+      {1e20, "'zt.device_memory_limit' is number 1e+20: more than 2^64 - 1 bytes"},
+      {"0GB", "'zt.device_memory_limit' is string \"0GB\": less than one byte (a size must be > 0)"},
+      {"-6GB", "'zt.device_memory_limit' is string \"-6GB\": negative (a size must be > 0)"},
+      {"6 gigs",
+       "'zt.device_memory_limit' is string \"6 gigs\": unknown unit 'gigs'; use B, kB, MB, GB, "
+       "TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)"},
+      {"6G",
+       "'zt.device_memory_limit' is string \"6G\": the unit 'G' could mean GB (powers of 1000) "
+       "or GiB (powers of 1024); write one of them"},
+      {"lots",
+       "'zt.device_memory_limit' is string \"lots\": not a byte count; write a number and an "
+       "optional unit, e.g. 6000000000, \"6GB\" or \"1.5GiB\""},
+      {"20000000000000000000",
+       "'zt.device_memory_limit' is string \"20000000000000000000\": more than 2^64 - 1 = "
+       "18,446,744,073,709,551,615 bytes"},
+      {true,
+       "'zt.device_memory_limit' must be a byte count: an integer, or a string such as \"6GB\" "
+       "(10^9 bytes) or \"512MiB\" (2^20 bytes), got boolean true"},
+      {"auto",
+       "'zt.device_memory_limit' is \"auto\", a value the Hugging Face Trainer fills in for some "
+       "keys, but not this one; give a byte count: an integer, or a string such as \"6GB\" (10^9 "
+       "bytes) or \"512MiB\" (2^20 bytes)"},
+  };
+  for (const auto& [value, message] : cases) {
+    EXPECT_EQ(input_error(with(minimal(), "/zt/device_memory_limit", value)),
+              kSource + ": " + message);
+  }
+  // A JSON integer past 2^64 - 1 reads as a number, refused the same way.
+  EXPECT_CONTAINS(input_error(with(minimal(), "/zt/device_memory_limit",
+                                   json::parse("18446744073709551616"))),
+                  "more than 2^64 - 1 bytes");
+}
+
 // ---- ranges, choices, required keys, combinations --------------------------------------------
 
 TEST(ConfigRanges, OutOfRangeValuesNameKeyAndValue) {

@@ -1,8 +1,8 @@
 // The CUDA back end's Device against the CPU's: the factory without a GPU, memory tracking per
 // category and alignment, copies at odd sizes and offsets, zeroing, the caching allocator's reuse
-// of freed blocks (stream order and best fit), and an impossible allocation. Every test but the
-// factory's skips when no GPU is visible. Not here: the kernels (cuda_kernels_test.cpp,
-// cuda_nn_kernels_test.cpp).
+// of freed blocks (stream order and best fit), an impossible allocation and the memory limit
+// (zt.device_memory_limit). Every test but the factory's skips when no GPU is visible. Not here:
+// the kernels (cuda_kernels_test.cpp, cuda_nn_kernels_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,21 +193,52 @@ TEST_F(CudaDeviceTest, FreedBlocksAreReusedBestFitWithinTwiceTheRequest) {
   expect_bitwise(download<float>(fit_big, static_cast<int64_t>(y.size())), y, "fit_big");
 }
 
-TEST_F(CudaDeviceTest, ImpossibleAllocationThrowsSystemNamingTheBytes) {
+TEST_F(CudaDeviceTest, ImpossibleAllocationNamesCategoryBytesAndWhatWouldFit) {
   const size_t huge = size_t{1} << 52;  // 4 PiB
   try {
     Buffer b = gpu_->alloc(huge, MemCategory::kParams);
     FAIL() << "a 4 PiB allocation succeeded";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kSystem);
-    EXPECT_NE(e.message().find(std::to_string(huge)), std::string::npos) << e.message();
-    EXPECT_NE(e.message().find("reserved"), std::string::npos) << e.message();
+    // The form of every back end (runtime/device.h, out_of_memory_message), not a bare CUDA
+    // error.
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+    const std::string& m = e.message();
+    EXPECT_EQ(m.rfind("out of device memory on " + gpu_->name() + ": params asked for 4.00 PiB "
+                      "(4,503,599,627,370,496 bytes) but cudaMalloc of 4.00 PiB",
+                      0),
+              0u)
+        << m;
+    EXPECT_NE(m.find("cudaErrorMemoryAllocation"), std::string::npos) << m;
+    EXPECT_NE(m.find("reserved"), std::string::npos) << m;
+    EXPECT_NE(m.find("offload"), std::string::npos) << m;
+    EXPECT_EQ(m.find("zt.device_memory_limit"), std::string::npos) << m;
   }
   EXPECT_EQ(gpu_->memory().current_total(), 0u);
   // The device still works.
   std::vector<float> x = {1.0f, 2.0f, 3.0f};
   Buffer d = upload(x);
   EXPECT_EQ(download<float>(d, 3), x);
+}
+
+TEST_F(CudaDeviceTest, MemoryLimitCapsTheGpu) {
+  gpu_->set_memory_limit(3 << 20);
+  {
+    Buffer params = gpu_->alloc(1 << 20, MemCategory::kParams);
+    Buffer grads = gpu_->alloc(2 << 20, MemCategory::kGrads);  // exactly at the limit
+    try {
+      Buffer b = gpu_->alloc(1, MemCategory::kOptimizer);
+      ADD_FAILURE() << "an allocation past zt.device_memory_limit succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+      EXPECT_NE(e.message().find("optimizer asked for 1 byte but only 0 bytes of the 3.00 MiB "
+                                 "(3,145,728 bytes) zt.device_memory_limit is free; in use: "
+                                 "params 1.00 MiB (1,048,576 bytes), grads 2.00 MiB"),
+                std::string::npos)
+          << e.message();
+    }
+  }
+  Buffer optimizer = gpu_->alloc(3 << 20, MemCategory::kOptimizer);  // freed room is usable
+  EXPECT_EQ(gpu_->memory().current_total(), size_t{3} << 20);
 }
 
 }  // namespace

@@ -1,10 +1,15 @@
-// MemoryTracker, tracked Device allocation, FlatLayout offsets and ActivationStore packing.
+// MemoryTracker, tracked Device allocation and the device's capacity (zt.device_memory_limit and
+// a back end out of room: one error naming category, bytes, holdings and what would fit),
+// FlatLayout offsets and ActivationStore packing.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <new>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -51,6 +56,135 @@ TEST(Device, BuffersAreTrackedAndReleased) {
   Buffer c = device.alloc(1000, MemCategory::kParams);
   EXPECT_EQ(device.memory().current(MemCategory::kParams), 1000u);
   EXPECT_FALSE(device.alloc(0, MemCategory::kOther));
+}
+
+// The kOutOfMemory error `alloc` throws (ADD_FAILURE and "" when none); it must be one line.
+std::string out_of_memory(const std::function<void()>& alloc) {
+  try {
+    alloc();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory) << e.message();
+    EXPECT_EQ(e.message().find('\n'), std::string::npos) << e.message();
+    return e.message();
+  }
+  ADD_FAILURE() << "the allocation succeeded";
+  return {};
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+TEST(DeviceMemoryLimit, AllocationsUpToTheLimitAndNotPast) {
+  CpuDevice device;
+  EXPECT_EQ(device.memory_limit(), 0u);
+  device.set_memory_limit(1000);
+  Buffer params = device.alloc(600, MemCategory::kParams);
+  Buffer grads = device.alloc(400, MemCategory::kGrads);  // exactly at the limit
+  EXPECT_EQ(device.memory().current_total(), 1000u);
+  const std::string message =
+      out_of_memory([&] { Buffer b = device.alloc(1, MemCategory::kOptimizer); });
+  EXPECT_EQ(message,
+            "out of device memory on cpu: optimizer asked for 1 byte but only 0 bytes of the 1000 "
+            "bytes zt.device_memory_limit is free; in use: params 600 bytes, grads 400 bytes; "
+            "model states do not fit: shard more of them (a higher zero_optimization.stage: stage "
+            "3 keeps 1/N of the parameters, gradients and optimizer state on each of N ranks), run "
+            "on more ranks, or offload them (zero_optimization.offload_optimizer, "
+            "zero_optimization.offload_param), or raise zt.device_memory_limit");
+  // Nothing was allocated or counted by the failed call.
+  EXPECT_EQ(device.memory().current(MemCategory::kOptimizer), 0u);
+  EXPECT_EQ(device.memory().peak_total(), 1000u);
+  // Freeing makes room again.
+  grads.reset();
+  Buffer optimizer = device.alloc(400, MemCategory::kOptimizer);
+  EXPECT_EQ(device.memory().current_total(), 1000u);
+  EXPECT_FALSE(device.alloc(0, MemCategory::kOther));  // an empty Buffer fits at the limit
+  optimizer.reset();
+  out_of_memory([&] { Buffer b = device.alloc(401, MemCategory::kOptimizer); });
+  // No limit: the back end's own capacity only.
+  device.set_memory_limit(0);
+  Buffer large = device.alloc(1 << 20, MemCategory::kActivations);
+  EXPECT_EQ(device.memory().current_total(), 600u + (1 << 20));
+}
+
+TEST(DeviceMemoryLimit, MessageNamesCategoryBytesHoldingsAndWhatWouldFit) {
+  CpuDevice device;
+  device.set_memory_limit(size_t{6} << 30);
+  Buffer params = device.alloc(120'320, MemCategory::kParams);
+  Buffer comm = device.alloc(2 << 20, MemCategory::kCommBuffers);
+  const std::string big = out_of_memory(
+      [&] { Buffer b = device.alloc(size_t{1320702443} * 5, MemCategory::kActivations); });
+  EXPECT_CONTAINS(big, "out of device memory on cpu: activations asked for 6.15 GiB "
+                       "(6,603,512,215 bytes) but only 6.00 GiB (6,440,233,472 bytes) of the "
+                       "6.00 GiB (6,442,450,944 bytes) zt.device_memory_limit is free; ");
+  EXPECT_CONTAINS(big, "in use: params 117.50 KiB (120,320 bytes), comm 2.00 MiB (2,097,152 "
+                       "bytes); ");
+  EXPECT_CONTAINS(big, "activations do not fit: lower train_micro_batch_size_per_gpu or "
+                       "zt.seq_len, or recompute them (activation_checkpointing), or raise "
+                       "zt.device_memory_limit");
+  EXPECT_CONTAINS(out_of_memory([&] {
+                    Buffer b = device.alloc(size_t{7} << 30, MemCategory::kCommBuffers);
+                  }),
+                  "comm asked for 7.00 GiB (7,516,192,768 bytes) but only");
+  EXPECT_CONTAINS(out_of_memory([&] {
+                    Buffer b = device.alloc(size_t{7} << 30, MemCategory::kCommBuffers);
+                  }),
+                  "communication buffers do not fit: lower zero_optimization.reduce_bucket_size");
+  EXPECT_CONTAINS(out_of_memory([&] {
+                    Buffer b = device.alloc(size_t{7} << 30, MemCategory::kWorkspace);
+                  }),
+                  "workspace asked for 7.00 GiB");
+}
+
+// A back end out of room (a GPU whose cudaMalloc fails) reports in the same form as the limit,
+// with its own reason in place of the limit's clause.
+class RefusingDevice final : public Device {
+ public:
+  explicit RefusingDevice(size_t capacity) : capacity_(capacity) {}
+  std::string name() const override { return "refusing"; }
+  Kernels& kernels_for(DType activations) override { return cpu_.kernels_for(activations); }
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
+    cpu_.copy_to_host(host_dst, src, bytes);
+  }
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
+    cpu_.copy_from_host(dst, host_src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override { cpu_.copy(dst, src, bytes); }
+  void zero(void* dst, size_t bytes) override { cpu_.zero(dst, bytes); }
+
+ protected:
+  void* raw_alloc(size_t bytes, std::string& why) override {
+    if (held_ + bytes > capacity_) {
+      why = fmt::format("the back end has {} bytes left", capacity_ - held_);
+      return nullptr;
+    }
+    held_ += bytes;
+    return ::operator new(bytes, std::align_val_t(64));
+  }
+  void raw_free(void* data, size_t bytes) override {
+    held_ -= bytes;
+    ::operator delete(data, std::align_val_t(64));
+  }
+
+ private:
+  CpuDevice cpu_;
+  size_t capacity_;
+  size_t held_ = 0;
+};
+
+TEST(DeviceMemoryLimit, BackEndOutOfRoomIsTheSameError) {
+  RefusingDevice device(4096);
+  device.set_memory_limit(1 << 20);  // far above what the back end has: the back end refuses
+  Buffer grads = device.alloc(3000, MemCategory::kGrads);
+  EXPECT_EQ(out_of_memory([&] { Buffer b = device.alloc(2000, MemCategory::kParams); }),
+            "out of device memory on refusing: params asked for 1.95 KiB (2,000 bytes) but the "
+            "back end has 1096 bytes left; in use: grads 2.93 KiB (3,000 bytes); model states do "
+            "not fit: shard more of them (a higher zero_optimization.stage: stage 3 keeps 1/N of "
+            "the parameters, gradients and optimizer state on each of N ranks), run on more "
+            "ranks, or offload them (zero_optimization.offload_optimizer, "
+            "zero_optimization.offload_param)");
+  EXPECT_EQ(device.memory().current_total(), 3000u);
+  grads.reset();
+  Buffer params = device.alloc(2000, MemCategory::kParams);
+  EXPECT_EQ(device.memory().current(MemCategory::kParams), 2000u);
 }
 
 TEST(FlatLayout, AlignedOffsetsAndCounts) {
