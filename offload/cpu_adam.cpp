@@ -145,7 +145,10 @@ inline void store_working(typename W::Storage* w, T p) {
 // Elements [0, n) of one chunk: load, update, store, in one pass.
 template <class V, bool kDecoupled, class G, class W>
 void fused_range(float* master, const typename G::Storage* grad, float* m, float* v,
-                 typename W::Storage* working, const AdamScalars& a, int64_t n) {
+                 typename W::Storage* working, const AdamScalars& scalars, int64_t n) {
+  // A local copy: the stores below could alias a referenced struct, which would make the
+  // compiler reload every scalar each iteration; a local one stays in registers.
+  const AdamScalars a = scalars;
   simd_loop<V>(0, n, [&](auto lanes, int64_t i) {
     using T = typename decltype(lanes)::type;
     T p = load<T>(master + i), mi = load<T>(m + i), vi = load<T>(v + i);
