@@ -68,4 +68,16 @@ struct BenchZeroOptions {
 
 int bench_zero(const BenchZeroOptions& options);
 
+struct BenchAdamOptions {
+  int64_t params = 124439808;    // GPT-2 124M
+  std::string precision = "bf16";  // the working copy written by the step: none, bf16, fp16
+  int steps = 10;                // timed rounds (triad, fused step, two-pass step each)
+  int warmup = 1;
+  std::string json_path;
+};
+
+// The fused CPU Adam step (offload/cpu_adam.h) on one shard of `params` fp32 parameters, next
+// to Kernels::adamw + cast and to STREAM's triad over arrays of the same size, in the same run.
+int bench_adam(const BenchAdamOptions& options);
+
 }  // namespace zt

@@ -1,5 +1,6 @@
-// zt-bench: benchmarks. `zt-bench train [options]`, `mpirun -np N zt-bench comm|zero [options]`;
-// every subcommand takes --json PATH. This file only parses options; launch/bench_*.cpp measure.
+// zt-bench: benchmarks. `zt-bench train|adam [options]`,
+// `mpirun -np N zt-bench comm|zero [options]`; every subcommand takes --json PATH. This file only
+// parses options; launch/bench_*.cpp measure.
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <iostream>
@@ -116,9 +117,31 @@ int zero_main(int argc, char** argv) {
   return zt::bench_zero(o);
 }
 
+int adam_main(int argc, char** argv) {
+  zt::BenchAdamOptions o;
+  po::options_description desc(
+      "zt-bench adam: the fused CPU Adam step (ZeRO-Offload's optimizer) vs STREAM triad");
+  desc.add_options()("help,h", "show this help")
+      ("params", po::value(&o.params)->default_value(o.params),
+       "fp32 parameters in the shard (default: GPT-2 124M)")
+      ("precision", po::value(&o.precision)->default_value(o.precision),
+       "the working copy the step writes: none, bf16 or fp16")
+      ("steps", po::value(&o.steps)->default_value(o.steps),
+       "timed rounds (each: a triad, a fused step, a two-pass step)")
+      ("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed rounds first")
+      ("json", po::value(&o.json_path), "also write the figures to this JSON file");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, "adam", vm)) return 0;
+  if (o.precision != "none" && o.precision != "bf16" && o.precision != "fp16")
+    zt::throw_input(fmt::format("--precision: unknown '{}'; use none, bf16 or fp16", o.precision));
+  if (o.params <= 0 || o.steps <= 0 || o.warmup < 0)
+    zt::throw_input("--params and --steps must be > 0, --warmup >= 0");
+  return zt::bench_adam(o);
+}
+
 int bench_main(int argc, char** argv) {
   const std::string usage =
-      "usage: zt-bench train [options] | mpirun -np N zt-bench comm|zero [options]   "
+      "usage: zt-bench train|adam [options] | mpirun -np N zt-bench comm|zero [options]   "
       "(zt-bench <subcommand> --help)";
   if (argc < 2) zt::throw_input(usage);
   const std::string sub = argv[1];
@@ -129,6 +152,7 @@ int bench_main(int argc, char** argv) {
   if (sub == "train") return train_main(argc - 1, argv + 1);
   if (sub == "comm") return comm_main(argc - 1, argv + 1);
   if (sub == "zero") return zero_main(argc - 1, argv + 1);
+  if (sub == "adam") return adam_main(argc - 1, argv + 1);
   zt::throw_input(fmt::format("unknown subcommand '{}'; {}", sub, usage));
 }
 

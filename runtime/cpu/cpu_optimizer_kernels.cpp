@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/cpu/cpu_adam_update.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_parallel.h"
 #include "runtime/cpu/cpu_simd.h"
@@ -15,27 +16,17 @@ namespace zt {
 using namespace cpu;
 namespace {
 
-// Scalars of one AdamW call, computed once so every element does identical arithmetic.
+// AdamW (or classic Adam) over [begin, end): cpu_adam_update.h's arithmetic, the scalars computed
+// once per call so every element does identical arithmetic.
 template <class V, bool kDecoupled>
 void adamw_range(float* param, const float* grad, float* m, float* v, const AdamScalars& a,
                  int64_t begin, int64_t end) {
   simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
     using T = typename decltype(lanes)::type;
-    T p = load<T>(param + i);
-    T g = load<T>(grad + i) * a.grad_scale;
-    if constexpr (!kDecoupled) g = g + a.weight_decay * p;  // classic Adam: L2 in the gradient
-    const T mi = a.beta1 * load<T>(m + i) + a.one_minus_beta1 * g;
-    const T vi = a.beta2 * load<T>(v + i) + a.one_minus_beta2 * g * g;
+    T p = load<T>(param + i), mi = load<T>(m + i), vi = load<T>(v + i);
+    adam_update<kDecoupled>(p, load<T>(grad + i), mi, vi, a);
     store<T>(m + i, mi);
     store<T>(v + i, vi);
-    const T mhat = mi / a.bias_correction1;
-    const T vhat = vi / a.bias_correction2;
-    const T step = mhat / (vsqrt(vhat) + a.eps);
-    if constexpr (kDecoupled) {
-      p = p - a.lr * (step + a.weight_decay * p);
-    } else {
-      p = p - a.lr * step;
-    }
     store<T>(param + i, p);
   });
 }

@@ -128,8 +128,8 @@ __global__ void fill_kernel(float* x, float value, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Optimizers: the CPU's adamw_range / sgd_range (cpu_optimizer_kernels.cpp), operation for
-// operation.
+// Optimizers: the CPU's adam_update (cpu/cpu_adam_update.h) and sgd_range
+// (cpu_optimizer_kernels.cpp), operation for operation.
 
 // Scalars of one AdamW call, computed once on the host exactly as the CPU computes them. The
 // gradient is read in its stored dtype G (widened exactly).
