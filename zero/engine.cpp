@@ -493,19 +493,19 @@ void Engine::offloaded_optimizer_step(int u, float lr, float grad_scale) {
   const size_t gsize = dtype_size(gdtype), wsize = dtype_size(dtype);
   const auto* grads = static_cast<const std::byte*>(g.grad_master());
   auto* working = static_cast<std::byte*>(g.working_master_range());
-  Kernels& k = *offload_kernels_;
   for (int64_t begin = 0; begin < n; begin += kOffloadChunk) {
     const int64_t count = std::min(kOffloadChunk, n - begin);
     const size_t at = static_cast<size_t>(begin);
     const size_t count_bytes = static_cast<size_t>(count);
     device_.copy_to_host(offload_grads_.data(), grads + at * gsize, count_bytes * gsize);
-    optimizer_->step_part(u, begin, begin + count, master + begin,
-                          ConstOperand(offload_grads_.data(), gdtype), lr, grad_scale, step_);
-    const void* updated = master + begin;  // fp32: the master's bits are the working bits
-    if (dtype != DType::kF32) {
-      k.cast(offload_working_.data(), dtype, master + begin, DType::kF32, count);
-      updated = offload_working_.data();
-    }
+    // One pass: the update, and (16-bit) the working values rounded into the staging buffer;
+    // fp32 working values are the master's bits.
+    const bool fp32 = dtype == DType::kF32;
+    optimizer_->step_part_host(u, begin, begin + count, master + begin,
+                               ConstOperand(offload_grads_.data(), gdtype),
+                               fp32 ? Operand() : Operand(offload_working_.data(), dtype), lr,
+                               grad_scale, step_);
+    const void* updated = fp32 ? static_cast<const void*>(master + begin) : offload_working_.data();
     device_.copy_from_host(working + at * wsize, updated, count_bytes * wsize);
   }
 }

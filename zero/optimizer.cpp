@@ -35,6 +35,43 @@ Optimizer::Optimizer(Device& device, Kernels& kernels, const OptimizerOptions& o
   }
 }
 
+AdamWArgs Optimizer::adam_args(const DecayRange& r, float lr, float grad_scale,
+                               int64_t step) const {
+  const float wd = r.decay == Decay::kYes ? options_.weight_decay : 0.0f;
+  return AdamWArgs{lr, options_.beta1, options_.beta2, options_.eps, wd, step, grad_scale,
+                   options_.type == OptimizerOptions::Type::kAdamW};
+}
+
+void Optimizer::step_part_host(int range, int64_t begin, int64_t end, float* master,
+                               ConstOperand grads, Operand working, float lr, float grad_scale,
+                               int64_t step) {
+  // Elements [lo, hi) of the range (relative to its start) copied into `working` as they are:
+  // padding between and after tensors, which no update touches.
+  auto copy_unchanged = [&](int64_t lo, int64_t hi) {
+    if (working && lo < hi)
+      kernels_.cast(working.at(lo - begin).data, working.dtype, master + (lo - begin),
+                    DType::kF32, hi - lo);
+  };
+  if (options_.type == OptimizerOptions::Type::kSgd) {
+    step_part(range, begin, end, master, grads, lr, grad_scale, step);
+    copy_unchanged(begin, end);
+    return;
+  }
+  float* m = first_[range].as<float>();
+  float* v = second_[range].as<float>();
+  int64_t done = begin;  // elements before it are in `working`
+  for (const DecayRange& r : ranges_[range]) {
+    const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
+    if (lo >= hi) continue;
+    copy_unchanged(done, lo);
+    cpu_adam_.step(master + (lo - begin), grads.at(lo - begin), m + lo, v + lo,
+                   working ? working.at(lo - begin) : Operand(), hi - lo,
+                   adam_args(r, lr, grad_scale, step));
+    done = hi;
+  }
+  copy_unchanged(done, end);
+}
+
 void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
                           ConstOperand grads, float lr, float grad_scale, int64_t step) {
   Kernels& k = kernels_;
@@ -51,9 +88,7 @@ void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
       SgdArgs a{lr, options_.momentum, wd, grad_scale};
       k.sgd(p, g, m ? m + lo : nullptr, n, a);
     } else {
-      AdamWArgs a{lr, options_.beta1, options_.beta2, options_.eps, wd, step, grad_scale,
-                  options_.type == OptimizerOptions::Type::kAdamW};
-      k.adamw(p, g, m + lo, v + lo, n, a);
+      k.adamw(p, g, m + lo, v + lo, n, adam_args(r, lr, grad_scale, step));
     }
   }
 }

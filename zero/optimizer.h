@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "offload/cpu_adam.h"
 #include "runtime/device.h"
 #include "runtime/flat_layout.h"
 
@@ -45,13 +46,22 @@ class Optimizer {
   // grads: end - begin elements in their stored dtype (widened by the kernels as they read).
   void step_part(int range, int64_t begin, int64_t end, float* params, ConstOperand grads,
                  float lr, float grad_scale, int64_t step);
+  // The same update of an fp32 master in host memory (an offloaded optimizer), writing the
+  // updated values also into `working` (end - begin elements of its dtype: the working params'
+  // staging) in the same pass: CpuAdam for Adam and AdamW, the kernels' sgd then cast for SGD.
+  // The bits of step_part followed by Kernels::cast.
+  void step_part_host(int range, int64_t begin, int64_t end, float* master, ConstOperand grads,
+                      Operand working, float lr, float grad_scale, int64_t step);
   const OptimizerOptions& options() const { return options_; }
   // State tensors of range i (Adam: m then v; SGD with momentum: the buffer), for checkpoints.
   std::vector<float*> state(int range);
 
  private:
+  // The arguments of one decay run's update.
+  AdamWArgs adam_args(const DecayRange& r, float lr, float grad_scale, int64_t step) const;
   Device& device_;
   Kernels& kernels_;
+  CpuAdam cpu_adam_;  // step_part_host's fused Adam
   OptimizerOptions options_;
   std::vector<std::vector<DecayRange>> ranges_;
   std::vector<Buffer> first_;   // Adam m / SGD momentum

@@ -232,6 +232,7 @@ struct Case {
   int accumulation;
   bool overlap;
   bool checkpoint;
+  OptimizerOptions::Type optimizer = OptimizerOptions::Type::kAdamW;
 };
 
 std::string describe(const Case& c) {
@@ -242,8 +243,9 @@ std::string describe(const Case& c) {
 
 EngineOptions options(const Case& c, Model& model) {
   EngineOptions o;
-  o.optimizer.type = OptimizerOptions::Type::kAdamW;
+  o.optimizer.type = c.optimizer;
   o.optimizer.weight_decay = 0.1f;
+  o.optimizer.momentum = 0.9f;  // SGD
   o.gradient_clipping = 0.5f;  // small enough to clip
   o.policy = ZeroPolicy::for_stage(c.stage);
   o.overlap_comm = c.overlap;
@@ -412,10 +414,16 @@ TEST(DeviceEngine, ScrambledDeviceWithHostStagingGivesTheCpuBits) {
 // optimizer's bytes are on the host: none on the device, 12 per master element on the host
 // (fp32 master, m, v; fp32 training keeps an fp32 master there too).
 TEST(DeviceEngine, OffloadedOptimizerGivesTheDeviceBitsAndHoldsItsStateOnTheHost) {
+  std::vector<Case> cases;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16})
-    for (int stage = 1; stage <= 3; ++stage) {
-      const Case c{stage, dtype, stage == 2 ? 2 : 1, stage == 3, false};
-      SCOPED_TRACE(describe(c));
+    for (int stage = 1; stage <= 3; ++stage)
+      cases.push_back({stage, dtype, stage == 2 ? 2 : 1, stage == 3, false});
+  // Classic Adam (L2 decay) and SGD with momentum take the offloaded path too.
+  cases.push_back({2, DType::kBF16, 1, false, false, OptimizerOptions::Type::kAdam});
+  cases.push_back({1, DType::kF16, 1, false, false, OptimizerOptions::Type::kSgd});
+  for (const Case& c : cases) {
+    {
+      SCOPED_TRACE(describe(c) + " optimizer " + std::to_string(int(c.optimizer)));
       ScrambledDevice plain_device;
       std::unique_ptr<Communicator> plain_comm = make_communicator("mpi", plain_device, 600);
       const Outcome expected = run(c, plain_device, *plain_comm, "plain");
@@ -427,11 +435,14 @@ TEST(DeviceEngine, OffloadedOptimizerGivesTheDeviceBitsAndHoldsItsStateOnTheHost
       expect_same_outcome(got, expected);
       EXPECT_GT(expected.device_optimizer_bytes, 0u);
       EXPECT_EQ(got.device_optimizer_bytes, 0u);
-      EXPECT_EQ(host.memory().peak(MemCategory::kOptimizer), 12 * got.master_elements);
+      // fp32 master and Adam's m, v (SGD: the momentum).
+      const size_t per_element = c.optimizer == OptimizerOptions::Type::kSgd ? 8 : 12;
+      EXPECT_EQ(host.memory().peak(MemCategory::kOptimizer), per_element * got.master_elements);
       EXPECT_EQ(host.memory().current_total(), 0u) << "the engine frees its host tier";
-      // The host tier did the updating: its kernels ran, and the device's ran no optimizer.
+      // The working parameters came back from the host: more copies than the plain run's.
       EXPECT_GT(device.copies_from_host(), plain_device.copies_from_host());
     }
+  }
 }
 
 TEST(DeviceEngine, OffloadedOptimizerStateSitsOnTheHostWhileTheEngineLives) {
