@@ -380,7 +380,8 @@ const AioBackendChoice& default_aio_backend() {
   static const AioBackendChoice choice = [] {
     if (const char* forced = std::getenv("ZT_AIO_BACKEND"); forced && *forced) {
       const AioBackend b = parse_aio_backend(forced, "ZT_AIO_BACKEND");
-      return AioBackendChoice{b, fmt::format("async I/O: {} (ZT_AIO_BACKEND)", aio_backend_name(b))};
+      return AioBackendChoice{
+          b, fmt::format("async I/O: {} (ZT_AIO_BACKEND)", aio_backend_name(b))};
     }
     std::string refusals;
     for (AioBackend b : {AioBackend::kIoUring, AioBackend::kLibaio}) {

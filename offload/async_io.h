@@ -32,7 +32,7 @@ namespace zt {
 struct AioOptions {
   int64_t block_size = 1 << 20;   // bytes per submitted I/O; a positive multiple of 4096
   int queue_depth = 8;            // blocks in flight per worker thread
-  int intra_op_parallelism = 1;   // worker threads, each with its own queue (older name: thread_count)
+  int intra_op_parallelism = 1;   // worker threads, each with its own queue (old: thread_count)
   bool single_submit = false;     // submit blocks one call each instead of in batches
   bool overlap_events = true;     // submit as soon as any block completes; false: refill only
                                   // once the whole batch in flight completed

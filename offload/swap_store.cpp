@@ -26,14 +26,17 @@ namespace fs = std::filesystem;
 constexpr const char* kSuffix = ".swp";
 constexpr const char* kProbeName = ".direct_io_probe";
 
-int64_t padded(int64_t bytes) { return (bytes + kAioAlignment - 1) / kAioAlignment * kAioAlignment; }
+int64_t padded(int64_t bytes) {
+  return (bytes + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
+}
 
 std::string os_error(int error) { return std::strerror(error); }
 
 void check_key(std::string_view key) {
   bool ok = !key.empty() && key != "." && key != "..";
   for (char c : key)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') ok = false;
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      ok = false;
   if (!ok)
     throw_internal(fmt::format("swap key '{}' is not a file name of [A-Za-z0-9._-]", key));
 }
@@ -91,7 +94,12 @@ SwapStore::SwapStore(SwapStoreOptions options) : options_(std::move(options)) {
   swap_root_ = (fs::path(options_.nvme_path) / "zt_swap").string();
   directory_ = (fs::path(swap_root_) / fmt::format("rank{}", options_.rank)).string();
   lock_path_ = (fs::path(directory_) / ".lock").string();
-  fs::create_directories(directory_, ec);
+  // Another rank's clean exit may remove zt_swap/ between our creating it and rank<R>/ in it
+  // (ENOENT): create again.
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fs::create_directories(directory_, ec);
+    if (ec != std::errc::no_such_file_or_directory) break;
+  }
   if (ec)
     throw_system(fmt::format("cannot create swap directory {}: {}", directory_, ec.message()));
   take_lock();

@@ -83,7 +83,8 @@ class SwapStore {
   SwapStore& operator=(const SwapStore&) = delete;
 
   // Starts writing `bytes` bytes of `src` as `key` (replacing what the key held); `src` stays
-  // untouched until wait returns. Keys are [A-Za-z0-9._-]+. At most one request per key at once.
+  // untouched until wait returns. Keys are [A-Za-z0-9._-]+. At most one request per key at once:
+  // wait on a key's handle before the next write or read of that key.
   SwapHandle write(std::string_view key, const void* src, int64_t bytes);
   // Starts reading `key` into `dst`; `bytes` must be what its last write wrote. kSystem at once
   // when the file is shorter than that (truncated); checksum failures show in wait().

@@ -250,13 +250,13 @@ TEST_F(SwapStoreTest, AFullDiskNamesTheFileAndTheNvmePath) {
 
 TEST_F(SwapStoreTest, FilesAndDirectoriesAreGoneAfterACleanExit) {
   {
+    PatternBuffer big(4 << 20, 0, 3);  // outlives the store: a write may be in flight at the end
     SwapStore store(options(2));
     put(store, "h0.master", 100'000, 1);
     put(store, "h1.master", 4096, 2);
     EXPECT_TRUE(fs::exists(dir_ / "zt_swap/rank2/h0.master.swp"));
     EXPECT_TRUE(fs::exists(dir_ / "zt_swap/rank2/.lock"));
     // A write still in flight at destruction is waited for, then removed too.
-    PatternBuffer big(4 << 20, 0, 3);
     store.write("h2.master", big.data(), 4 << 20);
   }
   EXPECT_FALSE(fs::exists(dir_ / "zt_swap"));
