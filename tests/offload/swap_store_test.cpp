@@ -172,7 +172,7 @@ TEST_F(SwapStoreTest, AKilledRunsFilesAreRemovedAtTheNextStartNotWhileItLives) {
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) {  // a run that writes its swap files and is then killed mid-step
+  if (child == 0) {  // a run that writes its swap files and is killed mid-step
     ::close(ready[0]);
     SwapStoreOptions o = options(1);
     o.notice = nullptr;
@@ -182,6 +182,8 @@ TEST_F(SwapStoreTest, AKilledRunsFilesAreRemovedAtTheNextStartNotWhileItLives) {
     SwapHandle hb = store->write("h0.exp_avg", b.data(), 70'000);
     store->wait(ha);
     store->wait(hb);
+    PatternBuffer c(8 << 20, 0, 9);  // still being written when the kill comes, perhaps
+    store->write("h1.master", c.data(), 8 << 20);
     const char one = 1;
     if (::write(ready[1], &one, 1) != 1) ::_exit(1);
     for (;;) ::pause();
@@ -210,10 +212,11 @@ TEST_F(SwapStoreTest, AKilledRunsFilesAreRemovedAtTheNextStartNotWhileItLives) {
   {
     SwapStore next(options(1));
     ASSERT_EQ(notices_.size(), 1u);
-    EXPECT_EQ(notices_[0], "swap directory " + rank_dir + ": removed 2 stale swap files of an "
+    EXPECT_EQ(notices_[0], "swap directory " + rank_dir + ": removed 3 stale swap files of an "
                            "earlier run that did not exit cleanly");
     EXPECT_FALSE(fs::exists(rank_dir + "/h0.master.swp"));
     EXPECT_FALSE(fs::exists(rank_dir + "/h0.exp_avg.swp"));
+    EXPECT_FALSE(fs::exists(rank_dir + "/h1.master.swp"));
     put(next, "h0.master", 5000, 9);  // a fresh file, not the old one appended to
     EXPECT_EQ(fs::file_size(rank_dir + "/h0.master.swp"), 8192u);
     check(next, "h0.master", 5000, 9);
