@@ -66,8 +66,8 @@ class RawFile {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
     if (fd_ < 0)
       throw_system(fmt::format("cannot open {} with O_DIRECT: {}{}", path, std::strerror(errno),
-                               errno == EINVAL ? " (tmpfs refuses O_DIRECT: point --path at a "
-                                                 "disk)" : ""));
+                               errno == EINVAL ? " (this file system refuses O_DIRECT: point "
+                                                 "--path at a disk)" : ""));
   }
   ~RawFile() {
     ::close(fd_);

@@ -202,7 +202,8 @@ void SwapStore::probe_direct_io() {
   direct_io_ = false;
   if (options_.notice)
     options_.notice(fmt::format("warning: swap directory {} does not support O_DIRECT ({}; tmpfs "
-                                "does not): swap files use buffered I/O through the page cache",
+                                "before Linux 6.6 does not): swap files use buffered I/O through "
+                                "the page cache",
                                 directory_, os_error(error)));
 }
 

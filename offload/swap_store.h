@@ -7,8 +7,8 @@
 // an address. A file holds the key's bytes padded with zeros to a multiple of 4096; it is opened
 // O_DIRECT (no page cache) and, at each write that changes its size, sized with fallocate so a
 // full disk shows before any data is written and the writes do not extend the file.
-// Where the file system refuses O_DIRECT (tmpfs) the store uses buffered I/O and says so once
-// through `notice`.
+// Where the file system refuses O_DIRECT (tmpfs before Linux 6.6) the store uses buffered I/O and
+// says so once through `notice`.
 //
 // Checksums. A CRC32C of every block (AioOptions::block_size bytes, the last one shorter) is
 // computed on the worker thread just before the block is written and kept in memory; every
