@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "offload/async_io.h"
+
 namespace zt {
 
 struct BenchTrainOptions {
@@ -79,5 +81,21 @@ struct BenchAdamOptions {
 // The fused CPU Adam step (offload/cpu_adam.h) on one shard of `params` fp32 parameters, next
 // to Kernels::adamw + cast and to STREAM's triad over arrays of the same size, in the same run.
 int bench_adam(const BenchAdamOptions& options);
+
+struct BenchOffloadOptions {
+  std::string path = "/tmp";  // the directory measured (swap files go to <path>/zt_swap/rank0)
+  int64_t bytes = int64_t(1) << 30;
+  int64_t unit_bytes = int64_t(64) << 20;  // bytes per swap key (a unit's shard)
+  int64_t raw_block = int64_t(16) << 20;   // bytes per pwrite/pread of the raw reference
+  int repeats = 3;
+  AioOptions aio;
+  std::string backend;  // io_uring, libaio, threads; empty: default_aio_backend()
+  std::string json_path;
+};
+
+// The NVMe swap store's write and read throughput (offload/swap_store.h: O_DIRECT, async I/O,
+// a CRC32C per block) against raw sequential O_DIRECT pwrite/pread of the same bytes in the same
+// directory, alternating in each repeat; every read is checked against what was written.
+int bench_offload(const BenchOffloadOptions& options);
 
 }  // namespace zt

@@ -1,4 +1,4 @@
-// zt-bench: benchmarks. `zt-bench train|adam [options]`,
+// zt-bench: benchmarks. `zt-bench train|adam|offload [options]`,
 // `mpirun -np N zt-bench comm|zero [options]`; every subcommand takes --json PATH. This file only
 // parses options; launch/bench_*.cpp measure.
 #include <boost/program_options.hpp>
@@ -139,9 +139,45 @@ int adam_main(int argc, char** argv) {
   return zt::bench_adam(o);
 }
 
+int offload_main(int argc, char** argv) {
+  zt::BenchOffloadOptions o;
+  double gib = 1.0;
+  std::string unit = "64M", block = "1M", raw_block = "16M";
+  po::options_description desc(
+      "zt-bench offload: the NVMe swap store against raw sequential O_DIRECT I/O, same directory");
+  desc.add_options()("help,h", "show this help")
+      ("path", po::value(&o.path)->default_value(o.path), "directory on the disk to measure")
+      ("gib", po::value(&gib)->default_value(gib), "GiB written and read per repeat")
+      ("unit-bytes", po::value(&unit)->default_value(unit), "bytes per swap key (K/M/G)")
+      ("raw-block", po::value(&raw_block)->default_value(raw_block),
+       "bytes per pwrite/pread of the raw reference (K/M/G)")
+      ("repeats", po::value(&o.repeats)->default_value(o.repeats), "rounds of raw and swap")
+      ("block-size", po::value(&block)->default_value(block), "aio.block_size (K/M)")
+      ("queue-depth", po::value(&o.aio.queue_depth)->default_value(o.aio.queue_depth),
+       "aio.queue_depth")
+      ("intra-op-parallelism", po::value(&o.aio.intra_op_parallelism)
+                                   ->default_value(o.aio.intra_op_parallelism),
+       "aio.intra_op_parallelism (worker threads)")
+      ("backend", po::value(&o.backend), "io_uring, libaio or threads (default: ZT_AIO_BACKEND "
+       "or the first that works here)")
+      ("json", po::value(&o.json_path), "also write the figures to this JSON file");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, "offload", vm)) return 0;
+  o.unit_bytes = zt::parse_byte_size(unit);
+  o.raw_block = zt::parse_byte_size(raw_block);
+  o.aio.block_size = zt::parse_byte_size(block);
+  if (!(gib > 0) || o.repeats <= 0 || o.unit_bytes <= 0 || o.raw_block <= 0 ||
+      o.raw_block % zt::kAioAlignment != 0)
+    zt::throw_input("--gib, --repeats and --unit-bytes must be > 0, --raw-block a positive "
+                    "multiple of 4096");
+  o.bytes = static_cast<int64_t>(gib * double(int64_t(1) << 30)) / zt::kAioAlignment *
+            zt::kAioAlignment;
+  return zt::bench_offload(o);
+}
+
 int bench_main(int argc, char** argv) {
   const std::string usage =
-      "usage: zt-bench train|adam [options] | mpirun -np N zt-bench comm|zero [options]   "
+      "usage: zt-bench train|adam|offload [options] | mpirun -np N zt-bench comm|zero [options]   "
       "(zt-bench <subcommand> --help)";
   if (argc < 2) zt::throw_input(usage);
   const std::string sub = argv[1];
@@ -153,6 +189,7 @@ int bench_main(int argc, char** argv) {
   if (sub == "comm") return comm_main(argc - 1, argv + 1);
   if (sub == "zero") return zero_main(argc - 1, argv + 1);
   if (sub == "adam") return adam_main(argc - 1, argv + 1);
+  if (sub == "offload") return offload_main(argc - 1, argv + 1);
   zt::throw_input(fmt::format("unknown subcommand '{}'; {}", sub, usage));
 }
 
