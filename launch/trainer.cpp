@@ -15,6 +15,7 @@
 #include "launch/tool_frame.h"
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
+#include "offload/swap_store.h"
 #include "runtime/byte_count.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/data/token_data.h"
@@ -49,15 +50,28 @@ void refuse_unbuilt_features(const Config& config) {
     if (used) throw_input(fmt::format("{}: {} is not supported by this build yet", config.source, what));
   };
   const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
-  refuse(oo.device == OffloadDevice::kNvme,
-         "'zero_optimization.offload_optimizer.device' \"nvme\" (\"cpu\" is)");
-  refuse(oo.device == OffloadDevice::kCpu && oo.ratio < 1.0,
+  refuse(oo.device != OffloadDevice::kNone && oo.ratio < 1.0,
          "'zero_optimization.offload_optimizer.ratio' below 1 (partial offload)");
-  refuse(oo.device == OffloadDevice::kCpu && oo.pin_memory && config.zt.device == "cuda",
+  refuse(oo.device != OffloadDevice::kNone && oo.pin_memory && config.zt.device == "cuda",
          "'zero_optimization.offload_optimizer.pin_memory' true on cuda (host memory is not "
          "pinned yet; set it false)");
   refuse(config.zero_optimization.offload_param.device != OffloadDevice::kNone,
          "'zero_optimization.offload_param'");
+}
+
+// The NVMe swap store of offload_optimizer.device "nvme": its nvme_path, this rank, the aio
+// block's settings; its notices (stale files of a killed run removed) logged by the rank.
+SwapStoreOptions swap_options(const Config& config, int rank, const Logger& log) {
+  SwapStoreOptions o;
+  o.nvme_path = config.zero_optimization.offload_optimizer.nvme_path;
+  o.rank = rank;
+  o.aio.block_size = config.aio.block_size;
+  o.aio.queue_depth = config.aio.queue_depth;
+  o.aio.intra_op_parallelism = config.aio.thread_count;
+  o.aio.single_submit = config.aio.single_submit;
+  o.aio.overlap_events = config.aio.overlap_events;
+  o.notice = [&log](const std::string& line) { log.all("{}", line); };
+  return o;
 }
 
 EngineOptions engine_options(const Config& config, Model& model) {
@@ -178,7 +192,8 @@ namespace {
 // still alive in train()'s error handler.
 TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
                       Communicator& comm, const Logger& log, std::optional<Gpt2>& model_slot,
-                      std::optional<CpuDevice>& host_slot, std::optional<Engine>& engine_slot) {
+                      std::optional<CpuDevice>& host_slot, std::optional<SwapStore>& swap_slot,
+                      std::optional<Engine>& engine_slot) {
   const Config& config = setup.config;
   const Gpt2Config& model_config = setup.model;
   const int rank = comm.rank(), world = comm.world();
@@ -216,11 +231,20 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   try {
     Gpt2& built = model_slot.emplace(model_config);
     EngineOptions engine_opts = engine_options(config, built);
-    if (config.zero_optimization.offload_optimizer.device == OffloadDevice::kCpu) {
-      // ZeRO-Offload: the master and the optimizer state in host memory, updated there.
+    const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
+    if (oo.device != OffloadDevice::kNone) {
+      // ZeRO-Offload: the master and the optimizer state in host memory, updated there; with
+      // nvme (ZeRO-Infinity) they live in swap files and stream through host staging.
       engine_opts.offload_optimizer = &host_slot.emplace();
-      log.rank0("offload_optimizer: fp32 master and optimizer state in host memory, updated "
-                "by the CPU kernels");
+      if (oo.device == OffloadDevice::kNvme) {
+        engine_opts.optimizer_swap = &swap_slot.emplace(swap_options(config, rank, log));
+        log.rank0("offload_optimizer: fp32 master and optimizer state in swap files under {}, "
+                  "streamed through host memory; {}",
+                  swap_slot->directory(), default_aio_backend().describe);
+      } else {
+        log.rank0("offload_optimizer: fp32 master and optimizer state in host memory, updated "
+                  "by the CPU kernels");
+      }
     }
     engine_slot.emplace(device, comm, built, std::move(engine_opts));
   } catch (const Error& e) {
@@ -422,6 +446,14 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     summary["host_peak_bytes_min"] = host_low;
     summary["host_peak_bytes_max"] = host_high;
   }
+  if (engine.nvme_bytes() > 0) {  // the same on every rank but the last shards' padding
+    const std::vector<double> nvme =
+        all_gather_doubles(comm, std::array{static_cast<double>(engine.nvme_bytes())});
+    const double most = *std::max_element(nvme.begin(), nvme.end());
+    log.rank0("optimizer state in swap files (offload nvme): {:.1f} MiB per rank at most",
+              most / 1048576.0);
+    summary["nvme_bytes_max"] = most;
+  }
   if (const LossScaler* scaler = engine.loss_scaler()) {
     summary["loss_scale"] = scaler->scale();
     summary["skipped_steps"] = scaler->counters().skipped_steps;
@@ -444,9 +476,10 @@ TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& devic
   // CommQueue has not been asked to finish (or abandon) anything before the job is ended.
   std::optional<Gpt2> model;
   std::optional<CpuDevice> host;  // the host tier of an offloaded optimizer: outlives the engine
+  std::optional<SwapStore> swap;  // its NVMe swap files (removed when it goes, after the engine)
   std::optional<Engine> engine;
   try {
-    return train_run(setup, cpus, device, comm, log, model, host, engine);
+    return train_run(setup, cpus, device, comm, log, model, host, swap, engine);
   } catch (...) {
     if (on_error) on_error();
     throw;

@@ -155,8 +155,10 @@ struct ActivationCheckpointing {
   // contiguous_memory_optimization, synchronize_checkpoint_boundary and profile are notes.
 };
 
-// aio: asynchronous I/O tuning for NVMe offload (offload/ reads it). While launch/ refuses
-// offload, a present aio block gets a note saying it has no effect.
+// aio: asynchronous I/O tuning for NVMe offload (the swap files of offload/swap_store.h; zt-train
+// maps it onto AioOptions). Without NVMe offload, a present aio block gets a note saying it has
+// no effect. thread_count is also read as intra_op_parallelism (its newer name); use_gds is
+// refused.
 struct AioConfig {
   int64_t block_size = 1'048'576;  // bytes
   int queue_depth = 8;

@@ -172,16 +172,35 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     ZT_ASSERT(!options_.checkpoint[l] || layers[l]->checkpointable(),
               "layer {} cannot be checkpointed", l);
 
+  ZT_ASSERT(!options_.optimizer_swap || host, "optimizer_swap needs offload_optimizer");
   auto units = model_.units();
+  if (options_.optimizer_swap) {  // the master ranges (shards: offload needs stage >= 1) on NVMe
+    std::vector<std::string> names;
+    std::vector<int64_t> master_sizes;
+    for (Unit* unit : units) {
+      names.push_back(unit->name());
+      master_sizes.push_back(ShardLayout(unit->layout().numel(), comm_.world(), comm_.rank()).shard);
+    }
+    swapped_ = std::make_unique<SwappedState>(*options_.optimizer_swap, *host, std::move(names),
+                                              std::move(master_sizes),
+                                              optimizer_state_names(options_.optimizer));
+  }
   std::vector<std::vector<DecayRange>> ranges;
   std::vector<int64_t> sizes, gathered;
   for (Unit* unit : units) {
     const FlatLayout& layout = unit->layout();
     const ShardLayout shard(layout.numel(), comm_.world(), comm_.rank());
     const bool persistent = layout.numel() <= options_.persistence_threshold;
+    MasterSink sink;
+    if (swapped_) {
+      const int u = static_cast<int>(groups_.size());
+      sink = [this, u](int64_t begin, const float* values, int64_t count) {
+        swapped_->write_master(u, begin, values, count);
+      };
+    }
     groups_.push_back(std::make_unique<ParamGroup>(device_, *unit, shard, policy_,
                                                    options_.precision, persistent, options_.seed,
-                                                   host));
+                                                   host, std::move(sink)));
     const ParamGroup& g = *groups_.back();
     ranges.push_back(decay_ranges(layout, g.master_offset(), g.master_offset() + g.master_size()));
     sizes.push_back(g.master_size());
@@ -199,7 +218,7 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
   optimizer_ = std::make_unique<Optimizer>(host ? *host : device_,
                                            host ? *offload_kernels_ : kernels_,
                                            options_.optimizer, std::move(ranges),
-                                           std::move(sizes));
+                                           std::move(sizes), swapped_ != nullptr);
   const GatherLimits limits{options_.prefetch_bucket_size, options_.max_live_parameters,
                             options_.max_reuse_distance};
   training_schedule_ =
@@ -488,26 +507,35 @@ void Engine::refresh_params() {
 void Engine::offloaded_optimizer_step(int u, float lr, float grad_scale) {
   ParamGroup& g = *groups_[u];
   const int64_t n = g.master_size();
-  float* master = g.master();  // host memory
   const DType gdtype = g.grad_dtype(), dtype = options_.precision.compute;
   const size_t gsize = dtype_size(gdtype), wsize = dtype_size(dtype);
   const auto* grads = static_cast<const std::byte*>(g.grad_master());
   auto* working = static_cast<std::byte*>(g.working_master_range());
-  for (int64_t begin = 0; begin < n; begin += kOffloadChunk) {
-    const int64_t count = std::min(kOffloadChunk, n - begin);
-    const size_t at = static_cast<size_t>(begin);
-    const size_t count_bytes = static_cast<size_t>(count);
+  const bool fp32 = dtype == DType::kF32;
+  // Elements [begin, begin + count) of the master range: the gradients to the host, one pass
+  // updating the master (and the state, when given: else the optimizer's own) and (16-bit)
+  // rounding the working values into the staging, the working values back to the device (fp32:
+  // the master's bits).
+  auto update = [&](int64_t begin, int64_t count, float* master, float* const* state) {
+    const size_t at = static_cast<size_t>(begin), count_bytes = static_cast<size_t>(count);
     device_.copy_to_host(offload_grads_.data(), grads + at * gsize, count_bytes * gsize);
-    // One pass: the update, and (16-bit) the working values rounded into the staging buffer;
-    // fp32 working values are the master's bits.
-    const bool fp32 = dtype == DType::kF32;
-    optimizer_->step_part_host(u, begin, begin + count, master + begin,
+    optimizer_->step_part_host(u, begin, begin + count, master,
                                ConstOperand(offload_grads_.data(), gdtype),
                                fp32 ? Operand() : Operand(offload_working_.data(), dtype), lr,
-                               grad_scale, step_);
-    const void* updated = fp32 ? static_cast<const void*>(master + begin) : offload_working_.data();
+                               grad_scale, step_, state);
+    const void* updated = fp32 ? static_cast<const void*>(master) : offload_working_.data();
     device_.copy_from_host(working + at * wsize, updated, count_bytes * wsize);
+  };
+  if (swapped_) {  // master and state streamed from NVMe, in the swap files' chunks
+    static_assert(SwappedState::kChunk == kOffloadChunk, "one chunk size for the staging");
+    swapped_->update(u, [&](int64_t begin, int64_t count, float* const* state) {
+      update(begin, count, state[0], state + 1);
+    });
+    return;
   }
+  float* master = g.master();  // host memory
+  for (int64_t begin = 0; begin < n; begin += kOffloadChunk)
+    update(begin, std::min(kOffloadChunk, n - begin), master + begin, nullptr);
 }
 
 void Engine::optimizer_step(int u, float lr, float grad_scale) {
@@ -552,13 +580,22 @@ void Engine::read_unit_params(int u, float* dst) {
   const ShardLayout& s = g.shard();
   const size_t numel_bytes = static_cast<size_t>(s.numel) * sizeof(float);
   if (options_.precision.has_master()) {
+    std::vector<float> from_swap;  // an NVMe master, read whole into host memory
+    if (swapped_) {
+      from_swap.resize(static_cast<size_t>(g.master_size()));
+      swapped_->read(u, 0, from_swap.data());
+    }
+    const float* master = swapped_ ? from_swap.data() : g.master();
     if (g.master_size() == s.padded) {  // the master is whole on every rank
-      g.master_device().copy_to_host(dst, g.master(), numel_bytes);
+      if (swapped_)
+        std::copy(master, master + s.numel, dst);
+      else
+        g.master_device().copy_to_host(dst, master, numel_bytes);
       return;
     }
     Buffer full = device_.alloc(static_cast<size_t>(s.padded) * sizeof(float),
                                 MemCategory::kWorkspace);
-    const float* shard = g.master();
+    const float* shard = master;
     Buffer staged;  // an offloaded master goes through the device to be gathered
     if (&g.master_device() != &device_) {
       const size_t shard_bytes = static_cast<size_t>(s.shard) * sizeof(float);
@@ -638,12 +675,20 @@ std::vector<std::byte> Engine::model_state_bytes(int u) {
   };
   Device& state_device = options_.offload_optimizer ? *options_.offload_optimizer : device_;
   append(device_, g.working_bytes().data(), g.working_bytes().size());
+  const size_t state_bytes = static_cast<size_t>(g.master_size()) * sizeof(float);
+  if (swapped_) {  // the master (left out under fp32, as below) and the state from NVMe
+    for (int k = options_.precision.has_master() ? 0 : 1; k < swapped_->num_kinds(); ++k) {
+      const size_t at = out.size();
+      out.resize(at + state_bytes);
+      swapped_->read(u, k, reinterpret_cast<float*>(out.data() + at));
+    }
+    return out;
+  }
   // An fp32 offloaded master holds the working bits again: left out, so that the bytes are
   // those of the same run without offload.
   if (options_.precision.has_master())
     append(g.master_device(), g.master_bytes().data(), g.master_bytes().size());
-  for (float* state : optimizer_->state(u))
-    append(state_device, state, static_cast<size_t>(g.master_size()) * sizeof(float));
+  for (float* state : optimizer_->state(u)) append(state_device, state, state_bytes);
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include "zero/optimizer.h"
 #include "zero/param_group.h"
 #include "zero/precision.h"
+#include "zero/swapped_state.h"
 #include "zero/unit_schedule.h"
 #include "zero/zero_policy.h"
 
@@ -57,6 +58,11 @@ struct EngineOptions {
   // parameters come back, kOffloadChunk elements at a time through host staging; the result
   // is bitwise the device's. Stages 1-3, not pure 16-bit. Must outlive the engine. Null: off.
   Device* offload_optimizer = nullptr;
+  // offload_optimizer.device "nvme" (ZeRO-Infinity), with offload_optimizer set: the master and
+  // the optimizer state live in this store's swap files instead of host memory
+  // (zero/swapped_state.h), streamed through the host tier a chunk at a time. Must outlive the
+  // engine. Null: in host memory.
+  SwapStore* optimizer_swap = nullptr;
   // The tables the engine computes with, given the device's; profiling wraps them
   // (runtime/profiling_kernels.h). What it returns must outlive the engine. Empty: the device's.
   std::function<Kernels&(Kernels& device_table)> kernels;
@@ -162,6 +168,8 @@ class Engine {
   int64_t optimizer_steps() const { return step_; }
   const EngineOptions& options() const { return options_; }
   Device& device() { return device_; }
+  // Bytes of optimizer state in swap files (optimizer_swap), 0 without.
+  int64_t nvme_bytes() const { return swapped_ ? swapped_->bytes() : 0; }
   // The host tier's memory (offload_optimizer), or null when nothing is offloaded.
   const MemoryTracker* host_memory() const {
     return options_.offload_optimizer ? &options_.offload_optimizer->memory() : nullptr;
@@ -234,6 +242,7 @@ class Engine {
   std::unique_ptr<LossScaler> loss_scaler_;     // fp16
   Buffer offload_grads_, offload_working_;      // host staging of offloaded steps
   Kernels* offload_kernels_ = nullptr;          // the host tier's table (options_.kernels applied)
+  std::unique_ptr<SwappedState> swapped_;       // optimizer_swap: the state's swap files
   GradientHook gradient_hook_;
   FaultHook fault_hook_;
   void fault_point(EnginePoint point, int unit) {

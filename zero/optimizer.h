@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "offload/cpu_adam.h"
@@ -22,6 +23,10 @@ struct OptimizerOptions {
   float momentum = 0.0f;  // SGD
 };
 
+// The state tensors an element has under `options`, in order: Adam "exp_avg", "exp_avg_sq";
+// SGD with momentum "momentum"; plain SGD none (DeepSpeed's and PyTorch's names).
+std::vector<std::string> optimizer_state_names(const OptimizerOptions& options);
+
 // A run of elements of one flat range with one decay setting; padding is left out.
 struct DecayRange {
   int64_t begin = 0;  // offsets relative to the range start
@@ -36,8 +41,11 @@ class Optimizer {
   // One state slot per range; `range_sizes[i]` elements, `layouts[i]` gives the decay runs of
   // the range that starts at flat offset `range_begins[i]`.
   // `kernels`: the table the updates run on (the device's, or one wrapping it).
+  // `state_elsewhere`: the state tensors live outside (an NVMe-offloaded optimizer streams them
+  // into step_part_host); none is allocated and state() is empty.
   Optimizer(Device& device, Kernels& kernels, const OptimizerOptions& options,
-            std::vector<std::vector<DecayRange>> ranges, std::vector<int64_t> range_sizes);
+            std::vector<std::vector<DecayRange>> ranges, std::vector<int64_t> range_sizes,
+            bool state_elsewhere = false);
 
   // Updates elements [begin, end) of range i from grads multiplied by grad_scale; params and
   // grads point at element `begin` (the whole range, or a chunk of it converted from 16-bit into
@@ -49,9 +57,12 @@ class Optimizer {
   // The same update of an fp32 master in host memory (an offloaded optimizer), writing the
   // updated values also into `working` (end - begin elements of its dtype: the working params'
   // staging) in the same pass: CpuAdam for Adam and AdamW, the kernels' sgd then cast for SGD.
-  // The bits of step_part followed by Kernels::cast.
+  // The bits of step_part followed by Kernels::cast. `state`: the state tensors of elements
+  // [begin, end) (state_names() order), when they live elsewhere; null: the optimizer's own.
   void step_part_host(int range, int64_t begin, int64_t end, float* master, ConstOperand grads,
-                      Operand working, float lr, float grad_scale, int64_t step);
+                      Operand working, float lr, float grad_scale, int64_t step,
+                      float* const* state = nullptr);
+  std::vector<std::string> state_names() const { return optimizer_state_names(options_); }
   const OptimizerOptions& options() const { return options_; }
   // State tensors of range i (Adam: m then v; SGD with momentum: the buffer), for checkpoints.
   std::vector<float*> state(int range);

@@ -47,9 +47,10 @@ void init_flat_range(const FlatLayout& layout, uint64_t seed, int64_t begin, int
 
 ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
                        const ZeroPolicy& policy, const Precision& precision, bool persistent,
-                       uint64_t seed, Device* offload)
+                       uint64_t seed, Device* offload, MasterSink master_sink)
     : device_(device),
       offload_(offload),
+      master_sink_(std::move(master_sink)),
       unit_(unit),
       shard_(shard),
       policy_(policy),
@@ -70,7 +71,8 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
   params_ = device_.alloc(param_bytes(working_range_.size), MemCategory::kParams);
   ZT_ASSERT(!offload || !precision.mixed() || precision.has_master(),
             "unit {}: an offloaded optimizer needs an fp32 master (not pure 16-bit)", name());
-  if (precision.has_master() || offload)
+  ZT_ASSERT(!master_sink_ || offload, "unit {}: a master sink without an offload device", name());
+  if ((precision.has_master() || offload) && !master_sink_)
     master_ = master_device().alloc(float_bytes(master_range_.size), MemCategory::kOptimizer);
   grads_ = device_.alloc_zeroed(grad_bytes(grads_range_.size), MemCategory::kGrads);
   // Each element's initial value depends only on (seed, tensor, index): any range initialised
@@ -98,6 +100,8 @@ void ParamGroup::assign(const UnitValues& values) {
   const float* master_values = host.data() + offset_in(master_range_, working_range_);
   if (master_)
     master_device().copy_from_host(master_.data(), master_values, float_bytes(master_range_.size));
+  else if (master_sink_)
+    master_sink_(0, master_values, master_range_.size);
   if (!precision_.mixed()) {
     device_.copy_from_host(params_.data(), host.data(), bytes);  // the master too, unless offloaded
     return;
@@ -177,7 +181,7 @@ int64_t ParamGroup::gathered_bytes() const { return static_cast<int64_t>(gathere
 
 float* ParamGroup::master() {
   if (master_) return master_.as<float>();
-  if (precision_.mixed()) return nullptr;  // pure 16-bit
+  if (precision_.mixed() || master_sink_) return nullptr;  // pure 16-bit, or on NVMe
   return static_cast<float*>(working_master_range());  // fp32: the working params are the master
 }
 

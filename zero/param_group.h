@@ -48,16 +48,20 @@ struct FlatRange {
 // Writes the fp32 values of the unit's padded flat buffer over [begin, end) into host memory
 // at dst (zeros past the unit's numel): the initialiser, or a checkpoint or weights file.
 using UnitValues = std::function<void(int64_t begin, int64_t end, float* dst)>;
+// Takes the master range's values (host memory, count elements from the range's start + begin)
+// where the master lives outside the group (an NVMe-offloaded optimizer: SwappedState).
+using MasterSink = std::function<void(int64_t begin, const float* values, int64_t count)>;
 
 class ParamGroup {
  public:
   // `persistent`: a small unit kept gathered under stage 3 (stage3_param_persistence_threshold).
   // `offload`: the device whose memory holds the master (the host tier of
   // offload_optimizer: there is then a master in every precision but pure 16-bit); null: the
-  // master, if any, is on `device`.
+  // master, if any, is on `device`. `master_sink` (with `offload`): the master lives elsewhere
+  // (on NVMe); the group holds none, and assign hands the master range's values to the sink.
   ParamGroup(Device& device, Unit& unit, const ShardLayout& shard, const ZeroPolicy& policy,
              const Precision& precision, bool persistent, uint64_t seed,
-             Device* offload = nullptr);
+             Device* offload = nullptr, MasterSink master_sink = {});
 
   const ShardLayout& shard() const { return shard_; }
   const std::string& name() const { return unit_.name(); }
@@ -89,13 +93,10 @@ class ParamGroup {
   int64_t gather_count() const { return gather_count_; }  // begin_gather calls so far
   // The fp32 range this rank's optimizer updates: shard().shard elements (whole padded buffer
   // when the optimizer is not sharded), in master_device()'s memory. Null under pure 16-bit
-  // (no master).
+  // (no master) and when the master lives outside the group (master_sink).
   float* master();
   // Where master() lives: the offload device, else the group's device.
   Device& master_device() { return offload_ ? *offload_ : device_; }
-  // A master buffer of its own exists (mixed precision, or an offloaded optimizer); fp32
-  // training without offload updates the working parameters in place.
-  bool separate_master() const { return static_cast<bool>(master_); }
   int64_t master_size() const;
   int64_t master_offset() const;  // where master() starts in the padded buffer
   // The working parameters over master()'s range, in the compute dtype.
@@ -148,6 +149,7 @@ class ParamGroup {
 
   Device& device_;
   Device* offload_;  // the master's device when offloaded, else null
+  MasterSink master_sink_;  // where the master lives when not in master_
   Unit& unit_;
   ShardLayout shard_;
   ZeroPolicy policy_;

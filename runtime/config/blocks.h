@@ -17,7 +17,9 @@ void resolve_batch(const Reader& r, const json& j, int world, Config& c);
 ZeroConfig parse_zero(const Reader& r, const json* block);
 void parse_precision(const Reader& r, const json& j, Config& c);
 ActivationCheckpointing parse_checkpointing(const Reader& r, const json* block);
-AioConfig parse_aio(const Reader& r, const json* block);
+// `nvme_offload`: the optimizer is offloaded to NVMe, which the block tunes (else a note says it
+// has no effect).
+AioConfig parse_aio(const Reader& r, const json* block, bool nvme_offload);
 
 // optimizer_blocks.cpp
 OptimizerConfig parse_optimizer(const Reader& r, const json* block);

@@ -305,20 +305,30 @@ ActivationCheckpointing parse_checkpointing(const Reader& r, const json* block) 
   return a;
 }
 
-AioConfig parse_aio(const Reader& r, const json* block) {
+AioConfig parse_aio(const Reader& r, const json* block, bool nvme_offload) {
   static constexpr Field<AioConfig> kAioFields[] = {
       {"block_size", &AioConfig::block_size, Bound::kPositive},
       {"queue_depth", &AioConfig::queue_depth, Bound::kPositive},
-      {"thread_count", &AioConfig::thread_count, Bound::kPositive},
+      {"intra_op_parallelism", &AioConfig::thread_count, Bound::kPositive},
+      {"thread_count", &AioConfig::thread_count, Bound::kPositive},  // its older name
       {"single_submit", &AioConfig::single_submit},
       {"overlap_events", &AioConfig::overlap_events},
   };
   AioConfig a;
   if (!block) return a;
-  r.check_keys(*block, "aio", keys_of(kAioFields));
+  r.check_keys(*block, "aio", keys_of(kAioFields, {"use_gds"}));
+  if (Reader::find(*block, "intra_op_parallelism") && Reader::find(*block, "thread_count"))
+    r.fail("'aio.thread_count' is the older name of 'aio.intra_op_parallelism': give one of them");
+  if (const json* gds = Reader::find(*block, "use_gds"); gds && r.boolean(*gds, "aio.use_gds"))
+    r.fail("'aio.use_gds' is true: GPUDirect Storage (NVMe straight to GPU memory) is not "
+           "supported; swap files go through host memory (set it false)");
   read_fields(r, *block, "aio", kAioFields, a);
-  r.note("'aio' has no effect in ZeroTrain yet: it tunes NVMe offload, which zt-train does not "
-         "support yet");
+  if (a.block_size % 4096 != 0)
+    r.fail(fmt::format("'aio.block_size' is {}: O_DIRECT I/O needs a multiple of 4096 bytes",
+                       a.block_size));
+  if (!nvme_offload)
+    r.note("'aio' has no effect in ZeroTrain here: it tunes NVMe offload "
+           "(zero_optimization.offload_optimizer.device \"nvme\"), which this config does not use");
   return a;
 }
 

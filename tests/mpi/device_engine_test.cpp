@@ -35,6 +35,7 @@
 #include "runtime/status.h"
 #include "tests/mpi/scrambled_device.h"
 #include "tests/mpi/zero_test_util.h"
+#include "offload/swap_store.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -289,12 +290,13 @@ std::string shared_temp_path(const std::string& tag) {
       .string();
 }
 
-// `offload`: the host tier of an offloaded optimizer, or null.
+// `offload`: the host tier of an offloaded optimizer, or null; `swap`: its NVMe store, or null.
 Outcome run(const Case& c, Device& device, Communicator& comm, const std::string& tag,
-            Device* offload = nullptr) {
+            Device* offload = nullptr, SwapStore* swap = nullptr) {
   Gpt2 model(kModel);
   EngineOptions eo = options(c, model);
   eo.offload_optimizer = offload;
+  eo.optimizer_swap = swap;
   Engine engine(device, comm, model, eo);
   Outcome out;
   std::vector<GlobalBatch> globals;
@@ -443,6 +445,93 @@ TEST(DeviceEngine, OffloadedOptimizerGivesTheDeviceBitsAndHoldsItsStateOnTheHost
       EXPECT_GT(device.copies_from_host(), plain_device.copies_from_host());
     }
   }
+}
+
+std::string model_unit_name(int u) {
+  Gpt2 model(kModel);
+  return model.units()[u]->name();
+}
+
+// A directory every rank agrees on (rank 0's pid), made by every rank, removed by rank 0.
+class SharedTempDir {
+ public:
+  explicit SharedTempDir(const std::string& tag) {
+    int pid = static_cast<int>(getpid());
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path_ = (std::filesystem::temp_directory_path() / fmt::format("zt_{}_{}", tag, pid)).string();
+    std::filesystem::create_directories(path_);
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (my_rank() == 0) std::filesystem::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// ZeRO-Infinity's optimizer tier: the master and the moments in swap files, streamed through
+// the host a chunk at a time. Bitwise the run without offload again; the host holds no
+// optimizer bytes (only staging), the swap files hold 12 bytes per master element, and they
+// are gone once the store is.
+TEST(DeviceEngine, NvmeOffloadedOptimizerGivesTheDeviceBitsFromSwapFiles) {
+  const SharedTempDir dir("nvme_offload");
+  std::vector<Case> cases;
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int stage = 1; stage <= 3; ++stage)
+      cases.push_back({stage, dtype, stage == 2 ? 2 : 1, stage == 3, false});
+  cases.push_back({2, DType::kF16, 1, false, false, OptimizerOptions::Type::kSgd});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(describe(c) + " optimizer " + std::to_string(int(c.optimizer)));
+    ScrambledDevice plain_device;
+    std::unique_ptr<Communicator> plain_comm = make_communicator("mpi", plain_device, 600);
+    const Outcome expected = run(c, plain_device, *plain_comm, "plain");
+
+    ScrambledDevice device;
+    CpuDevice host;
+    std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+    std::string rank_dir;
+    {
+      SwapStoreOptions so;
+      so.nvme_path = dir.path();
+      so.rank = my_rank();
+      SwapStore store(so);
+      rank_dir = store.directory();
+      const Outcome got = run(c, device, *comm, "nvme", &host, &store);
+      expect_same_outcome(got, expected);
+      EXPECT_EQ(got.device_optimizer_bytes, 0u);
+      EXPECT_EQ(host.memory().peak(MemCategory::kOptimizer), 0u);
+      EXPECT_GT(host.memory().peak(MemCategory::kWorkspace), 0u);  // the staging
+      // One file per unit, kind and chunk, named by them: the first block's master, chunk 0.
+      EXPECT_TRUE(std::filesystem::exists(store.path_of(model_unit_name(1) + ".master.0")));
+    }
+    EXPECT_FALSE(std::filesystem::exists(rank_dir)) << "swap files left after a clean exit";
+  }
+}
+
+TEST(DeviceEngine, NvmeOffloadedStateBytesAreTheFormula) {
+  const SharedTempDir dir("nvme_bytes");
+  ScrambledDevice device;
+  CpuDevice host;
+  std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+  SwapStoreOptions so;
+  so.nvme_path = dir.path();
+  so.rank = my_rank();
+  SwapStore store(so);
+  Gpt2 model(kModel);
+  EngineOptions eo = options(Case{2, DType::kBF16, 1, false, false}, model);
+  eo.offload_optimizer = &host;
+  eo.optimizer_swap = &store;
+  Engine engine(device, *comm, model, eo);
+  int64_t master = 0;
+  for (Unit* unit : model.units())
+    master += ShardLayout(unit->layout().numel(), world_size(), my_rank()).shard;
+  std::vector<GlobalBatch> globals;
+  engine.train_step(micro_batches(globals, 0, 1), 1e-3f);
+  EXPECT_EQ(engine.nvme_bytes(), 12 * master);
+  EXPECT_EQ(device.memory().current(MemCategory::kOptimizer), 0u);
+  EXPECT_EQ(host.memory().current(MemCategory::kOptimizer), 0u);
 }
 
 TEST(DeviceEngine, OffloadedOptimizerStateSitsOnTheHostWhileTheEngineLives) {

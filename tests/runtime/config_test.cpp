@@ -359,6 +359,31 @@ TEST(ConfigRanges, OutOfRangeValuesNameKeyAndValue) {
   }
 }
 
+// aio tunes the NVMe swap files: DeepSpeed's newer name for the worker count beside the older
+// one (not both), no GPUDirect Storage, O_DIRECT-sized blocks; without NVMe offload a note says
+// it has no effect, with it none does.
+TEST(ConfigAio, NamesGdsBlockSizeAndTheNote) {
+  EXPECT_EQ(parse(with(minimal(), "/aio", {{"intra_op_parallelism", 3}})).aio.thread_count, 3);
+  EXPECT_CONTAINS(input_error(with(minimal(), "/aio", {{"intra_op_parallelism", 2}, {"thread_count", 2}})),
+                  "'aio.thread_count' is the older name of 'aio.intra_op_parallelism': give one of them");
+  EXPECT_CONTAINS(input_error(with(minimal(), "/aio", {{"use_gds", true}})),
+                  "'aio.use_gds' is true: GPUDirect Storage");
+  EXPECT_EQ(parse(with(minimal(), "/aio", {{"use_gds", false}})).aio.queue_depth, 8);
+  EXPECT_CONTAINS(input_error(with(minimal(), "/aio", {{"block_size", 1000}})),
+                  "'aio.block_size' is 1000: O_DIRECT I/O needs a multiple of 4096 bytes");
+  auto aio_notes = [](const Config& c) {
+    return std::count_if(c.notes.begin(), c.notes.end(),
+                         [](const std::string& n) { return n.find("'aio'") != std::string::npos; });
+  };
+  const json with_aio = with(minimal(), "/aio", {{"queue_depth", 4}});
+  EXPECT_EQ(aio_notes(parse(with_aio)), 1);
+  json nvme = with(with_aio, "/zero_optimization",
+                   {{"stage", 2}, {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/x"}}}});
+  const Config c = parse(nvme);
+  EXPECT_EQ(aio_notes(c), 0);
+  EXPECT_EQ(c.aio.queue_depth, 4);
+}
+
 TEST(ConfigChoices, UnknownNamesListChoicesAndSuggest) {
   EXPECT_EQ(input_error(with(minimal(), "/optimizer", {{"type", "Adamm"}})),
             "configs/x.json: 'optimizer.type' must be one of \"Adam\", \"AdamW\", \"SGD\", got "
