@@ -5,9 +5,9 @@
 // timed region). O_DIRECT bypasses the page cache on both sides, so reads come from the disk.
 // Step time: GPT-2 under ZeRO stage 2 on one rank without offload and with the optimizer
 // offloaded to the host tier (EngineOptions::offload_optimizer), the same batch and steps in
-// each row; the offloaded row's parameters after its steps are compared bitwise with the row
-// without offload (outside the timed region). The NVMe row waits for the engine to drive the
-// swap store.
+// each row, the rows' steps alternating; the offloaded row's parameters after its steps are
+// compared bitwise with the row without offload's (outside the timed region). The NVMe row
+// waits for the engine to drive the swap store.
 #include <fcntl.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -242,9 +242,9 @@ double hidden_share(const StepTimes& t, double wall_seconds) {
                     1.0);
 }
 
-// One configuration of the step-time section, measured: per timed step its wall time and the
-// engine's phases, the peak bytes of the device and of the host tier, and every unit's
-// parameters after the last step (read outside the timed region).
+// One row of the step-time section, measured: per timed step its wall time and the engine's
+// phases, the peak bytes of the device and of the host tier, and every unit's parameters after
+// the last step (read outside the timed region).
 struct StepRow {
   std::string offload;  // "none", "cpu"
   std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms, hidden;
@@ -255,46 +255,59 @@ struct StepRow {
   std::optional<bool> bitwise_equal;         // params equal the row without offload's; unset there
 };
 
-// `offload`: "none", or "cpu" (the optimizer's master and moments on a CpuDevice, its update
-// there). Each row has its own device (its own peak memory), model and engine, built from the
-// same seed: the rows start from the same parameters and train on the same batch.
-StepRow measure_steps(const BenchOffloadOptions& o, const Gpt2Config& config, const Batch& batch,
-                      const std::string& offload) {
-  CpuDevice device;
-  std::optional<CpuDevice> host;  // the host tier: declared before the engine, outlives it
-  Gpt2 model(config);
-  EngineOptions eo;
-  eo.optimizer.type = OptimizerOptions::Type::kAdamW;
-  eo.optimizer.weight_decay = 0.1f;
-  eo.gradient_clipping = 1.0f;
-  eo.policy = ZeroPolicy::for_stage(2);
-  eo.precision = bench_precision(o.precision);
-  if (offload == "cpu") eo.offload_optimizer = &host.emplace();
-  SelfCommunicator comm(device);
-  Engine engine(device, comm, model, eo);
-  StepRow row;
-  row.offload = offload;
-  const float lr = 1e-4f;
-  for (int i = 0; i < o.warmup; ++i) row.skipped += engine.train_step({&batch, 1}, lr).skipped;
-  for (int i = 0; i < o.steps; ++i) {
+// A row's engine and what it runs on, alive for the whole section so that the rows' steps
+// alternate (a neighbour's load falls on every row alike). `offload`: "none", or "cpu" (the
+// optimizer's master and moments on a CpuDevice, updated there). Each row has its own device
+// (its own peak memory), model and engine, built from the same seed: the rows start from the
+// same parameters and train on the same batch.
+class StepRun {
+ public:
+  StepRun(const BenchOffloadOptions& o, const Gpt2Config& config, const std::string& offload)
+      : model_(config), comm_(device_) {
+    EngineOptions eo;
+    eo.optimizer.type = OptimizerOptions::Type::kAdamW;
+    eo.optimizer.weight_decay = 0.1f;
+    eo.gradient_clipping = 1.0f;
+    eo.policy = ZeroPolicy::for_stage(2);
+    eo.precision = bench_precision(o.precision);
+    if (offload == "cpu") eo.offload_optimizer = &host_.emplace();
+    engine_ = std::make_unique<Engine>(device_, comm_, model_, eo);
+    row_.offload = offload;
+  }
+
+  // One step on `batch`; a timed one goes into the row.
+  void step(const Batch& batch, bool timed) {
     const Clock::time_point t0 = Clock::now();
-    const StepResult r = engine.train_step({&batch, 1}, lr);
+    const StepResult r = engine_->train_step({&batch, 1}, 1e-4f);
     const double wall = seconds_since(t0);
-    row.skipped += r.skipped;
-    row.step_ms.push_back(wall * 1e3);
-    row.forward_ms.push_back(r.times.forward * 1e3);
-    row.backward_ms.push_back(r.times.backward * 1e3);
-    row.optimizer_ms.push_back(r.times.optimizer * 1e3);
-    row.hidden.push_back(hidden_share(r.times, wall));
+    row_.skipped += r.skipped;
+    if (!timed) return;
+    row_.step_ms.push_back(wall * 1e3);
+    row_.forward_ms.push_back(r.times.forward * 1e3);
+    row_.backward_ms.push_back(r.times.backward * 1e3);
+    row_.optimizer_ms.push_back(r.times.optimizer * 1e3);
+    row_.hidden.push_back(hidden_share(r.times, wall));
   }
-  row.device_memory = device.memory();
-  if (const MemoryTracker* h = engine.host_memory()) row.host_memory = *h;
-  for (int u = 0; u < engine.num_units(); ++u) {
-    row.params.emplace_back(static_cast<size_t>(model.units()[u]->layout().numel()));
-    engine.read_unit_params(u, row.params.back().data());
+
+  // The row: peak memory as the steps left it, then every unit's parameters.
+  StepRow finish() {
+    row_.device_memory = device_.memory();
+    if (const MemoryTracker* h = engine_->host_memory()) row_.host_memory = *h;
+    for (int u = 0; u < engine_->num_units(); ++u) {
+      row_.params.emplace_back(static_cast<size_t>(model_.units()[u]->layout().numel()));
+      engine_->read_unit_params(u, row_.params.back().data());
+    }
+    return std::move(row_);
   }
-  return row;
-}
+
+ private:
+  CpuDevice device_;
+  std::optional<CpuDevice> host_;  // the host tier: declared before the engine, outlives it
+  Gpt2 model_;
+  SelfCommunicator comm_;
+  std::unique_ptr<Engine> engine_;
+  StepRow row_;
+};
 
 bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;
@@ -342,14 +355,20 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
   }
   log.rank0("");
   log.rank0("step time: {} ({:.1f}M parameters), ZeRO stage 2 on 1 rank (SelfCommunicator), "
-            "B={} T={}, {}, AdamW; {} timed steps after {} warmup per row",
+            "B={} T={}, {}, AdamW; {} timed steps after {} warmup per row, the rows' steps "
+            "alternating",
             o.model, double(params) / 1e6, B, T, o.precision, o.steps, o.warmup);
   log.rank0("CPU: {} ({}); {} threads (omp_get_max_threads)", cpu_model_name(),
             cpu_simd_features(), cpu_threads());
 
+  std::vector<std::unique_ptr<StepRun>> runs;
+  for (const char* offload : {"none", "cpu"})
+    runs.push_back(std::make_unique<StepRun>(o, config, offload));
+  for (int i = 0; i < o.warmup + o.steps; ++i)
+    for (auto& run : runs) run->step(batch, i >= o.warmup);
   std::vector<StepRow> rows;
-  rows.push_back(measure_steps(o, config, batch, "none"));
-  rows.push_back(measure_steps(o, config, batch, "cpu"));
+  for (auto& run : runs) rows.push_back(run->finish());
+  runs.clear();
   for (size_t i = 1; i < rows.size(); ++i) {
     rows[i].bitwise_equal = same_bits(rows[i].params, rows[0].params);
     ok = ok && *rows[i].bitwise_equal;
