@@ -12,6 +12,12 @@
 
 namespace zt {
 
+struct Precision;
+
+// zt-bench's precision names: fp32; bf16, fp16 (mixed, fp32 master); bf16-pure, fp16-pure (no
+// master). Unchecked: the subcommands' option parsing checks the name.
+Precision bench_precision(const std::string& name);
+
 struct BenchTrainOptions {
   std::string model = "gpt2-124M";
   int batch = 4;
@@ -83,6 +89,8 @@ struct BenchAdamOptions {
 int bench_adam(const BenchAdamOptions& options);
 
 struct BenchOffloadOptions {
+  bool io = true;    // the swap store against raw O_DIRECT (--no-io skips it)
+  bool step = true;  // GPT-2 stage-2 steps with and without optimizer offload (--no-step)
   std::string path = "/tmp";  // the directory measured (swap files go to <path>/zt_swap/rank0)
   int64_t bytes = int64_t(1) << 30;
   int64_t unit_bytes = int64_t(64) << 20;  // bytes per swap key (a unit's shard)
@@ -90,12 +98,22 @@ struct BenchOffloadOptions {
   int repeats = 3;
   AioOptions aio;
   std::string backend;  // io_uring, libaio, threads; empty: default_aio_backend()
+  // The step-time section: one process (SelfCommunicator), ZeRO stage 2, AdamW.
+  std::string model = "gpt2-124M";
+  int batch = 4;
+  int seq_len = 64;
+  int steps = 5;   // timed steps per row
+  int warmup = 1;  // untimed steps first
+  std::string precision = "fp32";  // fp32, bf16 or fp16 (mixed: offload needs an fp32 master)
   std::string json_path;
 };
 
 // The NVMe swap store's write and read throughput (offload/swap_store.h: O_DIRECT, async I/O,
 // a CRC32C per block) against raw sequential O_DIRECT pwrite/pread of the same bytes in the same
-// directory, alternating in each repeat; every read is checked against what was written.
+// directory, alternating in each repeat; every read is checked against what was written. Then
+// the step time of GPT-2 under ZeRO stage 2 without offload and with the optimizer offloaded to
+// the host, with peak memory per tier; the offloaded run's parameters are checked bitwise
+// against the run without. Returns 1 when they differ.
 int bench_offload(const BenchOffloadOptions& options);
 
 }  // namespace zt

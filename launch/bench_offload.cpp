@@ -1,9 +1,13 @@
-// zt-bench offload: the swap store's write and read throughput against raw sequential O_DIRECT
-// pwrite/pread of the same bytes in the same directory, the hardware's reference measured in the
-// same run. Each repeat runs raw write, swap write, raw read, swap read, so both see the same
-// machine; every read is compared with what was written (outside the timed region). O_DIRECT
-// bypasses the page cache on both sides, so reads come from the disk. The step-time half of
-// issue 12's bench (Adam from NVMe) is not here.
+// zt-bench offload, two sections. I/O: the swap store's write and read throughput against raw
+// sequential O_DIRECT pwrite/pread of the same bytes in the same directory, the hardware's
+// reference measured in the same run. Each repeat runs raw write, swap write, raw read, swap
+// read, so both see the same machine; every read is compared with what was written (outside the
+// timed region). O_DIRECT bypasses the page cache on both sides, so reads come from the disk.
+// Step time: GPT-2 under ZeRO stage 2 on one rank without offload and with the optimizer
+// offloaded to the host tier (EngineOptions::offload_optimizer), the same batch and steps in
+// each row, the rows' steps alternating; the offloaded row's parameters after its steps are
+// compared bitwise with the row without offload's (outside the timed region). The NVMe row
+// waits for the engine to drive the swap store.
 #include <fcntl.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -16,14 +20,21 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <random>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "launch/bench.h"
 #include "launch/logger.h"
+#include "comm/self_communicator.h"
+#include "model_zoo/gpt2.h"
 #include "offload/swap_store.h"
+#include "runtime/cpu/cpu_device.h"
+#include "runtime/cpu/cpu_peak.h"
 #include "runtime/status.h"
+#include "zero/engine.h"
 
 namespace zt {
 
@@ -126,10 +137,8 @@ void check_equal(const char* got, const char* want, int64_t bytes, const char* w
                                what));
 }
 
-}  // namespace
-
-int bench_offload(const BenchOffloadOptions& o) {
-  Logger log;
+// The I/O section: its figures as the JSON object's top-level keys.
+nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& log) {
   if (!fs::is_directory(o.path)) throw_input(fmt::format("--path {} is not a directory", o.path));
   const std::string scratch =
       (fs::path(o.path) / fmt::format("zt_bench_offload_{}", ::getpid())).string();
@@ -190,38 +199,275 @@ int bench_offload(const BenchOffloadOptions& o) {
   log.rank0("GB/s = 1e9 bytes per second; the swap figures include computing (write) and checking "
             "(read) every block's CRC32C; every read was compared with what was written");
 
+  auto series = [](const Series& s) {
+    return nlohmann::ordered_json{{"median", s.median()}, {"min", s.min()}, {"max", s.max()},
+                                  {"all", s.gbps}};
+  };
+  return nlohmann::ordered_json{
+    {"path", o.path},
+    {"file_system", file_system_name(o.path)},
+    {"direct_io", store.direct_io()},
+    {"backend", aio_backend_name(store.backend())},
+    {"bytes", o.bytes},
+    {"repeats", o.repeats},
+    {"block_size", o.aio.block_size},
+    {"queue_depth", o.aio.queue_depth},
+    {"intra_op_parallelism", o.aio.intra_op_parallelism},
+    {"unit_bytes", o.unit_bytes},
+    {"raw_block", o.raw_block},
+    {"raw_write_gbps", raw_write.median()},
+    {"raw_read_gbps", raw_read.median()},
+    {"swap_write_gbps", swap_write.median()},
+    {"swap_read_gbps", swap_read.median()},
+    {"swap_write_fraction_of_raw", write_ratio},
+    {"swap_read_fraction_of_raw", read_ratio},
+    {"series", {{"raw_write", series(raw_write)}, {"raw_read", series(raw_read)},
+                {"swap_write", series(swap_write)}, {"swap_read", series(swap_read)}}}};
+}
+
+// ---- Step time ----
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The share of a step's optimizer phase that ran while another of its phases (forward,
+// backward) did: what the phases' sum exceeds the step's wall time by, credited to the
+// optimizer, clamped to [0, 1]. Phases that run one after another on one thread (this engine:
+// the optimizer starts after the backward has finished) sum to at most the wall time, so 0.
+double hidden_share(const StepTimes& t, double wall_seconds) {
+  if (t.optimizer <= 0.0) return 0.0;
+  return std::clamp((t.forward + t.backward + t.optimizer - wall_seconds) / t.optimizer, 0.0,
+                    1.0);
+}
+
+// One row of the step-time section, measured: per timed step its wall time and the engine's
+// phases, the peak bytes of the device and of the host tier, and every unit's parameters after
+// the last step (read outside the timed region).
+struct StepRow {
+  std::string offload;  // "none", "cpu"
+  std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms, hidden;
+  int64_t skipped = 0;  // fp16 steps skipped on overflow, warmup included
+  MemoryTracker device_memory;
+  std::optional<MemoryTracker> host_memory;  // the host tier's, when the optimizer is offloaded
+  std::vector<std::vector<float>> params;    // per unit: read_unit_params after the steps
+  std::optional<bool> bitwise_equal;         // params equal the row without offload's; unset there
+};
+
+// A row's engine and what it runs on, alive for the whole section so that the rows' steps
+// alternate (a neighbour's load falls on every row alike). `offload`: "none", or "cpu" (the
+// optimizer's master and moments on a CpuDevice, updated there). Each row has its own device
+// (its own peak memory), model and engine, built from the same seed: the rows start from the
+// same parameters and train on the same batch.
+class StepRun {
+ public:
+  StepRun(const BenchOffloadOptions& o, const Gpt2Config& config, const std::string& offload)
+      : model_(config), comm_(device_) {
+    EngineOptions eo;
+    eo.optimizer.type = OptimizerOptions::Type::kAdamW;
+    eo.optimizer.weight_decay = 0.1f;
+    eo.gradient_clipping = 1.0f;
+    eo.policy = ZeroPolicy::for_stage(2);
+    eo.precision = bench_precision(o.precision);
+    if (offload == "cpu") eo.offload_optimizer = &host_.emplace();
+    engine_ = std::make_unique<Engine>(device_, comm_, model_, eo);
+    row_.offload = offload;
+  }
+
+  // One step on `batch`; a timed one goes into the row.
+  void step(const Batch& batch, bool timed) {
+    const Clock::time_point t0 = Clock::now();
+    const StepResult r = engine_->train_step({&batch, 1}, 1e-4f);
+    const double wall = seconds_since(t0);
+    row_.skipped += r.skipped;
+    if (!timed) return;
+    row_.step_ms.push_back(wall * 1e3);
+    row_.forward_ms.push_back(r.times.forward * 1e3);
+    row_.backward_ms.push_back(r.times.backward * 1e3);
+    row_.optimizer_ms.push_back(r.times.optimizer * 1e3);
+    row_.hidden.push_back(hidden_share(r.times, wall));
+  }
+
+  // The row: peak memory as the steps left it, then every unit's parameters.
+  StepRow finish() {
+    row_.device_memory = device_.memory();
+    if (const MemoryTracker* h = engine_->host_memory()) row_.host_memory = *h;
+    for (int u = 0; u < engine_->num_units(); ++u) {
+      row_.params.emplace_back(static_cast<size_t>(model_.units()[u]->layout().numel()));
+      engine_->read_unit_params(u, row_.params.back().data());
+    }
+    return std::move(row_);
+  }
+
+ private:
+  CpuDevice device_;
+  std::optional<CpuDevice> host_;  // the host tier: declared before the engine, outlives it
+  Gpt2 model_;
+  SelfCommunicator comm_;
+  std::unique_ptr<Engine> engine_;
+  StepRow row_;
+};
+
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t u = 0; u < a.size(); ++u)
+    if (a[u].size() != b[u].size() ||
+        std::memcmp(a[u].data(), b[u].data(), a[u].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+
+// Peak bytes per category and in total; all 0 without a tracker (no host tier).
+nlohmann::ordered_json peak_bytes_json(const MemoryTracker* m) {
+  nlohmann::ordered_json j;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    j[std::string(mem_category_name(cat))] = m ? m->peak(cat) : 0;
+  }
+  j["total"] = m ? m->peak_total() : 0;
+  return j;
+}
+
+constexpr const char* kNvmeNotWired = "nvme: not wired into the engine in this build";
+constexpr const char* kHiddenRule =
+    "per step (forward + backward + optimizer - step wall time) / optimizer, clamped to [0, 1], "
+    "the median of the timed steps";
+
+// The step-time section: its rows printed, and as the JSON object's "step". `ok` is set false
+// when an offloaded row's parameters differ from the row without offload.
+nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Logger& log,
+                                         bool& ok) {
+  const Gpt2Config config = gpt2_zoo_config(o.model);
+  const int64_t B = o.batch, T = o.seq_len;
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (auto& t : inputs) t = token(rng);
+  for (auto& t : targets) t = token(rng);
+  const Batch batch{inputs.data(), targets.data(), B, T};
+  int64_t params = 0;
+  {
+    Gpt2 model(config);
+    for (Unit* unit : model.units()) params += unit->layout().numel();
+  }
+  log.rank0("");
+  log.rank0("step time: {} ({:.1f}M parameters), ZeRO stage 2 on 1 rank (SelfCommunicator), "
+            "B={} T={}, {}, AdamW; {} timed steps after {} warmup per row, the rows' steps "
+            "alternating",
+            o.model, double(params) / 1e6, B, T, o.precision, o.steps, o.warmup);
+  log.rank0("CPU: {} ({}); {} threads (omp_get_max_threads)", cpu_model_name(),
+            cpu_simd_features(), cpu_threads());
+
+  std::vector<std::unique_ptr<StepRun>> runs;
+  for (const char* offload : {"none", "cpu"})
+    runs.push_back(std::make_unique<StepRun>(o, config, offload));
+  for (int i = 0; i < o.warmup + o.steps; ++i)
+    for (auto& run : runs) run->step(batch, i >= o.warmup);
+  std::vector<StepRow> rows;
+  for (auto& run : runs) rows.push_back(run->finish());
+  runs.clear();
+  for (size_t i = 1; i < rows.size(); ++i) {
+    rows[i].bitwise_equal = same_bits(rows[i].params, rows[0].params);
+    ok = ok && *rows[i].bitwise_equal;
+  }
+
+  log.rank0("{:>8} {:>9} {:>11} {:>12} {:>13} {:>7} | device peak MiB: {:>7} {:>7} {:>7} {:>7} "
+            "{:>7} {:>7} {:>7} | host peak MiB: {:>7} {:>7} {:>7} {:>7}",
+            "offload", "ms/step", "forward ms", "backward ms", "optimizer ms", "hidden", "params",
+            "grads", "optim", "activ", "comm", "work", "total", "optim", "grads", "work",
+            "total");
+  for (const StepRow& r : rows) {
+    const MemoryTracker& d = r.device_memory;
+    const MemoryTracker none;
+    const MemoryTracker& h = r.host_memory ? *r.host_memory : none;
+    log.rank0("{:>8} {:>9.1f} {:>11.1f} {:>12.1f} {:>13.1f} {:>6.0f}% | {:>24.1f} {:>7.1f} "
+              "{:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} | {:>22.1f} {:>7.1f} {:>7.1f} "
+              "{:>7.1f}",
+              r.offload, median(r.step_ms), median(r.forward_ms), median(r.backward_ms),
+              median(r.optimizer_ms), 100.0 * median(r.hidden), mib(d.peak(MemCategory::kParams)),
+              mib(d.peak(MemCategory::kGrads)), mib(d.peak(MemCategory::kOptimizer)),
+              mib(d.peak(MemCategory::kActivations)), mib(d.peak(MemCategory::kCommBuffers)),
+              mib(d.peak(MemCategory::kWorkspace)),
+              mib(d.peak_total()), mib(h.peak(MemCategory::kOptimizer)),
+              mib(h.peak(MemCategory::kGrads)), mib(h.peak(MemCategory::kWorkspace)),
+              mib(h.peak_total()));
+    if (r.skipped > 0)
+      log.rank0("{:>8} {} of {} steps skipped on fp16 overflow", "", r.skipped,
+                o.warmup + o.steps);
+  }
+  log.rank0("{}", kNvmeNotWired);
+  for (const StepRow& r : rows)
+    if (r.bitwise_equal)
+      log.rank0("{}: parameters after {} step(s) bitwise equal to no offload: {} "
+                "(read_unit_params of all {} units)",
+                r.offload, o.warmup + o.steps, *r.bitwise_equal ? "yes" : "NO", r.params.size());
+  log.rank0("ms/step: the median step's wall time; forward, backward and optimizer ms: medians "
+            "of the engine's StepTimes (optimizer: gradient norm, clipping, the update and the "
+            "parameter refresh; offloaded, the copies to and from the host tier too). hidden: "
+            "the share of the optimizer phase that overlapped backward, {}; this engine runs the "
+            "optimizer after the backward on the same thread, so it reads 0",
+            kHiddenRule);
+  log.rank0("On the CPU back end the host tier and the device are the same cores and the same "
+            "memory: offload cannot make a step faster here; it moves the optimizer's bytes off "
+            "the device (the host tier's grads and work are its staging)");
+
+  nlohmann::ordered_json j = {{"model", o.model},
+                              {"parameters", params},
+                              {"batch", B},
+                              {"seq_len", T},
+                              {"precision", o.precision},
+                              {"stage", 2},
+                              {"ranks", 1},
+                              {"steps", o.steps},
+                              {"warmup", o.warmup},
+                              {"cpu", cpu_model_name()},
+                              {"cpu_simd", cpu_simd_features()},
+                              {"threads", cpu_threads()},
+                              {"hidden_share_rule", kHiddenRule},
+                              {"nvme", kNvmeNotWired},
+                              {"rows", nlohmann::ordered_json::array()}};
+  for (const StepRow& r : rows) {
+    const MemoryTracker* host = r.host_memory ? &*r.host_memory : nullptr;
+    j["rows"].push_back(
+        {{"offload", r.offload},
+         {"ms", median(r.step_ms)},
+         {"forward_ms", median(r.forward_ms)},
+         {"backward_ms", median(r.backward_ms)},
+         {"optimizer_ms", median(r.optimizer_ms)},
+         {"hidden_share", median(r.hidden)},
+         {"device_peak_bytes", peak_bytes_json(&r.device_memory)},
+         {"host_peak_bytes", peak_bytes_json(host)},
+         // null in the row without offload: the reference
+         {"bitwise_equal",
+          r.bitwise_equal ? nlohmann::ordered_json(*r.bitwise_equal) : nlohmann::ordered_json()},
+         {"skipped_steps", r.skipped},
+         {"step_ms", r.step_ms},
+         {"optimizer_ms_per_step", r.optimizer_ms},
+         {"backward_ms_per_step", r.backward_ms}});
+  }
+  return j;
+}
+
+}  // namespace
+
+int bench_offload(const BenchOffloadOptions& o) {
+  Logger log;
+  nlohmann::ordered_json j = {{"bench", "offload"}};
+  if (o.io) j.update(measure_io(o, log));
+  bool ok = true;
+  if (o.step) j["step"] = measure_step_time(o, log, ok);
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
     if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-    auto series = [](const Series& s) {
-      return nlohmann::ordered_json{{"median", s.median()}, {"min", s.min()}, {"max", s.max()},
-                                    {"all", s.gbps}};
-    };
-    out << nlohmann::ordered_json{
-               {"bench", "offload"},
-               {"path", o.path},
-               {"file_system", file_system_name(o.path)},
-               {"direct_io", store.direct_io()},
-               {"backend", aio_backend_name(store.backend())},
-               {"bytes", o.bytes},
-               {"repeats", o.repeats},
-               {"block_size", o.aio.block_size},
-               {"queue_depth", o.aio.queue_depth},
-               {"intra_op_parallelism", o.aio.intra_op_parallelism},
-               {"unit_bytes", o.unit_bytes},
-               {"raw_block", o.raw_block},
-               {"raw_write_gbps", raw_write.median()},
-               {"raw_read_gbps", raw_read.median()},
-               {"swap_write_gbps", swap_write.median()},
-               {"swap_read_gbps", swap_read.median()},
-               {"swap_write_fraction_of_raw", write_ratio},
-               {"swap_read_fraction_of_raw", read_ratio},
-               {"series", {{"raw_write", series(raw_write)}, {"raw_read", series(raw_read)},
-                           {"swap_write", series(swap_write)}, {"swap_read", series(swap_read)}}}}
-               .dump(2)
-        << "\n";
+    out << j.dump(2) << "\n";
   }
-  return 0;
+  if (!ok)
+    log.warn("the offloaded run's parameters differ from the run without offload: these step "
+             "times measure a wrong configuration");
+  return ok ? 0 : 1;
 }
 
 }  // namespace zt

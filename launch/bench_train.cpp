@@ -160,16 +160,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-
-Precision bench_precision(const std::string& name) {
-  Precision p;
-  if (name == "fp32") return p;
-  p.compute = name.starts_with("bf16") ? DType::kBF16 : DType::kF16;
-  p.grad_accum = p.comm = p.compute;
-  p.master_weights = !name.ends_with("-pure");
-  return p;
-}
-
 struct PrecisionRow {
   std::string name;
   double ms = 0, tokens_per_s = 0, gflops = 0, gemm = 0, peak = 0, fraction = 0;
@@ -300,6 +290,15 @@ nlohmann::json profile_json(const PrecisionRow& r, int steps) {
 }
 
 }  // namespace
+
+Precision bench_precision(const std::string& name) {
+  Precision p;
+  if (name == "fp32") return p;
+  p.compute = name.starts_with("bf16") ? DType::kBF16 : DType::kF16;
+  p.grad_accum = p.comm = p.compute;
+  p.master_weights = !name.ends_with("-pure");
+  return p;
+}
 
 int bench_train(const BenchTrainOptions& o) {
   Logger log;

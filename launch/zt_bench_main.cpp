@@ -143,9 +143,13 @@ int offload_main(int argc, char** argv) {
   zt::BenchOffloadOptions o;
   double gib = 1.0;
   std::string unit = "64M", block = "1M", raw_block = "16M";
+  bool no_io = false, no_step = false;
   po::options_description desc(
-      "zt-bench offload: the NVMe swap store against raw sequential O_DIRECT I/O, same directory");
+      "zt-bench offload: the NVMe swap store against raw sequential O_DIRECT I/O, same "
+      "directory; then GPT-2 ZeRO-2 step time with the optimizer offloaded and without");
   desc.add_options()("help,h", "show this help")
+      ("no-io", po::bool_switch(&no_io), "skip the I/O section")
+      ("no-step", po::bool_switch(&no_step), "skip the step-time section")
       ("path", po::value(&o.path)->default_value(o.path), "directory on the disk to measure")
       ("gib", po::value(&gib)->default_value(gib), "GiB written and read per repeat")
       ("unit-bytes", po::value(&unit)->default_value(unit), "bytes per swap key (K/M/G)")
@@ -160,9 +164,23 @@ int offload_main(int argc, char** argv) {
        "aio.intra_op_parallelism (worker threads)")
       ("backend", po::value(&o.backend), "io_uring, libaio or threads (default: ZT_AIO_BACKEND "
        "or the first that works here)")
+      ("model", po::value(&o.model)->default_value(o.model), "step time: model zoo name")
+      ("batch,B", po::value(&o.batch)->default_value(o.batch), "step time: micro-batch size")
+      ("seq-len,T", po::value(&o.seq_len)->default_value(o.seq_len), "step time: sequence length")
+      ("steps", po::value(&o.steps)->default_value(o.steps), "step time: timed steps per row")
+      ("warmup", po::value(&o.warmup)->default_value(o.warmup), "step time: untimed steps first")
+      ("precision", po::value(&o.precision)->default_value(o.precision),
+       "step time: fp32, bf16 or fp16 (mixed, fp32 master)")
       ("json", po::value(&o.json_path), "also write the figures to this JSON file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "offload", vm)) return 0;
+  o.io = !no_io;
+  o.step = !no_step;
+  if (o.precision != "fp32" && o.precision != "bf16" && o.precision != "fp16")
+    zt::throw_input(fmt::format("--precision: unknown '{}'; use fp32, bf16 or fp16 (offload "
+                                "needs an fp32 master)", o.precision));
+  if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.warmup < 0)
+    zt::throw_input("--batch, --seq-len and --steps must be > 0, --warmup >= 0");
   o.unit_bytes = zt::parse_byte_size(unit);
   o.raw_block = zt::parse_byte_size(raw_block);
   o.aio.block_size = zt::parse_byte_size(block);
