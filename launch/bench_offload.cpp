@@ -3,11 +3,11 @@
 // reference measured in the same run. Each repeat runs raw write, swap write, raw read, swap
 // read, so both see the same machine; every read is compared with what was written (outside the
 // timed region). O_DIRECT bypasses the page cache on both sides, so reads come from the disk.
-// Step time: GPT-2 under ZeRO stage 2 on one rank without offload and with the optimizer
-// offloaded to the host tier (EngineOptions::offload_optimizer), the same batch and steps in
-// each row, the rows' steps alternating; the offloaded row's parameters after its steps are
-// compared bitwise with the row without offload's (outside the timed region). The NVMe row
-// waits for the engine to drive the swap store.
+// Step time: GPT-2 under ZeRO stage 2 on one rank without offload, with the optimizer
+// offloaded to the host tier (EngineOptions::offload_optimizer) and to NVMe (optimizer_swap: swap
+// files under --path), the same batch and steps in each row, the rows' steps alternating; the
+// offloaded rows' parameters after their steps are compared bitwise with the row without
+// offload's (outside the timed region).
 #include <fcntl.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -246,7 +246,8 @@ double hidden_share(const StepTimes& t, double wall_seconds) {
 // phases, the peak bytes of the device and of the host tier, and every unit's parameters after
 // the last step (read outside the timed region).
 struct StepRow {
-  std::string offload;  // "none", "cpu"
+  std::string offload;  // "none", "cpu", "nvme"
+  int64_t nvme_bytes = 0;  // the optimizer state in swap files (nvme)
   std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms, hidden;
   int64_t skipped = 0;  // fp16 steps skipped on overflow, warmup included
   MemoryTracker device_memory;
@@ -256,8 +257,9 @@ struct StepRow {
 };
 
 // A row's engine and what it runs on, alive for the whole section so that the rows' steps
-// alternate (a neighbour's load falls on every row alike). `offload`: "none", or "cpu" (the
-// optimizer's master and moments on a CpuDevice, updated there). Each row has its own device
+// alternate (a neighbour's load falls on every row alike). `offload`: "none", "cpu" (the
+// optimizer's master and moments on a CpuDevice, updated there) or "nvme" (in swap files under
+// --path, streamed through that CpuDevice). Each row has its own device
 // (its own peak memory), model and engine, built from the same seed: the rows start from the
 // same parameters and train on the same batch.
 class StepRun {
@@ -270,7 +272,13 @@ class StepRun {
     eo.gradient_clipping = 1.0f;
     eo.policy = ZeroPolicy::for_stage(2);
     eo.precision = bench_precision(o.precision);
-    if (offload == "cpu") eo.offload_optimizer = &host_.emplace();
+    if (offload != "none") eo.offload_optimizer = &host_.emplace();
+    if (offload == "nvme") {
+      SwapStoreOptions so;
+      so.nvme_path = o.path;
+      so.aio = o.aio;
+      eo.optimizer_swap = &swap_.emplace(so);
+    }
     engine_ = std::make_unique<Engine>(device_, comm_, model_, eo);
     row_.offload = offload;
   }
@@ -293,6 +301,7 @@ class StepRun {
   StepRow finish() {
     row_.device_memory = device_.memory();
     if (const MemoryTracker* h = engine_->host_memory()) row_.host_memory = *h;
+    row_.nvme_bytes = engine_->nvme_bytes();
     for (int u = 0; u < engine_->num_units(); ++u) {
       row_.params.emplace_back(static_cast<size_t>(model_.units()[u]->layout().numel()));
       engine_->read_unit_params(u, row_.params.back().data());
@@ -303,6 +312,7 @@ class StepRun {
  private:
   CpuDevice device_;
   std::optional<CpuDevice> host_;  // the host tier: declared before the engine, outlives it
+  std::optional<SwapStore> swap_;  // nvme: its swap files, likewise
   Gpt2 model_;
   SelfCommunicator comm_;
   std::unique_ptr<Engine> engine_;
@@ -331,7 +341,6 @@ nlohmann::ordered_json peak_bytes_json(const MemoryTracker* m) {
   return j;
 }
 
-constexpr const char* kNvmeNotWired = "nvme: not wired into the engine in this build";
 constexpr const char* kHiddenRule =
     "per step (forward + backward + optimizer - step wall time) / optimizer, clamped to [0, 1], "
     "the median of the timed steps";
@@ -362,7 +371,7 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
             cpu_simd_features(), cpu_threads());
 
   std::vector<std::unique_ptr<StepRun>> runs;
-  for (const char* offload : {"none", "cpu"})
+  for (const char* offload : {"none", "cpu", "nvme"})
     runs.push_back(std::make_unique<StepRun>(o, config, offload));
   for (int i = 0; i < o.warmup + o.steps; ++i)
     for (auto& run : runs) run->step(batch, i >= o.warmup);
@@ -398,7 +407,10 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
       log.rank0("{:>8} {} of {} steps skipped on fp16 overflow", "", r.skipped,
                 o.warmup + o.steps);
   }
-  log.rank0("{}", kNvmeNotWired);
+  for (const StepRow& r : rows)
+    if (r.nvme_bytes > 0)
+      log.rank0("{}: {:.1f} MiB of optimizer state in swap files under {} ({})", r.offload,
+                mib(static_cast<size_t>(r.nvme_bytes)), o.path, default_aio_backend().describe);
   for (const StepRow& r : rows)
     if (r.bitwise_equal)
       log.rank0("{}: parameters after {} step(s) bitwise equal to no offload: {} "
@@ -427,7 +439,6 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
                               {"cpu_simd", cpu_simd_features()},
                               {"threads", cpu_threads()},
                               {"hidden_share_rule", kHiddenRule},
-                              {"nvme", kNvmeNotWired},
                               {"rows", nlohmann::ordered_json::array()}};
   for (const StepRow& r : rows) {
     const MemoryTracker* host = r.host_memory ? &*r.host_memory : nullptr;
@@ -440,6 +451,7 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
          {"hidden_share", median(r.hidden)},
          {"device_peak_bytes", peak_bytes_json(&r.device_memory)},
          {"host_peak_bytes", peak_bytes_json(host)},
+         {"nvme_bytes", r.nvme_bytes},
          // null in the row without offload: the reference
          {"bitwise_equal",
           r.bitwise_equal ? nlohmann::ordered_json(*r.bitwise_equal) : nlohmann::ordered_json()},
