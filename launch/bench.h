@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "offload/async_io.h"
+#include "runtime/model.h"
 
 namespace zt {
 
@@ -17,6 +18,15 @@ struct Precision;
 // zt-bench's precision names: fp32; bf16, fp16 (mixed, fp32 master); bf16-pure, fp16-pure (no
 // master). Unchecked: the subcommands' option parsing checks the name.
 Precision bench_precision(const std::string& name);
+
+// B x T random tokens and targets below `vocab` (a fixed seed: every row and run trains on the
+// same batch), for the benchmarks that train.
+struct RandomBatch {
+  RandomBatch(int vocab, int64_t B, int64_t T);
+  std::vector<int32_t> inputs, targets;
+  int64_t B, T;
+  Batch batch() const { return Batch{inputs.data(), targets.data(), B, T}; }
+};
 
 struct BenchTrainOptions {
   std::string model = "gpt2-124M";

@@ -351,12 +351,8 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
                                          bool& ok) {
   const Gpt2Config config = gpt2_zoo_config(o.model);
   const int64_t B = o.batch, T = o.seq_len;
-  std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  for (auto& t : inputs) t = token(rng);
-  for (auto& t : targets) t = token(rng);
-  const Batch batch{inputs.data(), targets.data(), B, T};
+  const RandomBatch tokens(config.vocab_size, B, T);
+  const Batch batch = tokens.batch();
   int64_t params = 0;
   {
     Gpt2 model(config);

@@ -300,16 +300,20 @@ Precision bench_precision(const std::string& name) {
   return p;
 }
 
+RandomBatch::RandomBatch(int vocab, int64_t B_, int64_t T_)
+    : inputs(static_cast<size_t>(B_ * T_)), targets(static_cast<size_t>(B_ * T_)), B(B_), T(T_) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  for (auto& t : inputs) t = token(rng);
+  for (auto& t : targets) t = token(rng);
+}
+
 int bench_train(const BenchTrainOptions& o) {
   Logger log;
   const Gpt2Config config = gpt2_zoo_config(o.model);
   const int64_t B = o.batch, T = o.seq_len;
-  std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
-  std::vector<int32_t> inputs(B * T), targets(B * T);
-  for (auto& t : inputs) t = token(rng);
-  for (auto& t : targets) t = token(rng);
-  const Batch batch{inputs.data(), targets.data(), B, T};
+  const RandomBatch tokens(config.vocab_size, B, T);
+  const Batch batch = tokens.batch();
   const double flops_per_token = 3.0 * Gpt2(config).forward_flops_per_token(T);
   const bool gpu = parse_device_kind(o.device, "--device") == DeviceKind::kCuda;
 

@@ -410,49 +410,58 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
               sixteen_bit ? fmt::format("{} working weights", dtype_name(precision.compute))
                           : std::string("fp32"));
   }
-  // Every rank's peak bytes per category, gathered, shown as min/max over ranks and appended to
-  // the metrics: the device's, and the host tier's when the optimizer is offloaded.
-  auto peak_table = [&](const MemoryTracker& mem, const char* title, nlohmann::ordered_json& low,
-                        nlohmann::ordered_json& high) {
-    std::vector<double> mine(kNumMemCategories + 1);
-    for (int c = 0; c < kNumMemCategories; ++c) mine[c] = mem.peak(static_cast<MemCategory>(c));
-    mine[kNumMemCategories] = static_cast<double>(mem.peak_total());
-    const std::vector<double> all = all_gather_doubles(comm, mine);
-    log.rank0("{:<29}{:>12} {:>10} {:>10}", title, "category", "min", "max");
-    for (size_t c = 0; c < mine.size(); ++c) {
-      double lo = all[c], hi = all[c];
-      for (int r = 1; r < world; ++r) {
-        lo = std::min(lo, all[r * mine.size() + c]);
-        hi = std::max(hi, all[r * mine.size() + c]);
-      }
-      const std::string name = c < static_cast<size_t>(kNumMemCategories)
-                                   ? std::string(mem_category_name(static_cast<MemCategory>(c)))
-                                   : "total";
-      log.rank0("                             {:>12} {:>10.1f} {:>10.1f}", name, lo / 1048576.0,
-                hi / 1048576.0);
-      low[name] = lo;
-      high[name] = hi;
-    }
+  // Every rank's peak bytes per category, gathered, shown as min/max over ranks, a column pair
+  // per tier where bytes live (the device; with an offloaded optimizer the host tier; with NVMe
+  // the optimizer state's swap files, in its category), and appended to the metrics.
+  struct Tier {
+    std::string name, key;  // column title, summary key prefix
+    std::vector<double> mine, lo, hi;
+    nlohmann::ordered_json low, high;
   };
-  nlohmann::ordered_json low, high, host_low, host_high;
-  peak_table(device.memory(), "peak memory per rank (MiB):", low, high);
-  if (const MemoryTracker* host = engine.host_memory())
-    peak_table(*host, "peak host memory (offload):", host_low, host_high);
-  nlohmann::ordered_json summary = {{"ranks", world},
-                                    {"precision", precision_name(precision)},
-                                    {"peak_bytes_min", low},
-                                    {"peak_bytes_max", high}};
-  if (engine.host_memory()) {
-    summary["host_peak_bytes_min"] = host_low;
-    summary["host_peak_bytes_max"] = host_high;
+  std::vector<Tier> tiers;
+  auto add_tier = [&](std::string name, std::string key, const MemoryTracker* mem, double nvme) {
+    Tier t{std::move(name), std::move(key), std::vector<double>(kNumMemCategories + 1, 0.0), {}, {},
+           {}, {}};
+    for (int c = 0; c < kNumMemCategories; ++c)
+      t.mine[c] = mem ? mem->peak(static_cast<MemCategory>(c)) : 0.0;
+    if (!mem) t.mine[static_cast<int>(MemCategory::kOptimizer)] = nvme;
+    t.mine[kNumMemCategories] = mem ? static_cast<double>(mem->peak_total()) : nvme;
+    tiers.push_back(std::move(t));
+  };
+  add_tier("device", "peak_bytes", &device.memory(), 0.0);
+  if (const MemoryTracker* host = engine.host_memory()) add_tier("host", "host_peak_bytes", host, 0.0);
+  if (engine.nvme_bytes() > 0)
+    add_tier("nvme", "nvme_bytes", nullptr, static_cast<double>(engine.nvme_bytes()));
+  const size_t rows = kNumMemCategories + 1;
+  for (Tier& t : tiers) {
+    const std::vector<double> all = all_gather_doubles(comm, t.mine);
+    t.lo.assign(all.begin(), all.begin() + rows);
+    t.hi = t.lo;
+    for (int r = 1; r < world; ++r)
+      for (size_t c = 0; c < rows; ++c) {
+        t.lo[c] = std::min(t.lo[c], all[r * rows + c]);
+        t.hi[c] = std::max(t.hi[c], all[r * rows + c]);
+      }
   }
-  if (engine.nvme_bytes() > 0) {  // the same on every rank but the last shards' padding
-    const std::vector<double> nvme =
-        all_gather_doubles(comm, std::array{static_cast<double>(engine.nvme_bytes())});
-    const double most = *std::max_element(nvme.begin(), nvme.end());
-    log.rank0("optimizer state in swap files (offload nvme): {:.1f} MiB per rank at most",
-              most / 1048576.0);
-    summary["nvme_bytes_max"] = most;
+  std::string header = fmt::format("peak memory per rank (MiB): {:>12}", "category");
+  for (const Tier& t : tiers) header += fmt::format(" {:>10} {:>10}", t.name + " min", "max");
+  log.rank0("{}", header);
+  for (size_t c = 0; c < rows; ++c) {
+    const std::string name = c < static_cast<size_t>(kNumMemCategories)
+                                 ? std::string(mem_category_name(static_cast<MemCategory>(c)))
+                                 : "total";
+    std::string line = fmt::format("                            {:>12}", name);
+    for (Tier& t : tiers) {
+      line += fmt::format(" {:>10.1f} {:>10.1f}", t.lo[c] / 1048576.0, t.hi[c] / 1048576.0);
+      t.low[name] = t.lo[c];
+      t.high[name] = t.hi[c];
+    }
+    log.rank0("{}", line);
+  }
+  nlohmann::ordered_json summary = {{"ranks", world}, {"precision", precision_name(precision)}};
+  for (const Tier& t : tiers) {
+    summary[t.key + "_min"] = t.low;
+    summary[t.key + "_max"] = t.high;
   }
   if (const LossScaler* scaler = engine.loss_scaler()) {
     summary["loss_scale"] = scaler->scale();

@@ -183,22 +183,6 @@ inline void run_fused_isa(Isa isa, const F& f) {
   }
 }
 
-// f(G{}) with G the codec of t.
-template <class F>
-inline void visit_codec(DType t, const F& f) {
-  switch (t) {
-    case DType::kF32:
-      f(F32Codec{});
-      return;
-    case DType::kF16:
-      f(F16Codec{});
-      return;
-    case DType::kBF16:
-      f(BF16Codec{});
-      return;
-  }
-}
-
 template <class S>
 inline S* elements_at(void* p, int64_t i) {
   return static_cast<S*>(p) + i;

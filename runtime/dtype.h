@@ -99,4 +99,20 @@ struct BF16Codec {
   static uint16_t narrow(float v) { return fp32_to_bf16(v); }
 };
 
+// f(C{}) with C the codec of `t` (kF32, kF16 or kBF16), for loops templated over it.
+template <class F>
+inline void visit_codec(DType t, const F& f) {
+  switch (t) {
+    case DType::kF32:
+      f(F32Codec{});
+      return;
+    case DType::kF16:
+      f(F16Codec{});
+      return;
+    case DType::kBF16:
+      f(BF16Codec{});
+      return;
+  }
+}
+
 }  // namespace zt

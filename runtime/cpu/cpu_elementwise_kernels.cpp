@@ -126,22 +126,6 @@ inline void cast_range(void* dst, DType dst_type, const void* src, DType src_typ
 // fp16_to_fp32_branchless, which vectorises), so each (dst, a, b) combination is one plain
 // `omp simd` loop.
 
-// f(S{}) with the storage tag S of t.
-template <class F>
-inline void visit_storage(DType t, const F& f) {
-  switch (t) {
-    case DType::kF32:
-      f(F32Codec{});
-      return;
-    case DType::kF16:
-      f(F16Codec{});
-      return;
-    case DType::kBF16:
-      f(BF16Codec{});
-      return;
-  }
-}
-
 // Element i of a buffer of S's elements.
 template <class S>
 inline typename S::Storage* elems(void* p, int64_t i) {
@@ -284,7 +268,7 @@ void CpuKernels::narrow_range(Operand dst, const float* x, int64_t n) {
 
 void CpuKernels::add_range(Operand dst, const float* x, int64_t n) {
   if (n <= 0) return;
-  visit_storage(dst.dtype, [&](auto tag) {
+  visit_codec(dst.dtype, [&](auto tag) {
     using D = decltype(tag);
     auto* d = elems<D>(dst.data, 0);
     if (f16c_ && dst.dtype == DType::kF16) {
@@ -319,7 +303,7 @@ void CpuKernels::round_range(float* x, DType dtype, int64_t i0, int64_t i1) {
     return;
   }
   run_isa(isa_, [&](auto) {
-    visit_storage(dtype, [&](auto s) { round_n<decltype(s)>(x + i0, i1 - i0); });
+    visit_codec(dtype, [&](auto s) { round_n<decltype(s)>(x + i0, i1 - i0); });
   });
 }
 
@@ -351,13 +335,13 @@ void CpuKernels::add(void* dst, DType dst_type, const void* a, DType a_type, con
   ZT_ASSERT(dst != a || dst_type == a_type, "add: dst aliases a with types {} and {}",
             dtype_name(dst_type), dtype_name(a_type));
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
-    visit_storage(a_type, [&](auto a_tag) {
-      visit_storage(b_type, [&](auto b_tag) {
+    visit_codec(a_type, [&](auto a_tag) {
+      visit_codec(b_type, [&](auto b_tag) {
         using A = decltype(a_tag);
         using B = decltype(b_tag);
         const bool any_fp16 =
             dst_type == DType::kF16 || a_type == DType::kF16 || b_type == DType::kF16;
-        visit_storage(dst_type, [&](auto dst_tag) {
+        visit_codec(dst_type, [&](auto dst_tag) {
           using D = decltype(dst_tag);
           if (f16c_ && any_fp16) {
             add_n_f16c<D, A, B>(elems<D>(dst, i0), elems<A>(a, i0), elems<B>(b, i0), i1 - i0);

@@ -48,7 +48,9 @@ train nvme 2 --set zero_optimization.offload_optimizer.device=nvme ||
 cmp -s "$out/plain.safetensors" "$out/nvme.safetensors" || fail "saved weights differ with offload nvme"
 plain_optim=$(summary_field plain peak_bytes_max optimizer)
 host_optim=$(summary_field cpu host_peak_bytes_max optimizer)
-nvme_bytes=$(grep -o '"nvme_bytes_max":[0-9.e+]*' "$out/nvme/metrics.jsonl" | cut -d: -f2)
+nvme_bytes=$(summary_field nvme nvme_bytes_max optimizer)
+grep -q "peak memory per rank (MiB):.*device min.*host min.*nvme min" "$out/nvme.log" ||
+  fail "the end-of-run table has no device, host and nvme columns"
 is_zero() { awk -v x="$1" 'BEGIN { exit !(x != "" && x == 0) }'; }
 is_zero "$(summary_field nvme peak_bytes_max optimizer)" || fail "device optimizer bytes with nvme"
 is_zero "$(summary_field nvme host_peak_bytes_max optimizer)" || fail "host optimizer bytes with nvme"
