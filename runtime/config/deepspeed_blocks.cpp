@@ -113,6 +113,15 @@ void parse_offload(const Reader& r, const json& zero, std::string_view key,
     out.device = r.choice(*device, join(path, "device"), kOffloadDevices, Case::kSensitive);
   }
   read_fields(r, *block, path, fields, out);
+  // The optimizer tier's NVMe tuning that ZeroTrain's streaming step does not take: it always
+  // overlaps reads and writes within a unit, through two chunk-sized staging sets.
+  if (key == "offload_optimizer")
+    for (const char* k : {"buffer_count", "pipeline_read", "pipeline_write", "fast_init"})
+      if (Reader::find(*block, k))
+        r.note(fmt::format("'{}.{}' has no effect in ZeroTrain: the NVMe optimizer step always "
+                           "reads the next chunk and writes the last while it updates one, "
+                           "through two staging sets",
+                           path, k));
   if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
     r.fail(fmt::format("'{}.nvme_path' is required when '{}.device' is \"nvme\"", path, path));
   }

@@ -382,6 +382,16 @@ TEST(ConfigAio, NamesGdsBlockSizeAndTheNote) {
   const Config c = parse(nvme);
   EXPECT_EQ(aio_notes(c), 0);
   EXPECT_EQ(c.aio.queue_depth, 4);
+  // The optimizer tier's tuning keys the streaming step does not take are notes, one each.
+  json tuned = with(nvme, "/zero_optimization/offload_optimizer/pipeline_read", true);
+  tuned = with(tuned, "/zero_optimization/offload_optimizer/buffer_count", 8);
+  const Config t = parse(tuned);
+  for (const char* key : {"'zero_optimization.offload_optimizer.pipeline_read' has no effect",
+                          "'zero_optimization.offload_optimizer.buffer_count' has no effect"})
+    EXPECT_EQ(std::count_if(t.notes.begin(), t.notes.end(),
+                            [&](const std::string& n) { return n.find(key) != std::string::npos; }),
+              1)
+        << key;
 }
 
 TEST(ConfigChoices, UnknownNamesListChoicesAndSuggest) {
