@@ -8,6 +8,7 @@
 // swap file is an error naming the file, never used). Not thread-safe: the engine's thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>

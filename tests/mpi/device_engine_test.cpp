@@ -443,21 +443,19 @@ TEST(DeviceEngine, OffloadedOptimizerGivesTheDeviceBitsAndHoldsItsStateOnTheHost
       {{2, DType::kBF16, 1, false, false, OptimizerOptions::Type::kAdam},
        {1, DType::kF16, 1, false, false, OptimizerOptions::Type::kSgd}});
   for (const Case& c : cases) {
-    {
-      SCOPED_TRACE(describe(c));
-      const Outcome expected = plain_outcome(c);
-      ScrambledDevice device;
-      CpuDevice host;
-      std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
-      const Outcome got = run(c, device, *comm, "offload", &host);
-      expect_same_outcome(got, expected);
-      EXPECT_GT(expected.device_optimizer_bytes, 0u);
-      EXPECT_EQ(got.device_optimizer_bytes, 0u);
-      // fp32 master and Adam's m, v (SGD: the momentum).
-      const size_t per_element = c.optimizer == OptimizerOptions::Type::kSgd ? 8 : 12;
-      EXPECT_EQ(host.memory().peak(MemCategory::kOptimizer), per_element * got.master_elements);
-      EXPECT_EQ(host.memory().current_total(), 0u) << "the engine frees its host tier";
-    }
+    SCOPED_TRACE(describe(c));
+    const Outcome expected = plain_outcome(c);
+    ScrambledDevice device;
+    CpuDevice host;
+    std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+    const Outcome got = run(c, device, *comm, "offload", &host);
+    expect_same_outcome(got, expected);
+    EXPECT_GT(expected.device_optimizer_bytes, 0u);
+    EXPECT_EQ(got.device_optimizer_bytes, 0u);
+    // fp32 master and Adam's m, v (SGD: the momentum).
+    const size_t per_element = c.optimizer == OptimizerOptions::Type::kSgd ? 8 : 12;
+    EXPECT_EQ(host.memory().peak(MemCategory::kOptimizer), per_element * got.master_elements);
+    EXPECT_EQ(host.memory().current_total(), 0u) << "the engine frees its host tier";
   }
 }
 
