@@ -173,6 +173,27 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
               "layer {} cannot be checkpointed", l);
 
   ZT_ASSERT(!options_.optimizer_swap || host, "optimizer_swap needs offload_optimizer");
+  if (options_.offload_param) {
+    if (!policy_.shard_params)
+      throw_input("zero_optimization.offload_param needs zero_optimization.stage 3");
+    if (!host)
+      throw_input(
+          "zero_optimization.offload_param needs zero_optimization.offload_optimizer too: the "
+          "optimizer writes the updated parameters where it runs, on the host");
+    if (options_.param_swap && options_.param_buffers < 1)
+      throw_input(fmt::format("zero_optimization.offload_param.buffer_count must be >= 1; got {}",
+                              options_.param_buffers));
+    size_t largest = 0;  // the largest shard of a unit whose parameters are sharded
+    for (Unit* unit : model_.units())
+      if (unit->layout().numel() > options_.persistence_threshold)
+        largest = std::max(largest, static_cast<size_t>(ShardLayout(unit->layout().numel(),
+                                                                    comm_.world(), comm_.rank())
+                                                            .shard) *
+                                        dtype_size(options_.precision.compute));
+    offloaded_params_ = std::make_unique<OffloadedParams>(*host, options_.param_swap,
+                                                          options_.param_buffers, largest);
+  }
+  ZT_ASSERT(!options_.param_swap || options_.offload_param, "param_swap needs offload_param");
   auto units = model_.units();
   if (options_.optimizer_swap) {  // the master ranges (shards: offload needs stage >= 1) on NVMe
     std::vector<std::string> names;
@@ -191,16 +212,16 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     const FlatLayout& layout = unit->layout();
     const ShardLayout shard(layout.numel(), comm_.world(), comm_.rank());
     const bool persistent = layout.numel() <= options_.persistence_threshold;
-    MasterSink sink;
+    OffloadTiers tiers{host, {}, offloaded_params_.get()};
     if (swapped_) {
       const int u = static_cast<int>(groups_.size());
-      sink = [this, u](int64_t begin, const float* values, int64_t count) {
+      tiers.master_sink = [this, u](int64_t begin, const float* values, int64_t count) {
         swapped_->write_master(u, begin, values, count);
       };
     }
     groups_.push_back(std::make_unique<ParamGroup>(device_, *unit, shard, policy_,
                                                    options_.precision, persistent, options_.seed,
-                                                   host, std::move(sink)));
+                                                   std::move(tiers)));
     const ParamGroup& g = *groups_.back();
     ranges.push_back(decay_ranges(layout, g.master_offset(), g.master_offset() + g.master_size()));
     sizes.push_back(g.master_size());
@@ -322,8 +343,28 @@ ParamGroup& Engine::use_unit(const UnitSchedule& schedule, size_t at) {
   g.use(*gather_queue_);
   const auto held = [&](int v) { return groups_[v]->state() != ParamState::kSharded; };
   for (int v : schedule.prefetch(at, live_elements(), held)) groups_[v]->begin_gather(*gather_queue_);
+  prefetch_offloaded(schedule, at);
   note_gathered();
   return g;
+}
+
+void Engine::prefetch_offloaded(const UnitSchedule& schedule, size_t at) {
+  if (!offloaded_params_ || !offloaded_params_->on_nvme()) return;
+  const size_t window = static_cast<size_t>(std::max(1, options_.param_buffers - 1));
+  std::vector<int> slots;
+  for (size_t j = at + 1; j < schedule.size() && slots.size() < window; ++j) {
+    const ParamGroup& v = *groups_[schedule[j].unit];
+    if (!v.params_offloaded() || v.state() != ParamState::kSharded) continue;
+    if (std::find(slots.begin(), slots.end(), v.param_slot()) == slots.end())
+      slots.push_back(v.param_slot());
+  }
+  offloaded_params_->prefetch(slots);
+}
+
+int64_t Engine::nvme_bytes(MemCategory c) const {
+  if (c == MemCategory::kOptimizer) return swapped_ ? swapped_->bytes() : 0;
+  if (c == MemCategory::kParams) return offloaded_params_ ? offloaded_params_->nvme_bytes() : 0;
+  return 0;
 }
 
 void Engine::end_use(const UnitSchedule& schedule, size_t at) {
@@ -510,32 +551,41 @@ void Engine::offloaded_optimizer_step(int u, float lr, float grad_scale) {
   const DType gdtype = g.grad_dtype(), dtype = options_.precision.compute;
   const size_t gsize = dtype_size(gdtype), wsize = dtype_size(dtype);
   const auto* grads = static_cast<const std::byte*>(g.grad_master());
-  auto* working = static_cast<std::byte*>(g.working_master_range());
   const bool fp32 = dtype == DType::kF32;
+  // Where the updated working values go: the device, through the host staging, or (offloaded
+  // parameters) straight into the parameter tier's host memory.
+  std::byte* to_tier =
+      g.params_offloaded() ? static_cast<std::byte*>(g.begin_working_update()) : nullptr;
+  std::byte* to_device = to_tier ? nullptr : static_cast<std::byte*>(g.working_master_range());
   // Elements [begin, begin + count) of the master range: the gradients to the host, one pass
   // updating the master (and the state, when given: else the optimizer's own) and (16-bit)
-  // rounding the working values into the staging, the working values back to the device (fp32:
-  // the master's bits).
+  // rounding the working values, which then go where they live (fp32: the master's bits).
   auto update = [&](int64_t begin, int64_t count, float* master, float* const* state) {
     const size_t at = static_cast<size_t>(begin), count_bytes = static_cast<size_t>(count);
     device_.copy_to_host(offload_grads_.data(), grads + at * gsize, count_bytes * gsize);
+    void* rounded = to_tier ? static_cast<void*>(to_tier + at * wsize) : offload_working_.data();
     optimizer_->step_part_host(u, begin, begin + count, master,
                                ConstOperand(offload_grads_.data(), gdtype),
-                               fp32 ? Operand() : Operand(offload_working_.data(), dtype), lr,
-                               grad_scale, step_, state);
+                               fp32 ? Operand() : Operand(rounded, dtype), lr, grad_scale, step_,
+                               state);
+    if (to_tier) {
+      if (fp32) std::memcpy(to_tier + at * wsize, master, count_bytes * wsize);
+      return;
+    }
     const void* updated = fp32 ? static_cast<const void*>(master) : offload_working_.data();
-    device_.copy_from_host(working + at * wsize, updated, count_bytes * wsize);
+    device_.copy_from_host(to_device + at * wsize, updated, count_bytes * wsize);
   };
   if (swapped_) {  // master and state streamed from NVMe, in the swap files' chunks
     static_assert(SwappedState::kChunk == kOffloadChunk, "one chunk size for the staging");
     swapped_->update(u, [&](int64_t begin, int64_t count, float* const* state) {
       update(begin, count, state[0], state + 1);
     });
-    return;
+  } else {
+    float* master = g.master();  // host memory
+    for (int64_t begin = 0; begin < n; begin += kOffloadChunk)
+      update(begin, std::min(kOffloadChunk, n - begin), master + begin, nullptr);
   }
-  float* master = g.master();  // host memory
-  for (int64_t begin = 0; begin < n; begin += kOffloadChunk)
-    update(begin, std::min(kOffloadChunk, n - begin), master + begin, nullptr);
+  if (to_tier) g.finish_working_update();
 }
 
 void Engine::optimizer_step(int u, float lr, float grad_scale) {
@@ -674,7 +724,8 @@ std::vector<std::byte> Engine::model_state_bytes(int u) {
     where.copy_to_host(out.data() + at, data, bytes);
   };
   Device& state_device = options_.offload_optimizer ? *options_.offload_optimizer : device_;
-  append(device_, g.working_bytes().data(), g.working_bytes().size());
+  out.resize(g.working_bytes());
+  g.read_working(out.data());
   const size_t state_bytes = static_cast<size_t>(g.master_size()) * sizeof(float);
   if (swapped_) {  // the master (left out under fp32, as below) and the state from NVMe
     for (int k = options_.precision.has_master() ? 0 : 1; k < swapped_->num_kinds(); ++k) {

@@ -23,6 +23,7 @@
 #include "runtime/device.h"
 #include "runtime/model.h"
 #include "zero/loss_scaler.h"
+#include "zero/offloaded_params.h"
 #include "zero/optimizer.h"
 #include "zero/param_group.h"
 #include "zero/precision.h"
@@ -63,6 +64,16 @@ struct EngineOptions {
   // (zero/swapped_state.h), streamed through the host tier a chunk at a time. Must outlive the
   // engine. Null: in host memory.
   SwapStore* optimizer_swap = nullptr;
+  // zero_optimization.offload_param (ZeRO-Infinity; stage 3, with offload_optimizer): the
+  // sharded working parameters live on the host tier instead of the device (kParams there), or,
+  // with param_swap, in that store's swap files, one per unit, through a pool of param_buffers
+  // host buffers (offload_param.buffer_count) that also holds the shards fetched ahead
+  // (zero/offloaded_params.h). Each gather copies the unit's shard in from the tier; the
+  // offloaded optimizer writes the updated shard there. Persistent units stay on the device.
+  // param_swap may be optimizer_swap (one store per nvme_path). Bitwise the device's result.
+  bool offload_param = false;
+  SwapStore* param_swap = nullptr;
+  int param_buffers = 5;
   // The tables the engine computes with, given the device's; profiling wraps them
   // (runtime/profiling_kernels.h). What it returns must outlive the engine. Empty: the device's.
   std::function<Kernels&(Kernels& device_table)> kernels;
@@ -168,8 +179,12 @@ class Engine {
   int64_t optimizer_steps() const { return step_; }
   const EngineOptions& options() const { return options_; }
   Device& device() { return device_; }
-  // Bytes of optimizer state in swap files (optimizer_swap), 0 without.
-  int64_t nvme_bytes() const { return swapped_ ? swapped_->bytes() : 0; }
+  // Bytes in swap files: the optimizer state (optimizer_swap: kOptimizer) and the parameters
+  // (param_swap: kParams); 0 for every other category and without swap files.
+  int64_t nvme_bytes(MemCategory c) const;
+  int64_t nvme_bytes() const {
+    return nvme_bytes(MemCategory::kOptimizer) + nvme_bytes(MemCategory::kParams);
+  }
   // The host tier's memory (offload_optimizer), or null when nothing is offloaded.
   const MemoryTracker* host_memory() const {
     return options_.offload_optimizer ? &options_.offload_optimizer->memory() : nullptr;
@@ -200,6 +215,9 @@ class Engine {
   // unless the schedule keeps it.
   ParamGroup& use_unit(const UnitSchedule& schedule, size_t at);
   void end_use(const UnitSchedule& schedule, size_t at);
+  // offload_param on NVMe, before step `at`: the shards of the next sharded units after it
+  // (param_buffers - 1 of them: one buffer stays for a shard needed now) start to be read.
+  void prefetch_offloaded(const UnitSchedule& schedule, size_t at);
   int64_t live_elements() const;  // gathered (and gathering) elements held now
   void note_gathered();
   double all_ranks_sum(double local);  // sum over ranks in rank order, same on every rank
@@ -243,6 +261,7 @@ class Engine {
   Buffer offload_grads_, offload_working_;      // host staging of offloaded steps
   Kernels* offload_kernels_ = nullptr;          // the host tier's table (options_.kernels applied)
   std::unique_ptr<SwappedState> swapped_;       // optimizer_swap: the state's swap files
+  std::unique_ptr<OffloadedParams> offloaded_params_;  // offload_param: the parameter tier
   GradientHook gradient_hook_;
   FaultHook fault_hook_;
   void fault_point(EnginePoint point, int unit) {

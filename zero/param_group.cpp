@@ -47,10 +47,11 @@ void init_flat_range(const FlatLayout& layout, uint64_t seed, int64_t begin, int
 
 ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
                        const ZeroPolicy& policy, const Precision& precision, bool persistent,
-                       uint64_t seed, Device* offload, MasterSink master_sink)
+                       uint64_t seed, OffloadTiers tiers)
     : device_(device),
-      offload_(offload),
-      master_sink_(std::move(master_sink)),
+      offload_(tiers.optimizer),
+      param_tier_(nullptr),
+      master_sink_(std::move(tiers.master_sink)),
       unit_(unit),
       shard_(shard),
       policy_(policy),
@@ -68,11 +69,18 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
   working_range_ = params_sharded_ ? shard_range_ : whole;
   master_range_ = policy.shard_optimizer ? shard_range_ : whole;
   grads_range_ = policy.shard_grads ? shard_range_ : whole;
-  params_ = device_.alloc(param_bytes(working_range_.size), MemCategory::kParams);
-  ZT_ASSERT(!offload || !precision.mixed() || precision.has_master(),
+  ZT_ASSERT(!offload_ || !precision.mixed() || precision.has_master(),
             "unit {}: an offloaded optimizer needs an fp32 master (not pure 16-bit)", name());
-  ZT_ASSERT(!master_sink_ || offload, "unit {}: a master sink without an offload device", name());
-  if ((precision.has_master() || offload) && !master_sink_)
+  ZT_ASSERT(!master_sink_ || offload_, "unit {}: a master sink without an offload device", name());
+  ZT_ASSERT(!tiers.params || offload_,
+            "unit {}: offloaded parameters need the optimizer offloaded (it writes them)", name());
+  if (params_sharded_ && tiers.params) {
+    param_tier_ = tiers.params;
+    param_slot_ = param_tier_->add(name(), param_bytes(working_range_.size));
+  } else {
+    params_ = device_.alloc(param_bytes(working_range_.size), MemCategory::kParams);
+  }
+  if ((precision.has_master() || offload_) && !master_sink_)
     master_ = master_device().alloc(float_bytes(master_range_.size), MemCategory::kOptimizer);
   grads_ = device_.alloc_zeroed(grad_bytes(grads_range_.size), MemCategory::kGrads);
   // Each element's initial value depends only on (seed, tensor, index): any range initialised
@@ -102,19 +110,29 @@ void ParamGroup::assign(const UnitValues& values) {
     master_device().copy_from_host(master_.data(), master_values, float_bytes(master_range_.size));
   else if (master_sink_)
     master_sink_(0, master_values, master_range_.size);
-  if (!precision_.mixed()) {
-    device_.copy_from_host(params_.data(), host.data(), bytes);  // the master too, unless offloaded
-    return;
+  void* offloaded = param_tier_ ? param_tier_->begin_write(param_slot_) : nullptr;
+  if (!precision_.mixed()) {  // the master too, unless offloaded
+    if (offloaded)
+      std::memcpy(offloaded, host.data(), bytes);
+    else
+      device_.copy_from_host(params_.data(), host.data(), bytes);
+  } else {
+    // Rounded into the working dtype by the device's kernels through bounded staging chunks
+    // (fp32 in, and the working dtype out when the parameters live in the parameter tier).
+    const int64_t chunk = std::min<int64_t>(working_range_.size, kStagingChunk);
+    Buffer staged = device_.alloc(float_bytes(chunk), MemCategory::kWorkspace);
+    Buffer rounded;
+    if (offloaded) rounded = device_.alloc(param_bytes(chunk), MemCategory::kWorkspace);
+    for (int64_t begin = 0; begin < working_range_.size; begin += chunk) {
+      const int64_t count = std::min(chunk, working_range_.size - begin);
+      device_.copy_from_host(staged.data(), host.data() + begin, float_bytes(count));
+      void* out = offloaded ? rounded.data() : offset_by(params_.data(), begin, compute_);
+      device_.kernels().cast(out, compute_, staged.data(), DType::kF32, count);
+      if (offloaded)
+        device_.copy_to_host(offset_by(offloaded, begin, compute_), out, param_bytes(count));
+    }
   }
-  // Rounded into the working dtype through a bounded fp32 staging chunk on the device.
-  const int64_t chunk = std::min<int64_t>(working_range_.size, kStagingChunk);
-  Buffer staged = device_.alloc(float_bytes(chunk), MemCategory::kWorkspace);
-  for (int64_t begin = 0; begin < working_range_.size; begin += chunk) {
-    const int64_t count = std::min(chunk, working_range_.size - begin);
-    device_.copy_from_host(staged.data(), host.data() + begin, float_bytes(count));
-    device_.kernels().cast(offset_by(params_.data(), begin, compute_), compute_, staged.data(),
-                           DType::kF32, count);
-  }
+  if (offloaded) param_tier_->finish_write(param_slot_);
 }
 
 void ParamGroup::wrong_state(const char* call) const {
@@ -136,8 +154,16 @@ void ParamGroup::begin_gather(CommQueue& queue) {
   gathered_ = device_.alloc(param_bytes(shard_.padded), MemCategory::kCommBuffers);
   state_ = ParamState::kGathering;
   ++gather_count_;
-  pending_gather_ =
-      queue.all_gather(params_.data(), gathered_.data(), shard_.shard, compute_, name());
+  const void* shard = params_.data();
+  if (param_tier_) {
+    // The shard comes in from the parameter tier to its place in the gathered buffer, which is
+    // then gathered in place.
+    void* own = offset_by(gathered_.data(), shard_.begin(), compute_);
+    device_.copy_from_host(own, param_tier_->fetch(param_slot_), param_bytes(shard_.shard));
+    param_tier_->release(param_slot_);
+    shard = own;
+  }
+  pending_gather_ = queue.all_gather(shard, gathered_.data(), shard_.shard, compute_, name());
 }
 
 void ParamGroup::finish_gather() {
@@ -190,8 +216,21 @@ int64_t ParamGroup::master_size() const { return master_range_.size; }
 int64_t ParamGroup::master_offset() const { return master_range_.begin; }
 
 void* ParamGroup::working_master_range() {
+  ZT_ASSERT(!param_tier_, "unit {}: working parameters asked on the device, but they are offloaded",
+            name());
   return offset_by(params_.data(), offset_in(master_range_, working_range_), compute_);
 }
+
+void* ParamGroup::begin_working_update() {
+  ZT_ASSERT(param_tier_, "unit {}: begin_working_update without offloaded parameters", name());
+  // Stage 3 shards the master and the parameters alike: the master's range is the shard.
+  ZT_ASSERT(offset_in(master_range_, working_range_) == 0 &&
+                master_range_.size == working_range_.size,
+            "unit {}: the master range is not the parameter shard", name());
+  return param_tier_->begin_write(param_slot_);
+}
+
+void ParamGroup::finish_working_update() { param_tier_->finish_write(param_slot_); }
 
 void ParamGroup::sync_working(Kernels& k) {
   ZT_ASSERT(!offload_, "unit {}: sync_working with an offloaded master", name());
@@ -315,8 +354,11 @@ const void* ParamGroup::grad_shard() const {
                    grad_dtype_);
 }
 
-std::span<const std::byte> ParamGroup::working_bytes() const {
-  return {params_.as<const std::byte>(), params_.bytes()};
+void ParamGroup::read_working(void* dst) {
+  if (param_tier_)
+    param_tier_->read(param_slot_, dst);
+  else
+    device_.copy_to_host(dst, params_.data(), params_.bytes());
 }
 
 std::span<const std::byte> ParamGroup::master_bytes() const {

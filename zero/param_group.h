@@ -2,7 +2,9 @@
 // machine of its parameters (sharded -> gathering -> full -> sharded). Which buffers exist
 // follows the ZeroPolicy (what is sharded) and the Precision (in which dtype):
 //   working params  compute dtype, full or this rank's shard (kParams); fp32 training: they are
-//                   also the master
+//                   also the master. Stage 3 with offload_param: the shard lives in the
+//                   parameter tier (zero/offloaded_params.h), off the device, and is copied in
+//                   for each gather
 //   master          mixed precision, or any precision with the optimizer offloaded: fp32, the
 //                   optimizer's range (kOptimizer, beside Adam's m, v), in the memory of the
 //                   optimizer's device (the host tier when offloaded)
@@ -30,6 +32,7 @@
 #include "comm/comm_queue.h"
 #include "runtime/device.h"
 #include "runtime/model.h"
+#include "zero/offloaded_params.h"
 #include "zero/precision.h"
 #include "zero/zero_policy.h"
 
@@ -52,21 +55,34 @@ using UnitValues = std::function<void(int64_t begin, int64_t end, float* dst)>;
 // where the master lives outside the group (an NVMe-offloaded optimizer: SwappedState).
 using MasterSink = std::function<void(int64_t begin, const float* values, int64_t count)>;
 
+// Where a group's state lives off the device (zero_optimization.offload_*).
+struct OffloadTiers {
+  // offload_optimizer: the device whose memory holds the master (the host tier: there is then
+  // a master in every precision but pure 16-bit). Null: the master, if any, is on the device.
+  Device* optimizer = nullptr;
+  // With `optimizer`: the master lives elsewhere (on NVMe); the group holds none, and assign
+  // hands the master range's values to the sink.
+  MasterSink master_sink;
+  // offload_param: where sharded working parameters live (stage 3; persistent units stay on the
+  // device). Null: on the device.
+  OffloadedParams* params = nullptr;
+};
+
 class ParamGroup {
  public:
   // `persistent`: a small unit kept gathered under stage 3 (stage3_param_persistence_threshold).
-  // `offload`: the device whose memory holds the master (the host tier of
-  // offload_optimizer: there is then a master in every precision but pure 16-bit); null: the
-  // master, if any, is on `device`. `master_sink` (with `offload`): the master lives elsewhere
-  // (on NVMe); the group holds none, and assign hands the master range's values to the sink.
   ParamGroup(Device& device, Unit& unit, const ShardLayout& shard, const ZeroPolicy& policy,
              const Precision& precision, bool persistent, uint64_t seed,
-             Device* offload = nullptr, MasterSink master_sink = {});
+             OffloadTiers tiers = {});
 
   const ShardLayout& shard() const { return shard_; }
   const std::string& name() const { return unit_.name(); }
   // True when the parameters live sharded and are gathered for use (stage 3, not persistent).
   bool params_sharded() const { return params_sharded_; }
+  // True when the sharded working parameters live in the parameter tier (offload_param); its
+  // slot for them.
+  bool params_offloaded() const { return param_tier_ != nullptr; }
+  int param_slot() const { return param_slot_; }
 
   // ---- parameters ----
   ParamState state() const { return state_; }
@@ -87,8 +103,6 @@ class ParamGroup {
   float* full_params();                 // fp32 training, kFull only; padded buffer
   // kFull: the full working parameters (padded), compute dtype, for reading them.
   const void* full_working_data() { return full_working(); }
-  // The working parameters this rank holds (full or shard), compute dtype, for writing them.
-  void* working_data() { return params_.data(); }
   int64_t gathered_bytes() const;       // bytes of the gathered copy now held (0 if none)
   int64_t gather_count() const { return gather_count_; }  // begin_gather calls so far
   // The fp32 range this rank's optimizer updates: shard().shard elements (whole padded buffer
@@ -99,8 +113,13 @@ class ParamGroup {
   Device& master_device() { return offload_ ? *offload_ : device_; }
   int64_t master_size() const;
   int64_t master_offset() const;  // where master() starts in the padded buffer
-  // The working parameters over master()'s range, in the compute dtype.
+  // The working parameters over master()'s range, in the compute dtype, on the device. Not
+  // for offloaded parameters: the optimizer writes them through begin_working_update.
   void* working_master_range();
+  // Offloaded parameters: host memory for the updated working values of master()'s range (the
+  // shard, under stage 3), until finish_working_update stores them in the parameter tier.
+  void* begin_working_update();
+  void finish_working_update();
   // Mixed precision, after the optimizer updated master(): the working range = master rounded.
   // Not for an offloaded master (the engine streams it back through host staging).
   void sync_working(Kernels& k);
@@ -134,8 +153,10 @@ class ParamGroup {
   // stage: the range each rank's partial of the global norm covers.
   const void* grad_shard() const;
 
-  // ---- inspection (tests): the bytes of the working params and the master this rank holds.
-  std::span<const std::byte> working_bytes() const;
+  // ---- inspection (tests): the bytes of the working params and the master this rank holds
+  // (working: into host memory, wherever they live).
+  size_t working_bytes() const { return param_bytes(working_range_.size); }
+  void read_working(void* dst);
   std::span<const std::byte> master_bytes() const;
 
  private:
@@ -149,6 +170,8 @@ class ParamGroup {
 
   Device& device_;
   Device* offload_;  // the master's device when offloaded, else null
+  OffloadedParams* param_tier_;  // where the sharded working params live, or null
+  int param_slot_ = -1;
   MasterSink master_sink_;  // where the master lives when not in master_
   Unit& unit_;
   ShardLayout shard_;
@@ -165,7 +188,7 @@ class ParamGroup {
   FlatRange grads_range_;    // grads_: the shard when gradients are sharded
   FlatRange shard_range_;    // this rank's shard
   ParamState state_;
-  Buffer params_;        // working params: full or this rank's shard
+  Buffer params_;        // working params: full or this rank's shard (empty when offloaded)
   Buffer master_;        // mixed precision with a master, or offloaded (master_device())
   Buffer gathered_;      // stage 3
   Buffer grads_;         // stored gradients: full or this rank's shard

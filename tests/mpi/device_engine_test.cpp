@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -273,6 +274,9 @@ struct Outcome {
   std::vector<std::vector<float>> after_load;     // save_weights, a step, load_weights, read
   std::string file;                               // rank 0: the saved safetensors bytes
   size_t device_optimizer_bytes = 0;              // the device's kOptimizer bytes after training
+  size_t device_param_bytes = 0;                  // ... and its kParams bytes
+  size_t host_param_bytes = 0;                    // the host tier's kParams bytes (offload_param)
+  int64_t nvme_param_bytes = 0;                   // Engine::nvme_bytes(kParams)
   size_t master_elements = 0;                     // this rank's master() elements, all units
 };
 
@@ -293,13 +297,27 @@ std::string shared_temp_path(const std::string& tag) {
       .string();
 }
 
-// `offload`: the host tier of an offloaded optimizer, or null; `swap`: its NVMe store, or null.
+// offload_param in a run: the parameters on the host tier, or with `swap` in its swap files
+// through `buffers` host buffers.
+struct ParamOffload {
+  SwapStore* swap = nullptr;
+  int buffers = 5;
+};
+
+// `offload`: the host tier of an offloaded optimizer, or null; `swap`: its NVMe store, or null;
+// `params`: offload_param too (with `offload`).
 Outcome run(const Case& c, Device& device, Communicator& comm, const std::string& tag,
-            Device* offload = nullptr, SwapStore* swap = nullptr) {
+            Device* offload = nullptr, SwapStore* swap = nullptr,
+            const ParamOffload* params = nullptr) {
   Gpt2 model(kModel);
   EngineOptions eo = options(c, model);
   eo.offload_optimizer = offload;
   eo.optimizer_swap = swap;
+  if (params) {
+    eo.offload_param = true;
+    eo.param_swap = params->swap;
+    eo.param_buffers = params->buffers;
+  }
   Engine engine(device, comm, model, eo);
   Outcome out;
   std::vector<GlobalBatch> globals;
@@ -320,6 +338,9 @@ Outcome run(const Case& c, Device& device, Communicator& comm, const std::string
   };
   for (int s = 0; s < 3; ++s) step(s);
   out.device_optimizer_bytes = device.memory().current(MemCategory::kOptimizer);
+  out.device_param_bytes = device.memory().current(MemCategory::kParams);
+  if (offload) out.host_param_bytes = offload->memory().current(MemCategory::kParams);
+  out.nvme_param_bytes = engine.nvme_bytes(MemCategory::kParams);
   for (Unit* unit : model.units()) {
     const ShardLayout shard(unit->layout().numel(), world_size(), my_rank());
     out.master_elements += static_cast<size_t>(c.stage >= 1 ? shard.shard : shard.padded);
@@ -562,6 +583,72 @@ TEST(DeviceEngine, OffloadedOptimizerStateSitsOnTheHostWhileTheEngineLives) {
     ASSERT_NE(engine.host_memory(), nullptr);
     EXPECT_EQ(engine.host_memory(), &host.memory());
   }
+}
+
+// ZeRO-Infinity's parameter tier (stage 3): every unit's working-parameter shard lives off the
+// device (persistence_threshold is 0, so every unit is sharded), on the host tier or in swap
+// files through a pool of host buffers, copied in for each gather and written by the offloaded
+// optimizer. Bitwise the run without any offload; the device holds no parameter bytes, the
+// host tier holds the shards (cpu) or the pool (nvme: buffers x the largest shard rounded up to
+// 4 KiB, plus 4 KiB each for alignment) and the swap files the shards.
+TEST(DeviceEngine, OffloadedParametersGiveTheDeviceBitsFromHostOrSwapFiles) {
+  const SharedTempDir dir("param_offload");
+  const std::vector<Case> cases = {{3, DType::kF32, 1, true, false},
+                                   {3, DType::kBF16, 2, false, true},
+                                   {3, DType::kF16, 1, true, false}};
+  Gpt2 model(kModel);
+  for (const Case& c : cases) {
+    const Outcome expected = plain_outcome(c);
+    EXPECT_GT(expected.device_param_bytes, 0u);
+    size_t shards = 0, largest = 0;
+    for (Unit* unit : model.units()) {
+      const size_t bytes = static_cast<size_t>(ShardLayout(unit->layout().numel(), world_size(), my_rank()).shard) * dtype_size(c.dtype);
+      shards += bytes;
+      largest = std::max(largest, bytes);
+    }
+    // Host memory; swap files with room for every shard; swap files with one buffer (every
+    // gather reads its shard, no prefetch), both with the optimizer state on NVMe too.
+    for (const int buffers : {0, 5, 1}) {
+      SCOPED_TRACE(describe(c) + (buffers == 0 ? " params on the host"
+                                               : fmt::format(" params on NVMe, {} buffers", buffers)));
+      ScrambledDevice device;
+      CpuDevice host;
+      std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+      SwapStoreOptions so;
+      so.nvme_path = dir.path();
+      so.rank = my_rank();
+      std::optional<SwapStore> store;
+      if (buffers > 0) store.emplace(so);
+      SwapStore* swap = store ? &*store : nullptr;
+      const ParamOffload params{swap, std::max(buffers, 1)};
+      const Outcome got = run(c, device, *comm, "param_offload", &host, swap, &params);
+      expect_same_outcome(got, expected);
+      EXPECT_EQ(got.device_param_bytes, 0u);
+      EXPECT_EQ(got.device_optimizer_bytes, 0u);
+      if (buffers == 0) {
+        EXPECT_EQ(got.host_param_bytes, shards);
+        EXPECT_EQ(got.nvme_param_bytes, 0);
+      } else {
+        EXPECT_EQ(got.host_param_bytes, static_cast<size_t>(buffers) * ((largest + 4095) / 4096 * 4096 + 4096));
+        EXPECT_EQ(got.nvme_param_bytes, static_cast<int64_t>(shards));
+        EXPECT_TRUE(std::filesystem::exists(store->path_of(model_unit_name(1) + ".params")));
+      }
+    }
+  }
+}
+
+TEST(DeviceEngine, OffloadedParametersAreRefusedWithoutStage3OrTheOptimizerOffloaded) {
+  ScrambledDevice device;
+  CpuDevice host;
+  std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+  Gpt2 model(kModel);
+  EngineOptions eo = options(Case{2, DType::kBF16, 1, false, false}, model);
+  eo.offload_optimizer = &host;
+  eo.offload_param = true;
+  EXPECT_THROW(Engine(device, *comm, model, eo), Error);
+  eo = options(Case{3, DType::kBF16, 1, false, false}, model);
+  eo.offload_param = true;
+  EXPECT_THROW(Engine(device, *comm, model, eo), Error);
 }
 
 TEST(DeviceEngine, OffloadedOptimizerIsRefusedAtStageZeroAndUnderPure16Bit) {
