@@ -55,15 +55,18 @@ void refuse_unbuilt_features(const Config& config) {
   refuse(oo.device != OffloadDevice::kNone && oo.pin_memory && config.zt.device == "cuda",
          "'zero_optimization.offload_optimizer.pin_memory' true on cuda (host memory is not "
          "pinned yet; set it false)");
-  refuse(config.zero_optimization.offload_param.device != OffloadDevice::kNone,
-         "'zero_optimization.offload_param'");
+  const OffloadConfig& op = config.zero_optimization.offload_param;
+  refuse(op.device != OffloadDevice::kNone && op.pin_memory && config.zt.device == "cuda",
+         "'zero_optimization.offload_param.pin_memory' true on cuda (host memory is not pinned "
+         "yet; set it false)");
 }
 
-// The NVMe swap store of offload_optimizer.device "nvme": its nvme_path, this rank, the aio
+// The NVMe swap store of an offload block's device "nvme": its nvme_path, this rank, the aio
 // block's settings; its notices (stale files of a killed run removed) logged by the rank.
-SwapStoreOptions swap_options(const Config& config, int rank, const Logger& log) {
+SwapStoreOptions swap_options(const Config& config, const std::string& nvme_path, int rank,
+                              const Logger& log) {
   SwapStoreOptions o;
-  o.nvme_path = config.zero_optimization.offload_optimizer.nvme_path;
+  o.nvme_path = nvme_path;
   o.rank = rank;
   o.aio.block_size = config.aio.block_size;
   o.aio.queue_depth = config.aio.queue_depth;
@@ -188,12 +191,19 @@ TrainSetup prepare_training(const std::string& config_path,
 
 namespace {
 
+// What offload needs beyond the engine, declared before it so that it outlives it.
+struct OffloadSlots {
+  std::optional<CpuDevice> host;  // the host tier of offload_optimizer (and offload_param)
+  // The NVMe swap files of offload_optimizer and of offload_param (unset when the parameters
+  // share the optimizer's nvme_path): removed when a store goes, after the engine.
+  std::optional<SwapStore> optimizer_swap, param_swap;
+};
+
 // The body of train(). The model and the engine live in the caller's slots, so that they are
 // still alive in train()'s error handler.
 TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
                       Communicator& comm, const Logger& log, std::optional<Gpt2>& model_slot,
-                      std::optional<CpuDevice>& host_slot, std::optional<SwapStore>& swap_slot,
-                      std::optional<Engine>& engine_slot) {
+                      OffloadSlots& offload, std::optional<Engine>& engine_slot) {
   const Config& config = setup.config;
   const Gpt2Config& model_config = setup.model;
   const int rank = comm.rank(), world = comm.world();
@@ -232,18 +242,38 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     Gpt2& built = model_slot.emplace(model_config);
     EngineOptions engine_opts = engine_options(config, built);
     const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
+    const OffloadConfig& op = config.zero_optimization.offload_param;
     if (oo.device != OffloadDevice::kNone) {
       // ZeRO-Offload: the master and the optimizer state in host memory, updated there; with
       // nvme (ZeRO-Infinity) they live in swap files and stream through host staging.
-      engine_opts.offload_optimizer = &host_slot.emplace();
+      engine_opts.offload_optimizer = &offload.host.emplace();
       if (oo.device == OffloadDevice::kNvme) {
-        engine_opts.optimizer_swap = &swap_slot.emplace(swap_options(config, rank, log));
+        engine_opts.optimizer_swap =
+            &offload.optimizer_swap.emplace(swap_options(config, oo.nvme_path, rank, log));
         log.rank0("offload_optimizer: fp32 master and optimizer state in swap files under {}, "
                   "streamed through host memory; {}",
-                  swap_slot->directory(), default_aio_backend().describe);
+                  offload.optimizer_swap->directory(), default_aio_backend().describe);
       } else {
         log.rank0("offload_optimizer: fp32 master and optimizer state in host memory, updated "
                   "by the CPU kernels");
+      }
+    }
+    if (op.device != OffloadDevice::kNone) {
+      // ZeRO-Infinity's parameter tier (stage 3, with offload_optimizer: checked by the config).
+      // One swap store per directory: with the optimizer's nvme_path, the parameters share it.
+      engine_opts.offload_param = true;
+      engine_opts.param_buffers = op.buffer_count;
+      if (op.device == OffloadDevice::kNvme) {
+        const bool shared = offload.optimizer_swap && op.nvme_path == oo.nvme_path;
+        engine_opts.param_swap =
+            shared ? &*offload.optimizer_swap
+                   : &offload.param_swap.emplace(swap_options(config, op.nvme_path, rank, log));
+        log.rank0("offload_param: stage-3 parameter shards in swap files under {}, through {} "
+                  "host buffers that prefetch the next units' shards",
+                  engine_opts.param_swap->directory(), op.buffer_count);
+      } else {
+        log.rank0("offload_param: stage-3 parameter shards in host memory, copied in for each "
+                  "gather");
       }
     }
     engine_slot.emplace(device, comm, built, std::move(engine_opts));
@@ -412,26 +442,30 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   }
   // Every rank's peak bytes per category, gathered, shown as min/max over ranks, a column pair
   // per tier where bytes live (the device; with an offloaded optimizer the host tier; with NVMe
-  // the optimizer state's swap files, in its category), and appended to the metrics.
+  // the swap files of the optimizer state and the parameters, in their categories), and appended
+  // to the metrics.
   struct Tier {
     std::string name, key;  // column title, summary key prefix
     std::vector<double> mine, lo, hi;
     nlohmann::ordered_json low, high;
   };
   std::vector<Tier> tiers;
-  auto add_tier = [&](std::string name, std::string key, const MemoryTracker* mem, double nvme) {
+  // A tier's bytes per category: a tracker's peaks, or (nvme) what the swap files hold.
+  auto add_tier = [&](std::string name, std::string key, const MemoryTracker* mem) {
     Tier t{std::move(name), std::move(key), std::vector<double>(kNumMemCategories + 1, 0.0), {}, {},
            {}, {}};
-    for (int c = 0; c < kNumMemCategories; ++c)
-      t.mine[c] = mem ? mem->peak(static_cast<MemCategory>(c)) : 0.0;
-    if (!mem) t.mine[static_cast<int>(MemCategory::kOptimizer)] = nvme;
-    t.mine[kNumMemCategories] = mem ? static_cast<double>(mem->peak_total()) : nvme;
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      const auto category = static_cast<MemCategory>(c);
+      t.mine[c] = mem ? static_cast<double>(mem->peak(category))
+                      : static_cast<double>(engine.nvme_bytes(category));
+    }
+    t.mine[kNumMemCategories] = mem ? static_cast<double>(mem->peak_total())
+                                    : static_cast<double>(engine.nvme_bytes());
     tiers.push_back(std::move(t));
   };
-  add_tier("device", "peak_bytes", &device.memory(), 0.0);
-  if (const MemoryTracker* host = engine.host_memory()) add_tier("host", "host_peak_bytes", host, 0.0);
-  if (engine.nvme_bytes() > 0)
-    add_tier("nvme", "nvme_bytes", nullptr, static_cast<double>(engine.nvme_bytes()));
+  add_tier("device", "peak_bytes", &device.memory());
+  if (const MemoryTracker* host = engine.host_memory()) add_tier("host", "host_peak_bytes", host);
+  if (engine.nvme_bytes() > 0) add_tier("nvme", "nvme_bytes", nullptr);
   const size_t rows = kNumMemCategories + 1;
   for (Tier& t : tiers) {
     const std::vector<double> all = all_gather_doubles(comm, t.mine);
@@ -484,11 +518,10 @@ TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& devic
   // Declared here, outside the try: the handler runs while they are alive, so the engine's
   // CommQueue has not been asked to finish (or abandon) anything before the job is ended.
   std::optional<Gpt2> model;
-  std::optional<CpuDevice> host;  // the host tier of an offloaded optimizer: outlives the engine
-  std::optional<SwapStore> swap;  // its NVMe swap files (removed when it goes, after the engine)
+  OffloadSlots offload;  // the host tier and the swap stores: outlive the engine
   std::optional<Engine> engine;
   try {
-    return train_run(setup, cpus, device, comm, log, model, host, swap, engine);
+    return train_run(setup, cpus, device, comm, log, model, offload, engine);
   } catch (...) {
     if (on_error) on_error();
     throw;

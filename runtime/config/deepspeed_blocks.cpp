@@ -122,6 +122,18 @@ void parse_offload(const Reader& r, const json& zero, std::string_view key,
                            "reads the next chunk and writes the last while it updates one, "
                            "through two staging sets",
                            path, k));
+  // The parameter tier's pool: buffer_count buffers, each sized to the largest unit's shard, so
+  // no shard ever misses its buffer; the shards in host memory are those buffers' at most.
+  if (key == "offload_param") {
+    if (Reader::find(*block, "buffer_size"))
+      r.note(fmt::format("'{}.buffer_size' has no effect in ZeroTrain: each of the buffer_count "
+                         "parameter buffers is sized to the largest unit's shard",
+                         path));
+    if (Reader::find(*block, "max_in_cpu"))
+      r.note(fmt::format("'{}.max_in_cpu' has no effect in ZeroTrain: with nvme, host memory "
+                         "holds the buffer_count parameter buffers and no other shard",
+                         path));
+  }
   if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
     r.fail(fmt::format("'{}.nvme_path' is required when '{}.device' is \"nvme\"", path, path));
   }
@@ -188,6 +200,12 @@ void check_offload_stage(const Reader& r, const ZeroConfig& z) {
   if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
     r.fail(fmt::format("'zero_optimization.offload_param' needs zero_optimization.stage 3, got stage {}",
                        z.stage));
+  }
+  if (z.offload_param.device != OffloadDevice::kNone &&
+      z.offload_optimizer.device == OffloadDevice::kNone) {
+    r.fail("'zero_optimization.offload_param' needs 'zero_optimization.offload_optimizer' too "
+           "(device \"cpu\" or \"nvme\"): the optimizer writes the updated parameter shards where "
+           "it runs, on the host");
   }
 }
 
@@ -337,7 +355,8 @@ AioConfig parse_aio(const Reader& r, const json* block, bool nvme_offload) {
                        a.block_size));
   if (!nvme_offload)
     r.note("'aio' has no effect in ZeroTrain here: it tunes NVMe offload "
-           "(zero_optimization.offload_optimizer.device \"nvme\"), which this config does not use");
+           "(zero_optimization.offload_optimizer or offload_param with device \"nvme\"), which "
+           "this config does not use");
   return a;
 }
 

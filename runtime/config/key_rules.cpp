@@ -132,15 +132,16 @@ constexpr KeyRule kZero[] = {
     {"allgather_partitions", E::kBool, H::kAlways,
      "updated parameters are always all-gathered, never broadcast", ""},
     {"sub_group_size", E::kInteger, H::kAlways,
-     "it tiles the optimizer step of ZeRO-3 offload, which this build does not have; each unit's "
-     "shard steps whole", ""},
+     "it sizes the optimizer's sub-groups; ZeroTrain steps each unit's shard, and an offloaded "
+     "optimizer streams it in chunks of 2^20 elements", ""},
     {"load_from_fp32_weights", E::kBool, H::kAlways,
      "ZeroTrain checkpoints hold the fp32 master and a load restores it", ""},
     {"grad_hooks", E::kBool, H::kAlways,
      "stages 2/3 reduce a unit's gradients as its backward finishes, stages 0/1 after the last "
      "micro-batch", ""},
     {"round_robin_gradients", E::kBool, H::kAlways,
-     "it spreads gradient copies for CPU offload, which this build does not have", ""},
+     "it spreads gradient copies for CPU offload across ranks; ZeroTrain's offloaded optimizer "
+     "copies each rank's own gradient shard to the host a chunk at a time", ""},
     {"elastic_checkpoint", E::kBool, H::kAlways,
      "every ZeroTrain checkpoint loads into any world size", ""},
     {"ignore_unused_parameters", E::kBool, H::kAlways,

@@ -170,7 +170,8 @@ Config parse_config(const json& given, const std::string& source, int world_size
   parse_precision(r, j, c);
   c.activation_checkpointing = parse_checkpointing(r, find_block(r, j, "", "activation_checkpointing"));
   c.aio = parse_aio(r, find_block(r, j, "", "aio"),
-                    c.zero_optimization.offload_optimizer.device == OffloadDevice::kNvme);
+                    c.zero_optimization.offload_optimizer.device == OffloadDevice::kNvme ||
+                        c.zero_optimization.offload_param.device == OffloadDevice::kNvme);
   c.zt = parse_zt(r, j);
   c.resolved = given;
   return c;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # DeepSpeed configs as users write them (configs/deepspeed/*.json, no zt block): each is merged
 # with a zt block (gpt2-tiny on the corpus, seq_len 32, 2 steps) and run with mpirun -np 2.
-# Each must train its two steps, or (files named *offload*) stop with exit 2 and exactly one
-# error line naming its key. No output may contain "unknown key". When the first run stops on
+# Each must train its two steps (the offload files too: optimizer and parameters on the host
+# tier). No output may contain "unknown key". When the first run stops on
 # "auto" values zt-train cannot derive, the script applies the --set fixes that line prints and
 # reruns; then every "auto" in the file must be named by that line or by a start-up note of the
 # run that trains. Usage: deepspeed_configs.sh BIN_DIR SOURCE_DIR. Skips (77) without the corpus.
@@ -68,17 +68,6 @@ for file in configs/deepspeed/*.json; do
     run --config "$tmp/$name.json" "${fixes[@]}"
   fi
   if grep -q "unknown key" "$tmp/all"; then fail "output says unknown key:"; grep "unknown key" "$tmp/all"; fi
-  errors=$(grep -c '^zt-train: ' "$tmp/err")
-  case "$name" in
-    *offload*)
-      if [ "$rc" -ne 2 ] || [ "$errors" -ne 1 ] || ! grep '^zt-train: ' "$tmp/err" | grep -q "'zero_optimization.offload_"; then
-        fail "want exit 2 and one error line naming zero_optimization.offload_*, got exit $rc, $errors lines:"
-        sed 's/^/    /' "$tmp/err"
-      else
-        echo "ok   $name: refused: $(grep '^zt-train: ' "$tmp/err")"
-      fi
-      continue ;;
-  esac
   if [ "$rc" -ne 0 ] || ! grep -q '"step":2,' "$out_dir/metrics.jsonl" 2> /dev/null; then
     fail "did not train 2 steps (exit $rc):"
     sed 's/^/    /' "$tmp/err" | head -20
@@ -92,4 +81,4 @@ for file in configs/deepspeed/*.json; do
 done
 
 [ "$failures" -eq 0 ] || { echo "$failures DeepSpeed config check(s) failed"; exit 1; }
-echo "every DeepSpeed config trains or is refused by name; every \"auto\" resolved or named"
+echo "every DeepSpeed config trains; every \"auto\" resolved or named"

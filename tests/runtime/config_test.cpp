@@ -392,6 +392,22 @@ TEST(ConfigAio, NamesGdsBlockSizeAndTheNote) {
                             [&](const std::string& n) { return n.find(key) != std::string::npos; }),
               1)
         << key;
+  // The parameter tier on NVMe uses aio too; its buffer_count is honoured, buffer_size and
+  // max_in_cpu are notes (the buffers are sized to the largest shard).
+  json params = with(with_aio, "/zero_optimization",
+                     {{"stage", 3},
+                      {"offload_optimizer", {{"device", "cpu"}}},
+                      {"offload_param", {{"device", "nvme"}, {"nvme_path", "/x"}, {"buffer_count", 3},
+                                         {"buffer_size", 1e8}, {"max_in_cpu", 1e9}}}});
+  const Config p = parse(params);
+  EXPECT_EQ(aio_notes(p), 0);
+  EXPECT_EQ(p.zero_optimization.offload_param.buffer_count, 3);
+  for (const char* key : {"'zero_optimization.offload_param.buffer_size' has no effect",
+                          "'zero_optimization.offload_param.max_in_cpu' has no effect"})
+    EXPECT_EQ(std::count_if(p.notes.begin(), p.notes.end(),
+                            [&](const std::string& n) { return n.find(key) != std::string::npos; }),
+              1)
+        << key;
 }
 
 TEST(ConfigChoices, UnknownNamesListChoicesAndSuggest) {
@@ -455,6 +471,11 @@ TEST(ConfigCombinations, ConflictsAreErrors) {
   EXPECT_EQ(input_error(with(minimal(), "/zero_optimization", {{"offload_optimizer", {{"device", "cpu"}}}})),
             "configs/x.json: 'zero_optimization.offload_optimizer' needs zero_optimization.stage >= 1, "
             "got stage 0");
+  EXPECT_EQ(input_error(with(minimal(), "/zero_optimization",
+                             {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/x"}}}})),
+            "configs/x.json: 'zero_optimization.offload_param' needs "
+            "'zero_optimization.offload_optimizer' too (device \"cpu\" or \"nvme\"): the optimizer "
+            "writes the updated parameter shards where it runs, on the host");
 }
 
 TEST(ConfigCheckpointing, PoliciesAndUnsupportedOptions) {
@@ -607,12 +628,16 @@ TEST(ConfigFull, EveryBlockParses) {
                           "'zero_optimization.contiguous_gradients'", "'zero_optimization.reduce_scatter'",
                           "'zero_optimization.allgather_partitions'", "'zero_optimization.sub_group_size'",
                           "'activation_checkpointing.contiguous_memory_optimization'",
-                          "'activation_checkpointing.profile'", "'aio'"}) {
+                          "'activation_checkpointing.profile'"}) {
     EXPECT_EQ(std::count_if(c.notes.begin(), c.notes.end(),
                             [&](const std::string& n) { return n.find(key) != std::string::npos; }),
               1)
         << key;
   }
+  // offload_param's nvme tier uses the aio block: no note about it.
+  EXPECT_EQ(std::count_if(c.notes.begin(), c.notes.end(),
+                          [](const std::string& n) { return n.find("'aio'") != std::string::npos; }),
+            0);
   EXPECT_EQ(c.aio.block_size, 262144);
   EXPECT_EQ(c.aio.thread_count, 2);
   EXPECT_FALSE(c.aio.overlap_events);
