@@ -285,7 +285,14 @@ ShardFileWriter::ShardFileWriter(const std::string& dir, int rank)
   std::memcpy(header, kHeaderMagic, 8);
   put_u32(header + 8, kCheckpointFormatVersion);
   put_u32(header + 12, static_cast<uint32_t>(rank));
-  write(header, sizeof header);
+  try {
+    write(header, sizeof header);
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    const std::string path = file_.path();
+    file_ = CheckedFile();
+    ::unlink(path.c_str());
+    throw;
+  }
 }
 
 ShardFileWriter::~ShardFileWriter() {
@@ -391,8 +398,10 @@ std::string prepare_checkpoint_dir(const std::string& root, int64_t step) {
 
 namespace {
 
-// Deletes committed step directories beyond the keep_last newest (by step) and every leftover
-// step*.tmp / step*.old directory, never `keep` (the step just committed, which `latest` names).
+// Deletes committed step directories beyond the keep_last newest by step number (keep_last <= 0:
+// none) and every leftover step*.tmp / step*.old directory; never `keep` (the step just
+// committed, which `latest` names), even when keep_last newer steps exist (a run resumed from an
+// earlier step: then keep_last + 1 directories remain).
 void prune_checkpoints(const fs::path& root, const std::string& keep, int keep_last) {
   std::vector<std::pair<int64_t, fs::path>> committed;
   std::vector<fs::path> leftovers;
@@ -400,7 +409,6 @@ void prune_checkpoints(const fs::path& root, const std::string& keep, int keep_l
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     if (!it->is_directory(ec) || ec) continue;
     const std::string name = it->path().filename().string();
-    if (name == keep) continue;
     if (const int64_t step = parse_step_name(name); step >= 0) {
       committed.emplace_back(step, it->path());
     } else if (name.ends_with(".tmp") || name.ends_with(".old")) {
@@ -413,9 +421,9 @@ void prune_checkpoints(const fs::path& root, const std::string& keep, int keep_l
   if (keep_last <= 0) return;
   std::sort(committed.begin(), committed.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
-  // `keep` counts as one of the keep_last (it is never deleted, whatever its step).
-  const size_t others = static_cast<size_t>(keep_last - 1);
-  for (size_t i = others; i < committed.size(); ++i) remove_tree(committed[i].second);
+  for (size_t i = static_cast<size_t>(keep_last); i < committed.size(); ++i) {
+    if (committed[i].second.filename() != keep) remove_tree(committed[i].second);
+  }
 }
 
 }  // namespace

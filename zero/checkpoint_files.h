@@ -165,7 +165,8 @@ std::string prepare_checkpoint_dir(const std::string& root, int64_t step);
 // exchange, moved to step<N>.old first, and deleted only once the new one is in place); fsyncs
 // root; replaces `<root>/latest` atomically with "step<N>\n"; then deletes committed step
 // directories beyond the keep_last newest by step number (keep_last <= 0: keep all) and leftover
-// step*.tmp / step*.old directories, never step<N> itself. manifest.step must be `step`.
+// step*.tmp / step*.old directories, never step<N> itself (a run resumed from an earlier step
+// keeps its new step<N> beside the keep_last newer ones). manifest.step must be `step`.
 // Not safe while another save into the same root is under way.
 void commit_checkpoint(const std::string& root, int64_t step, const CheckpointManifest& manifest,
                        int keep_last);
@@ -199,7 +200,8 @@ class CheckpointReader {
 
   // True when the checkpoint has records of `kind` for `unit`.
   bool has(const std::string& unit, const std::string& kind) const;
-  // The dtype of `unit`'s `kind` records; kInput when there are none.
+  // The dtype of `unit`'s `kind` records; kInput when there are none (records all empty, of a
+  // unit without elements: fp32).
   DType dtype(const std::string& unit, const std::string& kind) const;
 
   // Elements [global_begin, global_begin + count) of `unit`'s `kind` into dst (count elements

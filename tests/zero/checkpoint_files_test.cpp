@@ -288,6 +288,20 @@ TEST(CheckpointFiles, CommitReplacesAnExistingStep) {
   EXPECT_EQ(reader.manifest().world_size, 2);
 }
 
+// Where the file system has no RENAME_EXCHANGE, commit_checkpoint moves an existing step<N> to
+// step<N>.old before the new one takes its name; a crash between the two renames leaves
+// `latest` naming step<N>, found as step<N>.old, and the next commit removes it.
+TEST(CheckpointFiles, ReaderFindsAStepMovedAsideByAnInterruptedReplace) {
+  TempDir tmp;
+  save(tmp.path(), 8);
+  fs::rename(tmp / "step8", tmp / "step8.old");
+  const CheckpointReader reader(tmp.path());
+  EXPECT_EQ(reader.dir(), tmp / "step8.old");
+  EXPECT_EQ(reader.manifest().step, 8);
+  save(tmp.path(), 9);
+  EXPECT_EQ(entries(tmp.path()), (std::vector<std::string>{"latest", "step9"}));
+}
+
 TEST(CheckpointFiles, CrashedSaveLeavesLatestOnThePreviousStep) {
   TempDir tmp;
   save(tmp.path(), 1);
