@@ -115,6 +115,8 @@ struct BenchOffloadOptions {
   int steps = 5;   // timed steps per row
   int warmup = 1;  // untimed steps first
   std::string precision = "fp32";  // fp32, bf16 or fp16 (mixed: offload needs an fp32 master)
+  // gradient_clipping of every row; 0: off, and the host updates then start in the backward.
+  float gradient_clipping = 1.0f;
   std::string json_path;
 };
 

@@ -232,14 +232,11 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The share of a step's optimizer phase that ran while another of its phases (forward,
-// backward) did: what the phases' sum exceeds the step's wall time by, credited to the
-// optimizer, clamped to [0, 1]. Phases that run one after another on one thread (this engine:
-// the optimizer starts after the backward has finished) sum to at most the wall time, so 0.
-double hidden_share(const StepTimes& t, double wall_seconds) {
-  if (t.optimizer <= 0.0) return 0.0;
-  return std::clamp((t.forward + t.backward + t.optimizer - wall_seconds) / t.optimizer, 0.0,
-                    1.0);
+// The share of a step's host optimizer work (the cpu row's update thread) that ran before the
+// backward ended: StepTimes::host_optimizer_hidden / host_optimizer. 0 for a row without it
+// (none; nvme streams its update after the backward on the engine's thread).
+double hidden_share(const StepTimes& t) {
+  return t.host_optimizer > 0.0 ? t.host_optimizer_hidden / t.host_optimizer : 0.0;
 }
 
 // One row of the step-time section, measured: per timed step its wall time and the engine's
@@ -269,7 +266,7 @@ class StepRun {
     EngineOptions eo;
     eo.optimizer.type = OptimizerOptions::Type::kAdamW;
     eo.optimizer.weight_decay = 0.1f;
-    eo.gradient_clipping = 1.0f;
+    eo.gradient_clipping = o.gradient_clipping;
     eo.policy = ZeroPolicy::for_stage(2);
     eo.precision = bench_precision(o.precision);
     if (offload != "none") eo.offload_optimizer = &host_.emplace();
@@ -294,7 +291,7 @@ class StepRun {
     row_.forward_ms.push_back(r.times.forward * 1e3);
     row_.backward_ms.push_back(r.times.backward * 1e3);
     row_.optimizer_ms.push_back(r.times.optimizer * 1e3);
-    row_.hidden.push_back(hidden_share(r.times, wall));
+    row_.hidden.push_back(hidden_share(r.times));
   }
 
   // The row: peak memory as the steps left it, then every unit's parameters.
@@ -342,8 +339,8 @@ nlohmann::ordered_json peak_bytes_json(const MemoryTracker* m) {
 }
 
 constexpr const char* kHiddenRule =
-    "per step (forward + backward + optimizer - step wall time) / optimizer, clamped to [0, 1], "
-    "the median of the timed steps";
+    "per step, the host optimizer thread's time before the backward ended over its whole time "
+    "(StepTimes::host_optimizer_hidden / host_optimizer), the median of the timed steps";
 
 // The step-time section: its rows printed, and as the JSON object's "step". `ok` is set false
 // when an offloaded row's parameters differ from the row without offload.
@@ -413,20 +410,23 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
                 "(read_unit_params of all {} units)",
                 r.offload, o.warmup + o.steps, *r.bitwise_equal ? "yes" : "NO", r.params.size());
   log.rank0("ms/step: the median step's wall time; forward, backward and optimizer ms: medians "
-            "of the engine's StepTimes (optimizer: gradient norm, clipping, the update and the "
-            "parameter refresh; offloaded, the copies to and from the host tier too). hidden: "
-            "the share of the optimizer phase that overlapped backward, {}; this engine runs the "
-            "optimizer after the backward on the same thread, so it reads 0",
-            kHiddenRule);
+            "of the engine's StepTimes (optimizer: from the backward's end, gradient norm, "
+            "clipping, the update or what of it is left, the copies back and the parameter "
+            "refresh). hidden: {}. gradient_clipping {}: {}",
+            kHiddenRule, o.gradient_clipping,
+            o.gradient_clipping > 0.0f
+                ? "the cpu row's updates wait for the global norm, after the backward"
+                : "the cpu row's updates start as each unit's gradient is reduced, in the backward");
   log.rank0("On the CPU back end the host tier and the device are the same cores and the same "
-            "memory: offload cannot make a step faster here; it moves the optimizer's bytes off "
-            "the device (the host tier's grads and work are its staging)");
+            "memory: offload cannot make a step faster here (the host thread's update competes "
+            "with the backward for the cores); it moves the optimizer's bytes off the device");
 
   nlohmann::ordered_json j = {{"model", o.model},
                               {"parameters", params},
                               {"batch", B},
                               {"seq_len", T},
                               {"precision", o.precision},
+                              {"gradient_clipping", o.gradient_clipping},
                               {"stage", 2},
                               {"ranks", 1},
                               {"steps", o.steps},

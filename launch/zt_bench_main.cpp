@@ -171,6 +171,9 @@ int offload_main(int argc, char** argv) {
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "step time: untimed steps first")
       ("precision", po::value(&o.precision)->default_value(o.precision),
        "step time: fp32, bf16 or fp16 (mixed, fp32 master)")
+      ("gradient-clipping", po::value(&o.gradient_clipping)->default_value(o.gradient_clipping),
+       "step time: max global norm of every row; 0: off (the cpu row's updates then start in "
+       "the backward)")
       ("json", po::value(&o.json_path), "also write the figures to this JSON file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "offload", vm)) return 0;

@@ -227,19 +227,36 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     sizes.push_back(g.master_size());
     gathered.push_back(g.params_sharded() ? shard.padded : 0);
   }
+  const DType compute = options_.precision.compute;
+  const bool pipelined = host && !swapped_;
   if (host) {  // the optimizer's state and its updates on the host tier
-    offload_kernels_ = &table(options_, host->kernels());
-    int64_t largest = 0;
-    for (int64_t n : sizes) largest = std::max(largest, n);
-    const size_t chunk = static_cast<size_t>(std::min(largest, kOffloadChunk));
-    offload_grads_ = host->alloc(chunk * dtype_size(groups_[0]->grad_dtype()), MemCategory::kGrads);
-    offload_working_ = host->alloc(chunk * dtype_size(options_.precision.compute),
-                                   MemCategory::kWorkspace);
+    // The pipelined step's updates run on the host thread: on the host tier's own table
+    // (options_.kernels, e.g. profiling, is the engine thread's).
+    offload_kernels_ = pipelined ? &host->kernels() : &table(options_, host->kernels());
+    if (pipelined) {
+      for (size_t u = 0; u < groups_.size(); ++u) {
+        const auto n = static_cast<size_t>(sizes[u]);
+        host_grads_.push_back(
+            host->alloc(n * dtype_size(groups_[u]->grad_dtype()), MemCategory::kGrads));
+        host_working_.push_back(compute == DType::kF32
+                                    ? Buffer()
+                                    : host->alloc(n * dtype_size(compute), MemCategory::kWorkspace));
+      }
+      host_updates_.resize(groups_.size());
+    } else {
+      int64_t largest = 0;
+      for (int64_t n : sizes) largest = std::max(largest, n);
+      const size_t chunk = static_cast<size_t>(std::min(largest, kOffloadChunk));
+      offload_grads_ =
+          host->alloc(chunk * dtype_size(groups_[0]->grad_dtype()), MemCategory::kGrads);
+      offload_working_ = host->alloc(chunk * dtype_size(compute), MemCategory::kWorkspace);
+    }
   }
   optimizer_ = std::make_unique<Optimizer>(host ? *host : device_,
                                            host ? *offload_kernels_ : kernels_,
                                            options_.optimizer, std::move(ranges),
                                            std::move(sizes), swapped_ != nullptr);
+  if (pipelined) host_worker_ = std::make_unique<HostWorker>();
   const GatherLimits limits{options_.prefetch_bucket_size, options_.max_live_parameters,
                             options_.max_reuse_distance};
   training_schedule_ =
@@ -416,6 +433,7 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
   t0 = Clock::now();
   GradientReducer reducer(*reduce_queue_, kernels_, options_.reduce_bucket_size,
                           options_.overlap_comm);
+  if (collecting_grads_) reducer.set_on_reduced([this](ParamGroup& g) { gradient_ready(g); });
   for (size_t l = L; l-- > 0;) {
     const size_t at = schedule.backward_step(l);
     const int u = schedule[at].unit;
@@ -451,6 +469,13 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   const CommStats comm_before = comm_stats();
   set_context(fmt::format("step {}", step_ + 1));  // names the step in a timeout report
   for (auto& g : groups_) g->zero_grads();
+  const bool pipelined = host_worker_ != nullptr;
+  if (pipelined) {  // a step that failed may have left updates running: they end first
+    host_worker_->drain();
+    host_worker_->reset_times();
+    std::fill(host_updates_.begin(), host_updates_.end(), HostUpdate{});
+    host_update_order_.clear();
+  }
   StepResult result;
   result.lr = lr;
   // fp16: the loss (through its gradient dloss) is multiplied by the scale; powers of two, so
@@ -466,10 +491,25 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
     const Batch& batch = micro_batches[i];
     const double positions = static_cast<double>(batch.B * batch.T) * accumulation * comm_.world();
     const bool reduce_now = policy_.shard_grads || i + 1 == accumulation;
-    local_loss += run_pass(batch, PassMode::kTraining, static_cast<float>(scale / positions),
-                           reduce_now) /
-                  accumulation;
+    // The last micro-batch completes every unit's gradient: an offloaded optimizer takes each
+    // as its reduction finishes, and updates at once when nothing global scales it.
+    collecting_grads_ = pipelined && i + 1 == accumulation;
+    if (collecting_grads_ && !loss_scaler_ && options_.gradient_clipping <= 0.0f)
+      early_ = EarlyUpdates{lr, step_ + 1};
+    try {
+      local_loss += run_pass(batch, PassMode::kTraining, static_cast<float>(scale / positions),
+                             reduce_now) /
+                    accumulation;
+    } catch (...) {
+      collecting_grads_ = false;
+      early_.reset();
+      throw;
+    }
+    collecting_grads_ = false;
+    early_.reset();
   }
+  const Clock::time_point backward_end = Clock::now();
+  result.early_updates = static_cast<int>(host_update_order_.size());
   result.loss = all_ranks_sum(local_loss) / comm_.world();
 
   // Global norm: each rank's partial over its shard of every unit, in unit order, then the
@@ -518,11 +558,83 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
     if (coef < 1.0) grad_scale = coef / scale;
   }
   ++step_;
-  for (size_t u = 0; u < groups_.size(); ++u)
-    optimizer_step(static_cast<int>(u), lr, static_cast<float>(grad_scale));
+  if (pipelined) {
+    // Updates not started in the backward start now, with the global scaling known; each
+    // unit's working parameters go back as its update finishes.
+    for (size_t u = 0; u < groups_.size(); ++u) {
+      if (host_updates_[u].submitted) continue;
+      fault_point(EnginePoint::kOptimizer, static_cast<int>(u));
+      submit_host_update(static_cast<int>(u), lr, static_cast<float>(grad_scale), step_);
+    }
+    collect_host_updates(true);
+    times_.host_optimizer = host_worker_->busy_seconds();
+    times_.host_optimizer_hidden = host_worker_->busy_seconds_before(backward_end);
+  } else {
+    for (size_t u = 0; u < groups_.size(); ++u)
+      optimizer_step(static_cast<int>(u), lr, static_cast<float>(grad_scale));
+  }
   refresh_params();
   finish_times();
   return result;
+}
+
+void Engine::gradient_ready(ParamGroup& g) {
+  const int u = static_cast<int>(
+      std::find_if(groups_.begin(), groups_.end(), [&](const auto& p) { return p.get() == &g; }) -
+      groups_.begin());
+  ZT_ASSERT(u < num_units(), "unit {} is not the engine's", g.name());
+  const size_t bytes = static_cast<size_t>(g.master_size()) * dtype_size(g.grad_dtype());
+  device_.copy_to_host(host_grads_[u].data(), g.grad_master(), bytes);
+  if (early_) {
+    ZT_ASSERT(early_->step == step_ + 1, "early update for step {} at step {}", early_->step,
+              step_ + 1);
+    fault_point(EnginePoint::kOptimizer, u);
+    submit_host_update(u, early_->lr, 1.0f, early_->step);  // no clipping, no loss scale
+  }
+  collect_host_updates(false);
+}
+
+void Engine::submit_host_update(int u, float lr, float grad_scale, int64_t step) {
+  ParamGroup& g = *groups_[u];
+  HostUpdate& h = host_updates_[u];
+  ZT_ASSERT(!h.submitted, "unit {}: update submitted twice", g.name());
+  float* master = g.master();  // host memory
+  const int64_t n = g.master_size();
+  const ConstOperand grads(host_grads_[u].data(), g.grad_dtype());
+  const DType dtype = options_.precision.compute;
+  const Operand working =
+      dtype == DType::kF32 ? Operand() : Operand(host_working_[u].data(), dtype);
+  Optimizer& optimizer = *optimizer_;
+  h.ticket = host_worker_->submit([&optimizer, u, n, master, grads, working, lr, grad_scale, step] {
+    optimizer.step_part_host(u, 0, n, master, grads, working, lr, grad_scale, step);
+  });
+  h.submitted = true;
+  host_update_order_.push_back(u);
+}
+
+void Engine::write_back(int u) {
+  ParamGroup& g = *groups_[u];
+  const DType dtype = options_.precision.compute;
+  // fp32: the updated master is the working parameters' bits.
+  const void* updated =
+      dtype == DType::kF32 ? static_cast<const void*>(g.master()) : host_working_[u].data();
+  const size_t bytes = static_cast<size_t>(g.master_size()) * dtype_size(dtype);
+  if (g.params_offloaded()) {
+    std::memcpy(g.begin_working_update(), updated, bytes);
+    g.finish_working_update();
+  } else {
+    device_.copy_from_host(g.working_master_range(), updated, bytes);
+  }
+}
+
+void Engine::collect_host_updates(bool all) {
+  for (int u : host_update_order_) {
+    HostUpdate& h = host_updates_[u];
+    if (h.written_back || (!all && !host_worker_->done(h.ticket))) continue;
+    host_worker_->wait(h.ticket);
+    write_back(u);
+    h.written_back = true;
+  }
 }
 
 void Engine::refresh_params() {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "comm/communicator.h"
 #include "runtime/device.h"
 #include "runtime/model.h"
+#include "zero/host_worker.h"
 #include "zero/loss_scaler.h"
 #include "zero/offloaded_params.h"
 #include "zero/optimizer.h"
@@ -55,9 +57,17 @@ struct EngineOptions {
   Precision precision;                          // fp32, mixed or pure 16-bit
   // zero_optimization.offload_optimizer (ZeRO-Offload): the device whose memory holds the fp32
   // master and the optimizer state (the host tier: a CpuDevice), and whose kernels run the
-  // optimizer. Each step, a unit's gradient shard goes to it and the updated working
-  // parameters come back, kOffloadChunk elements at a time through host staging; the result
-  // is bitwise the device's. Stages 1-3, not pure 16-bit. Must outlive the engine. Null: off.
+  // optimizer; the result is bitwise the device's. Stages 1-3, not pure 16-bit. Must outlive
+  // the engine. Null: off. The step is a pipeline (Engine::gradient_ready): in the last
+  // micro-batch's backward each unit's gradient shard goes to the host as soon as its
+  // reduction is finished, and a host thread (zero/host_worker.h) runs the update on it: at
+  // once, behind the rest of the backward, when nothing global scales the gradients (no
+  // gradient_clipping, no fp16 loss scaling), else after the backward once the global norm is
+  // known; the engine thread copies each unit's updated working parameters back as its update
+  // finishes, while later units still update. The host tier holds every unit's gradient shard
+  // (kGrads) and, 16-bit, its updated working values (kWorkspace). With optimizer_swap the
+  // step streams instead (kOffloadChunk elements at a time through host staging, after the
+  // backward).
   Device* offload_optimizer = nullptr;
   // offload_optimizer.device "nvme" (ZeRO-Infinity), with offload_optimizer set: the master and
   // the optimizer state live in this store's swap files instead of host memory
@@ -83,13 +93,17 @@ struct EngineOptions {
 // backward and optimizer are the engine thread's wall time in each phase (backward includes
 // waiting for reductions it could not overlap); reduce and gather are the communication
 // threads' time executing gradient reductions and parameter all-gathers (stage-3 gathers and
-// the post-step refresh), which overlap with the phases.
+// the post-step refresh), which overlap with the phases. host_optimizer: an offloaded
+// optimizer's host thread running the update (offload_optimizer "cpu"), and
+// host_optimizer_hidden the part of it that ran before the backward ended.
 struct StepTimes {
   double forward = 0.0;
   double backward = 0.0;
   double optimizer = 0.0;
   double reduce = 0.0;
   double gather = 0.0;
+  double host_optimizer = 0.0;
+  double host_optimizer_hidden = 0.0;
 };
 
 struct StepResult {
@@ -102,6 +116,9 @@ struct StepResult {
   bool skipped = false;
   LossScalerEvent scale_update;
   StepTimes times;
+  // offload_optimizer "cpu": the units whose update started during the backward (all of them
+  // without gradient clipping or loss scaling, else none).
+  int early_updates = 0;
   // Non-empty when training cannot go on, agreed on every rank: an overflow with the loss scale
   // already at min_loss_scale (DeepSpeed raises there). Nothing was updated.
   std::string failure;
@@ -233,9 +250,18 @@ class Engine {
                            const std::function<void(float*, int64_t, int64_t)>& f);
   static constexpr int64_t kWorkspaceChunk = int64_t{1} << 22;
   void optimizer_step(int u, float lr, float grad_scale);
-  // The offloaded step of unit u: gradients to the host, the update there, working parameters
-  // back, a chunk at a time.
+  // The offloaded step of unit u with its state on NVMe: gradients to the host, the update there,
+  // working parameters back, a chunk at a time.
   void offloaded_optimizer_step(int u, float lr, float grad_scale);
+  // The pipelined offloaded step (offload_optimizer "cpu"). gradient_ready: the reducer
+  // finished g's last reduction of the step: its gradient shard to the host, and (early_) its
+  // update submitted. submit_host_update: unit u's update on the host thread. write_back: its
+  // updated working parameters to where they live (device or parameter tier).
+  // collect_host_updates: write back the finished updates (all of them, waiting, when `all`).
+  void gradient_ready(ParamGroup& g);
+  void submit_host_update(int u, float lr, float grad_scale, int64_t step);
+  void write_back(int u);
+  void collect_host_updates(bool all);
   static constexpr int64_t kOffloadChunk = int64_t{1} << 20;
   // After the optimizer: full parameters refreshed from every rank's master where the
   // optimizer is sharded but the parameters are not, allgather_bucket_size elements at a time.
@@ -262,6 +288,23 @@ class Engine {
   Kernels* offload_kernels_ = nullptr;          // the host tier's table (options_.kernels applied)
   std::unique_ptr<SwappedState> swapped_;       // optimizer_swap: the state's swap files
   std::unique_ptr<OffloadedParams> offloaded_params_;  // offload_param: the parameter tier
+  // The pipelined offloaded step: per unit, its gradient shard and (16-bit) updated working
+  // values on the host tier, and where its update stands this step.
+  struct HostUpdate {
+    bool submitted = false;
+    bool written_back = false;
+    size_t ticket = 0;
+  };
+  std::vector<Buffer> host_grads_, host_working_;
+  std::vector<HostUpdate> host_updates_;
+  std::vector<int> host_update_order_;  // units in the order their updates were submitted
+  bool collecting_grads_ = false;  // the last micro-batch's backward is running
+  // ... and the updates start at once: the step's lr and Adam step (no global scaling).
+  struct EarlyUpdates {
+    float lr;
+    int64_t step;
+  };
+  std::optional<EarlyUpdates> early_;
   GradientHook gradient_hook_;
   FaultHook fault_hook_;
   void fault_point(EnginePoint point, int unit) {
@@ -271,6 +314,8 @@ class Engine {
   int64_t step_ = 0;
   int64_t peak_gathered_bytes_ = 0;
   StepTimes times_;  // of the step in progress
+  // Last: destroyed first, so no update runs on buffers already freed.
+  std::unique_ptr<HostWorker> host_worker_;
 };
 
 }  // namespace zt

@@ -33,8 +33,10 @@ void GradientReducer::launch_bucket() {
 void GradientReducer::finish_in_flight() {
   while (!in_flight_.empty()) {
     in_flight_.front().second.wait();
-    in_flight_.front().first->finish_reduce(kernels_);
+    ParamGroup* group = in_flight_.front().first;
+    group->finish_reduce(kernels_);
     in_flight_.pop_front();
+    if (on_reduced_) on_reduced_(*group);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,9 @@ class GradientReducer {
   void finish();
   // Reductions launched and not yet finished.
   size_t in_flight() const { return in_flight_.size(); }
+  // Called with each group once its reduction is finished and in its store (the engine sends
+  // the step's final gradients to an offloaded optimizer from here).
+  void set_on_reduced(std::function<void(ParamGroup&)> f) { on_reduced_ = std::move(f); }
 
  private:
   void launch_bucket();
@@ -46,6 +50,7 @@ class GradientReducer {
   std::vector<ParamGroup*> bucket_;
   int64_t bucket_elements_ = 0;
   std::deque<std::pair<ParamGroup*, CommHandle>> in_flight_;
+  std::function<void(ParamGroup&)> on_reduced_;
 };
 
 }  // namespace zt

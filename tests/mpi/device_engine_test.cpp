@@ -235,15 +235,17 @@ struct Case {
   bool overlap;
   bool checkpoint;
   OptimizerOptions::Type optimizer = OptimizerOptions::Type::kAdamW;
+  bool clip = true;  // gradient_clipping 0.5 (small enough to clip), else off
 };
 
 std::string describe(const Case& c) {
   const char* optimizer = c.optimizer == OptimizerOptions::Type::kAdam  ? " Adam"
                           : c.optimizer == OptimizerOptions::Type::kSgd ? " SGD"
                                                                         : "";
-  return fmt::format("stage {} {} accumulation {}{}{}{}", c.stage, dtype_name(c.dtype),
+  return fmt::format("stage {} {} accumulation {}{}{}{}{}", c.stage, dtype_name(c.dtype),
                      c.accumulation, c.overlap ? " overlap_comm" : "",
-                     c.checkpoint ? " checkpointed" : "", optimizer);
+                     c.checkpoint ? " checkpointed" : "", optimizer,
+                     c.clip ? "" : " no clipping");
 }
 
 EngineOptions options(const Case& c, Model& model) {
@@ -251,7 +253,7 @@ EngineOptions options(const Case& c, Model& model) {
   o.optimizer.type = c.optimizer;
   o.optimizer.weight_decay = 0.1f;
   o.optimizer.momentum = 0.9f;  // SGD
-  o.gradient_clipping = 0.5f;  // small enough to clip
+  o.gradient_clipping = c.clip ? 0.5f : 0.0f;
   o.policy = ZeroPolicy::for_stage(c.stage);
   o.overlap_comm = c.overlap;
   o.reduce_bucket_size = 10'000;
@@ -277,6 +279,7 @@ struct Outcome {
   size_t device_param_bytes = 0;                  // ... and its kParams bytes
   size_t host_param_bytes = 0;                    // the host tier's kParams bytes (offload_param)
   int64_t nvme_param_bytes = 0;                   // Engine::nvme_bytes(kParams)
+  std::vector<int> early_updates;                 // per train_step (offload_optimizer)
   size_t master_elements = 0;                     // this rank's master() elements, all units
 };
 
@@ -327,6 +330,7 @@ Outcome run(const Case& c, Device& device, Communicator& comm, const std::string
     out.grad_norms.push_back(r.grad_norm);
     out.loss_scales.push_back(r.loss_scale);
     out.skipped.push_back(r.skipped ? 1.0 : 0.0);
+    out.early_updates.push_back(r.early_updates);
   };
   auto read_all = [&] {
     std::vector<std::vector<float>> units;
@@ -536,6 +540,51 @@ TEST(DeviceEngine, NvmeOffloadedOptimizerGivesTheDeviceBitsFromSwapFiles) {
     }
     EXPECT_FALSE(std::filesystem::exists(rank_dir)) << "swap files left after a clean exit";
   }
+}
+
+// The pipelined host step: without gradient clipping (and without fp16's loss scale) nothing
+// global scales a unit's gradient, so each unit's update starts on the host thread as soon as
+// its last reduction of the step finished, behind the rest of the backward, and its working
+// parameters go back while later units update. Still bitwise the run without offload, with
+// the parameters on the device, in host memory or in swap files.
+TEST(DeviceEngine, OffloadedOptimizerUpdatesBehindTheBackwardWithoutClipping) {
+  const SharedTempDir dir("early_updates");
+  using T = OptimizerOptions::Type;
+  const std::vector<Case> cases = {{1, DType::kBF16, 1, true, false, T::kAdamW, false},
+                                   {2, DType::kBF16, 2, true, false, T::kAdamW, false},
+                                   {2, DType::kF32, 1, false, false, T::kSgd, false},
+                                   {3, DType::kF32, 1, true, false, T::kAdamW, false},
+                                   {3, DType::kBF16, 2, true, true, T::kAdam, false}};
+  const int units = static_cast<int>(Gpt2(kModel).units().size());
+  for (const Case& c : cases) {
+    const Outcome expected = plain_outcome(c);
+    for (const int params : {0, 1, 2}) {  // parameters on the device; offloaded to cpu; nvme
+      if (params > 0 && c.stage != 3) continue;
+      SCOPED_TRACE(describe(c) + (params == 1 ? " params on the host" : params == 2 ? " params on NVMe" : ""));
+      ScrambledDevice device;
+      CpuDevice host;
+      std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+      std::optional<SwapStore> store;
+      if (params == 2) {
+        SwapStoreOptions so;
+        so.nvme_path = dir.path();
+        so.rank = my_rank();
+        store.emplace(so);
+      }
+      const ParamOffload offload_params{store ? &*store : nullptr, 2};
+      const Outcome got = run(c, device, *comm, "early", &host, nullptr,
+                              params > 0 ? &offload_params : nullptr);
+      expect_same_outcome(got, expected);
+      for (int early : got.early_updates) EXPECT_EQ(early, units);
+    }
+  }
+  // With clipping the updates wait for the global norm: none starts in the backward.
+  const Case clipped{2, DType::kBF16, 1, true, false};
+  ScrambledDevice device;
+  CpuDevice host;
+  std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
+  const Outcome got = run(clipped, device, *comm, "clipped", &host);
+  for (int early : got.early_updates) EXPECT_EQ(early, 0);
 }
 
 TEST(DeviceEngine, NvmeOffloadedStateBytesAreTheFormula) {
