@@ -110,6 +110,9 @@ class EmbeddingLayer final : public Layer {
     k.embedding_backward(root_.grad(kWte), root_.grad(kWpe), io.d_output, b.inputs, b.B, b.T,
                          c_.n_embd);
   }
+  std::optional<LayerActivations> activations(int64_t, int64_t, bool) const override {
+    return LayerActivations{};  // keeps nothing, needs no scratch
+  }
 
  private:
   Gpt2Config c_;
@@ -158,6 +161,17 @@ class BlockLayer final : public Layer {
     k.matmul_forward(io.output, gelu, u_.param(kFcProjW), u_.param(kFcProjB), N, 4 * C, C,
                      WeightLayout::kInOut);
     k.residual_forward(io.output, io.output, res2, N * C);
+  }
+
+  // forward's twelve buffers and backward's seven, as allocated above.
+  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool) const override {
+    const int64_t C = c_.n_embd, NH = c_.n_head, N = B * T;
+    LayerActivations a;
+    a.saved = {{N * C}, {N, true}, {N, true}, {N * 3 * C}, {B * NH * T * T}, {N * C}, {N * C},
+               {N * C}, {N, true}, {N, true}, {N * 4 * C}, {N * 4 * C}};
+    ZT_ASSERT(a.saved.size() == kGelu + 1, "{} saved buffers declared", a.saved.size());
+    a.scratch = N * C + 4 * N * C + 4 * N * C + N * C + N * C + 3 * N * C + N * C;
+    return a;
   }
 
   void backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
@@ -246,6 +260,16 @@ class HeadLayer final : public Layer {
     k.layernorm_backward(io.d_input, root_.grad(kLnfW), root_.grad(kLnfB), acts.at(kDLnf),
                          io.input, root_.param(kLnfW), acts.at(kLnfMean), acts.at(kLnfRstd), N,
                          C);
+  }
+
+  // forward's buffers (d_lnf when training) and its logits chunk, as allocated above.
+  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override {
+    const int64_t N = B * T, C = c_.n_embd;
+    LayerActivations a;
+    a.saved = {{N * C}, {N, true}, {N, true}};
+    if (training) a.saved.push_back({N * C});
+    a.transient = chunk_rows(N) * c_.padded_vocab_size();
+    return a;
   }
 
  private:

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,26 @@ struct LayerIO {
   float dloss = 0.0f;
 };
 
+// One buffer a layer's forward puts in its ActivationStore: `elements` fp32 values, allocated
+// with alloc_floats (packed to 16 bits under mixed precision) or alloc_stats (`stats`: stays fp32).
+struct ActivationBuffer {
+  int64_t elements = 0;
+  bool stats = false;
+};
+
+// What a layer allocates under MemCategory::kActivations for a micro-batch of (B, T), as its
+// calls allocate it, for the memory planner (zero/memory_model.h), which replays the engine's
+// pass over these declarations:
+//   saved      forward's buffers in its ActivationStore, in allocation order (what the layer
+//              keeps for its backward, or drops when checkpointed)
+//   transient  fp32 elements forward allocates after `saved` and frees before it returns
+//   scratch    fp32 elements backward allocates in its scratch store (freed by the engine after)
+struct LayerActivations {
+  std::vector<ActivationBuffer> saved;
+  int64_t transient = 0;
+  int64_t scratch = 0;
+};
+
 // One step of the forward order: computes with one unit's parameters.
 class Layer {
  public:
@@ -63,6 +84,14 @@ class Layer {
   // `scratch` is for temporaries of this call; the engine releases it afterwards.
   virtual void backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
                         ActivationStore& scratch) = 0;
+  // The activations forward (training: `training`, the last layer's gradient computed in the
+  // same pass) and backward allocate for a micro-batch of (B, T). nullopt: the layer does not
+  // say, and the planner reports activations as unknown. GPT-2's layers declare theirs; the
+  // model_zoo test pins each declaration against a tracker.
+  virtual std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const {
+    (void)B, (void)T, (void)training;
+    return std::nullopt;
+  }
 };
 
 class Model {
