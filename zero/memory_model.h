@@ -1,0 +1,137 @@
+// MemoryModel: what a ZeRO configuration holds per rank, computed before anything is allocated
+// (zt-estimate, zt-train --dry-run):
+//   model states  kParams, kGrads, kOptimizer per tier (device, host, NVMe), the bytes the
+//                 engine's trackers hold at rest between steps, exactly: built from the same
+//                 ShardLayout (padding and shard sizes), ZeroPolicy, Precision and
+//                 optimizer_state_names the engine's ParamGroups and Optimizer use
+//   activations   the kActivations peak of one training micro-batch, replaying the engine's
+//                 pass (zero/engine.cpp, PassState and run_pass) over each layer's declared
+//                 buffers (Layer::activations)
+//   communication elements sent per step, the ZeRO paper's count
+//   DeepSpeed     the published formulas of its two model-state estimators, for comparison
+// tests/mpi/memory_model_test.cpp holds estimate == tracker for the model states on real
+// engines (stages 0-3, offload none/cpu/nvme, fp32 and bf16) and activations within 10%;
+// tests/zero/memory_model_test.cpp reproduces the ZeRO paper's Figure 1.
+// Pure arithmetic: no tensor memory, no communication.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/config.h"
+#include "runtime/memory_tracker.h"
+#include "runtime/model.h"
+#include "zero/optimizer.h"
+#include "zero/precision.h"
+#include "zero/zero_policy.h"
+
+namespace zt {
+
+struct EngineOptions;
+
+// Where bytes live (the glossary's tier).
+enum class Tier { kDevice, kHost, kNvme };
+inline constexpr int kNumTiers = 3;
+const char* tier_name(Tier t);  // "device", "host", "nvme"
+
+// Bytes per tier and MemCategory. The NVMe tier counts the swap files' bytes under kOptimizer
+// (what Engine::nvme_bytes() reports; zt-train's summary files them there too).
+struct TierBytes {
+  std::array<std::array<int64_t, kNumMemCategories>, kNumTiers> bytes{};
+
+  int64_t& at(Tier t, MemCategory c) {
+    return bytes[static_cast<size_t>(t)][static_cast<size_t>(c)];
+  }
+  int64_t get(Tier t, MemCategory c) const {
+    return bytes[static_cast<size_t>(t)][static_cast<size_t>(c)];
+  }
+  int64_t model_states(Tier t) const;  // kParams + kGrads + kOptimizer
+  int64_t total(Tier t) const;         // every category
+};
+
+// What decides the model states' bytes: the engine's options that size its buffers.
+struct StateOptions {
+  ZeroPolicy policy;
+  Precision precision;
+  OptimizerOptions optimizer;  // its state tensors: optimizer_state_names()
+  int64_t persistence_threshold = 100'000;  // stage 3: units this small stay gathered
+  // offload_optimizer.device: kCpu keeps the fp32 master and the optimizer state on the host
+  // tier (EngineOptions::offload_optimizer), kNvme in swap files (EngineOptions::optimizer_swap).
+  OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  // offload_param.device (stage-3 parameter shards on the host or NVMe). Not modelled yet:
+  // anything but kNone is refused by model_state_bytes. Extension point: unit_state_bytes in
+  // memory_model.cpp is where the parameter shard moves from the device's kParams to its tier.
+  OffloadDevice offload_param = OffloadDevice::kNone;
+  int world = 1;
+};
+
+// The StateOptions of an engine built with `engine` on `world` ranks, with the optimizer
+// offloaded to `offload` (EngineOptions holds the offload tier as a device pointer; the planner
+// takes the choice instead).
+StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, int world);
+
+// Whether the engine accepts this combination (Engine's constructor): offload_optimizer needs
+// stage >= 1 and an fp32 master under 16-bit compute. Empty when it does, else the reason.
+std::string state_options_problem(const StateOptions& o);
+
+// Each unit's flat-buffer size (FlatLayout::numel()) in model order.
+std::vector<int64_t> unit_numels(Model& model);
+// A raw parameter count as units: `params` split into `units` equal parts, each one tensor laid
+// out by FlatLayout (its alignment), for a planner given no model.
+std::vector<int64_t> synthetic_unit_numels(int64_t params, int units);
+
+// Model-state bytes of one rank at rest between steps (every rank holds the same: shards are
+// equal). Per unit (ShardLayout(numel, world, rank)), as ParamGroup, Optimizer, SwappedState
+// and the engine's offload staging allocate them:
+//   device kParams     working params, compute dtype: padded (full) or shard (stage 3, a unit
+//                      above persistence_threshold)
+//   device kGrads      stored grads, grad dtype (fp32 training: fp32): padded or shard (stage>=2)
+//   device kOptimizer  without offload: 4 bytes x (the master when mixed with a master + the
+//                      optimizer's state tensors) x (padded, or shard at stage >= 1)
+//   host kOptimizer    offload cpu: 4 bytes x (master + state tensors) x shard
+//   host kGrads        offload cpu or nvme: one staging chunk, min(largest shard, 2^20) elements
+//                      of the grad dtype (the engine's offload_grads_)
+//   host kWorkspace    (not model state) staging: that chunk in the compute dtype, and under nvme
+//                      two sets of (1 + state tensors) fp32 chunks
+//   nvme kOptimizer    offload nvme: 4 bytes x (master + state tensors) x shard, every precision
+TierBytes model_state_bytes(std::span<const int64_t> unit_numels, const StateOptions& o);
+
+// Activations of one training micro-batch of (B, T).
+struct ActivationOptions {
+  int64_t B = 1;
+  int64_t T = 1;
+  DType compute = DType::kF32;  // hidden states kept in it; stores packed to it when 16-bit
+  std::vector<bool> checkpoint;  // per layer, as EngineOptions::checkpoint; empty: none
+  // A device the host cannot address (a GPU) holds a copy of the token ids: 2 * B * T int32.
+  bool tokens_on_device = false;
+};
+// The kActivations peak of Engine::train_step's pass, replayed over the layers' declared
+// buffers; nullopt when a layer declares none (Layer::activations).
+std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptions& o);
+
+// Elements each rank sends and receives per step, the ZeRO paper's count (section 7) over the
+// padded unit sizes: stages 0-2 reduce-scatter + all-gather (an all-reduce), 2 per element;
+// stage 3 adds the second parameter all-gather of the backward, 3 per element of a sharded unit
+// (a persistent unit is never gathered: 2).
+int64_t comm_elements_per_step(std::span<const int64_t> unit_numels, const StateOptions& o);
+
+// DeepSpeed's own estimates (deepspeed.runtime.zero.stage_1_and_2 and .stage3; the formulas are
+// written out in memory_model.cpp). gpu: bytes per GPU; cpu: bytes per node.
+struct DeepSpeedEstimate {
+  int64_t gpu = 0;
+  int64_t cpu = 0;
+};
+// estimate_zero2_model_states_mem_needs (used for stages 0-2 alike: DeepSpeed has one).
+DeepSpeedEstimate deepspeed_zero2_estimate(int64_t params, int gpus_per_node, int nodes,
+                                           bool cpu_offload, double buffer_factor = 1.5);
+// estimate_zero3_model_states_mem_needs, one row of _all_cold.
+DeepSpeedEstimate deepspeed_zero3_estimate(int64_t params, int64_t largest_layer_params,
+                                           int gpus_per_node, int nodes, bool cpu_offload,
+                                           bool cpu_offload_params, bool zero_init,
+                                           double buffer_factor = 1.5);
+
+}  // namespace zt
