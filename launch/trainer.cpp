@@ -31,6 +31,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 Gpt2Config resolve_model(const Config& config) {
   const ModelChoice& m = config.zt.model;
   Gpt2Config c = m.has_object ? Gpt2Config{m.n_layer, m.n_head, m.n_embd, m.vocab_size,
@@ -42,6 +44,8 @@ Gpt2Config resolve_model(const Config& config) {
                             config.source, config.zt.seq_len, c.n_positions));
   return c;
 }
+
+namespace {
 
 // Features the config accepts whose machinery lands with later work: refused plainly rather
 // than silently ignored.
@@ -76,6 +80,8 @@ SwapStoreOptions swap_options(const Config& config, const std::string& nvme_path
   o.notice = [&log](const std::string& line) { log.all("{}", line); };
   return o;
 }
+
+}  // namespace
 
 EngineOptions engine_options(const Config& config, Model& model) {
   EngineOptions o;
@@ -114,6 +120,8 @@ EngineOptions engine_options(const Config& config, Model& model) {
   }
   return o;
 }
+
+namespace {
 
 nlohmann::ordered_json peak_bytes_json(const MemoryTracker& mem) {
   nlohmann::ordered_json j;

@@ -16,6 +16,7 @@
 #include "model_zoo/gpt2.h"
 #include "runtime/config.h"
 #include "runtime/data/token_data.h"
+#include "zero/engine.h"
 
 namespace zt {
 
@@ -25,6 +26,13 @@ struct TrainSetup {
   TokenFile train_file;
   std::optional<TokenFile> val_file;
 };
+
+// The model a config names (zt.model: a zoo name or an object), validated, with zt.seq_len
+// within its n_positions (kInput naming config.source otherwise).
+Gpt2Config resolve_model(const Config& config);
+// The engine's options for `config` and `model` (the offload tiers, which are devices, are left
+// null: train() sets them). zt-estimate plans from the same options.
+EngineOptions engine_options(const Config& config, Model& model);
 
 TrainSetup prepare_training(const std::string& config_path,
                             const std::vector<std::string>& overrides, int rank, int world);

@@ -1,0 +1,244 @@
+// MemoryPlan: rows, fit list, table and JSON of zt-estimate.
+#include "launch/memory_plan.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "launch/trainer.h"
+#include "runtime/byte_count.h"
+#include "runtime/status.h"
+
+namespace zt {
+
+const char* offload_name(OffloadDevice d) {
+  switch (d) {
+    case OffloadDevice::kNone: return "none";
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr std::array<OffloadDevice, 3> kOffloads = {OffloadDevice::kNone, OffloadDevice::kCpu,
+                                                    OffloadDevice::kNvme};
+
+// One decimal unit for a whole table, chosen by its largest figure.
+struct Scale {
+  double divisor;
+  const char* name;
+};
+Scale scale_for(int64_t largest) {
+  if (largest >= 1'000'000'000) return {1e9, "GB"};
+  if (largest >= 1'000'000) return {1e6, "MB"};
+  return {1e3, "kB"};
+}
+
+int offload_rank(OffloadDevice d) { return static_cast<int>(d); }  // none < cpu < nvme
+
+}  // namespace
+
+std::vector<PlanRow> plan_rows(const PlanRequest& r) {
+  ZT_ASSERT(r.ranks > 0 && r.nodes > 0, "ranks {} nodes {}", r.ranks, r.nodes);
+  std::optional<int64_t> activations;
+  if (r.model) {
+    ActivationOptions a;
+    a.B = r.micro_batch;
+    a.T = r.seq_len;
+    a.compute = r.engine.precision.compute;
+    a.checkpoint = r.engine.checkpoint;
+    a.tokens_on_device = r.tokens_on_device;
+    activations = activation_peak_bytes(*r.model, a);
+  }
+  const int per_node = std::max(1, r.ranks / r.nodes);
+  std::vector<PlanRow> rows;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (OffloadDevice offload : kOffloads) {
+      EngineOptions e = r.engine;
+      e.policy = ZeroPolicy::for_stage(stage);
+      const StateOptions o = state_options(e, offload, r.ranks);
+      if (!state_options_problem(o).empty()) continue;  // the engine refuses it
+      PlanRow row;
+      row.stage = stage;
+      row.offload = offload;
+      row.states = model_state_bytes(r.unit_numels, o);
+      row.activations = activations;
+      row.comm_elements = comm_elements_per_step(r.unit_numels, o);
+      const bool cpu_offload = offload != OffloadDevice::kNone;
+      row.deepspeed = stage < 3 ? deepspeed_zero2_estimate(r.params, per_node, r.nodes, cpu_offload)
+                                : deepspeed_zero3_estimate(r.params, r.largest_unit_params, per_node,
+                                                           r.nodes, cpu_offload, false, true);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+std::vector<const PlanRow*> fitting_rows(const PlanRequest& r, const std::vector<PlanRow>& rows) {
+  std::vector<const PlanRow*> out;
+  if (r.device_memory == 0) return out;
+  for (const PlanRow& row : rows)
+    if (static_cast<uint64_t>(row.device_bytes()) <= r.device_memory) out.push_back(&row);
+  std::stable_sort(out.begin(), out.end(), [](const PlanRow* a, const PlanRow* b) {
+    const auto key = [](const PlanRow* x) {
+      return std::array<int, 3>{x->stage == 3 ? 1 : 0, offload_rank(x->offload), x->stage};
+    };
+    return key(a) < key(b);
+  });
+  return out;
+}
+
+std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) {
+  int64_t largest = 0;
+  for (const PlanRow& row : rows)
+    for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kNvme})
+      largest = std::max({largest, row.states.total(t) + row.activations.value_or(0),
+                          row.deepspeed.gpu, row.deepspeed.cpu});
+  const Scale s = scale_for(largest);
+  auto fig = [&](int64_t bytes) { return fmt::format("{:.1f}", bytes / s.divisor); };
+  const Precision& p = r.engine.precision;
+  std::string out = fmt::format(
+      "zt-estimate: {} | {:.3f}M parameters in {} units | {} rank{} on {} node{} | {} | {} | "
+      "{}{}\n",
+      r.what, r.params / 1e6, r.unit_numels.size(), r.ranks, r.ranks > 1 ? "s" : "", r.nodes,
+      r.nodes > 1 ? "s" : "", precision_name(p),
+      fmt::format("{} state tensor{}", optimizer_state_names(r.engine.optimizer).size(),
+                  optimizer_state_names(r.engine.optimizer).size() == 1 ? "" : "s"),
+      r.model ? fmt::format("B={} T={}", r.micro_batch, r.seq_len) : "no activations (no model)",
+      std::any_of(r.engine.checkpoint.begin(), r.engine.checkpoint.end(), [](bool c) { return c; })
+          ? " | activation checkpointing"
+          : "");
+  out += fmt::format(
+      "per rank, {} (1 {} = {:.0e} bytes). Model states as the engine holds them between steps;\n"
+      "activations: the peak of one micro-batch; device total = device states + activations\n"
+      "(communication buffers and workspace not included). host grads = the offloaded step's\n"
+      "staging chunk. DeepSpeed: estimate_zero2 (stages 0-2) / estimate_zero3 (stage 3,\n"
+      "offload_param none, zero_init) model states, GPU per rank and CPU per node.\n\n",
+      s.name, s.name, s.divisor);
+  out += fmt::format("{:>5} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>9} | {:>11} {:>12} "
+                     "| {:>12} | {:>9} {:>9}\n",
+                     "stage", "offload", "params", "grads", "optim", "host grad", "host optim",
+                     "host work", "nvme", "activations", "device total", "comm elems",
+                     "ds gpu", "ds cpu");
+  for (const PlanRow& row : rows) {
+    const TierBytes& b = row.states;
+    const bool mine = row.stage == r.config_stage && row.offload == r.config_offload;
+    out += fmt::format(
+        "{:>4}{} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>9} | {:>11} {:>12} | {:>12} | "
+        "{:>9} {:>9}\n",
+        row.stage, mine ? "*" : " ", offload_name(row.offload),
+        fig(b.get(Tier::kDevice, MemCategory::kParams)),
+        fig(b.get(Tier::kDevice, MemCategory::kGrads)),
+        fig(b.get(Tier::kDevice, MemCategory::kOptimizer)),
+        fig(b.get(Tier::kHost, MemCategory::kGrads)),
+        fig(b.get(Tier::kHost, MemCategory::kOptimizer)),
+        fig(b.get(Tier::kHost, MemCategory::kWorkspace)),
+        fig(b.get(Tier::kNvme, MemCategory::kOptimizer)),
+        row.activations ? fig(*row.activations) : std::string("n/a"),
+        row.activations ? fig(row.device_bytes()) : fig(b.model_states(Tier::kDevice)) + "+",
+        group_digits(static_cast<uint64_t>(row.comm_elements)), fig(row.deepspeed.gpu),
+        fig(row.deepspeed.cpu));
+  }
+  if (r.config_stage >= 0) out += "(* the config's own choice)\n";
+  // DeepSpeed's stage-3 rows with offload_param, which the planner does not model yet.
+  const int per_node = std::max(1, r.ranks / r.nodes);
+  out += "\nDeepSpeed estimate_zero3_model_states_mem_needs_all_cold, offload_param rows "
+         "(not modelled here yet):\n";
+  for (bool zero_init : {true, false}) {
+    const DeepSpeedEstimate e = deepspeed_zero3_estimate(r.params, r.largest_unit_params, per_node,
+                                                         r.nodes, true, true, zero_init);
+    out += fmt::format("  offload_param=cpu, offload_optimizer=cpu, zero_init={}: gpu {} {}, "
+                       "cpu {} {} per node\n",
+                       zero_init ? 1 : 0, fig(e.gpu), s.name, fig(e.cpu), s.name);
+  }
+  if (r.device_memory > 0) {
+    const std::vector<const PlanRow*> fit = fitting_rows(r, rows);
+    out += fmt::format("\nfits {} of device memory ({}), cheapest first:",
+                       format_bytes(r.device_memory),
+                       rows.empty() || rows[0].activations ? "states + activations"
+                                                           : "states only: activations unknown");
+    if (fit.empty()) out += " none";
+    for (const PlanRow* row : fit)
+      out += fmt::format(" stage {}{}{};", row->stage,
+                         row->offload == OffloadDevice::kNone ? "" : " + offload ",
+                         row->offload == OffloadDevice::kNone ? "" : offload_name(row->offload));
+    if (!fit.empty()) out.pop_back();
+    out += "\n";
+  }
+  return out;
+}
+
+nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow>& rows) {
+  nlohmann::ordered_json j;
+  j["model"] = r.what;
+  j["params"] = r.params;
+  j["units"] = r.unit_numels.size();
+  j["ranks"] = r.ranks;
+  j["nodes"] = r.nodes;
+  j["micro_batch"] = r.micro_batch;
+  j["seq_len"] = r.seq_len;
+  j["precision"] = precision_name(r.engine.precision);
+  if (r.device_memory > 0) j["device_memory_bytes"] = r.device_memory;
+  const std::vector<const PlanRow*> fit = fitting_rows(r, rows);
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const PlanRow& row : rows) {
+    nlohmann::ordered_json e;
+    e["stage"] = row.stage;
+    e["offload_optimizer"] = offload_name(row.offload);
+    nlohmann::ordered_json states, detail;
+    for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
+      states[tier_name(t)] = row.states.model_states(t);
+      nlohmann::ordered_json per;
+      for (int c = 0; c < kNumMemCategories; ++c) {
+        const auto cat = static_cast<MemCategory>(c);
+        if (row.states.get(t, cat) != 0) per[std::string(mem_category_name(cat))] = row.states.get(t, cat);
+      }
+      detail[tier_name(t)] = per.is_null() ? nlohmann::ordered_json::object() : per;
+    }
+    e["model_states_bytes"] = states;
+    e["activation_bytes"] = row.activations ? nlohmann::ordered_json(*row.activations)
+                                            : nlohmann::ordered_json(nullptr);
+    e["comm_elements_per_step"] = row.comm_elements;
+    e["bytes_by_category"] = detail;
+    e["device_bytes"] = row.device_bytes();
+    e["deepspeed"] = {{"gpu_bytes", row.deepspeed.gpu}, {"cpu_bytes_per_node", row.deepspeed.cpu}};
+    if (r.device_memory > 0)
+      e["fits"] = std::find(fit.begin(), fit.end(), &row) != fit.end();
+    list.push_back(e);
+  }
+  j["choices"] = list;
+  if (r.device_memory > 0) {
+    nlohmann::ordered_json order = nlohmann::ordered_json::array();
+    for (const PlanRow* row : fit)
+      order.push_back({{"stage", row->stage}, {"offload_optimizer", offload_name(row->offload)}});
+    j["fitting_cheapest_first"] = order;
+  }
+  return j;
+}
+
+PlanRequest plan_request_from_config(const Config& config, Model& model, int ranks, int nodes) {
+  PlanRequest r;
+  r.what = config.source;
+  r.unit_numels = unit_numels(model);
+  for (Unit* u : model.units()) {
+    r.params += u->layout().param_count();
+    r.largest_unit_params = std::max(r.largest_unit_params, u->layout().param_count());
+  }
+  r.model = &model;
+  r.engine = engine_options(config, model);
+  r.ranks = ranks;
+  r.nodes = nodes;
+  r.micro_batch = config.train_micro_batch_size_per_gpu;
+  r.seq_len = config.zt.seq_len;
+  r.tokens_on_device = config.zt.device == "cuda";
+  r.device_memory = config.zt.device_memory_limit;
+  r.config_stage = config.zero_optimization.stage;
+  r.config_offload = config.zero_optimization.offload_optimizer.device;
+  return r;
+}
+
+}  // namespace zt

@@ -1,0 +1,73 @@
+// MemoryPlan: zt-estimate's table (and zt-train --dry-run's). For one model (its units, or a raw
+// parameter count split into units) and one rank count, every ZeRO stage crossed with every
+// offload_optimizer choice the engine accepts: the model states per tier and category from
+// zero/memory_model.h, the activation peak, the communication volume, DeepSpeed's estimates for
+// the same case beside them and, given a device memory size, the choices that fit, cheapest
+// first. Text and JSON out; the figures all come from zero/memory_model.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/config.h"
+#include "runtime/model.h"
+#include "zero/engine.h"
+#include "zero/memory_model.h"
+
+namespace zt {
+
+struct PlanRequest {
+  std::string what;                 // the model, as the table's title names it
+  std::vector<int64_t> unit_numels;  // FlatLayout::numel() per unit
+  int64_t params = 0;               // real parameters (padding excluded): DeepSpeed's Ψ
+  int64_t largest_unit_params = 0;  // DeepSpeed's largest_layer_params
+  Model* model = nullptr;           // for activations; null: not estimated
+  // Precision, optimizer, persistence threshold and checkpoint mask (the policy and offload
+  // tiers are each row's own).
+  EngineOptions engine;
+  int ranks = 1;
+  int nodes = 1;
+  int64_t micro_batch = 1;
+  int64_t seq_len = 1;
+  bool tokens_on_device = false;  // a GPU: the token ids are copied to it
+  uint64_t device_memory = 0;     // 0: no fit list
+  // The configuration's own choice, marked in the table (stage -1: none).
+  int config_stage = -1;
+  OffloadDevice config_offload = OffloadDevice::kNone;
+};
+
+struct PlanRow {
+  int stage = 0;
+  OffloadDevice offload = OffloadDevice::kNone;
+  TierBytes states;                   // model_state_bytes (and the host staging)
+  std::optional<int64_t> activations;  // activation_peak_bytes
+  int64_t comm_elements = 0;
+  DeepSpeedEstimate deepspeed;  // zero2 for stages 0-2, zero3 (no offload_param) for stage 3
+  // Device model states + activations: what the fit is judged on.
+  int64_t device_bytes() const {
+    return states.model_states(Tier::kDevice) + activations.value_or(0);
+  }
+};
+
+const char* offload_name(OffloadDevice d);  // "none", "cpu", "nvme"
+
+std::vector<PlanRow> plan_rows(const PlanRequest& request);
+// Rows whose device_bytes() fit request.device_memory, cheapest first: DeepSpeed's order of
+// speed (stage 0 > 1 > 2 > 2 + offload > 3 > 3 + offload; NVMe after the CPU).
+std::vector<const PlanRow*> fitting_rows(const PlanRequest& request,
+                                         const std::vector<PlanRow>& rows);
+// The human table, the DeepSpeed rows and the fit list.
+std::string format_plan(const PlanRequest& request, const std::vector<PlanRow>& rows);
+// Per stage and offload choice: model_states_bytes (per tier), activation_bytes,
+// comm_elements_per_step, and the detail per category and DeepSpeed's figures.
+nlohmann::ordered_json plan_json(const PlanRequest& request, const std::vector<PlanRow>& rows);
+
+// The request zt-train's config describes (zt.model, batch, seq_len, precision, optimizer,
+// checkpointing, zt.device_memory_limit, stage and offload) on `ranks` ranks over `nodes` nodes.
+PlanRequest plan_request_from_config(const Config& config, Model& model, int ranks, int nodes);
+
+}  // namespace zt

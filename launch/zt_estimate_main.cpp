@@ -1,0 +1,199 @@
+// zt-estimate: the memory a training job needs per rank, before any training (launch/
+// memory_plan.h): every ZeRO stage with and without offload_optimizer, model states per tier
+// and category as the engine holds them, activations, communication per step, DeepSpeed's
+// estimates beside, and with --device-memory the choices that fit, cheapest first.
+//   zt-estimate --model gpt2-124M --ranks 8 --micro-batch 4 --seq-len 1024
+//   zt-estimate --config configs/x.json --ranks 4 [--set key.path=value]...
+//   zt-estimate --params 7.5e9 --ranks 64
+// Runs on one process; allocates no tensor memory.
+#include <boost/program_options.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "launch/memory_plan.h"
+#include "launch/tool_frame.h"
+#include "launch/trainer.h"
+#include "model_zoo/gpt2.h"
+#include "runtime/byte_count.h"
+#include "runtime/file_io.h"
+#include "runtime/status.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+struct CommandLine {
+  std::string model, config_path, params, precision = "bf16", optimizer = "adamw";
+  std::string device_memory, json_path;
+  std::vector<std::string> overrides;
+  int ranks = 1, nodes = 1, units = 1;
+  int64_t micro_batch = 0, seq_len = 0, persistence_threshold = 100'000;
+  bool checkpoint = false, help = false;
+  po::variables_map vm;
+};
+
+CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
+  CommandLine cl;
+  po::options_description desc(
+      "usage: zt-estimate (--model NAME | --config FILE | --params N) [options]\n"
+      "Memory per rank for ZeRO stages 0-3 with and without offload_optimizer. Options");
+  desc.add_options()("help,h", "show this help")
+      ("model", po::value(&cl.model), "a zoo model: gpt2-tiny, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M")
+      ("config", po::value(&cl.config_path), "a zt-train job config (its model, batch, precision, "
+       "optimizer, checkpointing, stage and zt.device_memory_limit)")
+      ("set", po::value(&cl.overrides)->composing(), "override a config key (with --config)")
+      ("params", po::value(&cl.params), "a raw parameter count, e.g. 7.5e9 (model states only)")
+      ("units", po::value(&cl.units), "with --params: units it is split into (default 1)")
+      ("ranks", po::value(&cl.ranks), "ranks in all (data-parallel world size; default 1)")
+      ("nodes", po::value(&cl.nodes), "nodes the ranks are on (DeepSpeed's CPU figures are per node)")
+      ("micro-batch", po::value(&cl.micro_batch), "micro-batch per rank (default: the config's, or 1)")
+      ("seq-len", po::value(&cl.seq_len), "sequence length (default: the config's, or n_positions)")
+      ("precision", po::value(&cl.precision), "fp32, fp16 or bf16 (mixed, fp32 master; default bf16)")
+      ("optimizer", po::value(&cl.optimizer), "adamw, adam (2 state tensors), sgd-momentum (1) or sgd (0)")
+      ("checkpoint", po::bool_switch(&cl.checkpoint), "activation checkpointing of every block")
+      ("persistence-threshold", po::value(&cl.persistence_threshold),
+       "stage 3: units this small stay gathered (default 100000)")
+      ("device-memory", po::value(&cl.device_memory), "device memory per rank, e.g. 6GB or 80GiB: "
+       "list the choices that fit, cheapest first (default: the config's zt.device_memory_limit)")
+      ("json", po::value(&cl.json_path), "also write the plan as JSON to this file");
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), cl.vm);
+    po::notify(cl.vm);
+  } catch (const po::error& e) {
+    zt::throw_input(fmt::format("{} (see zt-estimate --help)", e.what()));
+  }
+  std::ostringstream text;
+  text << desc;
+  *help_text = text.str();
+  cl.help = cl.vm.count("help") > 0;
+  if (cl.help) return cl;
+  const int sources = !cl.model.empty() + !cl.config_path.empty() + !cl.params.empty();
+  if (sources != 1)
+    zt::throw_input("give exactly one of --model, --config and --params (see zt-estimate --help)");
+  if (cl.ranks < 1 || cl.nodes < 1 || cl.ranks % cl.nodes != 0)
+    zt::throw_input(fmt::format("--ranks ({}) must be a positive multiple of --nodes ({})",
+                                cl.ranks, cl.nodes));
+  if (cl.units < 1) zt::throw_input(fmt::format("--units must be >= 1; got {}", cl.units));
+  if (!cl.overrides.empty() && cl.config_path.empty())
+    zt::throw_input("--set applies to --config only");
+  return cl;
+}
+
+zt::Precision precision_named(const std::string& name) {
+  zt::Precision p;
+  if (name == "fp32") return p;
+  if (name != "fp16" && name != "bf16")
+    zt::throw_input(fmt::format("--precision must be fp32, fp16 or bf16; got '{}'", name));
+  // The config's defaults: gradients stored and reduced in the compute dtype, an fp32 master.
+  p.compute = p.grad_accum = p.comm = name == "fp16" ? zt::DType::kF16 : zt::DType::kBF16;
+  return p;
+}
+
+zt::OptimizerOptions optimizer_named(const std::string& name) {
+  zt::OptimizerOptions o;
+  using Type = zt::OptimizerOptions::Type;
+  if (name == "adamw") o.type = Type::kAdamW;
+  else if (name == "adam") o.type = Type::kAdam;
+  else if (name == "sgd-momentum") o.type = Type::kSgd, o.momentum = 0.9f;
+  else if (name == "sgd") o.type = Type::kSgd;
+  else
+    zt::throw_input(fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'",
+                                name));
+  return o;
+}
+
+int64_t parse_count(const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(v >= 1) || v > 1e15 || v != std::floor(v))
+    zt::throw_input(fmt::format("--params must be a whole count such as 7.5e9; got '{}'", text));
+  return static_cast<int64_t>(v);
+}
+
+int run(const CommandLine& cl) {
+  std::optional<zt::Config> config;
+  std::optional<zt::Gpt2> model;
+  zt::PlanRequest r;
+  if (!cl.config_path.empty()) {
+    config = zt::load_config(cl.config_path, cl.overrides, cl.ranks);
+    const zt::Gpt2Config shape = zt::resolve_model(*config);
+    zt::resolve_auto_from_model(*config, shape.n_embd);
+    model.emplace(shape);  // tables only; no tensor memory
+    r = zt::plan_request_from_config(*config, *model, cl.ranks, cl.nodes);
+  } else {
+    r.ranks = cl.ranks;
+    r.nodes = cl.nodes;
+    r.engine.precision = precision_named(cl.precision);
+    r.engine.optimizer = optimizer_named(cl.optimizer);
+    r.engine.persistence_threshold = cl.persistence_threshold;
+    r.micro_batch = 1;
+    if (!cl.model.empty()) {
+      const zt::Gpt2Config shape = zt::gpt2_zoo_config(cl.model);
+      model.emplace(shape);
+      r.what = cl.model;
+      r.model = &*model;
+      r.unit_numels = zt::unit_numels(*model);
+      for (zt::Unit* u : model->units()) {
+        r.params += u->layout().param_count();
+        r.largest_unit_params = std::max(r.largest_unit_params, u->layout().param_count());
+      }
+      r.seq_len = shape.n_positions;
+      if (cl.checkpoint)
+        for (zt::Layer* l : model->layers()) r.engine.checkpoint.push_back(l->checkpointable());
+    } else {
+      r.params = parse_count(cl.params);
+      r.what = fmt::format("{} parameters", cl.params);
+      r.unit_numels = zt::synthetic_unit_numels(r.params, cl.units);
+      r.largest_unit_params = (r.params + cl.units - 1) / cl.units;
+    }
+  }
+  if (cl.vm.count("micro-batch")) r.micro_batch = cl.micro_batch;
+  if (cl.vm.count("seq-len")) r.seq_len = cl.seq_len;
+  if (r.micro_batch < 1 || r.seq_len < 1)
+    zt::throw_input(fmt::format("--micro-batch and --seq-len must be >= 1; got {} and {}",
+                                r.micro_batch, r.seq_len));
+  if (model && r.seq_len > model->max_seq_len())
+    zt::throw_input(fmt::format("--seq-len {} is above the model's n_positions {}", r.seq_len,
+                                model->max_seq_len()));
+  if (!cl.device_memory.empty()) {
+    const zt::ParsedByteCount parsed = zt::parse_byte_count(cl.device_memory);
+    if (!parsed.problem.empty())
+      zt::throw_input(fmt::format("--device-memory '{}' {}", cl.device_memory, parsed.problem));
+    r.device_memory = parsed.bytes;
+  }
+  const std::vector<zt::PlanRow> rows = zt::plan_rows(r);
+  std::fputs(zt::format_plan(r, rows).c_str(), stdout);
+  if (!cl.json_path.empty()) {
+    zt::AtomicFile json(cl.json_path);
+    json.write(zt::plan_json(r, rows).dump(2) + "\n");
+    json.commit();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return zt::run_tool("zt-estimate", [&] {
+    std::string help_text;
+    const CommandLine cl = parse_command_line(argc, argv, &help_text);
+    if (cl.help) {
+      std::cout << help_text << "\n";
+      return 0;
+    }
+    return run(cl);
+  });
+}
