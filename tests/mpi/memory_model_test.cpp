@@ -1,0 +1,182 @@
+// The memory planner against real engines (run under mpirun -np 2 and -np 4): for ZeRO stages
+// 0-3 with the optimizer on the device, offloaded to the host tier, and in NVMe swap files, in
+// fp32 and bf16, the model-state bytes zero/memory_model.h computes equal what the engine's
+// trackers hold after a training step, per category and tier: the device's, the host tier's
+// (offload_optimizer's CpuDevice) and Engine::nvme_bytes(). The activation peak it replays is
+// within 10% of the device tracker's kActivations peak of that step, with and without
+// activation checkpointing. Rank 0 prints the table. Every rank runs every case; checks use
+// EXPECT so that no rank skips a collective.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "comm/mpi_communicator.h"
+#include "model_zoo/gpt2.h"
+#include "offload/swap_store.h"
+#include "runtime/cpu/cpu_device.h"
+#include "tests/mpi/zero_test_util.h"
+#include "zero/engine.h"
+#include "zero/memory_model.h"
+
+namespace zt {
+namespace {
+
+using namespace zero_test;
+
+// A temporary directory every rank agrees on (rank 0's pid), removed after the last rank is done.
+class SharedTempDir {
+ public:
+  explicit SharedTempDir(const std::string& tag) {
+    int pid = static_cast<int>(getpid());
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path_ = (std::filesystem::temp_directory_path() / fmt::format("zt_{}_{}", tag, pid)).string();
+    std::filesystem::create_directories(path_);
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (my_rank() == 0) std::filesystem::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct Case {
+  int stage;
+  OffloadDevice offload;
+  DType dtype;
+  bool checkpoint;
+};
+
+std::string describe(const Case& c) {
+  const char* offload = c.offload == OffloadDevice::kNone  ? "none"
+                        : c.offload == OffloadDevice::kCpu ? "cpu"
+                                                           : "nvme";
+  return fmt::format("stage {} offload {} {}{}", c.stage, offload, dtype_name(c.dtype),
+                     c.checkpoint ? " checkpointed" : "");
+}
+
+// Between the tiny GPT-2's root unit and its blocks, so stage 3 has a persistent unit too.
+constexpr int64_t kPersistence = 5000;
+
+EngineOptions options(const Case& c, Model& model) {
+  EngineOptions o;
+  o.optimizer.type = OptimizerOptions::Type::kAdamW;
+  o.policy = ZeroPolicy::for_stage(c.stage);
+  o.persistence_threshold = kPersistence;
+  o.precision.compute = o.precision.grad_accum = o.precision.comm = c.dtype;
+  if (c.checkpoint)
+    for (Layer* l : model.layers()) o.checkpoint.push_back(l->checkpointable());
+  return o;
+}
+
+// The printed table's columns: device params, grads, optimizer; host params, grads, optimizer,
+// workspace; nvme optimizer; the activation peak.
+constexpr int kColumns = 9;
+const char* const kHeader =
+    "%-40s %-8s | %8s %8s %8s | %7s %7s %8s %8s | %8s | %9s\n";
+
+void print_row(const Case& c, const char* which, const std::array<int64_t, kColumns>& v) {
+  if (my_rank() != 0) return;
+  std::printf("%-40s %-8s | %8lld %8lld %8lld | %7lld %7lld %8lld %8lld | %8lld | %9lld\n",
+              describe(c).c_str(), which, static_cast<long long>(v[0]),
+              static_cast<long long>(v[1]), static_cast<long long>(v[2]),
+              static_cast<long long>(v[3]), static_cast<long long>(v[4]),
+              static_cast<long long>(v[5]), static_cast<long long>(v[6]),
+              static_cast<long long>(v[7]), static_cast<long long>(v[8]));
+}
+
+void print_header() {
+  if (my_rank() != 0) return;
+  std::printf("world %d, GPT-2 {2 layers, 2 heads, C=32, V=97}, B=%lld T=%lld, stage-3 "
+              "persistence threshold %lld; bytes per rank\n",
+              world_size(), static_cast<long long>(kB), static_cast<long long>(kT),
+              static_cast<long long>(kPersistence));
+  std::printf(kHeader, "case", "", "dev par", "dev grad", "dev opt", "h par", "h grad", "h opt",
+              "h work", "nvme opt", "act peak");
+}
+
+// Builds the case's engine on this rank, trains one step, and compares.
+void check(const Case& c, const std::string& swap_dir) {
+  SCOPED_TRACE(describe(c));
+  CpuDevice device;
+  MpiCommunicator comm(device);
+  std::optional<CpuDevice> host;
+  std::optional<SwapStore> swap;
+  Gpt2 model(kModel);
+  EngineOptions eo = options(c, model);
+  if (c.offload != OffloadDevice::kNone) eo.offload_optimizer = &host.emplace();
+  if (c.offload == OffloadDevice::kNvme) {
+    SwapStoreOptions so;
+    so.nvme_path = swap_dir;
+    so.rank = my_rank();
+    eo.optimizer_swap = &swap.emplace(so);
+  }
+  const StateOptions so = state_options(eo, c.offload, world_size());
+  const TierBytes estimate = model_state_bytes(unit_numels(model), so);
+  ActivationOptions ao;
+  ao.B = kB;
+  ao.T = kT;
+  ao.compute = c.dtype;
+  ao.checkpoint = eo.checkpoint;
+  const std::optional<int64_t> activations = activation_peak_bytes(model, ao);
+  ASSERT_TRUE(activations.has_value());
+
+  Engine engine(device, comm, model, eo);
+  GlobalBatch global(0, 0, world_size());
+  const Batch batch = global.rows(my_rank() * kB, kB);
+  engine.train_step({&batch, 1}, 1e-3f);
+
+  std::array<int64_t, kColumns> estimated{}, tracked{};
+  int column = 0;
+  auto compare = [&](Tier tier, MemCategory cat, int64_t bytes) {
+    estimated[column] = estimate.get(tier, cat);
+    tracked[column++] = bytes;
+    EXPECT_EQ(estimate.get(tier, cat), bytes) << tier_name(tier) << " " << mem_category_name(cat);
+  };
+  const MemoryTracker& dev = device.memory();
+  for (MemCategory cat : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
+    compare(Tier::kDevice, cat, static_cast<int64_t>(dev.current(cat)));
+  const MemoryTracker* host_mem = engine.host_memory();
+  for (MemCategory cat : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                          MemCategory::kWorkspace})
+    compare(Tier::kHost, cat, host_mem ? static_cast<int64_t>(host_mem->current(cat)) : 0);
+  compare(Tier::kNvme, MemCategory::kOptimizer, engine.nvme_bytes());
+  const int64_t peak = static_cast<int64_t>(dev.peak(MemCategory::kActivations));
+  estimated[column] = *activations;
+  tracked[column] = peak;
+  EXPECT_NEAR(static_cast<double>(*activations), static_cast<double>(peak), 0.10 * peak);
+  print_row(c, "estimate", estimated);
+  print_row(c, "tracker", tracked);
+}
+
+TEST(MemoryModel, EstimateEqualsTheTrackersOnRealEngines) {
+  const SharedTempDir dir("memory_model");
+  print_header();
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int stage = 0; stage <= 3; ++stage)
+      for (OffloadDevice offload : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+        if (stage == 0 && offload != OffloadDevice::kNone) continue;  // the engine refuses it
+        check(Case{stage, offload, dtype, false}, dir.path());
+      }
+}
+
+TEST(MemoryModel, ActivationsWithCheckpointingAreWithinTenPercent) {
+  const SharedTempDir dir("memory_model_ckpt");
+  print_header();
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int stage = 0; stage <= 3; ++stage) check(Case{stage, OffloadDevice::kNone, dtype, true}, dir.path());
+}
+
+}  // namespace
+}  // namespace zt
