@@ -1,6 +1,8 @@
 // zt-train: trains a model from a JSON job config, on one process or under mpirun.
 //   zt-train --config FILE [--set key.path=value]...
 //   mpirun -np N zt-train --config FILE ...
+//   zt-train --config FILE --dry-run   (the memory plan of zt-estimate for this config; exits)
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "comm/process_group.h"
 #include "launch/cpu_binding.h"
 #include "launch/logger.h"
+#include "launch/memory_plan.h"
 #include "launch/tool_frame.h"
 #include "launch/trainer.h"
 #include "runtime/device_factory.h"
@@ -25,6 +28,7 @@ struct CommandLine {
   std::string config_path;
   std::vector<std::string> overrides;
   bool help = false;
+  bool dry_run = false;
 };
 
 CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
@@ -33,7 +37,9 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   desc.add_options()("help,h", "show this help")
       ("config,c", po::value(&cl.config_path), "job config (JSON, DeepSpeed key names + zt block)")
       ("set", po::value(&cl.overrides)->composing(),
-       "override a config key, e.g. --set zt.steps=100 (repeatable; value parsed as JSON)");
+       "override a config key, e.g. --set zt.steps=100 (repeatable; value parsed as JSON)")
+      ("dry-run", po::bool_switch(&cl.dry_run),
+       "print the memory plan per rank for this config and world size (zt-estimate's) and exit");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -64,17 +70,32 @@ int main(int argc, char** argv) {
   std::optional<zt::CpuBinding> cpus;
   std::string help_text;
   bool help = false;
+  std::string dry_run_plan;  // rank 0's plan text under --dry-run
   const int setup_code = zt::agree_on_exit_code("zt-train", group.rank, group.world, [&] {
     // First, before any thread of ours exists: threads inherit the mask when they start.
     cpus = zt::bind_local_cpus(group);
     CommandLine cl = parse_command_line(argc, argv, &help_text);
     help = cl.help;
+    if (!help && cl.dry_run) {
+      // Nothing is allocated and no data file is opened: the config, the model's tables and
+      // the world's shape (nodes = world / ranks on this machine) are all the plan needs.
+      zt::Config config = zt::load_config(cl.config_path, cl.overrides, group.world);
+      const zt::Gpt2Config shape = zt::resolve_model(config);
+      zt::resolve_auto_from_model(config, shape.n_embd);
+      zt::Gpt2 model(shape);
+      const int nodes = std::max(1, group.world / std::max(1, group.local_world));
+      const zt::PlanRequest request =
+          zt::plan_request_from_config(config, model, group.world, nodes);
+      dry_run_plan = zt::format_plan(request, zt::plan_rows(request));
+      help = true;  // nothing more to do
+      return 0;
+    }
     if (!help) setup = zt::prepare_training(cl.config_path, cl.overrides, group.rank, group.world);
     return 0;
   });
   if (setup_code != 0) return setup_code;
   if (help) {
-    if (group.rank == 0) std::cout << help_text << "\n";
+    if (group.rank == 0) std::cout << (dry_run_plan.empty() ? help_text + "\n" : dry_run_plan);
     return 0;
   }
 
