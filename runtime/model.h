@@ -86,8 +86,8 @@ class Layer {
                         ActivationStore& scratch) = 0;
   // The activations forward (training: `training`, the last layer's gradient computed in the
   // same pass) and backward allocate for a micro-batch of (B, T). nullopt: the layer does not
-  // say, and the planner reports activations as unknown. GPT-2's layers declare theirs; the
-  // model_zoo test pins each declaration against a tracker.
+  // say, and the planner reports activations as unknown. GPT-2's layers declare theirs;
+  // tests/mpi/memory_model_test.cpp holds the replay against the engine's tracker.
   virtual std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const {
     (void)B, (void)T, (void)training;
     return std::nullopt;
