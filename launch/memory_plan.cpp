@@ -40,6 +40,12 @@ Scale scale_for(int64_t largest) {
 
 int offload_rank(OffloadDevice d) { return static_cast<int>(d); }  // none < cpu < nvme
 
+// The offload column: the optimizer's tier, "+p" when the parameters are offloaded there too.
+std::string choice_name(const PlanRow& row) {
+  return std::string(offload_name(row.offload)) +
+         (row.param_offload == OffloadDevice::kNone ? "" : "+p");
+}
+
 }  // namespace
 
 std::vector<PlanRow> plan_rows(const PlanRequest& r) {
@@ -57,21 +63,31 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
   const int per_node = std::max(1, r.ranks / r.nodes);
   std::vector<PlanRow> rows;
   for (int stage = 0; stage <= 3; ++stage) {
-    for (OffloadDevice offload : kOffloads) {
+    // Each optimizer tier without parameter offload; at stage 3 also the parameters offloaded
+    // to the optimizer's tier.
+    std::vector<std::pair<OffloadDevice, OffloadDevice>> choices;
+    for (OffloadDevice offload : kOffloads) choices.emplace_back(offload, OffloadDevice::kNone);
+    if (stage == 3)
+      for (OffloadDevice offload : {OffloadDevice::kCpu, OffloadDevice::kNvme})
+        choices.emplace_back(offload, offload);
+    for (const auto& [offload, param_offload] : choices) {
       EngineOptions e = r.engine;
       e.policy = ZeroPolicy::for_stage(stage);
-      const StateOptions o = state_options(e, offload, r.ranks);
+      const StateOptions o = state_options(e, offload, r.ranks, param_offload);
       if (!state_options_problem(o).empty()) continue;  // the engine refuses it
       PlanRow row;
       row.stage = stage;
       row.offload = offload;
+      row.param_offload = param_offload;
       row.states = model_state_bytes(r.unit_numels, o);
       row.activations = activations;
       row.comm_elements = comm_elements_per_step(r.unit_numels, o);
       const bool cpu_offload = offload != OffloadDevice::kNone;
       row.deepspeed = stage < 3 ? deepspeed_zero2_estimate(r.params, per_node, r.nodes, cpu_offload)
                                 : deepspeed_zero3_estimate(r.params, r.largest_unit_params, per_node,
-                                                           r.nodes, cpu_offload, false, true);
+                                                           r.nodes, cpu_offload,
+                                                           param_offload != OffloadDevice::kNone,
+                                                           true);
       rows.push_back(row);
     }
   }
@@ -85,7 +101,8 @@ std::vector<const PlanRow*> fitting_rows(const PlanRequest& r, const std::vector
     if (static_cast<uint64_t>(row.device_bytes()) <= r.device_memory) out.push_back(&row);
   std::stable_sort(out.begin(), out.end(), [](const PlanRow* a, const PlanRow* b) {
     const auto key = [](const PlanRow* x) {
-      return std::array<int, 3>{x->stage == 3 ? 1 : 0, offload_rank(x->offload), x->stage};
+      return std::array<int, 4>{x->stage == 3 ? 1 : 0, offload_rank(x->param_offload),
+                                offload_rank(x->offload), x->stage};
     };
     return key(a) < key(b);
   });
@@ -115,46 +132,39 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
   out += fmt::format(
       "per rank, {} (1 {} = {:.0e} bytes). Model states as the engine holds them between steps;\n"
       "activations: the peak of one micro-batch; device total = device states + activations\n"
-      "(communication buffers and workspace not included). host grads = the offloaded step's\n"
-      "staging chunk. DeepSpeed: estimate_zero2 (stages 0-2) / estimate_zero3 (stage 3,\n"
-      "offload_param none, zero_init) model states, GPU per rank and CPU per node.\n\n",
+      "(communication buffers and workspace not included). offload: the optimizer's tier, +p\n"
+      "when the stage-3 parameters are offloaded there too (host par, nvme: their bytes). host\n"
+      "grads: the cpu step's gradient shards (nvme: its staging chunk). DeepSpeed: estimate_zero2\n"
+      "(stages 0-2) / estimate_zero3 (stage 3, zero_init) model states, GPU per rank and CPU per\n"
+      "node.\n\n",
       s.name, s.name, s.divisor);
-  out += fmt::format("{:>5} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>9} | {:>11} {:>12} "
-                     "| {:>12} | {:>9} {:>9}\n",
-                     "stage", "offload", "params", "grads", "optim", "host grad", "host optim",
-                     "host work", "nvme", "activations", "device total", "comm elems",
-                     "ds gpu", "ds cpu");
+  out += fmt::format("{:>5} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} | {:>11} "
+                     "{:>12} | {:>12} | {:>9} {:>9}\n",
+                     "stage", "offload", "params", "grads", "optim", "host par", "host grad",
+                     "host optim", "host work", "nvme", "activations", "device total",
+                     "comm elems", "ds gpu", "ds cpu");
   for (const PlanRow& row : rows) {
     const TierBytes& b = row.states;
-    const bool mine = row.stage == r.config_stage && row.offload == r.config_offload;
+    const bool mine = row.stage == r.config_stage && row.offload == r.config_offload &&
+                      row.param_offload == r.config_param_offload;
     out += fmt::format(
-        "{:>4}{} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>9} | {:>11} {:>12} | {:>12} | "
-        "{:>9} {:>9}\n",
-        row.stage, mine ? "*" : " ", offload_name(row.offload),
+        "{:>4}{} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} | {:>11} {:>12} | "
+        "{:>12} | {:>9} {:>9}\n",
+        row.stage, mine ? "*" : " ", choice_name(row),
         fig(b.get(Tier::kDevice, MemCategory::kParams)),
         fig(b.get(Tier::kDevice, MemCategory::kGrads)),
         fig(b.get(Tier::kDevice, MemCategory::kOptimizer)),
+        fig(b.get(Tier::kHost, MemCategory::kParams)),
         fig(b.get(Tier::kHost, MemCategory::kGrads)),
         fig(b.get(Tier::kHost, MemCategory::kOptimizer)),
         fig(b.get(Tier::kHost, MemCategory::kWorkspace)),
-        fig(b.get(Tier::kNvme, MemCategory::kOptimizer)),
+        fig(b.get(Tier::kNvme, MemCategory::kOptimizer) + b.get(Tier::kNvme, MemCategory::kParams)),
         row.activations ? fig(*row.activations) : std::string("n/a"),
         row.activations ? fig(row.device_bytes()) : fig(b.model_states(Tier::kDevice)) + "+",
         group_digits(static_cast<uint64_t>(row.comm_elements)), fig(row.deepspeed.gpu),
         fig(row.deepspeed.cpu));
   }
   if (r.config_stage >= 0) out += "(* the config's own choice)\n";
-  // DeepSpeed's stage-3 rows with offload_param, which the planner does not model yet.
-  const int per_node = std::max(1, r.ranks / r.nodes);
-  out += "\nDeepSpeed estimate_zero3_model_states_mem_needs_all_cold, offload_param rows "
-         "(not modelled here yet):\n";
-  for (bool zero_init : {true, false}) {
-    const DeepSpeedEstimate e = deepspeed_zero3_estimate(r.params, r.largest_unit_params, per_node,
-                                                         r.nodes, true, true, zero_init);
-    out += fmt::format("  offload_param=cpu, offload_optimizer=cpu, zero_init={}: gpu {} {}, "
-                       "cpu {} {} per node\n",
-                       zero_init ? 1 : 0, fig(e.gpu), s.name, fig(e.cpu), s.name);
-  }
   if (r.device_memory > 0) {
     const std::vector<const PlanRow*> fit = fitting_rows(r, rows);
     out += fmt::format("\nfits {} of device memory ({}), cheapest first:",
@@ -163,9 +173,10 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
                                                            : "states only: activations unknown");
     if (fit.empty()) out += " none";
     for (const PlanRow* row : fit)
-      out += fmt::format(" stage {}{}{};", row->stage,
+      out += fmt::format(" stage {}{}{}{};", row->stage,
                          row->offload == OffloadDevice::kNone ? "" : " + offload ",
-                         row->offload == OffloadDevice::kNone ? "" : offload_name(row->offload));
+                         row->offload == OffloadDevice::kNone ? "" : offload_name(row->offload),
+                         row->param_offload == OffloadDevice::kNone ? "" : " (parameters too)");
     if (!fit.empty()) out.pop_back();
     out += "\n";
   }
@@ -189,6 +200,7 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
     nlohmann::ordered_json e;
     e["stage"] = row.stage;
     e["offload_optimizer"] = offload_name(row.offload);
+    e["offload_param"] = offload_name(row.param_offload);
     nlohmann::ordered_json states, detail;
     for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kNvme}) {
       states[tier_name(t)] = row.states.model_states(t);
@@ -214,7 +226,9 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
   if (r.device_memory > 0) {
     nlohmann::ordered_json order = nlohmann::ordered_json::array();
     for (const PlanRow* row : fit)
-      order.push_back({{"stage", row->stage}, {"offload_optimizer", offload_name(row->offload)}});
+      order.push_back({{"stage", row->stage},
+                       {"offload_optimizer", offload_name(row->offload)},
+                       {"offload_param", offload_name(row->param_offload)}});
     j["fitting_cheapest_first"] = order;
   }
   return j;
@@ -238,6 +252,7 @@ PlanRequest plan_request_from_config(const Config& config, Model& model, int ran
   r.device_memory = config.zt.device_memory_limit;
   r.config_stage = config.zero_optimization.stage;
   r.config_offload = config.zero_optimization.offload_optimizer.device;
+  r.config_param_offload = config.zero_optimization.offload_param.device;
   return r;
 }
 

@@ -1,6 +1,7 @@
 // MemoryPlan: zt-estimate's table (and zt-train --dry-run's). For one model (its units, or a raw
 // parameter count split into units) and one rank count, every ZeRO stage crossed with every
-// offload_optimizer choice the engine accepts: the model states per tier and category from
+// offload_optimizer choice the engine accepts, and at stage 3 the offload_param choices (with
+// the optimizer offloaded to the same tier): the model states per tier and category from
 // zero/memory_model.h, the activation peak, the communication volume, DeepSpeed's estimates for
 // the same case beside them and, given a device memory size, the choices that fit, cheapest
 // first. Text and JSON out; the figures all come from zero/memory_model.h.
@@ -38,15 +39,17 @@ struct PlanRequest {
   // The configuration's own choice, marked in the table (stage -1: none).
   int config_stage = -1;
   OffloadDevice config_offload = OffloadDevice::kNone;
+  OffloadDevice config_param_offload = OffloadDevice::kNone;
 };
 
 struct PlanRow {
   int stage = 0;
   OffloadDevice offload = OffloadDevice::kNone;
+  OffloadDevice param_offload = OffloadDevice::kNone;  // offload_param (stage 3)
   TierBytes states;                   // model_state_bytes (and the host staging)
   std::optional<int64_t> activations;  // activation_peak_bytes
   int64_t comm_elements = 0;
-  DeepSpeedEstimate deepspeed;  // zero2 for stages 0-2, zero3 (no offload_param) for stage 3
+  DeepSpeedEstimate deepspeed;  // zero2 for stages 0-2, zero3 for stage 3
   // Device model states + activations: what the fit is judged on.
   int64_t device_bytes() const {
     return states.model_states(Tier::kDevice) + activations.value_or(0);
@@ -57,7 +60,8 @@ const char* offload_name(OffloadDevice d);  // "none", "cpu", "nvme"
 
 std::vector<PlanRow> plan_rows(const PlanRequest& request);
 // Rows whose device_bytes() fit request.device_memory, cheapest first: DeepSpeed's order of
-// speed (stage 0 > 1 > 2 > 2 + offload > 3 > 3 + offload; NVMe after the CPU).
+// speed (stage 0 > 1 > 2 > 2 + offload > 3 > 3 + offload > 3 + parameter offload; NVMe after
+// the CPU).
 std::vector<const PlanRow*> fitting_rows(const PlanRequest& request,
                                          const std::vector<PlanRow>& rows);
 // The human table, the DeepSpeed rows and the fit list.

@@ -85,6 +85,7 @@ SwapStoreOptions swap_options(const Config& config, const std::string& nvme_path
 
 EngineOptions engine_options(const Config& config, Model& model) {
   EngineOptions o;
+  o.param_buffers = config.zero_optimization.offload_param.buffer_count;
   const OptimizerConfig& oc = config.optimizer;
   o.optimizer.type = oc.type == OptimizerType::kSGD ? OptimizerOptions::Type::kSgd
                      : oc.decoupled_weight_decay()  ? OptimizerOptions::Type::kAdamW
@@ -269,8 +270,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     if (op.device != OffloadDevice::kNone) {
       // ZeRO-Infinity's parameter tier (stage 3, with offload_optimizer: checked by the config).
       // One swap store per directory: with the optimizer's nvme_path, the parameters share it.
-      engine_opts.offload_param = true;
-      engine_opts.param_buffers = op.buffer_count;
+      engine_opts.offload_param = true;  // param_buffers: engine_options
       if (op.device == OffloadDevice::kNvme) {
         const bool shared = offload.optimizer_swap && op.nvme_path == oo.nvme_path;
         engine_opts.param_swap =

@@ -32,18 +32,25 @@ int64_t TierBytes::total(Tier t) const {
   return sum;
 }
 
-StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, int world) {
+StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, int world,
+                           OffloadDevice offload_param) {
   StateOptions o;
   o.policy = engine.policy;
   o.precision = engine.precision;
   o.optimizer = engine.optimizer;
   o.persistence_threshold = engine.persistence_threshold;
   o.offload_optimizer = offload;
+  o.offload_param = offload_param;
+  o.param_buffers = engine.param_buffers;
   o.world = world;
   return o;
 }
 
 std::string state_options_problem(const StateOptions& o) {
+  if (o.offload_param != OffloadDevice::kNone) {
+    if (!o.policy.shard_params) return "offload_param needs stage 3";
+    if (o.offload_optimizer == OffloadDevice::kNone) return "offload_param needs offload_optimizer";
+  }
   if (o.offload_optimizer == OffloadDevice::kNone) return {};
   if (!o.policy.shard_optimizer) return "offload_optimizer needs stage >= 1";
   if (o.precision.mixed() && !o.precision.has_master())
@@ -89,11 +96,19 @@ void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int s
   const int64_t grads = o.policy.shard_grads ? shard.shard : shard.padded;
   const DType grad_dtype = p.mixed() ? p.grad_accum : DType::kF32;
 
-  // Extension point for offload_param: the working-parameter shard (`working` elements of the
-  // compute dtype) moves from the device's kParams to the host or NVMe tier here, with whatever
-  // staging the engine then keeps.
-  out.at(Tier::kDevice, MemCategory::kParams) += bytes_of(working, p.compute);
+  // offload_param moves a sharded unit's working-parameter shard off the device (its pool of
+  // NVMe buffers is added once, in model_state_bytes).
+  const Tier params_tier = !params_sharded || o.offload_param == OffloadDevice::kNone
+                               ? Tier::kDevice
+                               : o.offload_param == OffloadDevice::kCpu ? Tier::kHost
+                                                                        : Tier::kNvme;
+  out.at(params_tier, MemCategory::kParams) += bytes_of(working, p.compute);
   out.at(Tier::kDevice, MemCategory::kGrads) += bytes_of(grads, grad_dtype);
+  if (o.offload_optimizer == OffloadDevice::kCpu) {  // the pipelined step's per-unit buffers
+    out.at(Tier::kHost, MemCategory::kGrads) += bytes_of(master, grad_dtype);
+    if (p.compute != DType::kF32)
+      out.at(Tier::kHost, MemCategory::kWorkspace) += bytes_of(master, p.compute);
+  }
 
   // The fp32 state per master element: the optimizer's tensors, and a master of its own when
   // mixed precision has one or the optimizer is offloaded (fp32 training otherwise updates the
@@ -119,29 +134,33 @@ void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int s
 
 TierBytes model_state_bytes(std::span<const int64_t> numels, const StateOptions& o) {
   o.policy.validate();
-  if (o.offload_param != OffloadDevice::kNone)
-    throw_input("the memory model does not cover offload_param yet");
   if (const std::string problem = state_options_problem(o); !problem.empty())
     throw_input("the engine refuses this configuration: " + problem);
   const int state_tensors = static_cast<int>(optimizer_state_names(o.optimizer).size());
   TierBytes out;
-  int64_t largest_master = 0;
+  int64_t largest_master = 0, largest_param_shard = 0;
   for (int64_t numel : numels) {
     const ShardLayout shard(numel, o.world, 0);
     add_unit_state_bytes(shard, o, state_tensors, out);
     largest_master = std::max(largest_master, o.policy.shard_optimizer ? shard.shard : shard.padded);
+    if (numel > o.persistence_threshold) largest_param_shard = std::max(largest_param_shard, shard.shard);
   }
-  if (o.offload_optimizer != OffloadDevice::kNone) {
-    // The engine's host staging of an offloaded step (offload_grads_, offload_working_), one
-    // chunk; SwappedState::kChunk is the engine's kOffloadChunk (a static_assert there).
+  if (o.offload_param == OffloadDevice::kNvme) {  // OffloadedParams' pool, 4 KiB aligned
+    const int64_t bytes = bytes_of(largest_param_shard, o.precision.compute);
+    out.at(Tier::kHost, MemCategory::kParams) +=
+        int64_t{o.param_buffers} * ((bytes + 4095) / 4096 * 4096 + 4096);
+  }
+  if (o.offload_optimizer == OffloadDevice::kNvme) {
+    // The engine's host staging of the streamed NVMe step (offload_grads_, offload_working_),
+    // one chunk; SwappedState::kChunk is the engine's kOffloadChunk (a static_assert there).
     const Precision& p = o.precision;
     const int64_t chunk = std::min(largest_master, SwappedState::kChunk);
     out.at(Tier::kHost, MemCategory::kGrads) +=
         bytes_of(chunk, p.mixed() ? p.grad_accum : DType::kF32);
     out.at(Tier::kHost, MemCategory::kWorkspace) += bytes_of(chunk, p.compute);
-    if (o.offload_optimizer == OffloadDevice::kNvme)  // SwappedState's two staging sets
-      out.at(Tier::kHost, MemCategory::kWorkspace) +=
-          2 * (state_tensors + 1) * bytes_of(chunk, DType::kF32);
+    // SwappedState's two staging sets
+    out.at(Tier::kHost, MemCategory::kWorkspace) +=
+        2 * (state_tensors + 1) * bytes_of(chunk, DType::kF32);
   }
   return out;
 }

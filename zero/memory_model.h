@@ -38,8 +38,9 @@ enum class Tier { kDevice, kHost, kNvme };
 inline constexpr int kNumTiers = 3;
 const char* tier_name(Tier t);  // "device", "host", "nvme"
 
-// Bytes per tier and MemCategory. The NVMe tier counts the swap files' bytes under kOptimizer
-// (what Engine::nvme_bytes() reports; zt-train's summary files them there too).
+// Bytes per tier and MemCategory. The NVMe tier counts the swap files' bytes: the optimizer's
+// under kOptimizer, the parameters' under kParams (Engine::nvme_bytes(c); zt-train's summary
+// files them there too).
 struct TierBytes {
   std::array<std::array<int64_t, kNumMemCategories>, kNumTiers> bytes{};
 
@@ -62,20 +63,22 @@ struct StateOptions {
   // offload_optimizer.device: kCpu keeps the fp32 master and the optimizer state on the host
   // tier (EngineOptions::offload_optimizer), kNvme in swap files (EngineOptions::optimizer_swap).
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
-  // offload_param.device (stage-3 parameter shards on the host or NVMe). Not modelled yet:
-  // anything but kNone is refused by model_state_bytes. Extension point: unit_state_bytes in
-  // memory_model.cpp is where the parameter shard moves from the device's kParams to its tier.
+  // offload_param.device: stage-3 parameter shards of the sharded units in host memory (kCpu)
+  // or in swap files through param_buffers host buffers (kNvme); EngineOptions::offload_param.
   OffloadDevice offload_param = OffloadDevice::kNone;
+  int param_buffers = 5;  // offload_param.buffer_count
   int world = 1;
 };
 
 // The StateOptions of an engine built with `engine` on `world` ranks, with the optimizer
-// offloaded to `offload` (EngineOptions holds the offload tier as a device pointer; the planner
-// takes the choice instead).
-StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, int world);
+// offloaded to `offload` and the parameters to `offload_param` (EngineOptions holds the tiers
+// as pointers; the planner takes the choices instead).
+StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, int world,
+                           OffloadDevice offload_param = OffloadDevice::kNone);
 
 // Whether the engine accepts this combination (Engine's constructor): offload_optimizer needs
-// stage >= 1 and an fp32 master under 16-bit compute. Empty when it does, else the reason.
+// stage >= 1 and an fp32 master under 16-bit compute; offload_param needs stage 3 and
+// offload_optimizer. Empty when it does, else the reason.
 std::string state_options_problem(const StateOptions& o);
 
 // Each unit's flat-buffer size (FlatLayout::numel()) in model order.
@@ -93,11 +96,16 @@ std::vector<int64_t> synthetic_unit_numels(int64_t params, int units);
 //   device kOptimizer  without offload: 4 bytes x (the master when mixed with a master + the
 //                      optimizer's state tensors) x (padded, or shard at stage >= 1)
 //   host kOptimizer    offload cpu: 4 bytes x (master + state tensors) x shard
-//   host kGrads        offload cpu or nvme: one staging chunk, min(largest shard, 2^20) elements
-//                      of the grad dtype (the engine's offload_grads_)
-//   host kWorkspace    (not model state) staging: that chunk in the compute dtype, and under nvme
+//   host kGrads        offload cpu (the pipelined step): every unit's gradient shard, grad dtype;
+//                      offload nvme: one staging chunk, min(largest shard, 2^20) elements of the
+//                      grad dtype (the engine's offload_grads_)
+//   host kWorkspace    (not model state) offload cpu, 16-bit: every unit's updated working
+//                      values, compute dtype; nvme: the staging chunk in the compute dtype and
 //                      two sets of (1 + state tensors) fp32 chunks
 //   nvme kOptimizer    offload nvme: 4 bytes x (master + state tensors) x shard, every precision
+//   offload_param      the sharded units' working-parameter shards leave the device's kParams:
+//                      cpu to host kParams; nvme to nvme kParams, with param_buffers host buffers
+//                      (host kParams) each the largest shard's bytes rounded up to 4096 plus 4096
 TierBytes model_state_bytes(std::span<const int64_t> unit_numels, const StateOptions& o);
 
 // Activations of one training micro-batch of (B, T).

@@ -56,14 +56,18 @@ struct Case {
   OffloadDevice offload;
   DType dtype;
   bool checkpoint;
+  OffloadDevice params = OffloadDevice::kNone;  // offload_param (stage 3)
 };
 
+const char* name_of(OffloadDevice d) {
+  return d == OffloadDevice::kNone ? "none" : d == OffloadDevice::kCpu ? "cpu" : "nvme";
+}
+
 std::string describe(const Case& c) {
-  const char* offload = c.offload == OffloadDevice::kNone  ? "none"
-                        : c.offload == OffloadDevice::kCpu ? "cpu"
-                                                           : "nvme";
-  return fmt::format("stage {} offload {} {}{}", c.stage, offload, dtype_name(c.dtype),
-                     c.checkpoint ? " checkpointed" : "");
+  return fmt::format("stage {} offload {}{}{} {}{}", c.stage, name_of(c.offload),
+                     c.params == OffloadDevice::kNone ? "" : " params ",
+                     c.params == OffloadDevice::kNone ? "" : name_of(c.params),
+                     dtype_name(c.dtype), c.checkpoint ? " checkpointed" : "");
 }
 
 // Between the tiny GPT-2's root unit and its blocks, so stage 3 has a persistent unit too.
@@ -81,19 +85,20 @@ EngineOptions options(const Case& c, Model& model) {
 }
 
 // The printed table's columns: device params, grads, optimizer; host params, grads, optimizer,
-// workspace; nvme optimizer; the activation peak.
-constexpr int kColumns = 9;
+// workspace; nvme params, optimizer; the activation peak.
+constexpr int kColumns = 10;
 const char* const kHeader =
-    "%-40s %-8s | %8s %8s %8s | %7s %7s %8s %8s | %8s | %9s\n";
+    "%-44s %-8s | %8s %8s %8s | %7s %7s %8s %8s | %8s %8s | %9s\n";
 
 void print_row(const Case& c, const char* which, const std::array<int64_t, kColumns>& v) {
   if (my_rank() != 0) return;
-  std::printf("%-40s %-8s | %8lld %8lld %8lld | %7lld %7lld %8lld %8lld | %8lld | %9lld\n",
+  std::printf("%-44s %-8s | %8lld %8lld %8lld | %7lld %7lld %8lld %8lld | %8lld %8lld | %9lld\n",
               describe(c).c_str(), which, static_cast<long long>(v[0]),
               static_cast<long long>(v[1]), static_cast<long long>(v[2]),
               static_cast<long long>(v[3]), static_cast<long long>(v[4]),
               static_cast<long long>(v[5]), static_cast<long long>(v[6]),
-              static_cast<long long>(v[7]), static_cast<long long>(v[8]));
+              static_cast<long long>(v[7]), static_cast<long long>(v[8]),
+              static_cast<long long>(v[9]));
 }
 
 void print_header() {
@@ -103,7 +108,7 @@ void print_header() {
               world_size(), static_cast<long long>(kB), static_cast<long long>(kT),
               static_cast<long long>(kPersistence));
   std::printf(kHeader, "case", "", "dev par", "dev grad", "dev opt", "h par", "h grad", "h opt",
-              "h work", "nvme opt", "act peak");
+              "h work", "nvme par", "nvme opt", "act peak");
 }
 
 // Builds the case's engine on this rank, trains one step, and compares.
@@ -116,13 +121,19 @@ void check(const Case& c, const std::string& swap_dir) {
   Gpt2 model(kModel);
   EngineOptions eo = options(c, model);
   if (c.offload != OffloadDevice::kNone) eo.offload_optimizer = &host.emplace();
-  if (c.offload == OffloadDevice::kNvme) {
+  if (c.offload == OffloadDevice::kNvme || c.params == OffloadDevice::kNvme) {
     SwapStoreOptions so;
     so.nvme_path = swap_dir;
     so.rank = my_rank();
-    eo.optimizer_swap = &swap.emplace(so);
+    swap.emplace(so);
   }
-  const StateOptions so = state_options(eo, c.offload, world_size());
+  if (c.offload == OffloadDevice::kNvme) eo.optimizer_swap = &*swap;
+  if (c.params != OffloadDevice::kNone) {
+    eo.offload_param = true;
+    eo.param_buffers = 3;
+    if (c.params == OffloadDevice::kNvme) eo.param_swap = &*swap;
+  }
+  const StateOptions so = state_options(eo, c.offload, world_size(), c.params);
   const TierBytes estimate = model_state_bytes(unit_numels(model), so);
   ActivationOptions ao;
   ao.B = kB;
@@ -151,7 +162,8 @@ void check(const Case& c, const std::string& swap_dir) {
   for (MemCategory cat : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
                           MemCategory::kWorkspace})
     compare(Tier::kHost, cat, host_mem ? static_cast<int64_t>(host_mem->current(cat)) : 0);
-  compare(Tier::kNvme, MemCategory::kOptimizer, engine.nvme_bytes());
+  compare(Tier::kNvme, MemCategory::kParams, engine.nvme_bytes(MemCategory::kParams));
+  compare(Tier::kNvme, MemCategory::kOptimizer, engine.nvme_bytes(MemCategory::kOptimizer));
   const int64_t peak = static_cast<int64_t>(dev.peak(MemCategory::kActivations));
   estimated[column] = *activations;
   tracked[column] = peak;
@@ -169,6 +181,12 @@ TEST(MemoryModel, EstimateEqualsTheTrackersOnRealEngines) {
         if (stage == 0 && offload != OffloadDevice::kNone) continue;  // the engine refuses it
         check(Case{stage, offload, dtype, false}, dir.path());
       }
+  // Stage 3's parameter tier, with the optimizer offloaded (offload_param needs it).
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (auto [offload, params] : {std::pair{OffloadDevice::kCpu, OffloadDevice::kCpu},
+                                   std::pair{OffloadDevice::kCpu, OffloadDevice::kNvme},
+                                   std::pair{OffloadDevice::kNvme, OffloadDevice::kNvme}})
+      check(Case{3, offload, dtype, false, params}, dir.path());
 }
 
 TEST(MemoryModel, ActivationsWithCheckpointingAreWithinTenPercent) {
