@@ -65,11 +65,31 @@ TEST(MemoryModel, MixedPrecisionFormulaPerCategoryAndTier) {
   TierBytes b = model_state_bytes(units, o);
   EXPECT_EQ(b.get(Tier::kDevice, MemCategory::kOptimizer), 0);
   EXPECT_EQ(b.get(Tier::kHost, MemCategory::kOptimizer), 12 * shard);
-  EXPECT_EQ(b.get(Tier::kHost, MemCategory::kGrads), 2 * ShardLayout(4096, world, 0).shard);
+  // The pipelined cpu step holds every unit's gradient shard and updated working values.
+  EXPECT_EQ(b.get(Tier::kHost, MemCategory::kGrads), 2 * shard);
+  EXPECT_EQ(b.get(Tier::kHost, MemCategory::kWorkspace), 2 * shard);
   o.offload_optimizer = OffloadDevice::kNvme;
   b = model_state_bytes(units, o);
   EXPECT_EQ(b.get(Tier::kHost, MemCategory::kOptimizer), 0);
   EXPECT_EQ(b.get(Tier::kNvme, MemCategory::kOptimizer), 12 * shard);
+  // The streamed NVMe step stages one chunk of gradients (here the largest shard).
+  EXPECT_EQ(b.get(Tier::kHost, MemCategory::kGrads), 2 * ShardLayout(4096, world, 0).shard);
+  // Stage 3's parameters: on the host, or in swap files through param_buffers aligned buffers.
+  o.policy = ZeroPolicy::for_stage(3);
+  o.offload_param = OffloadDevice::kCpu;
+  o.offload_optimizer = OffloadDevice::kCpu;
+  b = model_state_bytes(units, o);
+  EXPECT_EQ(b.get(Tier::kDevice, MemCategory::kParams), 0);
+  EXPECT_EQ(b.get(Tier::kHost, MemCategory::kParams), 2 * shard);
+  o.offload_param = OffloadDevice::kNvme;
+  o.param_buffers = 3;
+  b = model_state_bytes(units, o);
+  EXPECT_EQ(b.get(Tier::kNvme, MemCategory::kParams), 2 * shard);
+  EXPECT_EQ(b.get(Tier::kHost, MemCategory::kParams), 3 * (4096 + 4096));  // 2 KiB shards
+  o.offload_optimizer = OffloadDevice::kNone;
+  EXPECT_THROW(model_state_bytes(units, o), Error);  // offload_param needs offload_optimizer
+  o.offload_param = OffloadDevice::kNone;
+  o.policy = ZeroPolicy::for_stage(2);
   // fp32 training: the working params are the master, except offloaded (a master of its own).
   o.precision = Precision{};
   o.offload_optimizer = OffloadDevice::kNone;
