@@ -56,13 +56,6 @@ void refuse_unbuilt_features(const Config& config) {
   const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
   refuse(oo.device != OffloadDevice::kNone && oo.ratio < 1.0,
          "'zero_optimization.offload_optimizer.ratio' below 1 (partial offload)");
-  refuse(oo.device != OffloadDevice::kNone && oo.pin_memory && config.zt.device == "cuda",
-         "'zero_optimization.offload_optimizer.pin_memory' true on cuda (host memory is not "
-         "pinned yet; set it false)");
-  const OffloadConfig& op = config.zero_optimization.offload_param;
-  refuse(op.device != OffloadDevice::kNone && op.pin_memory && config.zt.device == "cuda",
-         "'zero_optimization.offload_param.pin_memory' true on cuda (host memory is not pinned "
-         "yet; set it false)");
 }
 
 // The NVMe swap store of an offload block's device "nvme": its nvme_path, this rank, the aio
@@ -256,6 +249,16 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
       // ZeRO-Offload: the master and the optimizer state in host memory, updated there; with
       // nvme (ZeRO-Infinity) they live in swap files and stream through host staging.
       engine_opts.offload_optimizer = &offload.host.emplace();
+      // pin_memory (of either block: they share the host tier) page-locks its buffers for a
+      // GPU's copies; the CPU device reads host memory directly, so there it has no effect.
+      if (oo.pin_memory || op.pin_memory) {
+        if (std::optional<HostPinning> pinning = host_pinning_for(device))
+          offload.host->set_pinning(std::move(*pinning));
+        else
+          log.rank0("note: pin_memory has no effect on zt.device {}: the device reads host "
+                    "memory directly",
+                    config.zt.device);
+      }
       if (oo.device == OffloadDevice::kNvme) {
         engine_opts.optimizer_swap =
             &offload.optimizer_swap.emplace(swap_options(config, oo.nvme_path, rank, log));
@@ -285,6 +288,14 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
       }
     }
     engine_slot.emplace(device, comm, built, std::move(engine_opts));
+    if (offload.host && offload.host->pinning()) {
+      if (!offload.host->pinning_failure().empty())
+        log.all("warning: host memory of the offload tier is not all pinned: {}",
+                offload.host->pinning_failure());
+      else
+        log.rank0("pin_memory: {} of host-tier memory pinned per rank for the device's copies",
+                  format_bytes(offload.host->pinned_bytes()));
+    }
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kOutOfMemory) throw;
     describe_current_exception(&out_of_memory);

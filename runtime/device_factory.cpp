@@ -64,6 +64,29 @@ void synchronize_device(Device& device) {
 #endif
 }
 
+std::optional<HostPinning> host_pinning_for(Device& device) {
+#if ZT_HAVE_CUDA
+  if (auto* gpu = dynamic_cast<CudaDevice*>(&device)) {
+    HostPinning p;
+    p.what = "cudaHostRegister";
+    const int ordinal = gpu->ordinal();
+    p.pin = [ordinal](void* data, size_t bytes) -> std::string {
+      cudaSetDevice(ordinal);
+      const cudaError_t status = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+      if (status == cudaSuccess) return {};
+      cudaGetLastError();  // not sticky: the memory stays usable, unpinned
+      return fmt::format("{} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
+    };
+    p.unpin = [](void* data) { cudaHostUnregister(data); };
+    p.lock_limit = memory_lock_limit();
+    return p;
+  }
+#else
+  (void)device;
+#endif
+  return std::nullopt;
+}
+
 void set_allow_tf32(Device& device, bool allow) {
 #if ZT_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaDevice*>(&device)) gpu->cuda_kernels().set_allow_tf32(allow);

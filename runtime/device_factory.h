@@ -4,8 +4,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "runtime/cpu/cpu_device.h"
 #include "runtime/device.h"
 
 namespace zt {
@@ -30,5 +32,9 @@ std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal = 0);
 void synchronize_device(Device& device);
 // zt.allow_tf32: a GPU's fp32 GEMMs may use TF32 tensor cores. No effect on the CPU device.
 void set_allow_tf32(Device& device, bool allow);
+// How host memory is pinned for `device`'s copies (offload's pin_memory): a GPU registers it
+// (cudaHostRegister, portable), within memory_lock_limit(). nullopt for the CPU device: its
+// memory is the host's, no DMA engine reads it.
+std::optional<HostPinning> host_pinning_for(Device& device);
 
 }  // namespace zt

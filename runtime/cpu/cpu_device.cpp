@@ -2,11 +2,14 @@
 #include "runtime/cpu/cpu_device.h"
 
 #include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/byte_count.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -26,7 +29,23 @@ Kernels& CpuDevice::kernels_for(DType activations) {
 }
 
 CpuDevice::~CpuDevice() {
-  for (auto& [bytes, data] : cache_) std::free(data);
+  for (auto& [bytes, data] : cache_) {
+    if (pinned_.count(data)) pinning_.unpin(data);
+    std::free(data);
+  }
+}
+
+int64_t memory_lock_limit() {
+  if (::geteuid() == 0) return -1;  // root may lock any amount (CAP_IPC_LOCK)
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return -1;
+  return static_cast<int64_t>(limit.rlim_cur);
+}
+
+void CpuDevice::set_pinning(HostPinning pinning) {
+  ZT_ASSERT(pinning.pin && pinning.unpin, "host pinning without pin and unpin");
+  pinning_ = std::move(pinning);
+  pinning_failure_.clear();
 }
 
 void* CpuDevice::raw_alloc(size_t bytes, std::string& why) {
@@ -36,8 +55,30 @@ void* CpuDevice::raw_alloc(size_t bytes, std::string& why) {
     cached_bytes_ -= bytes;
     return data;
   }
-  void* data = std::aligned_alloc(kAlignment, round_up(bytes, kAlignment));
-  if (!data) why = "the host refused it (aligned_alloc failed: out of host memory)";
+  const size_t size = round_up(bytes, kAlignment);
+  void* data = std::aligned_alloc(kAlignment, size);
+  if (!data) {
+    why = "the host refused it (aligned_alloc failed: out of host memory)";
+    return data;
+  }
+  if (pinning_.pin && pinning_failure_.empty() && size > 0) {
+    const int64_t limit = pinning_.lock_limit;
+    if (limit >= 0 && static_cast<int64_t>(pinned_bytes_ + size) > limit) {
+      pinning_failure_ = fmt::format(
+          "pinning {} more would pass the lock limit of {} ({} pinned already): raise it "
+          "with `ulimit -l` (e.g. `ulimit -l unlimited`, or memlock in "
+          "/etc/security/limits.conf), or set pin_memory false",
+          format_bytes(size), format_bytes(static_cast<uint64_t>(limit)),
+          format_bytes(pinned_bytes_));
+    } else if (std::string failed = pinning_.pin(data, size); !failed.empty()) {
+      pinning_failure_ = fmt::format("{} of {} failed: {} (the lock limit, `ulimit -l`, may be "
+                                     "too low)",
+                                     pinning_.what, format_bytes(size), failed);
+    } else {
+      pinned_.insert(data);
+      pinned_bytes_ += size;
+    }
+  }
   return data;
 }
 

@@ -4,13 +4,32 @@
 // not bytes cached.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "runtime/device.h"
 
 namespace zt {
+
+// Page-locking of host memory for another device's DMA (offload's pin_memory: the host tier's
+// buffers registered with the GPU, so copies to and from it run at full bandwidth and can be
+// asynchronous). `pin` returns an empty string on success, else the reason; `unpin` undoes it.
+// `lock_limit`: the bytes the process may lock (RLIMIT_MEMLOCK's soft limit, from
+// memory_lock_limit()); negative: no limit.
+struct HostPinning {
+  std::string what;  // "cudaHostRegister"
+  std::function<std::string(void* data, size_t bytes)> pin;
+  std::function<void(void* data)> unpin;
+  int64_t lock_limit = -1;
+};
+
+// RLIMIT_MEMLOCK's soft limit in bytes; -1 when unlimited or when the process may lock any
+// amount (CAP_IPC_LOCK, as root has).
+int64_t memory_lock_limit();
 
 class CpuDevice final : public Device {
  public:
@@ -24,6 +43,15 @@ class CpuDevice final : public Device {
   void zero(void* dst, size_t bytes) override;
   size_t cached_bytes() const { return cached_bytes_; }
 
+  // From now on every new allocation is pinned, until one cannot be (it would pass the lock
+  // limit, or `pin` fails): that one and later ones stay unpinned, and pinning_failure() says
+  // why, naming `ulimit -l` when it is the limit. Blocks are unpinned when freed for good (the
+  // destructor).
+  void set_pinning(HostPinning pinning);
+  bool pinning() const { return static_cast<bool>(pinning_.pin); }
+  const std::string& pinning_failure() const { return pinning_failure_; }
+  size_t pinned_bytes() const { return pinned_bytes_; }
+
  protected:
   void* raw_alloc(size_t bytes, std::string& why) override;
   void raw_free(void* data, size_t bytes) override;
@@ -32,6 +60,10 @@ class CpuDevice final : public Device {
   std::unique_ptr<Kernels> kernels_[3];  // by DType: fp32, fp16, bf16
   std::multimap<size_t, void*> cache_;  // freed blocks by exact size
   size_t cached_bytes_ = 0;
+  HostPinning pinning_;
+  std::set<void*> pinned_;  // blocks registered by pinning_
+  size_t pinned_bytes_ = 0;
+  std::string pinning_failure_;
 };
 
 // Threads for the CPU kernels: OpenMP's thread count, which oneDNN's GEMMs run on as well, so

@@ -10,9 +10,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/cpu/cpu_device.h"
 #include "runtime/device.h"
 #include "runtime/device_factory.h"
 #include "runtime/kernels.h"
@@ -239,6 +242,27 @@ TEST_F(CudaDeviceTest, MemoryLimitCapsTheGpu) {
   }
   Buffer optimizer = gpu_->alloc(3 << 20, MemCategory::kOptimizer);  // freed room is usable
   EXPECT_EQ(gpu_->memory().current_total(), size_t{3} << 20);
+}
+
+// offload's pin_memory: the host tier's buffers registered with the GPU, copies through them
+// exact; the CPU device has no pinning (its memory is the host's).
+TEST_F(CudaDeviceTest, HostTierMemoryIsPinnedForTheGpu) {
+  std::unique_ptr<Device> cpu = make_device(DeviceKind::kCpu);
+  EXPECT_FALSE(host_pinning_for(*cpu).has_value());
+  std::optional<HostPinning> pinning = host_pinning_for(*gpu_);
+  ASSERT_TRUE(pinning.has_value());
+  CpuDevice host;
+  host.set_pinning(std::move(*pinning));
+  const size_t bytes = size_t{3} << 20;
+  Buffer staged = host.alloc(bytes, MemCategory::kOptimizer);
+  EXPECT_TRUE(host.pinning_failure().empty()) << host.pinning_failure();
+  EXPECT_GE(host.pinned_bytes(), bytes);
+  for (size_t i = 0; i < bytes; ++i) staged.as<unsigned char>()[i] = static_cast<unsigned char>(i * 7);
+  Buffer on_gpu = gpu_->alloc(bytes, MemCategory::kOther);
+  gpu_->copy_from_host(on_gpu.data(), staged.data(), bytes);
+  std::vector<unsigned char> back(bytes);
+  gpu_->copy_to_host(back.data(), on_gpu.data(), bytes);
+  EXPECT_EQ(std::memcmp(back.data(), staged.data(), bytes), 0);
 }
 
 }  // namespace
