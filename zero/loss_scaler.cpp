@@ -122,4 +122,23 @@ bool LossScaler::update(bool overflow) {
   return overflow;
 }
 
+LossScalerState LossScaler::state() const {
+  return LossScalerState{scale_, hysteresis_left_, clean_steps_, counters_};
+}
+
+void LossScaler::restore(const LossScalerState& state) {
+  if (!(state.scale > 0.0) || !std::isfinite(state.scale))
+    throw_input(fmt::format("loss scaler state: scale must be finite and > 0; got {}", state.scale));
+  const LossScalerCounters& c = state.counters;
+  if (state.clean_steps < 0 || c.steps < 0 || c.skipped_steps < 0 || c.scale_decreases < 0 ||
+      c.scale_increases < 0)
+    throw_input("loss scaler state: negative step counts");
+  if (dynamic_) scale_ = std::max(state.scale, min_scale_);
+  hysteresis_left_ = std::clamp(state.hysteresis_left, 1, std::max(hysteresis_, 1));
+  clean_steps_ = state.clean_steps;
+  counters_ = c;
+  last_update_ = LossScalerEvent{LossScaleUpdate::kClean, scale_, scale_, hysteresis_left_,
+                                 clean_steps_};
+}
+
 }  // namespace zt

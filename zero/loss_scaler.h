@@ -3,7 +3,8 @@
 // for a static scale, DynamicLossScaler.update_scale for a dynamic one). Pure arithmetic on a few
 // numbers: no tensors, no communication, no logging; the engine logs from last_update().
 // Not here: detecting the overflow, the all-reduce that agrees on it, unscaling the gradients,
-// checkpointing the scaler's state.
+// writing the scaler's state to a checkpoint (state() and restore() hand it over; the engine's
+// checkpoint code stores it).
 //
 // The rules, each mirroring DeepSpeed (names in parentheses are DeepSpeed's):
 //  - Static (fp16.loss_scale > 0; DeepSpeed's LossScaler): the scale is loss_scale forever.
@@ -70,6 +71,15 @@ struct LossScalerCounters {
   int64_t scale_increases = 0;
 };
 
+// What a checkpoint keeps of a scaler: with the same config, restore(state()) continues exactly
+// as the scaler would have (last_update() aside: it describes the step before).
+struct LossScalerState {
+  double scale = 1.0;
+  int hysteresis_left = 1;
+  int64_t clean_steps = 0;
+  LossScalerCounters counters;
+};
+
 class LossScaler {
  public:
   // What an overflow does when the scale is already min_loss_scale and hysteresis is spent.
@@ -103,6 +113,12 @@ class LossScaler {
   // The last update(); before the first one, kClean at the initial scale.
   const LossScalerEvent& last_update() const { return last_update_; }
   const LossScalerCounters& counters() const { return counters_; }
+
+  LossScalerState state() const;
+  // Continues from a checkpoint's state. A static scaler keeps its configured scale (only the
+  // counters are taken); hysteresis left is clamped to [1, hysteresis] (the config may have
+  // changed). kInput for a scale that is not finite and > 0, or negative counts.
+  void restore(const LossScalerState& state);
 
  private:
   bool dynamic_;
