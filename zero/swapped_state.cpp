@@ -58,7 +58,8 @@ void SwappedState::start_reads(Set& set, int u, int64_t c) {
     set.pending.push_back(store_.read(key(u, k, c), set.state[k].data(), chunk_size(u, c) * 4));
 }
 
-void SwappedState::write_master(int u, int64_t begin, const float* values, int64_t count) {
+void SwappedState::write_part(int u, int kind, int64_t begin, const float* values,
+                              int64_t count) {
   ZT_ASSERT(begin >= 0 && count >= 0 && begin + count <= sizes_[u],
             "unit {}: master range [{}, {}) outside its {} elements", units_[u], begin,
             begin + count, sizes_[u]);
@@ -70,16 +71,16 @@ void SwappedState::write_master(int u, int64_t begin, const float* values, int64
     const int64_t lo = std::max(begin, c * kChunk), hi = std::min(begin + count, (c + 1) * kChunk);
     const int64_t n = chunk_size(u, c);
     if (lo == c * kChunk && hi - lo == n) {  // a whole chunk: straight from the caller's values
-      pending.push_back(store_.write(key(u, 0, c), values + (lo - begin), n * 4));
+      pending.push_back(store_.write(key(u, kind, c), values + (lo - begin), n * 4));
       continue;
     }
     for (SwapHandle& h : pending) store_.wait(h);  // the staging chunk is free again
     pending.clear();
-    SwapHandle r = store_.read(key(u, 0, c), chunk, n * 4);
+    SwapHandle r = store_.read(key(u, kind, c), chunk, n * 4);
     store_.wait(r);
     std::memcpy(chunk + (lo - c * kChunk), values + (lo - begin),
                 static_cast<size_t>(hi - lo) * sizeof(float));
-    SwapHandle w = store_.write(key(u, 0, c), chunk, n * 4);
+    SwapHandle w = store_.write(key(u, kind, c), chunk, n * 4);
     store_.wait(w);
   }
   for (SwapHandle& h : pending) store_.wait(h);
@@ -113,6 +114,28 @@ void SwappedState::read(int u, int kind, float* dst) {
   std::vector<SwapHandle> pending;
   for (int64_t c = 0; c < chunks(u); ++c)
     pending.push_back(store_.read(key(u, kind, c), dst + c * kChunk, chunk_size(u, c) * 4));
+  for (SwapHandle& h : pending) store_.wait(h);
+}
+
+void SwappedState::read_part(int u, int kind, int64_t begin, int64_t count, float* dst) {
+  ZT_ASSERT(begin >= 0 && count >= 0 && begin + count <= sizes_[u],
+            "unit {}: range [{}, {}) outside its {} elements", units_[u], begin, begin + count,
+            sizes_[u]);
+  for (Set& set : sets_) finish(set);
+  float* chunk = sets_[0].state[0].as<float>();
+  std::vector<SwapHandle> pending;
+  for (int64_t c = begin / kChunk; c * kChunk < begin + count; ++c) {
+    const int64_t lo = std::max(begin, c * kChunk), hi = std::min(begin + count, (c + 1) * kChunk);
+    const int64_t n = chunk_size(u, c);
+    if (lo == c * kChunk && hi - lo == n) {  // a whole chunk: straight into the caller's memory
+      pending.push_back(store_.read(key(u, kind, c), dst + (lo - begin), n * 4));
+      continue;
+    }
+    SwapHandle r = store_.read(key(u, kind, c), chunk, n * 4);
+    store_.wait(r);
+    std::memcpy(dst + (lo - begin), chunk + (lo - c * kChunk),
+                static_cast<size_t>(hi - lo) * sizeof(float));
+  }
   for (SwapHandle& h : pending) store_.wait(h);
 }
 

@@ -33,7 +33,14 @@ class SwappedState {
   int num_kinds() const { return static_cast<int>(kinds_.size()) + 1; }  // the master first
   // Elements [begin, begin + count) of unit u's master range set to `values` (host memory);
   // chunks only partly covered are read and rewritten.
-  void write_master(int u, int64_t begin, const float* values, int64_t count);
+  void write_master(int u, int64_t begin, const float* values, int64_t count) {
+    write_part(u, 0, begin, values, count);
+  }
+  // The same for kind k (0: the master) of unit u (a checkpoint loaded into the swap files).
+  void write_part(int u, int kind, int64_t begin, const float* values, int64_t count);
+  // Elements [begin, begin + count) of kind k of unit u into host memory at dst (a checkpoint
+  // streamed out a chunk at a time); chunks only partly covered are read through the staging.
+  void read_part(int u, int kind, int64_t begin, int64_t count, float* dst);
   // Streams unit u through the staging: f(begin, count, state) for each chunk in order, state[0]
   // the master and state[1..] the kinds, `count` floats each, updated in place by f and written
   // back. The next chunk's reads are in flight while f runs, the previous chunk's writes too.
