@@ -23,6 +23,7 @@
 #include "comm/communicator.h"
 #include "runtime/device.h"
 #include "runtime/model.h"
+#include "zero/checkpoint_files.h"
 #include "zero/host_worker.h"
 #include "zero/loss_scaler.h"
 #include "zero/offloaded_params.h"
@@ -180,6 +181,37 @@ class Engine {
   // This rank's model state of unit u as bytes: working parameters, master, optimizer state
   // (tests compare them across skipped steps).
   std::vector<std::byte> model_state_bytes(int u);
+
+  // ---- sharded checkpoints (zero/engine_checkpoint.cpp; DESIGN.md, "Checkpoints") ----
+  // The manifest's world_size, zero_stage, dtypes and units (names, tensors, this world's
+  // padded sizes). The trainer adds the step, its own state and the files.
+  void describe_checkpoint(CheckpointManifest& manifest) const;
+  std::vector<CheckpointUnit> checkpoint_units() const;
+  // Appends this rank's records to its shard file and returns the engine's state (optimizer
+  // step count, loss scaler) for the manifest's trainer_state. For every unit, in unit order,
+  // elements [shard.begin, shard.begin + shard.shard) of the padded flat buffer, whatever the
+  // stage (so records never overlap, even where the state is replicated, as at stage 0):
+  //   "master"      fp32: the master (fp32 training: the working parameters, which are it)
+  //   "working"     the compute dtype, instead of "master" under pure 16-bit (no master)
+  //   <state name>  fp32, each of optimizer_state_names() ("exp_avg", "exp_avg_sq" | "momentum")
+  // read wherever they live (device, host tier, swap files) through one bounded host buffer.
+  // Not collective; call it between steps. `before_unit` (tests' fault injection) is called
+  // before each unit's records.
+  nlohmann::json save_state(ShardFileWriter& writer,
+                            const std::function<void(int unit)>& before_unit = {});
+  // Sets this rank's state from a checkpoint of any world size, stage and offload tier: it reads
+  // the global flat ranges it holds here (the master range, the optimizer's, the working
+  // parameters') with CheckpointReader::read_range, so resharding is the same code as resuming.
+  // The master and working parameters through ParamGroup::assign (working = master rounded,
+  // what a straight run holds); a checkpoint without a master (pure 16-bit) gives its working
+  // values widened. `engine_state` is what save_state returned. Everything is checked before
+  // anything is set (kInput naming the manifest: other units, another optimizer's state, a
+  // missing or mistyped record), so a refused checkpoint leaves the engine untouched. Returns
+  // notes, one line each, for what differs but loads: the compute dtype (fp16 <-> bf16 <-> fp32:
+  // the masters are fp32), a loss scaler started fresh or dropped. Not collective.
+  std::vector<std::string> load_state(const CheckpointReader& reader,
+                                      const nlohmann::json& engine_state);
+
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
   void set_fault_hook(FaultHook hook) { fault_hook_ = std::move(hook); }
   // What the engine's collectives are part of, named in a timeout report ("step 12",
