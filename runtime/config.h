@@ -180,6 +180,17 @@ struct ModelChoice {
 };
 
 // The zt block: what is ours. Precision comes from the fp16/bf16 blocks, not from here.
+// zt.checkpoint: sharded checkpoints (zero/checkpoint_files.h) written by zt-train, and where
+// `zt-train --resume` looks by default. Without the block nothing is saved on a schedule, but a
+// preempted run (SIGTERM, SIGUSR1) still saves into `dir` before it exits.
+struct CheckpointConfig {
+  bool given = false;         // the block is present: a checkpoint is also saved after the last step
+  std::string dir;            // empty: <zt.output_dir>/checkpoints
+  int64_t every_n_steps = 0;  // a checkpoint after every n-th step; 0: none on a schedule
+  int keep_last = 0;          // committed checkpoints kept, newest by step; 0: all (DeepSpeed's way)
+  bool async = false;         // save behind training; refused by zt-train (not built yet)
+};
+
 struct ZtConfig {
   ModelChoice model;          // required
   int seq_len = 0;            // required, > 0
@@ -203,6 +214,7 @@ struct ZtConfig {
   // set_memory_limit): the CPU back end stands in for a GPU of that size. An integer or a string
   // with a unit ("6GB" = 6 * 10^9, "6GiB" = 6 * 2^30). 0 (absent): the device's own capacity.
   uint64_t device_memory_limit = 0;
+  CheckpointConfig checkpoint;
 };
 
 struct Config {

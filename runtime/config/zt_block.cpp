@@ -1,5 +1,5 @@
-// The zt block: what is ours (model, data, steps, output, device, its memory limit and the
-// communication back end).
+// The zt block: what is ours (model, data, steps, output, device, its memory limit, the
+// communication back end and the checkpoint sub-block).
 // Required keys: model, seq_len, train_data, steps. Zoo model names are checked by model_zoo/,
 // not here. (zt.comm_backend "auto" is ours: the back end follows zt.device.)
 #include <fmt/format.h>
@@ -57,18 +57,36 @@ constexpr Field<ZtConfig> kZtFields[] = {
     {"comm_timeout_s", &ZtConfig::comm_timeout_s, Bound::kPositive},
 };
 
+constexpr Field<CheckpointConfig> kCheckpointFields[] = {
+    {"dir", &CheckpointConfig::dir},
+    {"every_n_steps", &CheckpointConfig::every_n_steps, Bound::kNonNegative},
+    {"keep_last", &CheckpointConfig::keep_last, Bound::kNonNegative},
+    {"async", &CheckpointConfig::async},
+};
+
+CheckpointConfig parse_checkpoint(const Reader& r, const json& v) {
+  r.expect_object(v, "zt.checkpoint");
+  r.check_keys(v, "zt.checkpoint", keys_of(kCheckpointFields));
+  CheckpointConfig c;
+  c.given = true;
+  read_fields(r, v, "zt.checkpoint", kCheckpointFields, c);
+  return c;
+}
+
 }  // namespace
 
 ZtConfig parse_zt(const Reader& r, const json& j) {
   const json& block = r.require(j, "", "zt");
   r.expect_object(block, "zt");
-  r.check_keys(block, "zt", keys_of(kZtFields, {"model", "device_memory_limit"}));
+  r.check_keys(block, "zt", keys_of(kZtFields, {"model", "device_memory_limit", "checkpoint"}));
   for (std::string_view key : {"model", "seq_len", "train_data", "steps"}) r.require(block, "zt", key);
   ZtConfig z;
   z.model = parse_model(r, block.at("model"));
   read_fields(r, block, "zt", kZtFields, z);
   if (const json* limit = Reader::find(block, "device_memory_limit"))
     z.device_memory_limit = r.byte_size(*limit, "zt.device_memory_limit");
+  if (const json* checkpoint = Reader::find(block, "checkpoint"))
+    z.checkpoint = parse_checkpoint(r, *checkpoint);
   if (z.train_data.empty()) r.fail("'zt.train_data' must not be empty");
   if (z.output_dir.empty()) r.fail("'zt.output_dir' must not be empty");
   if (z.device != "cpu" && z.device != "cuda")

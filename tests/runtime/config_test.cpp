@@ -258,6 +258,36 @@ TEST(ConfigTypes, TopLevelMustBeObject) {
             "configs/x.json: the top level must be an object, got array [1]");
 }
 
+// ---- zt.checkpoint ------------------------------------------------------------------------------
+
+TEST(ConfigCheckpoint, DefaultsAndValues) {
+  const CheckpointConfig absent = parse(minimal()).zt.checkpoint;
+  EXPECT_FALSE(absent.given);
+  EXPECT_EQ(absent.dir, "");
+  EXPECT_EQ(absent.every_n_steps, 0);
+  EXPECT_EQ(absent.keep_last, 0);
+  EXPECT_FALSE(absent.async);
+  const CheckpointConfig c =
+      parse(with(minimal(), "/zt/checkpoint",
+                 {{"dir", "ck"}, {"every_n_steps", 50}, {"keep_last", 3}, {"async", false}}))
+          .zt.checkpoint;
+  EXPECT_TRUE(c.given);
+  EXPECT_EQ(c.dir, "ck");
+  EXPECT_EQ(c.every_n_steps, 50);
+  EXPECT_EQ(c.keep_last, 3);
+  EXPECT_TRUE(parse(with(minimal(), "/zt/checkpoint", json::object())).zt.checkpoint.given);
+}
+
+TEST(ConfigCheckpoint, BadValuesNameTheKey) {
+  EXPECT_EQ(input_error(with(minimal(), "/zt/checkpoint", {{"every_n_steps", -1}})),
+            "configs/x.json: 'zt.checkpoint.every_n_steps' must be >= 0, got -1");
+  EXPECT_EQ(input_error(with(minimal(), "/zt/checkpoint", {{"keep", 2}})),
+            "configs/x.json: unknown key 'zt.checkpoint.keep' (did you mean "
+            "'zt.checkpoint.keep_last'?)");
+  EXPECT_EQ(input_error(with(minimal(), "/zt/checkpoint", 5)),
+            "configs/x.json: 'zt.checkpoint' must be an object, got integer 5");
+}
+
 // ---- zt.device_memory_limit -------------------------------------------------------------------
 
 TEST(ConfigMemoryLimit, BytesOrAStringWithAUnit) {
