@@ -1,6 +1,7 @@
 // Parsing of ZT_TEST_FAULT and ZT_TEST_WRITE_LIMIT, and the injected error.
 #include "launch/test_fault.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <sstream>
 
@@ -29,6 +30,8 @@ const char* test_fault_point_name(TestFault::Point point) {
     case TestFault::Point::kOptimizer: return "optimizer";
     case TestFault::Point::kEvaluation: return "evaluation";
     case TestFault::Point::kSave: return "save";
+    case TestFault::Point::kCheckpoint: return "checkpoint";
+    case TestFault::Point::kCommit: return "commit";
   }
   return "?";
 }
@@ -49,11 +52,11 @@ std::optional<TestFault> TestFault::from_environment() {
       have_point = true;
       bool known = false;
       for (Point p : {Point::kForward, Point::kBackward, Point::kOptimizer, Point::kEvaluation,
-                      Point::kSave})
+                      Point::kSave, Point::kCheckpoint, Point::kCommit})
         if (value == test_fault_point_name(p)) fault.point = p, known = true;
       if (!known)
         throw_input(fmt::format("ZT_TEST_FAULT: unknown point '{}'; use forward, backward, "
-                                "optimizer, evaluation or save",
+                                "optimizer, evaluation, save, checkpoint or commit",
                                 value));
     } else if (key == "rank") {
       have_rank = true;
@@ -62,8 +65,13 @@ std::optional<TestFault> TestFault::from_environment() {
       fault.step = parse_integer(value, "ZT_TEST_FAULT", key);
     } else if (key == "unit") {
       fault.unit = static_cast<int>(parse_integer(value, "ZT_TEST_FAULT", key));
+    } else if (key == "action") {
+      if (value != "throw" && value != "kill")
+        throw_input(fmt::format("ZT_TEST_FAULT: action '{}'; use throw or kill", value));
+      fault.action = value == "kill" ? Action::kKill : Action::kThrow;
     } else {
-      throw_input(fmt::format("ZT_TEST_FAULT: unknown key '{}'; use point, rank, step, unit", key));
+      throw_input(
+          fmt::format("ZT_TEST_FAULT: unknown key '{}'; use point, rank, step, unit, action", key));
     }
   }
   if (!have_point || !have_rank)
@@ -77,6 +85,10 @@ bool TestFault::due(Point at, int my_rank, int64_t at_step, int at_unit) const {
 }
 
 void TestFault::fire(const std::string& unit_name, int64_t at_step, int my_rank) const {
+  if (action == Action::kKill) {
+    std::raise(SIGKILL);
+    std::abort();  // not reached
+  }
   throw_system(fmt::format("injected fault (ZT_TEST_FAULT) at {} of unit {}, {} {}, on rank {}",
                            test_fault_point_name(point), unit_name,
                            point == Point::kEvaluation ? "evaluation after step" : "step", at_step,
