@@ -10,6 +10,8 @@
 //   2  bad input: command line, config, data or weights file
 //   3  a collective did not complete within zt.comm_timeout_s (a rank stopped, died or
 //      diverged); reported by the watchdog of the rank that saw it
+//   4  preempted: zt-train got SIGTERM or SIGUSR1, finished the step in progress, saved a
+//      checkpoint and stopped, on every rank (continue with zt-train --resume)
 // Under mpirun an aborted job exits with the code of the rank that called abort_job (Open MPI's
 // mpirun returns the MPI_Abort code).
 #pragma once
@@ -22,6 +24,7 @@ namespace zt {
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitCommTimeout = 3;
+inline constexpr int kExitPreempted = 4;
 
 // Runs body(); prints "<tool>: <message>" as one line on stderr for any error ("<tool>: rank r:
 // <message>" when rank >= 0) and returns the exit code to use.

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <limits>
 
@@ -56,6 +57,72 @@ void refuse_unbuilt_features(const Config& config) {
   const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
   refuse(oo.device != OffloadDevice::kNone && oo.ratio < 1.0,
          "'zero_optimization.offload_optimizer.ratio' below 1 (partial offload)");
+  refuse(config.zt.checkpoint.async,
+         "'zt.checkpoint.async' true (saving behind training: checkpoints are written between "
+         "steps)");
+}
+
+// Where a checkpoint's trainer_state says training stopped. Written by save_checkpoint below.
+struct ResumePoint {
+  int64_t step = 0;             // the last step trained
+  int64_t train_position = 0;   // the training DataLoader's position() after it
+  int64_t val_position = 0;
+  int world = 1;                // the saving run's world size, micro-batch and sequence length:
+  int64_t micro_batch = 1;      // the data position is remapped when they differ
+  int64_t seq_len = 1;
+  uint64_t seed = 0;
+  nlohmann::json engine;        // Engine::save_state's
+};
+
+ResumePoint resume_point(const CheckpointReader& reader) {
+  const std::string where = reader.dir() + "/manifest.json";
+  const nlohmann::json& t = reader.manifest().trainer_state;
+  auto integer = [&](const char* key, int64_t lowest) {
+    const auto it = t.find(key);
+    if (it == t.end() || !it->is_number_integer() || it->get<int64_t>() < lowest)
+      throw_input(fmt::format("{}: trainer_state.{} is missing or not an integer >= {} (not a "
+                              "zt-train checkpoint?)",
+                              where, key, lowest));
+    return it->get<int64_t>();
+  };
+  ResumePoint p;
+  p.step = integer("step", 0);
+  p.train_position = integer("train_position", 0);
+  p.val_position = integer("val_position", 0);
+  p.world = static_cast<int>(integer("world", 1));
+  p.micro_batch = integer("micro_batch", 1);
+  p.seq_len = integer("seq_len", 1);
+  p.seed = static_cast<uint64_t>(integer("seed", 0));
+  const auto engine = t.find("engine");
+  if (engine == t.end() || !engine->is_object())
+    throw_input(fmt::format("{}: trainer_state.engine is missing or not an object", where));
+  p.engine = *engine;
+  return p;
+}
+
+// The checkpoint's units as check_model compares them, from the model's tables alone.
+std::vector<CheckpointUnit> model_checkpoint_units(Model& model) {
+  std::vector<CheckpointUnit> units;
+  for (Unit* u : model.units())
+    units.push_back(checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
+  return units;
+}
+
+// Preemption: SIGTERM and SIGUSR1 (what schedulers send before they kill a job) only set this
+// flag; the training loop reads it after every step and the ranks agree on it (one all-gather of
+// a number), so that every rank saves and stops after the same step. The one process-wide state
+// of the trainer: a signal handler can reach nothing else.
+volatile std::sig_atomic_t preempt_signal = 0;
+
+extern "C" void note_preemption(int signal) { preempt_signal = signal; }
+
+void install_preemption_handlers() {
+  struct sigaction action {};
+  action.sa_handler = note_preemption;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;  // a blocking call in flight goes on
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGUSR1, &action, nullptr);
 }
 
 // The NVMe swap store of an offload block's device "nvme": its nvme_path, this rank, the aio
@@ -152,7 +219,8 @@ double evaluate(Engine& engine, DataLoader& loader, int batches, int64_t B, int6
 }  // namespace
 
 TrainSetup prepare_training(const std::string& config_path,
-                            const std::vector<std::string>& overrides, int rank, int world) {
+                            const std::vector<std::string>& overrides, int rank, int world,
+                            const std::optional<std::string>& resume) {
   Config config = load_config(config_path, overrides, world);
   refuse_unbuilt_features(config);
   precision_from_config(config);  // rejects data types that do not fit the precision
@@ -181,6 +249,17 @@ TrainSetup prepare_training(const std::string& config_path,
     Gpt2 shapes_only(model);  // tables only; no tensor memory
     check_weights_file(config.zt.init_from, shapes_only);
   }
+  std::string checkpoint_root = config.zt.checkpoint.dir.empty()
+                                    ? (std::filesystem::path(config.zt.output_dir) / "checkpoints").string()
+                                    : config.zt.checkpoint.dir;
+  std::optional<CheckpointReader> reader;
+  if (resume) {
+    // Every file read whole and checked, on every rank: a bad checkpoint is refused by all.
+    reader.emplace(resume->empty() ? checkpoint_root : *resume);
+    Gpt2 shapes_only(model);
+    reader->check_model(model_checkpoint_units(shapes_only));
+    resume_point(*reader);
+  }
   if (rank == 0) {
     std::error_code ec;
     std::filesystem::create_directories(config.zt.output_dir, ec);
@@ -188,7 +267,8 @@ TrainSetup prepare_training(const std::string& config_path,
       throw_input(fmt::format("{}: cannot create zt.output_dir '{}': {}", config.source,
                               config.zt.output_dir, ec.message()));
   }
-  return TrainSetup{std::move(config), model, std::move(train_file), std::move(val_file)};
+  return TrainSetup{std::move(config), model,   std::move(train_file), std::move(val_file),
+                    std::move(checkpoint_root), std::move(reader)};
 }
 
 namespace {
@@ -326,7 +406,97 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     load_weights(engine, config.zt.init_from);
     log.rank0("loaded weights from {}", config.zt.init_from);
   }
+  // --resume: this rank reads the global ranges it holds here, whatever the world size, stage
+  // and tier of the saving run. Agreed on like a set-up error: a checkpoint that does not load
+  // into this run (another optimizer, ...) stops every rank before the first step.
+  int64_t first_step = 1;
+  std::vector<std::string> resume_notes;
+  if (setup.resume) {
+    const CheckpointReader& reader = *setup.resume;
+    const ResumePoint point = resume_point(reader);
+    std::string refused;
+    try {
+      resume_notes = engine.load_state(reader, point.engine);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kInput) throw;
+      describe_current_exception(&refused);
+    }
+    result.exit_code = agree_on_failure("zt-train", rank, world,
+                                        refused.empty() ? 0 : kExitBadInput, refused);
+    if (result.exit_code != 0) return result;
+    first_step = point.step + 1;
+    // The data position in tokens of the whole job, as this world's batches: the same batch
+    // index when the world size, micro-batch and sequence length are the saving run's.
+    int64_t position = point.train_position;
+    if (point.world != world || point.micro_batch != B || point.seq_len != T) {
+      const int64_t tokens = point.train_position * point.world * point.micro_batch * point.seq_len;
+      const int64_t per_batch = static_cast<int64_t>(world) * B * T;
+      position = tokens / per_batch;
+      resume_notes.push_back(fmt::format(
+          "the checkpoint's data position (batch {} of {} rank(s) x {} rows x {} tokens) is batch "
+          "{} of this run's {} rank(s) x {} x {}{}",
+          point.train_position, point.world, point.micro_batch, point.seq_len, position, world, B,
+          T, tokens % per_batch == 0 ? "" : " (rounded down: a part-batch is seen again)"));
+    }
+    train_loader.seek(position);
+    if (val_loader) val_loader->seek(point.val_position);
+    if (point.seed != config.zt.seed)
+      resume_notes.push_back(fmt::format("the checkpoint was trained with zt.seed {}, this run has "
+                                         "{} (it changes the shuffled data order)",
+                                         point.seed, config.zt.seed));
+    step_now = point.step;
+  }
   const LrSchedule schedule(config.scheduler, config.optimizer.lr);
+  const CheckpointConfig& checkpointing = config.zt.checkpoint;
+  auto barrier = [&] { all_gather_doubles(comm, std::array{0.0}); };
+  // The save protocol of zero/checkpoint_files.h: rank 0 makes step<N>.tmp, every rank writes its
+  // shard file there, rank 0 commits with every file's size and checksum (the manifest, the
+  // rename, `latest`, pruning), and no rank goes on before the commit is done. A rank that dies
+  // on the way leaves the previous checkpoint as the latest.
+  auto save_checkpoint = [&](int64_t step) {
+    const auto t0 = Clock::now();
+    const std::string& root = setup.checkpoint_root;
+    if (rank == 0) prepare_checkpoint_dir(root, step);
+    barrier();
+    ShardFileWriter writer(checkpoint_step_dir(root, step) + ".tmp", rank);
+    const nlohmann::json engine_state = engine.save_state(writer, [&](int unit) {
+      inject(TestFault::Point::kCheckpoint, step, unit);
+    });
+    const ShardFileInfo info = writer.finish();
+    const std::vector<double> files = all_gather_doubles(
+        comm, std::array{static_cast<double>(info.bytes), static_cast<double>(info.crc32c)});
+    inject(TestFault::Point::kCommit, step, 0);
+    int64_t bytes = 0;
+    if (rank == 0) {
+      CheckpointManifest manifest;
+      manifest.step = step;
+      engine.describe_checkpoint(manifest);
+      for (int r = 0; r < world; ++r) {
+        manifest.files.push_back(ShardFileInfo{shard_file_name(r),
+                                               static_cast<int64_t>(files[2 * r]),
+                                               static_cast<uint32_t>(files[2 * r + 1])});
+        bytes += manifest.files.back().bytes;
+      }
+      manifest.trainer_state = {
+          {"step", step},
+          {"train_position", train_loader.position()},
+          {"val_position", val_loader ? val_loader->position() : 0},
+          {"world", world},
+          {"micro_batch", B},
+          {"seq_len", T},
+          {"gradient_accumulation_steps", accumulation},
+          {"seed", config.zt.seed},
+          {"config", {{"source", config.source},
+                      {"zero_stage", config.zero_optimization.stage},
+                      {"precision", precision_name(engine.options().precision)}}},
+          {"engine", engine_state}};
+      commit_checkpoint(root, step, manifest, checkpointing.keep_last);
+    }
+    barrier();
+    log.rank0("step {:>5} | saved checkpoint {} ({:.1f} MiB in {} shard file{}, {:.0f} ms)", step,
+              checkpoint_step_dir(root, step), bytes / 1048576.0, world, world > 1 ? "s" : "",
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  };
 
   int64_t params = 0;
   for (Unit* u : model.units()) params += u->layout().param_count();
@@ -345,6 +515,16 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
 
   // DeepSpeed keys accepted with no effect and "auto" values resolved: one line each.
   for (const std::string& note : config.notes) log.rank0("note: {}", note);
+  if (setup.resume) {
+    const CheckpointManifest& m = setup.resume->manifest();
+    log.rank0("resumed from {}: step {} of a ZeRO stage {} {} run on {} rank{}; training steps {} "
+              "to {}",
+              setup.resume->dir(), first_step - 1, m.zero_stage, dtype_name(m.compute_dtype),
+              m.world_size, m.world_size > 1 ? "s" : "", first_step, config.zt.steps);
+    for (const std::string& note : resume_notes) log.rank0("note: {}", note);
+    write_row(nlohmann::ordered_json{{"resumed_from", setup.resume->dir()},
+                                     {"at_step", first_step - 1}});
+  }
 
   if (precision.mixed())
     log.rank0("precision: {} working parameters, activations and gradients; gradients stored in "
@@ -373,7 +553,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
 
   result.first_val_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
   const bool can_eval = val_loader.has_value();
-  if (can_eval) {
+  if (can_eval && !setup.resume) {  // a resumed run evaluated before its checkpoint
     result.first_val_loss = result.last_val_loss =
         evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
     log.rank0("step {:>5} | val loss {:.6f}", 0, result.first_val_loss);
@@ -384,7 +564,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   std::vector<std::vector<int32_t>> targets(accumulation, std::vector<int32_t>(B * T));
   std::vector<Batch> micro(accumulation);
   const int64_t steps = config.zt.steps;
-  for (int64_t step = 1; step <= steps; ++step) {
+  for (int64_t step = first_step; step <= steps; ++step) {
     step_now = step;
     auto t0 = Clock::now();
     for (int64_t i = 0; i < accumulation; ++i) {
@@ -445,6 +625,28 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
                 "optimizer {:.1f} | reduce {:.1f} | gather {:.1f}",
                 step, 1e3 * r.times.forward, 1e3 * r.times.backward, 1e3 * r.times.optimizer,
                 1e3 * r.times.reduce, 1e3 * r.times.gather);
+    const bool save_now = (checkpointing.every_n_steps > 0 && step % checkpointing.every_n_steps == 0) ||
+                          (checkpointing.given && step == steps);
+    if (save_now) save_checkpoint(step);
+    // Preemption: a signal on any rank stops every rank here, after this step and its save.
+    const std::vector<double> signals =
+        all_gather_doubles(comm, std::array{static_cast<double>(preempt_signal)});
+    int signal = 0;
+    for (double x : signals)
+      if (x != 0.0 && signal == 0) signal = static_cast<int>(x);
+    if (signal != 0) {
+      if (!save_now) save_checkpoint(step);
+      result.exit_code = kExitPreempted;
+      if (rank == 0) {
+        metrics.sync();
+        result.failure = fmt::format(
+            "preempted ({}) after step {} of {}: checkpoint {} saved; continue with zt-train "
+            "--resume (exit code {})",
+            signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "signal", step, steps,
+            checkpoint_step_dir(setup.checkpoint_root, step), kExitPreempted);
+      }
+      return result;
+    }
   }
 
   if (!config.zt.save_weights.empty()) {
@@ -539,6 +741,7 @@ TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& devic
   std::optional<Gpt2> model;
   OffloadSlots offload;  // the host tier and the swap stores: outlive the engine
   std::optional<Engine> engine;
+  install_preemption_handlers();
   try {
     return train_run(setup, cpus, device, comm, log, model, offload, engine);
   } catch (...) {

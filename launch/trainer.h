@@ -2,7 +2,8 @@
 // job's input can get wrong (config, model shape, data files, output directory) and allocates
 // no model memory; zt-train agrees across ranks on its outcome before anything else, so a bad
 // input on any rank ends every rank with that rank's message. train() then wires data, model,
-// engine, schedule, evaluation, progress lines, metrics.jsonl and weight export.
+// engine, schedule, evaluation, progress lines, metrics.jsonl, sharded checkpoints (zt.checkpoint,
+// --resume), preemption (SIGTERM, SIGUSR1) and weight export.
 #pragma once
 
 #include <functional>
@@ -17,6 +18,7 @@
 #include "runtime/config.h"
 #include "runtime/data/token_data.h"
 #include "zero/engine.h"
+#include "zero/checkpoint_files.h"
 
 namespace zt {
 
@@ -25,6 +27,8 @@ struct TrainSetup {
   Gpt2Config model;
   TokenFile train_file;
   std::optional<TokenFile> val_file;
+  std::string checkpoint_root;              // zt.checkpoint.dir, or <zt.output_dir>/checkpoints
+  std::optional<CheckpointReader> resume;   // --resume: the validated checkpoint to continue
 };
 
 // The model a config names (zt.model: a zoo name or an object), validated, with zt.seq_len
@@ -34,8 +38,13 @@ Gpt2Config resolve_model(const Config& config);
 // null: train() sets them). zt-estimate plans from the same options.
 EngineOptions engine_options(const Config& config, Model& model);
 
+// `resume`: unset, no --resume; empty, --resume alone (the checkpoint root's `latest`); else the
+// directory given (a checkpoint root or one step directory). The checkpoint is validated whole
+// here (every file's size and checksum, the model's units, the trainer state), so that a bad
+// checkpoint is one line naming the file before anything is allocated.
 TrainSetup prepare_training(const std::string& config_path,
-                            const std::vector<std::string>& overrides, int rank, int world);
+                            const std::vector<std::string>& overrides, int rank, int world,
+                            const std::optional<std::string>& resume = std::nullopt);
 
 struct TrainResult {
   double first_val_loss = 0.0;  // before the first step; NaN without validation data
@@ -48,7 +57,12 @@ struct TrainResult {
   //   memory): every rank stops before the first step, exit 1; the lowest such rank has already
   //   printed its error ("zt-train: rank r: out of device memory on ..."), `failure` is empty;
   // - the loss, which is reduced across ranks, became NaN or inf: exit 1, `failure` set on
-  //   rank 0 only.
+  //   rank 0 only;
+  // - the checkpoint to resume from does not load into this run (another optimizer, ...):
+  //   exit 2 before the first step, the lowest failing rank has printed its line;
+  // - SIGTERM or SIGUSR1 reached some rank (preemption): after the step in progress every rank
+  //   saves a checkpoint and stops, exit kExitPreempted (launch/tool_frame.h), `failure` on
+  //   rank 0 saying where the checkpoint is.
   int exit_code = 0;
   std::string failure;
 };

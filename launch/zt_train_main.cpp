@@ -1,7 +1,10 @@
 // zt-train: trains a model from a JSON job config, on one process or under mpirun.
-//   zt-train --config FILE [--set key.path=value]...
+//   zt-train --config FILE [--set key.path=value]... [--resume [DIR]]
 //   mpirun -np N zt-train --config FILE ...
 //   zt-train --config FILE --dry-run   (the memory plan of zt-estimate for this config; exits)
+// --resume continues from a sharded checkpoint: DIR (a checkpoint root, which follows its
+// `latest`, or one step directory), or without DIR the config's zt.checkpoint.dir (default
+// <zt.output_dir>/checkpoints). Exit code 4: preempted (SIGTERM/SIGUSR1), checkpoint saved.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -27,22 +30,35 @@ namespace {
 struct CommandLine {
   std::string config_path;
   std::vector<std::string> overrides;
+  std::optional<std::string> resume;  // --resume [DIR]: "" without DIR
   bool help = false;
   bool dry_run = false;
 };
 
 CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   CommandLine cl;
-  po::options_description desc("usage: zt-train --config FILE [--set key.path=value]...");
+  po::options_description desc(
+      "usage: zt-train --config FILE [--set key.path=value]... [--resume [DIR]]");
+  std::string resume;
   desc.add_options()("help,h", "show this help")
       ("config,c", po::value(&cl.config_path), "job config (JSON, DeepSpeed key names + zt block)")
       ("set", po::value(&cl.overrides)->composing(),
        "override a config key, e.g. --set zt.steps=100 (repeatable; value parsed as JSON)")
       ("dry-run", po::bool_switch(&cl.dry_run),
-       "print the memory plan per rank for this config and world size (zt-estimate's) and exit");
+       "print the memory plan per rank for this config and world size (zt-estimate's) and exit")
+      ("resume", po::value(&resume)->implicit_value(""),
+       "continue from a checkpoint: DIR (a checkpoint root or a step directory), or without DIR "
+       "the latest under zt.checkpoint.dir");
+  // "--resume DIR" as "--resume=DIR": boost takes an implicit value only when attached.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--resume" && !args[i + 1].starts_with("-")) {
+      args[i] += "=" + args[i + 1];
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    }
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     zt::throw_input(fmt::format("{} (see zt-train --help)", e.what()));
@@ -51,6 +67,7 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   text << desc;
   *help_text = text.str();
   cl.help = vm.count("help") > 0;
+  if (vm.count("resume")) cl.resume = resume;
   if (!cl.help && cl.config_path.empty())
     zt::throw_input("--config FILE is required (see zt-train --help)");
   return cl;
@@ -90,7 +107,8 @@ int main(int argc, char** argv) {
       help = true;  // nothing more to do
       return 0;
     }
-    if (!help) setup = zt::prepare_training(cl.config_path, cl.overrides, group.rank, group.world);
+    if (!help) setup = zt::prepare_training(cl.config_path, cl.overrides, group.rank, group.world,
+                                           cl.resume);
     return 0;
   });
   if (setup_code != 0) return setup_code;
