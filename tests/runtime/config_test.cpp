@@ -281,8 +281,8 @@ TEST(ConfigCheckpoint, DefaultsAndValues) {
 TEST(ConfigCheckpoint, BadValuesNameTheKey) {
   EXPECT_EQ(input_error(with(minimal(), "/zt/checkpoint", {{"every_n_steps", -1}})),
             "configs/x.json: 'zt.checkpoint.every_n_steps' must be >= 0, got -1");
-  EXPECT_EQ(input_error(with(minimal(), "/zt/checkpoint", {{"keep", 2}})),
-            "configs/x.json: unknown key 'zt.checkpoint.keep' (did you mean "
+  EXPECT_EQ(input_error(with(minimal(), "/zt/checkpoint", {{"keep_lst", 2}})),
+            "configs/x.json: unknown key 'zt.checkpoint.keep_lst' (did you mean "
             "'zt.checkpoint.keep_last'?)");
   EXPECT_EQ(input_error(with(minimal(), "/zt/checkpoint", 5)),
             "configs/x.json: 'zt.checkpoint' must be an object, got integer 5");
