@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -57,9 +58,6 @@ void refuse_unbuilt_features(const Config& config) {
   const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
   refuse(oo.device != OffloadDevice::kNone && oo.ratio < 1.0,
          "'zero_optimization.offload_optimizer.ratio' below 1 (partial offload)");
-  refuse(config.zt.checkpoint.async,
-         "'zt.checkpoint.async' true (saving behind training: checkpoints are written between "
-         "steps)");
 }
 
 // Where a checkpoint's trainer_state says training stopped. Written by save_checkpoint below.
@@ -453,16 +451,24 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   // shard file there, rank 0 commits with every file's size and checksum (the manifest, the
   // rename, `latest`, pruning), and no rank goes on before the commit is done. A rank that dies
   // on the way leaves the previous checkpoint as the latest.
-  auto save_checkpoint = [&](int64_t step) {
-    const auto t0 = Clock::now();
-    const std::string& root = setup.checkpoint_root;
-    if (rank == 0) prepare_checkpoint_dir(root, step);
-    barrier();
-    ShardFileWriter writer(checkpoint_step_dir(root, step) + ".tmp", rank);
-    const nlohmann::json engine_state = engine.save_state(writer, [&](int unit) {
-      inject(TestFault::Point::kCheckpoint, step, unit);
-    });
-    const ShardFileInfo info = writer.finish();
+  auto trainer_state = [&](int64_t step, const nlohmann::json& engine_state) {
+    return nlohmann::json{
+        {"step", step},
+        {"train_position", train_loader.position()},
+        {"val_position", val_loader ? val_loader->position() : 0},
+        {"world", world},
+        {"micro_batch", B},
+        {"seq_len", T},
+        {"gradient_accumulation_steps", accumulation},
+        {"seed", config.zt.seed},
+        {"config", {{"source", config.source},
+                    {"zero_stage", config.zero_optimization.stage},
+                    {"precision", precision_name(engine.options().precision)}}},
+        {"engine", engine_state}};
+  };
+  // Every rank's shard file written: gather their sizes and checksums, rank 0 commits. Returns
+  // the checkpoint's bytes (rank 0; 0 elsewhere).
+  auto commit_save = [&](int64_t step, const ShardFileInfo& info, nlohmann::json state) {
     const std::vector<double> files = all_gather_doubles(
         comm, std::array{static_cast<double>(info.bytes), static_cast<double>(info.crc32c)});
     inject(TestFault::Point::kCommit, step, 0);
@@ -477,25 +483,115 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
                                                static_cast<uint32_t>(files[2 * r + 1])});
         bytes += manifest.files.back().bytes;
       }
-      manifest.trainer_state = {
-          {"step", step},
-          {"train_position", train_loader.position()},
-          {"val_position", val_loader ? val_loader->position() : 0},
-          {"world", world},
-          {"micro_batch", B},
-          {"seq_len", T},
-          {"gradient_accumulation_steps", accumulation},
-          {"seed", config.zt.seed},
-          {"config", {{"source", config.source},
-                      {"zero_stage", config.zero_optimization.stage},
-                      {"precision", precision_name(engine.options().precision)}}},
-          {"engine", engine_state}};
-      commit_checkpoint(root, step, manifest, checkpointing.keep_last);
+      manifest.trainer_state = std::move(state);
+      commit_checkpoint(setup.checkpoint_root, step, manifest, checkpointing.keep_last);
     }
     barrier();
-    log.rank0("step {:>5} | saved checkpoint {} ({:.1f} MiB in {} shard file{}, {:.0f} ms)", step,
-              checkpoint_step_dir(root, step), bytes / 1048576.0, world, world > 1 ? "s" : "",
-              std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    return bytes;
+  };
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  auto log_save = [&](int64_t step, int64_t bytes, const std::string& how) {
+    log.rank0("step {:>5} | saved checkpoint {} ({:.1f} MiB in {} shard file{}, {})", step,
+              checkpoint_step_dir(setup.checkpoint_root, step), bytes / 1048576.0, world,
+              world > 1 ? "s" : "", how);
+  };
+  auto save_checkpoint = [&](int64_t step) {
+    const auto t0 = Clock::now();
+    const std::string& root = setup.checkpoint_root;
+    if (rank == 0) prepare_checkpoint_dir(root, step);
+    barrier();
+    ShardFileWriter writer(checkpoint_step_dir(root, step) + ".tmp", rank);
+    const nlohmann::json engine_state = engine.save_state(writer, [&](int unit) {
+      inject(TestFault::Point::kCheckpoint, step, unit);
+    });
+    const ShardFileInfo info = writer.finish();
+    const int64_t bytes = commit_save(step, info, trainer_state(step, engine_state));
+    const double ms = ms_since(t0);
+    log_save(step, bytes, fmt::format("{:.0f} ms", ms));
+    write_row({{"checkpoint", step}, {"async", false}, {"blocked_ms", ms}, {"save_ms", ms}});
+  };
+
+  // zt.checkpoint.async: the save in flight. Training waits only while the state is copied to a
+  // host snapshot; a thread of this rank writes the shard file from it while training goes on.
+  // After every step the ranks agree whether every file is written (with the preemption flag);
+  // then they commit together. A new save, the end of training or a preemption waits for it.
+  struct PendingSave {
+    int64_t step = 0;
+    nlohmann::json state;  // the manifest's trainer_state, as of the snapshot
+    ShardSnapshot snapshot;
+    ShardFileInfo info;
+    std::exception_ptr error;
+    std::atomic<bool> written{false};
+    double blocked_ms = 0.0, write_ms = 0.0;
+    Clock::time_point started;
+    std::thread writer;
+    ~PendingSave() {
+      if (writer.joinable()) writer.join();
+    }
+  };
+  std::unique_ptr<PendingSave> pending;
+  auto unit_of_record = [&](const std::string& name) {
+    auto units = model.units();
+    for (size_t u = 0; u < units.size(); ++u)
+      if (units[u]->name() == name) return static_cast<int>(u);
+    return 0;
+  };
+  // The save in flight, committed: waits for this rank's writer (every rank calls it at the same
+  // step: after the agreement below, or where all of them wait).
+  auto finish_pending = [&] {
+    if (!pending) return;
+    pending->writer.join();
+    if (pending->error) std::rethrow_exception(pending->error);
+    const int64_t bytes = commit_save(pending->step, pending->info, std::move(pending->state));
+    const double total_ms = ms_since(pending->started);
+    log_save(pending->step, bytes,
+             fmt::format("async: training blocked {:.0f} ms for the snapshot, the file written in "
+                         "{:.0f} ms behind it, committed {:.0f} ms after the save began",
+                         pending->blocked_ms, pending->write_ms, total_ms));
+    write_row({{"checkpoint", pending->step},
+               {"async", true},
+               {"blocked_ms", pending->blocked_ms},
+               {"write_ms", pending->write_ms},
+               {"save_ms", total_ms}});
+    pending.reset();
+  };
+  auto begin_async_save = [&](int64_t step) {
+    finish_pending();  // one save at a time
+    const auto t0 = Clock::now();
+    const std::string& root = setup.checkpoint_root;
+    if (rank == 0) prepare_checkpoint_dir(root, step);
+    barrier();
+    pending = std::make_unique<PendingSave>();
+    PendingSave& p = *pending;
+    p.step = step;
+    p.started = t0;
+    const nlohmann::json engine_state = engine.save_state(p.snapshot);
+    p.state = trainer_state(step, engine_state);
+    p.blocked_ms = ms_since(t0);
+    const std::string dir = checkpoint_step_dir(root, step) + ".tmp";
+    // The test-only checkpoint fault fires on the writer thread, where an async save writes.
+    p.writer = std::thread([&p, dir, rank, step, &inject, &unit_of_record] {
+      const auto w0 = Clock::now();
+      try {
+        ShardFileWriter writer(dir, rank);
+        p.snapshot.write_to(writer, [&](const std::string& unit) {
+          inject(TestFault::Point::kCheckpoint, step, unit_of_record(unit));
+        });
+        p.info = writer.finish();
+      } catch (...) {
+        p.error = std::current_exception();
+      }
+      p.write_ms = std::chrono::duration<double, std::milli>(Clock::now() - w0).count();
+      p.written.store(true);
+    });
+  };
+  auto save = [&](int64_t step) {
+    if (checkpointing.async)
+      begin_async_save(step);
+    else
+      save_checkpoint(step);
   };
 
   int64_t params = 0;
@@ -627,15 +723,24 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
                 1e3 * r.times.reduce, 1e3 * r.times.gather);
     const bool save_now = (checkpointing.every_n_steps > 0 && step % checkpointing.every_n_steps == 0) ||
                           (checkpointing.given && step == steps);
-    if (save_now) save_checkpoint(step);
-    // Preemption: a signal on any rank stops every rank here, after this step and its save.
-    const std::vector<double> signals =
-        all_gather_doubles(comm, std::array{static_cast<double>(preempt_signal)});
+    if (save_now) save(step);
+    // Preemption: a signal on any rank stops every rank here, after this step and its save. The
+    // same gather says whether every rank has written its file of an asynchronous save.
+    const std::vector<double> flags = all_gather_doubles(
+        comm, std::array{static_cast<double>(preempt_signal),
+                         pending && pending->written.load() ? 1.0 : 0.0});
     int signal = 0;
-    for (double x : signals)
-      if (x != 0.0 && signal == 0) signal = static_cast<int>(x);
+    bool all_written = pending != nullptr;
+    for (int r = 0; r < world; ++r) {
+      if (flags[2 * r] != 0.0 && signal == 0) signal = static_cast<int>(flags[2 * r]);
+      all_written = all_written && flags[2 * r + 1] != 0.0;
+    }
+    if (all_written || (pending && (signal != 0 || step == steps))) finish_pending();
     if (signal != 0) {
-      if (!save_now) save_checkpoint(step);
+      if (!save_now) {
+        save(step);
+        finish_pending();
+      }
       result.exit_code = kExitPreempted;
       if (rank == 0) {
         metrics.sync();

@@ -188,7 +188,7 @@ struct CheckpointConfig {
   std::string dir;            // empty: <zt.output_dir>/checkpoints
   int64_t every_n_steps = 0;  // a checkpoint after every n-th step; 0: none on a schedule
   int keep_last = 0;          // committed checkpoints kept, newest by step; 0: all (DeepSpeed's way)
-  bool async = false;         // save behind training; refused by zt-train (not built yet)
+  bool async = false;         // save behind training: only the host snapshot blocks it
 };
 
 struct ZtConfig {

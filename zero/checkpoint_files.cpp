@@ -895,4 +895,48 @@ void CheckpointReader::read_range(const std::string& unit, const std::string& ki
   fill_gap(pos, end);
 }
 
+void ShardSnapshot::begin_record(std::string unit, std::string kind, DType dtype,
+                                 int64_t global_begin, int64_t count) {
+  ZT_ASSERT(!open_, "snapshot: begin_record({}, {}) inside a record", unit, kind);
+  ZT_ASSERT(count >= 0 && global_begin >= 0, "snapshot: record {} {} at {} of {} elements", unit,
+            kind, global_begin, count);
+  Record r;
+  r.unit = std::move(unit);
+  r.kind = std::move(kind);
+  r.dtype = dtype;
+  r.global_begin = global_begin;
+  r.count = count;
+  r.data.reserve(static_cast<size_t>(count) * dtype_size(dtype));
+  records_.push_back(std::move(r));
+  open_ = true;
+}
+
+void ShardSnapshot::append(const void* data, size_t bytes) {
+  ZT_ASSERT(open_, "snapshot: append outside a record");
+  std::vector<std::byte>& d = records_.back().data;
+  ZT_ASSERT(d.size() + bytes <= d.capacity(), "snapshot: record {} {} given {} bytes past its {}",
+            records_.back().unit, records_.back().kind, d.size() + bytes, d.capacity());
+  const auto* from = static_cast<const std::byte*>(data);
+  d.insert(d.end(), from, from + bytes);
+  bytes_ += static_cast<int64_t>(bytes);
+}
+
+void ShardSnapshot::end_record() {
+  ZT_ASSERT(open_, "snapshot: end_record outside a record");
+  const Record& r = records_.back();
+  ZT_ASSERT(r.data.size() == static_cast<size_t>(r.count) * dtype_size(r.dtype),
+            "snapshot: record {} {} holds {} bytes of {}", r.unit, r.kind, r.data.size(),
+            static_cast<size_t>(r.count) * dtype_size(r.dtype));
+  open_ = false;
+}
+
+void ShardSnapshot::write_to(ShardFileWriter& writer,
+                             const std::function<void(const std::string& unit)>& before_record) const {
+  ZT_ASSERT(!open_, "snapshot written with a record open");
+  for (const Record& r : records_) {
+    if (before_record) before_record(r.unit);
+    writer.add_record(r.unit, r.kind, r.dtype, r.global_begin, r.count, r.data.data());
+  }
+}
+
 }  // namespace zt

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -112,20 +113,31 @@ CheckpointManifest manifest_from_json(const nlohmann::json& j, const std::string
 // Calls out of order (append outside a record, finish inside one) are internal errors.
 // Destroyed without finish() (an exception on the way), the partial file is removed. Neither
 // copied nor moved (it owns the file under its name until finish()).
-class ShardFileWriter {
+// Where a rank's records go, one after another: a shard file (ShardFileWriter) or host memory
+// (ShardSnapshot, for a save written in the background). Engine::save_state writes to either.
+class RecordSink {
+ public:
+  virtual ~RecordSink() = default;
+  // A record of `count` elements of `dtype`: elements [global_begin, global_begin + count) of
+  // the unit's padded flat buffer, of kind `kind` ("master", "exp_avg", "exp_avg_sq",
+  // "working", ...). count may be 0 (a rank whose shard of a small unit is empty).
+  virtual void begin_record(std::string unit, std::string kind, DType dtype, int64_t global_begin,
+                            int64_t count) = 0;
+  virtual void append(const void* data, size_t bytes) = 0;
+  virtual void end_record() = 0;
+};
+
+class ShardFileWriter final : public RecordSink {
  public:
   ShardFileWriter(const std::string& dir, int rank);
   ~ShardFileWriter();
   ShardFileWriter(const ShardFileWriter&) = delete;
   ShardFileWriter& operator=(const ShardFileWriter&) = delete;
 
-  // A record of `count` elements of `dtype`: elements [global_begin, global_begin + count) of
-  // the unit's padded flat buffer, of kind `kind` ("master", "exp_avg", "exp_avg_sq",
-  // "working", ...). count may be 0 (a rank whose shard of a small unit is empty).
   void begin_record(std::string unit, std::string kind, DType dtype, int64_t global_begin,
-                    int64_t count);
-  void append(const void* data, size_t bytes);
-  void end_record();
+                    int64_t count) override;
+  void append(const void* data, size_t bytes) override;
+  void end_record() override;
   // begin_record, one append of count * dtype_size(dtype) bytes, end_record.
   void add_record(std::string unit, std::string kind, DType dtype, int64_t global_begin,
                   int64_t count, const void* data);
@@ -152,6 +164,34 @@ class ShardFileWriter {
   int64_t record_written_ = 0;  // bytes appended to the open record
   bool in_record_ = false;
   bool finished_ = false;
+};
+
+// A rank's records held in host memory: what an asynchronous save copies out of the device,
+// the host tier and the swap files while training waits, to write later, on another thread,
+// with write_to. Owns its bytes (one allocation per record); not tracked by any device.
+class ShardSnapshot final : public RecordSink {
+ public:
+  void begin_record(std::string unit, std::string kind, DType dtype, int64_t global_begin,
+                    int64_t count) override;
+  void append(const void* data, size_t bytes) override;
+  void end_record() override;
+  // Every record, in order, into `writer` (which the caller finishes). `before_record(unit)`,
+  // when given, runs before each record with its unit's name (tests inject faults through it).
+  void write_to(ShardFileWriter& writer,
+                const std::function<void(const std::string& unit)>& before_record = {}) const;
+  int64_t bytes() const { return bytes_; }
+  size_t records() const { return records_.size(); }
+
+ private:
+  struct Record {
+    std::string unit, kind;
+    DType dtype = DType::kF32;
+    int64_t global_begin = 0, count = 0;
+    std::vector<std::byte> data;
+  };
+  std::vector<Record> records_;
+  bool open_ = false;
+  int64_t bytes_ = 0;
 };
 
 // Makes `<root>/step<N>.tmp/` (and root, if needed), removing a stale one left by a save that

@@ -197,7 +197,7 @@ class Engine {
   // read wherever they live (device, host tier, swap files) through one bounded host buffer.
   // Not collective; call it between steps. `before_unit` (tests' fault injection) is called
   // before each unit's records.
-  nlohmann::json save_state(ShardFileWriter& writer,
+  nlohmann::json save_state(RecordSink& writer,
                             const std::function<void(int unit)>& before_unit = {});
   // Sets this rank's state from a checkpoint of any world size, stage and offload tier: it reads
   // the global flat ranges it holds here (the master range, the optimizer's, the working

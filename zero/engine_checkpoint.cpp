@@ -28,7 +28,7 @@ T* advance(T* base, int64_t elements, DType dtype) {
 }
 
 // `count` elements of `dtype` at `src` in `device`'s memory into the writer's open record.
-void append_from(ShardFileWriter& writer, Device& device, const void* src, DType dtype,
+void append_from(RecordSink& writer, Device& device, const void* src, DType dtype,
                  int64_t count, std::vector<std::byte>& staging) {
   for (int64_t at = 0; at < count; at += kStagingElements) {
     const size_t bytes = static_cast<size_t>(std::min(kStagingElements, count - at)) *
@@ -39,7 +39,7 @@ void append_from(ShardFileWriter& writer, Device& device, const void* src, DType
 }
 
 // Elements [begin, begin + count) of kind k of unit u's swap files into the open record.
-void append_from(ShardFileWriter& writer, SwappedState& swapped, int u, int kind, int64_t begin,
+void append_from(RecordSink& writer, SwappedState& swapped, int u, int kind, int64_t begin,
                  int64_t count, std::vector<std::byte>& staging) {
   for (int64_t at = 0; at < count; at += kStagingElements) {
     const int64_t n = std::min(kStagingElements, count - at);
@@ -83,7 +83,7 @@ void Engine::describe_checkpoint(CheckpointManifest& manifest) const {
   manifest.units = checkpoint_units();
 }
 
-nlohmann::json Engine::save_state(ShardFileWriter& writer,
+nlohmann::json Engine::save_state(RecordSink& writer,
                                   const std::function<void(int unit)>& before_unit) {
   const Precision& precision = options_.precision;
   const bool pure_16bit = precision.mixed() && !precision.has_master();
