@@ -128,4 +128,22 @@ struct BenchOffloadOptions {
 // against the run without. Returns 1 when they differ.
 int bench_offload(const BenchOffloadOptions& options);
 
+struct BenchCheckpointOptions {
+  std::string model = "gpt2-124M";
+  int batch = 4;
+  int seq_len = 64;
+  std::string precision = "fp32";  // bench_precision's names
+  int repeats = 3;                 // rounds, each a synchronous and an asynchronous save
+  std::string path = "/tmp";       // checkpoints go to <path>/zt_bench_checkpoint_<pid>, removed
+  std::string json_path;
+};
+
+// A rank's checkpoint save of GPT-2 (one rank, ZeRO stage 0, AdamW, after one step), alternating
+// in each round: synchronous (save_state straight into the shard file, fsync, commit: training
+// waits for all of it) and asynchronous (save_state into a host snapshot, the only time training
+// waits; the shard file written by a thread while training steps run; then the commit). Reports
+// the time training was blocked by each against the synchronous save's, the background write
+// time, and the step time while the writer runs against a step without it.
+int bench_checkpoint(const BenchCheckpointOptions& options);
+
 }  // namespace zt

@@ -1,12 +1,17 @@
 // zt-train's loop.
 #include "launch/trainer.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <mutex>
 #include <limits>
 #include <thread>
 
@@ -108,19 +113,32 @@ std::vector<CheckpointUnit> model_checkpoint_units(Model& model) {
 
 // Preemption: SIGTERM and SIGUSR1 (what schedulers send before they kill a job) only set this
 // flag; the training loop reads it after every step and the ranks agree on it (one all-gather of
-// a number), so that every rank saves and stops after the same step. The one process-wide state
-// of the trainer: a signal handler can reach nothing else.
-volatile std::sig_atomic_t preempt_signal = 0;
+// a number), so that every rank saves and stops after the same step. The signals are blocked in
+// every thread (block_preemption_signals) and taken synchronously by one waiting thread. The one
+// process-wide state of the trainer: a signal can reach nothing else.
+std::atomic<int> preempt_signal{0};
 
-extern "C" void note_preemption(int signal) { preempt_signal = signal; }
+sigset_t preemption_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
+  return set;
+}
 
+// A detached thread waiting for the signals for the rest of the process (it holds nothing).
 void install_preemption_handlers() {
-  struct sigaction action {};
-  action.sa_handler = note_preemption;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // a blocking call in flight goes on
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGUSR1, &action, nullptr);
+  static std::once_flag started;
+  std::call_once(started, [] {
+    block_preemption_signals();  // the caller's thread too, if main() did not
+    std::thread([] {
+      const sigset_t set = preemption_signals();
+      for (;;) {
+        int signal = 0;
+        if (sigwait(&set, &signal) == 0) preempt_signal.store(signal);
+      }
+    }).detach();
+  });
 }
 
 // The NVMe swap store of an offload block's device "nvme": its nvme_path, this rank, the aio
@@ -727,7 +745,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     // Preemption: a signal on any rank stops every rank here, after this step and its save. The
     // same gather says whether every rank has written its file of an asynchronous save.
     const std::vector<double> flags = all_gather_doubles(
-        comm, std::array{static_cast<double>(preempt_signal),
+        comm, std::array{static_cast<double>(preempt_signal.load()),
                          pending && pending->written.load() ? 1.0 : 0.0});
     int signal = 0;
     bool all_written = pending != nullptr;
@@ -838,6 +856,11 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
 }
 
 }  // namespace
+
+void block_preemption_signals() {
+  const sigset_t set = preemption_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 
 TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
                   Communicator& comm, const Logger& log, const TrainErrorHandler& on_error) {

@@ -46,6 +46,13 @@ TrainSetup prepare_training(const std::string& config_path,
                             const std::vector<std::string>& overrides, int rank, int world,
                             const std::optional<std::string>& resume = std::nullopt);
 
+// Preemption signals (SIGTERM, SIGUSR1) are never delivered into training's threads: call this
+// first in main(), before any thread exists (MPI's, OpenMP's), so that every thread inherits
+// them blocked; train() then takes them on a thread of its own (sigwait) that only sets the flag
+// the training loop reads. A handler run on a compute thread is not safe here: one interrupting
+// oneDNN's GEMM kernels corrupted the heap (tests/e2e/checkpoint_resume.sh, preemption cases).
+void block_preemption_signals();
+
 struct TrainResult {
   double first_val_loss = 0.0;  // before the first step; NaN without validation data
   double last_val_loss = 0.0;

@@ -196,9 +196,30 @@ int offload_main(int argc, char** argv) {
   return zt::bench_offload(o);
 }
 
+int checkpoint_main(int argc, char** argv) {
+  zt::BenchCheckpointOptions o;
+  po::options_description desc(
+      "zt-bench checkpoint: a synchronous and an asynchronous checkpoint save of GPT-2 per round, "
+      "the time training is blocked by each");
+  desc.add_options()("help,h", "show this help")
+      ("model", po::value(&o.model)->default_value(o.model), "model zoo name")
+      ("batch,B", po::value(&o.batch)->default_value(o.batch), "micro-batch size")
+      ("seq-len,T", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length")
+      ("precision", po::value(&o.precision)->default_value(o.precision),
+       "fp32, bf16, fp16, bf16-pure or fp16-pure")
+      ("repeats", po::value(&o.repeats)->default_value(o.repeats), "rounds")
+      ("path", po::value(&o.path)->default_value(o.path), "directory the checkpoints go under")
+      ("json", po::value(&o.json_path), "also write the figures to this JSON file");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, "checkpoint", vm)) return 0;
+  if (o.batch <= 0 || o.seq_len <= 0 || o.repeats <= 0)
+    zt::throw_input("--batch, --seq-len and --repeats must be > 0");
+  return zt::bench_checkpoint(o);
+}
+
 int bench_main(int argc, char** argv) {
   const std::string usage =
-      "usage: zt-bench train|adam|offload [options] | mpirun -np N zt-bench comm|zero [options]   "
+      "usage: zt-bench train|adam|offload|checkpoint [options] | mpirun -np N zt-bench comm|zero [options]   "
       "(zt-bench <subcommand> --help)";
   if (argc < 2) zt::throw_input(usage);
   const std::string sub = argv[1];
@@ -211,6 +232,7 @@ int bench_main(int argc, char** argv) {
   if (sub == "zero") return zero_main(argc - 1, argv + 1);
   if (sub == "adam") return adam_main(argc - 1, argv + 1);
   if (sub == "offload") return offload_main(argc - 1, argv + 1);
+  if (sub == "checkpoint") return checkpoint_main(argc - 1, argv + 1);
   zt::throw_input(fmt::format("unknown subcommand '{}'; {}", sub, usage));
 }
 

@@ -16,7 +16,8 @@
 #     name points outside, another model) are each refused before any step with one line naming
 #     the file and the problem, exit 2;
 #   - SIGTERM to one rank mid-run: every rank saves after the step in progress and exits 4; the
-#     resumed run finishes with the straight run's weights bit for bit;
+#     resumed run finishes with the straight run's weights bit for bit; SIGUSR1 to every rank in
+#     the middle of a step's compute: the same exit 4, nothing corrupted;
 #   - zt.checkpoint.async: the same exact resume with every save written behind training (each
 #     save's metrics row says how long training was blocked and how long the write took), and a
 #     rank SIGKILLed while its background writer writes, or before the commit, leaves the
@@ -188,5 +189,22 @@ train preempt 2 $s2 --set zt.steps=6 --set zt.save_weights="$out/preempt.safeten
   fail "resume after preemption: $(tail -n 3 "$out/preempt.log")"
 cmp -s "$out/straight.safetensors" "$out/preempt.safetensors" || fail "weights after preemption and resume differ"
 [ $status -eq 0 ] && echo "SIGTERM to rank 1 during step $((stopped)): both ranks saved step$stopped and exited 4; the resumed run gives the straight weights bitwise"
+
+# SIGUSR1 to every rank in the middle of a step's compute (no evaluation between steps): the
+# signals reach no compute thread (a handler interrupting oneDNN's GEMMs once corrupted the
+# heap); every rank saves after the step and exits 4.
+mpirun --oversubscribe -np 2 "$bin/zt-train" --config configs/gpt2-tiny.json --set zt.eval_every=0 \
+  $s2 --set zt.steps=40 --set zt.output_dir="$out/usr1" > "$out/usr1.log" 2>&1 &
+job=$!
+for _ in $(seq 400); do
+  grep -q '"step":3,"loss"' "$out/usr1/metrics.jsonl" 2>/dev/null && break
+  sleep 0.05
+done
+for p in $(pgrep -P $job); do kill -USR1 "$p"; done
+wait $job
+rc=$?
+[ $rc -eq 4 ] && grep -q "preempted (SIGUSR1) after step" "$out/usr1.log" && ! grep -q "corrupted\|Aborted" "$out/usr1.log" ||
+  fail "SIGUSR1 to both ranks mid-step: exit $rc: $(grep -m2 'zt-train\|corrupted' "$out/usr1.log")"
+[ $status -eq 0 ] && echo "SIGUSR1 to both ranks mid-step: $(grep -o 'preempted (SIGUSR1) after step [0-9]*' "$out/usr1.log"), exit 4"
 
 exit $status
