@@ -1,0 +1,73 @@
+// The mpirun command line of zt-run: zt-run's own arguments and what the machine is (root or
+// not, Open MPI's slots, a GPU or not, which variables the caller's environment sets) go in, the
+// argv of mpirun comes out. Pure: no file, process or environment access here; zt_run_main.cpp
+// gathers the facts and execs the result. Process management stays Open MPI's: a hostfile is
+// passed through and read only to count its slots.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zt {
+
+// zt-run -np N [--hostfile F] [--cpu] [--dry-run] -- PROGRAM [ARGS...]
+struct RunRequest {
+  int ranks = 0;                      // -np N, N >= 1
+  std::string hostfile;               // --hostfile F; empty: this machine only
+  bool cpu = false;                   // --cpu: ranks run on CPUs (no GPU each), may oversubscribe
+  bool dry_run = false;               // --dry-run: print the line, run nothing
+  bool help = false;                  // --help
+  std::vector<std::string> program;   // everything after "--": the program and its arguments
+};
+
+// Parses zt-run's arguments (argv without argv[0]). kInput naming the problem for an unknown
+// option, a missing or non-positive -np, a missing "--" or nothing after it. Nothing is checked
+// against the file system here (the hostfile's existence is zt_run_main's).
+RunRequest parse_run_request(std::span<const std::string> args);
+
+// zt-run's --help text.
+std::string run_usage();
+
+// What the machine zt-run starts on is.
+struct LaunchHost {
+  bool root = false;         // euid 0: Open MPI refuses root without --allow-run-as-root
+  int slots = 1;             // what Open MPI counts: the hostfile's slots, else this machine's cores
+  bool gpu_visible = false;  // a CUDA device is visible (and CUDA_VISIBLE_DEVICES does not hide it)
+  std::vector<std::string> environment;  // names of the variables set in the caller's environment
+};
+
+// The slots a hostfile gives, as Open MPI counts them: per non-comment line, slots=N, else
+// max_slots=N, else the node's cores (Open MPI discovers them on the node; here
+// `cores_per_node`, this machine's, stands in). kInput naming the line when a count is not a
+// positive integer, or when the file lists no host.
+int hostfile_slots(std::string_view text, int cores_per_node, std::string_view path);
+
+// The variables every rank needs, forwarded with -x NAME (remote nodes do not inherit mpirun's
+// environment; local ranks do, and -x is harmless for them): PATH and LD_LIBRARY_PATH (the same
+// binaries and libraries on every node), and every OMP_*, OPENBLAS_*, ZT_*, NCCL_* and
+// CUDA_VISIBLE_DEVICES that is set. True for those names.
+bool forwarded_to_ranks(std::string_view name);
+
+// mpirun's argv (argv[0] = "mpirun"):
+//   mpirun -np N [--hostfile F] [--allow-run-as-root] [--oversubscribe]
+//          --map-by slot --bind-to none -x OMP_WAIT_POLICY=PASSIVE [-x NAME]... PROGRAM ARGS...
+// --allow-run-as-root when host.root. --oversubscribe when the ranks run on CPUs (request.cpu,
+// or no GPU visible) and N > host.slots: one rank per core is a choice, not a need, there.
+// --map-by slot fills each node's slots in order, so a node's ranks are consecutive world ranks
+// (what a hierarchical collective over ProcessGroup::local_rank builds on). --bind-to none:
+// zt-train binds each rank to its own CPUs itself, per node, after MPI_Init (launch/
+// cpu_binding.h), from the ranks it finds on the node; a launcher binding would have to know
+// every node's ranks and cores, and Open MPI's core binding fails once oversubscribed.
+// OMP_WAIT_POLICY=PASSIVE (MACHINE.md, "Threads") unless the caller set it (then -x forwards the
+// caller's value): zt-train would otherwise set it and re-execute itself on every rank.
+// OMP_NUM_THREADS is not set: each rank takes as many threads as it has CPUs (zt.num_threads or
+// the caller's OMP_NUM_THREADS override that, and are forwarded).
+std::vector<std::string> mpirun_argv(const RunRequest& request, const LaunchHost& host);
+
+// The argv as one line a shell reads back to the same argv: words outside
+// [A-Za-z0-9_./=:,+@%-] single-quoted.
+std::string shell_line(std::span<const std::string> argv);
+
+}  // namespace zt
