@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Two nodes, simulated on this machine: two network namespaces joined by a veth pair are the two
+# hosts of a hostfile (by their addresses); mpirun runs in the first, and Open MPI's remote-launch
+# agent (plm_rsh_agent) enters the second namespace with `ip netns exec` where it would ssh.
+# Between the namespaces only TCP exists (each has its own loopback and the veth end); within one,
+# Open MPI's shared-memory transport. Four ranks of zt-train are started by `zt-run --hostfile`:
+#   - Open MPI places ranks 0,1 in the first namespace and 2,3 in the second (each rank's
+#     namespace and OMPI_COMM_WORLD_LOCAL_RANK/LOCAL_SIZE read from /proc), and ZeroTrain's
+#     process group agrees: rank 0's start-up line lists ranks 0 and 1 as this machine's, and
+#     zt-train --dry-run plans "4 ranks on 2 nodes" (world / ranks on rank 0's machine);
+#   - stages 0-3 on two nodes save the same bits as 4 ranks on one node (gpt2-tiny, 3 steps).
+# Usage: two_nodes.sh BIN_DIR SOURCE_DIR. Skips (77), naming why, without root, without `ip`, or
+# where a network namespace or a veth pair cannot be created; also without mpirun or the corpus.
+set -u
+bin=$1 src=$2
+command -v mpirun > /dev/null || { echo "skip: no mpirun"; exit 77; }
+[ -f "$src/data/corpus/train.bin" ] || { echo "skip: no corpus (scripts/fetch_data.sh)"; exit 77; }
+[ "$(id -u)" -eq 0 ] || { echo "skip: network namespaces need root (this runs as uid $(id -u))"; exit 77; }
+command -v ip > /dev/null || { echo "skip: no ip command (iproute2)"; exit 77; }
+unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base_oversubscribe
+export OMP_NUM_THREADS=1
+
+tag=$$
+ns_a="zt2n${tag}a" ns_b="zt2n${tag}b"
+veth_a="ztv${tag}a" veth_b="ztv${tag}b"
+net="10.213.$((tag % 250)).0"
+prefix=${net%.0}
+host_a="$prefix.1" host_b="$prefix.2"
+tmp=$(mktemp -d)
+chmod 755 "$tmp"
+cleanup() {
+  for pid in $(pgrep -f "zt.output_dir=$tmp/" 2> /dev/null); do kill -KILL "$pid" 2> /dev/null; done
+  ip netns del "$ns_a" 2> /dev/null
+  ip netns del "$ns_b" 2> /dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+why=$(ip netns add "$ns_a" 2>&1) || { echo "skip: cannot create a network namespace: $why"; exit 77; }
+why=$(ip netns add "$ns_b" 2>&1) || { echo "skip: cannot create a second network namespace: $why"; exit 77; }
+why=$( { ip link add "$veth_a" type veth peer name "$veth_b" &&
+         ip link set "$veth_a" netns "$ns_a" && ip link set "$veth_b" netns "$ns_b"; } 2>&1) ||
+  { echo "skip: cannot join the namespaces with a veth pair: $why"; exit 77; }
+ip -n "$ns_a" addr add "$host_a/24" dev "$veth_a" && ip -n "$ns_b" addr add "$host_b/24" dev "$veth_b" &&
+  ip -n "$ns_a" link set lo up && ip -n "$ns_b" link set lo up &&
+  ip -n "$ns_a" link set "$veth_a" up && ip -n "$ns_b" link set "$veth_b" up ||
+  { echo "FAIL: cannot configure the veth pair"; exit 1; }
+echo "hosts: $host_a (namespace $ns_a) and $host_b (namespace $ns_b), joined by $veth_a-$veth_b"
+
+# A host: a namespace with its own host name and its own /dev/shm (UTS and mount namespaces),
+# as on a real second machine (Open MPI names its shared-memory files by host name).
+#   node HOSTNAME NAMESPACE COMMAND-LINE
+cat > "$tmp/node" <<'NODE'
+#!/bin/sh
+name=$1 ns=$2; shift 2
+exec ip netns exec "$ns" unshare --uts --mount --propagation private /bin/sh -c \
+  'hostname "$1" && mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm && shift && exec /bin/sh -c "$*"' \
+  node "$name" "$@"
+NODE
+# Open MPI's remote-launch agent: called as "AGENT [OPTIONS] HOST COMMAND..." where it would
+# call ssh; runs COMMAND (a shell command line) on HOST.
+cat > "$tmp/netns_agent" <<AGENT
+#!/bin/sh
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1; shift
+case \$host in
+  $host_a) exec "$tmp/node" zt-node-a "$ns_a" "\$@" ;;
+  $host_b) exec "$tmp/node" zt-node-b "$ns_b" "\$@" ;;
+  *) echo "netns_agent: unknown host \$host" >&2; exit 1 ;;
+esac
+AGENT
+chmod +x "$tmp/node" "$tmp/netns_agent"
+why=$("$tmp/node" zt-node-a "$ns_a" true 2>&1) ||
+  { echo "skip: cannot give a namespace its own host name and /dev/shm: $why"; exit 77; }
+printf '%s slots=2\n%s slots=2\n' "$host_a" "$host_b" > "$tmp/hosts"
+export OMPI_MCA_plm_rsh_agent="$tmp/netns_agent"
+# Open MPI's daemons and the TCP transport use the veth addresses (not each namespace's lo).
+export OMPI_MCA_oob_tcp_if_include="$net/24" OMPI_MCA_btl_tcp_if_include="$net/24"
+
+cd "$src"
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+job=(--config configs/gpt2-tiny.json --set zt.seq_len=32 --set zt.steps=3 --set zt.eval_every=0
+     --set scheduler.params.total_num_steps=3)
+quote() { printf '%q ' "$@"; }
+# The job, started on the first host (mpirun there: its ranks are local, the second host's go
+# through the agent).
+two_nodes() {
+  "$tmp/node" zt-node-a "$ns_a" \
+    "exec $(quote "$bin/zt-run" -np 4 --cpu --hostfile "$tmp/hosts" -- "$bin/zt-train" "$@")"
+}
+
+# ---- placement -----------------------------------------------------------------------------
+two_nodes "${job[@]}" --dry-run > "$tmp/plan.out" 2> "$tmp/plan.err" ||
+  { fail "zt-train --dry-run on two nodes:"; sed 's/^/    /' "$tmp/plan.err"; exit 1; }
+grep -q '| 4 ranks on 2 nodes |' "$tmp/plan.out" && echo "zt-train --dry-run: $(head -1 "$tmp/plan.out")" ||
+  fail "the plan does not say 4 ranks on 2 nodes: $(head -3 "$tmp/plan.out")"
+grep -m1 '^zt-run: ' "$tmp/plan.err"
+
+# A longer job, to look at its processes while it trains.
+# (Started without the shell function so that $! is the job: the node script, ip, unshare and
+# the shells exec one another, then zt-run, which execs mpirun.)
+"$tmp/node" zt-node-a "$ns_a" "exec $(quote "$bin/zt-run" -np 4 --cpu --hostfile "$tmp/hosts" -- \
+  "$bin/zt-train" "${job[@]}" --set zt.steps=400 --set scheduler.params.total_num_steps=400 \
+  --set zt.output_dir="$tmp/placement")" > "$tmp/placement.out" 2> "$tmp/placement.err" &
+launcher=$!
+for _ in $(seq 1 600); do
+  rows=$(grep -c '"loss"' "$tmp/placement/metrics.jsonl" 2> /dev/null || true)
+  [ "${rows:-0}" -ge 2 ] && break
+  kill -0 "$launcher" 2> /dev/null || break
+  sleep 0.2
+done
+placement=""
+for pid in $(pgrep -f "zt.output_dir=$tmp/placement"); do
+  env_of() { tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | sed -n "s/^$1=//p"; }
+  rank=$(env_of OMPI_COMM_WORLD_RANK)
+  [ -n "$rank" ] || continue
+  placement+="rank $rank: $(nsenter -t "$pid" -u hostname) in $(ip netns identify "$pid") local $(env_of OMPI_COMM_WORLD_LOCAL_RANK)/$(env_of OMPI_COMM_WORLD_LOCAL_SIZE)"$'\n'
+done
+placement=$(sort <<< "$placement" | sed '/^$/d')
+kill -TERM "$launcher" 2> /dev/null
+wait "$launcher" 2> /dev/null
+echo "placement while training:"; sed 's/^/    /' <<< "$placement"
+want="rank 0: zt-node-a in $ns_a local 0/2
+rank 1: zt-node-a in $ns_a local 1/2
+rank 2: zt-node-b in $ns_b local 0/2
+rank 3: zt-node-b in $ns_b local 1/2"
+[ "$placement" = "$want" ] || fail "ranks are not two per namespace in order"
+line=$(grep -m1 'ranks on this machine' "$tmp/placement.out")
+echo "rank 0's start-up line: $line"
+grep -Eq 'ranks on this machine: 2 .*rank 0: .*, rank 1: [^,]*$' <<< "$line" ||
+  fail "rank 0's machine does not hold exactly ranks 0 and 1"
+# No rank used shared memory across the namespaces: vader (shared memory) only within one;
+# TCP between them is the only path (the namespaces share no interface).
+[ "$failed" -eq 0 ] || exit 1
+
+# ---- bits: stages 0-3 on two nodes against 4 ranks on one ------------------------------------
+one_node() { "$bin/zt-run" -np 4 --cpu -- "$bin/zt-train" "$@"; }
+run() {  # where name stage: trains; $tmp/name.loss holds its last step's loss
+  local where=$1 name=$2 stage=$3
+  "$where" "${job[@]}" --set zero_optimization.stage="$stage" --set zt.output_dir="$tmp/$name" \
+    --set zt.save_weights="$tmp/$name.safetensors" > "$tmp/$name.out" 2> "$tmp/$name.err" ||
+    { fail "$name did not train:"; sed 's/^/    /' "$tmp/$name.err" | tail -5; return 1; }
+  grep -o '"step":3,"loss":[^,]*' "$tmp/$name/metrics.jsonl" > "$tmp/$name.loss"
+}
+run one_node one_s0 0 || exit 1
+echo "one node, 4 ranks, stage 0: $(cat "$tmp/one_s0.loss")"
+for stage in 0 1 2 3; do
+  run two_nodes "two_s$stage" "$stage" || continue
+  if cmp -s "$tmp/one_s0.safetensors" "$tmp/two_s$stage.safetensors"; then
+    echo "two nodes, stage $stage: $(cat "$tmp/two_s$stage.loss"); weights bitwise those of one node"
+  else
+    fail "two nodes, stage $stage: weights differ from one node's stage 0 ($(cat "$tmp/two_s$stage.loss"))"
+  fi
+done
+[ "$failed" -eq 0 ] && echo "two nodes: placement right; stages 0-3 bitwise one node's"
+exit "$failed"
