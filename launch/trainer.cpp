@@ -538,7 +538,6 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   struct PendingSave {
     int64_t step = 0;
     nlohmann::json state;  // the manifest's trainer_state, as of the snapshot
-    ShardSnapshot snapshot;
     ShardFileInfo info;
     std::exception_ptr error;
     std::atomic<bool> written{false};
@@ -549,6 +548,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
       if (writer.joinable()) writer.join();
     }
   };
+  // The host copy of this rank's state, kept from save to save: its memory stays mapped, so
+  // every snapshot after the first copies at memory speed. Declared before `pending`, whose
+  // writer thread reads it (and is joined when `pending` goes).
+  ShardSnapshot snapshot;
   std::unique_ptr<PendingSave> pending;
   auto unit_of_record = [&](const std::string& name) {
     auto units = model.units();
@@ -585,16 +588,17 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     PendingSave& p = *pending;
     p.step = step;
     p.started = t0;
-    const nlohmann::json engine_state = engine.save_state(p.snapshot);
+    snapshot.rewind();
+    const nlohmann::json engine_state = engine.save_state(snapshot);
     p.state = trainer_state(step, engine_state);
     p.blocked_ms = ms_since(t0);
     const std::string dir = checkpoint_step_dir(root, step) + ".tmp";
     // The test-only checkpoint fault fires on the writer thread, where an async save writes.
-    p.writer = std::thread([&p, dir, rank, step, &inject, &unit_of_record] {
+    p.writer = std::thread([&p, &snapshot, dir, rank, step, &inject, &unit_of_record] {
       const auto w0 = Clock::now();
       try {
         ShardFileWriter writer(dir, rank);
-        p.snapshot.write_to(writer, [&](const std::string& unit) {
+        snapshot.write_to(writer, [&](const std::string& unit) {
           inject(TestFault::Point::kCheckpoint, step, unit_of_record(unit));
         });
         p.info = writer.finish();

@@ -33,6 +33,10 @@ void append_from(RecordSink& writer, Device& device, const void* src, DType dtyp
   for (int64_t at = 0; at < count; at += kStagingElements) {
     const size_t bytes = static_cast<size_t>(std::min(kStagingElements, count - at)) *
                          dtype_size(dtype);
+    if (std::byte* direct = writer.append_space(bytes)) {  // a snapshot: one copy
+      device.copy_to_host(direct, advance(src, at, dtype), bytes);
+      continue;
+    }
     device.copy_to_host(staging.data(), advance(src, at, dtype), bytes);
     writer.append(staging.data(), bytes);
   }
@@ -43,8 +47,13 @@ void append_from(RecordSink& writer, SwappedState& swapped, int u, int kind, int
                  int64_t count, std::vector<std::byte>& staging) {
   for (int64_t at = 0; at < count; at += kStagingElements) {
     const int64_t n = std::min(kStagingElements, count - at);
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (std::byte* direct = writer.append_space(bytes)) {
+      swapped.read_part(u, kind, begin + at, n, reinterpret_cast<float*>(direct));
+      continue;
+    }
     swapped.read_part(u, kind, begin + at, n, reinterpret_cast<float*>(staging.data()));
-    writer.append(staging.data(), static_cast<size_t>(n) * sizeof(float));
+    writer.append(staging.data(), bytes);
   }
 }
 
