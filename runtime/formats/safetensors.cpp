@@ -315,7 +315,7 @@ void SafetensorsReader::read_as_f32(const SafetensorsEntry& entry, float* dst) c
   }
 }
 
-// ---- SafetensorsWriter ----------------------------------------------------------------------
+// ---- SafetensorsStreamWriter and SafetensorsWriter -------------------------------------------
 
 namespace {
 
@@ -329,61 +329,142 @@ bool is_valid_utf8(const std::string& text) {
   }
 }
 
+const char* header_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+  }
+  throw_internal("safetensors: a DType without a safetensors name");
+}
+
+// The writers' tensor table, checked (see SafetensorsStreamWriter).
+std::vector<SafetensorsTensorSpec> checked_specs(std::vector<SafetensorsTensorSpec> tensors) {
+  std::set<std::string> names;
+  for (const SafetensorsTensorSpec& t : tensors) {
+    if (t.name == "__metadata__")
+      throw_internal("safetensors tensor name \"__metadata__\" is reserved");
+    if (!is_valid_utf8(t.name))
+      throw_internal(
+          fmt::format("safetensors tensor name {} is not valid UTF-8", quote_name(t.name)));
+    if (!names.insert(t.name).second)
+      throw_internal(fmt::format("safetensors tensor {} added twice", quote_name(t.name)));
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel) ||
+          numel > std::numeric_limits<uint64_t>::max() / 4) {
+        throw_internal(
+            fmt::format("safetensors tensor {}: bad shape (dim {})", quote_name(t.name), d));
+      }
+    }
+  }
+  return tensors;
+}
+
+void check_metadata(const std::map<std::string, std::string>& metadata) {
+  for (const auto& [key, value] : metadata) {
+    if (!is_valid_utf8(key) || !is_valid_utf8(value)) {
+      throw_input(fmt::format("safetensors metadata {} = {} is not valid UTF-8", quote_name(key),
+                              quote_name(value)));
+    }
+  }
+}
+
+// The 8-byte little-endian length, then the header: `tensors` back to back from offset 0 in
+// their order, padded with spaces to a multiple of 8 bytes so that the buffer starts 8-byte
+// aligned in the file.
+std::string length_and_header(const std::vector<SafetensorsTensorSpec>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  OrderedJson header = OrderedJson::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const SafetensorsTensorSpec& t : tensors) {
+    header[t.name] = OrderedJson{{"dtype", header_dtype(t.dtype)},
+                                 {"shape", t.shape},
+                                 {"data_offsets", {offset, offset + t.bytes()}}};
+    offset += t.bytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + text;
+}
+
 }  // namespace
+
+uint64_t SafetensorsTensorSpec::bytes() const {
+  uint64_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
+  return numel * dtype_size(dtype);
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path,
+                                                 std::vector<SafetensorsTensorSpec> tensors,
+                                                 const std::map<std::string, std::string>& metadata)
+    : tensors_(checked_specs(std::move(tensors))), file_(path) {
+  check_metadata(metadata);  // a throw here removes the temporary (AtomicFile)
+  const std::string header = length_and_header(tensors_, metadata);
+  file_.write(header.data(), header.size());
+  file_bytes_ = header.size();
+  for (const SafetensorsTensorSpec& t : tensors_) file_bytes_ += t.bytes();
+  tensor_bytes_ = file_bytes_ - header.size();
+  advance_past_written();
+}
+
+void SafetensorsStreamWriter::advance_past_written() {
+  while (next_ < tensors_.size() && written_ >= tensor_begin_ + tensors_[next_].bytes()) {
+    tensor_begin_ += tensors_[next_].bytes();
+    ++next_;
+  }
+}
+
+void SafetensorsStreamWriter::write(const void* data, size_t bytes) {
+  ZT_ASSERT(!committed_ && bytes <= tensor_bytes_ - written_,
+            "safetensors file '{}': {} bytes written with {} of the declared {} left{}",
+            file_.path(), bytes, tensor_bytes_ - written_, tensor_bytes_,
+            committed_ ? " (after commit)" : "");
+  file_.write(data, bytes);
+  written_ += bytes;
+  advance_past_written();
+}
+
+void SafetensorsStreamWriter::commit() {
+  ZT_ASSERT(!committed_ && written_ == tensor_bytes_,
+            "safetensors file '{}': commit after {} of the declared {} tensor bytes",
+            file_.path(), written_, tensor_bytes_);
+  file_.commit();
+  committed_ = true;
+}
 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
                             const void* data) {
-  if (name == "__metadata__")
-    throw_internal("safetensors tensor name \"__metadata__\" is reserved");
-  if (!is_valid_utf8(name))
-    throw_internal(fmt::format("safetensors tensor name {} is not valid UTF-8", quote_name(name)));
+  SafetensorsTensorSpec spec{std::move(name), dtype, std::move(shape)};
+  std::vector<SafetensorsTensorSpec> one;
+  one.push_back(spec);
+  checked_specs(std::move(one));  // the name and shape on their own
   for (const Tensor& t : tensors_) {
-    if (t.name == name)
-      throw_internal(fmt::format("safetensors tensor {} added twice", quote_name(name)));
+    if (t.spec.name == spec.name)
+      throw_internal(fmt::format("safetensors tensor {} added twice", quote_name(spec.name)));
   }
-  uint64_t numel = 1;
-  for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel) ||
-        numel > std::numeric_limits<uint64_t>::max() / 4) {
-      throw_internal(fmt::format("safetensors tensor {}: bad shape (dim {})", quote_name(name), d));
-    }
-  }
-  ZT_ASSERT(data != nullptr || numel == 0, "safetensors tensor {}: null data", quote_name(name));
-  tensors_.push_back(
-      Tensor{std::move(name), std::move(shape), dtype, data, numel * dtype_size(dtype)});
+  const uint64_t bytes = spec.bytes();
+  ZT_ASSERT(data != nullptr || bytes == 0, "safetensors tensor {}: null data",
+            quote_name(spec.name));
+  tensors_.push_back(Tensor{std::move(spec), data});
 }
 
 void SafetensorsWriter::set_metadata(std::string key, std::string value) {
-  if (!is_valid_utf8(key) || !is_valid_utf8(value)) {
-    throw_input(fmt::format("safetensors metadata {} = {} is not valid UTF-8", quote_name(key),
-                            quote_name(value)));
-  }
+  check_metadata({{key, value}});
   metadata_[std::move(key)] = std::move(value);
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
-  OrderedJson header = OrderedJson::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
-  uint64_t offset = 0;
-  for (const Tensor& t : tensors_) {
-    const uint64_t bytes = t.bytes;
-    const char* dtype = t.dtype == DType::kF32 ? "F32" : t.dtype == DType::kF16 ? "F16" : "BF16";
-    header[t.name] = OrderedJson{
-        {"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the buffer starts 8-byte aligned in the file
-
-  // Through the atomic path (runtime/file_io.h): path + ".tmp", fsync, rename, directory fsync;
-  // on any failure the temporary is removed and `path` untouched.
-  AtomicFile file(path);
-  unsigned char length_bytes[8];
-  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
-  file.write(length_bytes, 8);
-  file.write(text.data(), text.size());
-  for (const Tensor& t : tensors_) file.write(t.data, t.bytes);
-  file.commit();
+  std::vector<SafetensorsTensorSpec> specs;
+  for (const Tensor& t : tensors_) specs.push_back(t.spec);
+  SafetensorsStreamWriter out(path, std::move(specs), metadata_);
+  for (const Tensor& t : tensors_) out.write(t.data, t.spec.bytes());
+  out.commit();
 }
 
 }  // namespace zt

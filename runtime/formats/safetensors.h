@@ -9,8 +9,12 @@
 //
 // The reader validates the whole header on open() and then reads one entry at a time with
 // pread(): it never maps or loads the buffer, so a multi-GB file costs only its header in memory.
-// The writer writes fp32 tensors through a temporary file that is fsynced and renamed over the
-// target, so the target is either the old file or the complete new one.
+// The writers write F32, F16 and BF16 tensors through a temporary file that is fsynced and
+// renamed over the target, so the target is either the old file or the complete new one.
+// SafetensorsWriter takes every tensor's memory and writes at the end; SafetensorsStreamWriter
+// takes the tensors' names, dtypes and shapes first (the header needs every offset), then their
+// bytes in order, so a file larger than memory streams through a buffer of the caller's size.
+// Both write the same bytes for the same tensors and metadata.
 // Not here: sharded files (model.safetensors.index.json), name mapping (model_zoo/ knows GPT-2's
 // names), and reading into fp16/bf16 (read_as_f32 then convert with runtime/dtype.h).
 #pragma once
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/file_io.h"
 
 namespace zt {
 
@@ -90,6 +95,54 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
+// A tensor as a writer's header describes it: row-major, every dim >= 0.
+struct SafetensorsTensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+
+  uint64_t bytes() const;  // numel * dtype_size(dtype)
+};
+
+// Writes one safetensors file whose tensors are declared before any of their data:
+//   SafetensorsStreamWriter out(path, specs, {{"format", "pt"}});  // writes the header
+//   out.write(chunk, bytes);   // the tensors' bytes in the order of `specs`, pieces of any size
+//   ...
+//   out.commit();              // every declared byte written? fsync, rename over `path`
+// The header (padded with spaces to a multiple of 8 bytes) gives the tensors back-to-back
+// offsets from 0 in declaration order. A duplicate or reserved name ("__metadata__"), a name
+// that is not UTF-8 or a negative dim is a kInternal error (names and shapes come from a
+// model's table), as are more bytes than declared and commit() before all of them. Destroyed
+// without commit(), the temporary file is removed and `path` is untouched (runtime/file_io.h
+// AtomicFile; its errors, kSystem, name the path). Memory: the header text only.
+class SafetensorsStreamWriter {
+ public:
+  SafetensorsStreamWriter(const std::string& path, std::vector<SafetensorsTensorSpec> tensors,
+                          const std::map<std::string, std::string>& metadata = {});
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void commit();
+
+  uint64_t file_bytes() const { return file_bytes_; }  // 8 + header + every tensor's bytes
+  // The tensor the next write() starts in (tensors().size() once every byte is written).
+  size_t next_tensor() const { return next_; }
+  const std::vector<SafetensorsTensorSpec>& tensors() const { return tensors_; }
+
+ private:
+  void advance_past_written();  // moves next_ past the tensors written whole (or empty)
+
+  std::vector<SafetensorsTensorSpec> tensors_;
+  AtomicFile file_;
+  uint64_t file_bytes_ = 0;
+  uint64_t tensor_bytes_ = 0;  // every tensor's bytes: what write() must be given in all
+  uint64_t written_ = 0;       // tensor bytes written so far
+  uint64_t tensor_begin_ = 0;    // where tensor next_ starts in the buffer
+  size_t next_ = 0;
+  bool committed_ = false;
+};
+
 // Collects tensors (F32, F16, BF16) and metadata, then writes one safetensors file.
 // add / add_f32 do NOT copy: `data` must stay valid and unchanged until write() returns.
 class SafetensorsWriter {
@@ -104,19 +157,17 @@ class SafetensorsWriter {
   // Sets "__metadata__"[key] = value; a later call with the same key replaces the value.
   void set_metadata(std::string key, std::string value);
 
-  // Writes path + ".tmp" (header padded with spaces to a multiple of 8 bytes, tensors in the
-  // order added, back to back from offset 0), fsyncs it, renames it over `path` and fsyncs the
-  // directory. On any failure the temporary file is removed, `path` is untouched and a kSystem
-  // error names the path. Two writers must not target the same path at once.
+  // Writes path + ".tmp" through SafetensorsStreamWriter (header padded with spaces to a
+  // multiple of 8 bytes, tensors in the order added, back to back from offset 0), fsyncs it,
+  // renames it over `path` and fsyncs the directory. On any failure the temporary file is
+  // removed, `path` is untouched and a kSystem error names the path. Two writers must not target
+  // the same path at once.
   void write(const std::string& path) const;
 
  private:
   struct Tensor {
-    std::string name;
-    std::vector<int64_t> shape;
-    DType dtype;
+    SafetensorsTensorSpec spec;
     const void* data;
-    uint64_t bytes;
   };
   std::vector<Tensor> tensors_;  // in the order added = file order
   std::map<std::string, std::string> metadata_;

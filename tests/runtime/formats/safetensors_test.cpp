@@ -443,6 +443,63 @@ TEST_F(SafetensorsTest, WriterRejectsBadTensors) {
   expect_internal([&] { writer.add_f32("null", {3}, nullptr); });
 }
 
+// The stream writer takes the header first and the bytes in pieces of any size (here across
+// tensor boundaries and with an empty tensor between): the file is SafetensorsWriter's, byte for
+// byte. Too many bytes, or commit() before all of them, are internal errors that leave no file.
+TEST_F(SafetensorsTest, StreamWriterWritesTheWritersBytesInAnyPieces) {
+  const std::vector<float> a = tricky_values(37);
+  const std::vector<uint16_t> b = {1, 2, 3, 0x7fc0, 0x8000};
+  SafetensorsWriter whole;
+  whole.set_metadata("format", "pt");
+  whole.add_f32("a", {37}, a.data());
+  whole.add_f32("empty", {0, 3}, nullptr);
+  whole.add("b", DType::kBF16, {5}, b.data());
+  whole.write(file("whole.safetensors"));
+
+  const std::string data = as_bytes(a) + as_bytes(b);
+  SafetensorsStreamWriter stream(file("stream.safetensors"),
+                                 {{"a", DType::kF32, {37}}, {"empty", DType::kF32, {0, 3}},
+                                  {"b", DType::kBF16, {5}}},
+                                 {{"format", "pt"}});
+  EXPECT_EQ(stream.next_tensor(), 0u);
+  stream.write(data.data(), 100);  // inside "a"
+  EXPECT_EQ(stream.next_tensor(), 0u);
+  stream.write(data.data() + 100, 50);  // past "a" and "empty", into "b"
+  EXPECT_EQ(stream.next_tensor(), 2u);
+  stream.write(data.data() + 150, data.size() - 150);
+  EXPECT_EQ(stream.next_tensor(), 3u);
+  EXPECT_FALSE(fs::exists(file("stream.safetensors")));  // not before commit
+  stream.commit();
+  EXPECT_EQ(read_all(file("stream.safetensors")), read_all(file("whole.safetensors")));
+  EXPECT_EQ(stream.file_bytes(), fs::file_size(file("stream.safetensors")));
+
+  auto expect_internal = [](auto call) {
+    try {
+      call();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInternal) << e.message();
+    }
+  };
+  expect_internal([&] {
+    SafetensorsStreamWriter s(file("over.safetensors"), {{"a", DType::kF32, {2}}});
+    s.write(data.data(), 12);
+  });
+  expect_internal([&] {
+    SafetensorsStreamWriter s(file("short.safetensors"), {{"a", DType::kF32, {2}}});
+    s.write(data.data(), 4);
+    s.commit();
+  });
+  expect_internal([&] {
+    SafetensorsStreamWriter s(file("twice.safetensors"),
+                              {{"a", DType::kF32, {2}}, {"a", DType::kF32, {1}}});
+  });
+  for (const char* name : {"over", "short", "twice"}) {
+    EXPECT_FALSE(fs::exists(file(std::string(name) + ".safetensors"))) << name;
+    EXPECT_FALSE(fs::exists(file(std::string(name) + ".safetensors.tmp"))) << name;
+  }
+}
+
 // ---- large files ---------------------------------------------------------------------------
 
 TEST_F(SafetensorsTest, SparseFileOver4GBIsReadEntryByEntry) {
