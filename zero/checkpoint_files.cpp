@@ -105,6 +105,7 @@ class Fields {
   [[noreturn]] void bad(std::string_view name, std::string_view problem) const {
     bad_checkpoint(source_, fmt::format("{} {}", key(name), problem));
   }
+  bool has(std::string_view name) const { return object_.contains(name); }
   const json& get(std::string_view name) const {
     auto it = object_.find(name);
     if (it == object_.end()) bad(name, "is missing");
@@ -189,7 +190,8 @@ CheckpointUnit checkpoint_unit(std::string name, const FlatLayout& layout, int64
             padded_numel, layout.numel());
   CheckpointUnit unit{std::move(name), layout.numel(), padded_numel, {}};
   for (const FlatLayout::Entry& e : layout.entries())
-    unit.tensors.push_back(CheckpointTensor{e.spec.name, e.spec.shape, e.offset});
+    unit.tensors.push_back(CheckpointTensor{e.spec.name, e.spec.shape, e.offset,
+                                            std::max<int64_t>(e.spec.used_rows, -1)});
   return unit;
 }
 
@@ -199,8 +201,11 @@ json manifest_to_json(const CheckpointManifest& m) {
   json units = json::array();
   for (const CheckpointUnit& u : m.units) {
     json tensors = json::array();
-    for (const CheckpointTensor& t : u.tensors)
-      tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+    for (const CheckpointTensor& t : u.tensors) {
+      json tensor = {{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}};
+      if (t.used_rows >= 0) tensor["used_rows"] = t.used_rows;
+      tensors.push_back(std::move(tensor));
+    }
     units.push_back({{"name", u.name},
                      {"numel", u.numel},
                      {"padded_numel", u.padded_numel},
@@ -262,6 +267,14 @@ CheckpointManifest manifest_from_json(const json& j, const std::string& source) 
         if (!dim.is_number_integer() || dim.get<int64_t>() < 0)
           tensor.bad("shape", fmt::format("{} has a dim that is not an integer >= 0", shape.dump()));
         ct.shape.push_back(dim.get<int64_t>());
+      }
+      if (tensor.has("used_rows")) {
+        ct.used_rows = tensor.count("used_rows");
+        if (ct.shape.empty() || ct.used_rows > ct.shape[0]) {
+          tensor.bad("used_rows", fmt::format("is {}, more than the {} rows of shape {}",
+                                              ct.used_rows, ct.shape.empty() ? 0 : ct.shape[0],
+                                              shape.dump()));
+        }
       }
       out.tensors.push_back(std::move(ct));
     }
@@ -818,6 +831,27 @@ const std::vector<CheckpointReader::Record>& CheckpointReader::records(
   if (it == records_.end())
     bad_checkpoint(dir_, fmt::format("has no {} records of unit {}", quote_name(kind), quote_name(unit)));
   return it->second;
+}
+
+std::vector<CheckpointReader::RecordInfo> CheckpointReader::list_records() const {
+  std::vector<RecordInfo> out;
+  for (const CheckpointUnit& u : manifest_.units) {
+    for (auto it = records_.lower_bound({u.name, std::string()});
+         it != records_.end() && it->first.first == u.name; ++it) {
+      for (const Record& r : it->second)
+        out.push_back(RecordInfo{u.name, it->first.second, manifest_.files[r.file].name, r.dtype,
+                                 r.global_begin, r.count, r.bytes, r.crc32c});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> CheckpointReader::kinds(const std::string& unit) const {
+  std::vector<std::string> out;
+  for (auto it = records_.lower_bound({unit, std::string()});
+       it != records_.end() && it->first.first == unit; ++it)
+    out.push_back(it->first.second);
+  return out;
 }
 
 bool CheckpointReader::has(const std::string& unit, const std::string& kind) const {

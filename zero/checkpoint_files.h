@@ -66,10 +66,14 @@ struct ShardFileInfo {
 };
 
 // A tensor of a unit: a view of `shape` at `offset` elements into the unit's flat buffer.
+// used_rows: the rows of dim 0 that hold real values (ParamSpec::used_rows: the vocabulary padded
+// to a multiple of 128), -1 for all; what zt-ckpt exports. Stored as "used_rows" only when >= 0;
+// manifests without it read as -1. check_model does not compare it.
 struct CheckpointTensor {
   std::string name;
   std::vector<int64_t> shape;
   int64_t offset = 0;
+  int64_t used_rows = -1;
 };
 
 // A unit as the checkpoint saw it. numel is the FlatLayout's (model-defined); padded_numel the
@@ -251,6 +255,20 @@ class CheckpointReader {
   // from the checkpoint's in count, order, name, numel, or tensor names, shapes and offsets.
   // padded_numel is not compared: it follows the world size.
   void check_model(std::span<const CheckpointUnit> units) const;
+
+  // One record as the shard files' indexes list it (records of no elements left out).
+  struct RecordInfo {
+    std::string unit, kind;
+    std::string file;  // the shard file's name ("rank1.zts")
+    DType dtype = DType::kF32;
+    int64_t global_begin = 0, count = 0;
+    int64_t bytes = 0;
+    uint32_t crc32c = 0;
+  };
+  // Every record: units in the manifest's order, then kinds by name, then by global_begin.
+  std::vector<RecordInfo> list_records() const;
+  // The kinds `unit` has records of, by name ("exp_avg", "exp_avg_sq", "master").
+  std::vector<std::string> kinds(const std::string& unit) const;
 
   // True when the checkpoint has records of `kind` for `unit`.
   bool has(const std::string& unit, const std::string& kind) const;

@@ -213,6 +213,46 @@ TEST(CheckpointFiles, OpensAStepDirectoryDirectly) {
   EXPECT_EQ(reader.dtype("h0", "working"), DType::kBF16);
 }
 
+// The listing zt-ckpt inspect prints: every non-empty record, units in order, kinds by name.
+TEST(CheckpointFiles, ListsEveryRecordAndEachUnitsKinds) {
+  TempDir tmp;
+  save(tmp.path(), 3);
+  const CheckpointReader reader(tmp.path());
+  EXPECT_EQ(reader.kinds("h0"), (std::vector<std::string>{"exp_avg", "master", "working"}));
+  const auto records = reader.list_records();
+  // root: 4 ranks x 3 kinds; h0: rank 3's shards are empty (left out); h1: 4 x 3.
+  ASSERT_EQ(records.size(), 12u + 9u + 12u);
+  EXPECT_EQ(records[0].unit, "root");
+  EXPECT_EQ(records[0].kind, "exp_avg");
+  EXPECT_EQ(records[0].file, "rank0.zts");
+  EXPECT_EQ(records[3].file, "rank3.zts");
+  EXPECT_EQ(records[3].global_begin, 9);
+  EXPECT_EQ(records[12].unit, "h0");
+  EXPECT_EQ(records[20].kind, "working");
+  EXPECT_EQ(records[20].dtype, DType::kBF16);
+  EXPECT_EQ(records[20].bytes, 2 * 2);
+}
+
+// used_rows (the padded vocabulary's real rows) goes into the manifest and back; a manifest
+// without it reads as -1 (all rows), and more rows than the shape has is refused.
+TEST(CheckpointFiles, ManifestKeepsUsedRows) {
+  FlatLayout layout(
+      {ParamSpec{"wte", {8, 2}, Decay::kYes, {}, 5}, ParamSpec{"b", {3}, Decay::kNo, {}, -1}});
+  CheckpointManifest m = manifest_for(1, 1);
+  m.units = {checkpoint_unit("root", layout, layout.numel())};
+  EXPECT_EQ(m.units[0].tensors[0].used_rows, 5);
+  EXPECT_EQ(m.units[0].tensors[1].used_rows, -1);
+  json j = manifest_to_json(m);
+  EXPECT_EQ(j["units"][0]["tensors"][0]["used_rows"], 5);
+  EXPECT_FALSE(j["units"][0]["tensors"][1].contains("used_rows"));
+  EXPECT_EQ(manifest_from_json(j, "m.json").units[0].tensors[0].used_rows, 5);
+  j["units"][0]["tensors"][0].erase("used_rows");
+  EXPECT_EQ(manifest_from_json(j, "m.json").units[0].tensors[0].used_rows, -1);
+  j["units"][0]["tensors"][0]["used_rows"] = 9;
+  expect_contains(error_of([&] { manifest_from_json(j, "m.json"); }),
+                  {"m.json", "units[0].tensors[0].used_rows is 9, more than the 8 rows"});
+}
+
 TEST(CheckpointFiles, StreamedRecordEqualsOneShotRecord) {
   TempDir tmp;
   fs::create_directory(tmp / "a");
