@@ -55,13 +55,11 @@ void save_weights(Engine& engine, const std::string& path, WeightsDtype which,
   if (writes) writer.write(path);
 }
 
-namespace {
-
 // Finds every parameter of `model` in the file (checking shapes) and every file entry among the
 // parameters or the ignorable buffers; returns the entry for each parameter, units in order.
-std::vector<std::vector<const SafetensorsEntry*>> match_entries(const SafetensorsReader& reader,
-                                                                Model& model,
-                                                                const std::string& path) {
+std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
+    const SafetensorsReader& reader, Model& model) {
+  const std::string& path = reader.path();
   std::set<std::string> used;
   std::vector<std::vector<const SafetensorsEntry*>> matched;
   for (Unit* unit : model.units()) {
@@ -90,15 +88,13 @@ std::vector<std::vector<const SafetensorsEntry*>> match_entries(const Safetensor
   return matched;
 }
 
-}  // namespace
-
 void check_weights_file(const std::string& path, Model& model) {
-  match_entries(SafetensorsReader::open(path), model, path);
+  match_weight_entries(SafetensorsReader::open(path), model);
 }
 
 void load_weights(Engine& engine, const std::string& path) {
   SafetensorsReader reader = SafetensorsReader::open(path);
-  const auto matched = match_entries(reader, engine.model(), path);
+  const auto matched = match_weight_entries(reader, engine.model());
   auto units = engine.model().units();
   for (size_t u = 0; u < units.size(); ++u) {
     std::vector<float> full(static_cast<size_t>(units[u]->layout().numel()), 0.0f);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "runtime/formats/safetensors.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -28,5 +29,10 @@ void save_weights(Engine& engine, const std::string& path,
 void load_weights(Engine& engine, const std::string& path);
 // The checks of load_weights without loading: for validating a job before allocating a model.
 void check_weights_file(const std::string& path, Model& model);
+// Those checks on an open file: the file's entry for each tensor of each unit of `model`, units
+// and tensors in the model's (FlatLayout) order. Entries hold the exported shape (dim 0 trimmed
+// to ParamSpec::exported_rows()); read them into the unit buffer at the tensor's offset.
+std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
+    const SafetensorsReader& reader, Model& model);
 
 }  // namespace zt
