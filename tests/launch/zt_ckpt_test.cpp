@@ -46,9 +46,17 @@ namespace fs = std::filesystem;
 // Vocabulary 61 padded to 128 rows: the exported wte is trimmed.
 const Gpt2Config kSmall{2, 2, 16, 61, 8};
 
+// Every test's files, under one directory per process, removed at exit.
+const fs::path kTempRoot = fs::temp_directory_path() / ("zt_ckpt_" + std::to_string(::getpid()));
+struct RemoveTempRoot {
+  ~RemoveTempRoot() {
+    std::error_code ec;
+    fs::remove_all(kTempRoot, ec);
+  }
+} remove_temp_root_at_exit;
+
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("zt_ckpt_" + std::to_string(::getpid())) / name;
+  const fs::path dir = kTempRoot / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
