@@ -2,6 +2,7 @@
 // (--json PATH). Figures are compared with a reference measured in the same run.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,6 +15,14 @@
 namespace zt {
 
 struct Precision;
+
+// The median the benchmarks report: the middle value, the upper one of an even count (a value
+// that was measured, never an average of two). 0 for none.
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 // zt-bench's precision names: fp32; bf16, fp16 (mixed, fp32 master); bf16-pure, fp16-pure (no
 // master). Unchecked: the subcommands' option parsing checks the name.

@@ -34,7 +34,8 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
+// The median, the mean of the middle two of an even count (this bench's figures since it was written).
+double median_averaged(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t h = v.size() / 2;
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
@@ -76,7 +77,7 @@ struct Row {
 };
 
 void finish(Row& r, double bytes) {
-  r.ms = median(r.step_ms);
+  r.ms = median_averaged(r.step_ms);
   r.ms_best = best(r.step_ms);
   r.gbps = bytes / r.ms_best / 1e6;
   r.gbps_median = bytes / r.ms / 1e6;
@@ -165,7 +166,7 @@ int bench_adam(const BenchAdamOptions& o) {
   finish(fused, step_bytes);
   finish(two_pass, step_bytes);
   const double stream_gbps = *std::max_element(triad_gbps.begin(), triad_gbps.end());
-  const double stream_median = median(triad_gbps);
+  const double stream_median = median_averaged(triad_gbps);
 
   log.rank0("{:>18} {:>9} {:>9} {:>9} {:>9} {:>9}", "", "ms/step", "best ms", "GB/s",
             "x triad", "median");

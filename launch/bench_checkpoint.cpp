@@ -31,11 +31,6 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 // The manifest of a one-rank save of `engine` at `step`.
 CheckpointManifest manifest_of(Engine& engine, int64_t step, const ShardFileInfo& info) {
   CheckpointManifest m;

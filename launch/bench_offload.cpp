@@ -227,11 +227,6 @@ nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& lo
 
 // ---- Step time ----
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The share of a step's host optimizer work (the cpu row's update thread) that ran before the
 // backward ended: StepTimes::host_optimizer_hidden / host_optimizer. 0 for a row without it
 // (none; nvme streams its update after the backward on the engine's thread).

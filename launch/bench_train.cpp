@@ -155,11 +155,6 @@ double square_sgemm_gflops() {
 // The per-step peak reference: best of 3 runs of 30 ms (the start-up figure: 5 of 50 ms).
 PeakFma peak_after_step() { return measure_peak_fma(3, 0.03); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 struct PrecisionRow {
   std::string name;
   double ms = 0, tokens_per_s = 0, gflops = 0, gemm = 0, peak = 0, fraction = 0;

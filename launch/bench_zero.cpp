@@ -76,11 +76,6 @@ struct StageRun {
   Batch batch;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // The stage with overlap_comm off and on, steps alternating between the two engines so both
 // see the same machine; the overlap gain is the median of the per-pair differences.
 StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int stage,

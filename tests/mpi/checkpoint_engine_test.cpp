@@ -57,26 +57,6 @@ std::string describe(const Spec& s) {
                      s.optimizer == OptimizerOptions::Type::kSgd ? " SGD momentum" : "");
 }
 
-// A directory every rank agrees on: rank 0's pid.
-class SharedTempDir {
- public:
-  explicit SharedTempDir(const std::string& tag) {
-    int pid = static_cast<int>(getpid());
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path_ = (std::filesystem::temp_directory_path() / fmt::format("zt_ckpt_{}_{}", tag, pid)).string();
-    if (my_rank() == 0) std::filesystem::create_directories(path_);
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (my_rank() == 0) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // An engine of `spec` with whatever its tiers need; `self`: a world of one (this process alone).
 struct Rig {
   CpuDevice device, host;

@@ -489,25 +489,6 @@ std::string model_unit_name(int u) {
   return model.units()[u]->name();
 }
 
-// A directory every rank agrees on (rank 0's pid), made by every rank, removed by rank 0.
-class SharedTempDir {
- public:
-  explicit SharedTempDir(const std::string& tag) {
-    int pid = static_cast<int>(getpid());
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path_ = (std::filesystem::temp_directory_path() / fmt::format("zt_{}_{}", tag, pid)).string();
-    std::filesystem::create_directories(path_);
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (my_rank() == 0) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // ZeRO-Infinity's optimizer tier: the master and the moments in swap files, streamed through
 // the host a chunk at a time. Bitwise the run without offload again; the host holds no
 // optimizer bytes (only staging), the swap files hold 12 bytes per master element, and they

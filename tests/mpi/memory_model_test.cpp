@@ -32,25 +32,6 @@ namespace {
 
 using namespace zero_test;
 
-// A temporary directory every rank agrees on (rank 0's pid), removed after the last rank is done.
-class SharedTempDir {
- public:
-  explicit SharedTempDir(const std::string& tag) {
-    int pid = static_cast<int>(getpid());
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path_ = (std::filesystem::temp_directory_path() / fmt::format("zt_{}_{}", tag, pid)).string();
-    std::filesystem::create_directories(path_);
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (my_rank() == 0) std::filesystem::remove_all(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 struct Case {
   int stage;
   OffloadDevice offload;

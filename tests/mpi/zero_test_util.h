@@ -3,10 +3,15 @@
 #pragma once
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "model_zoo/gpt2.h"
 #include "runtime/model.h"
@@ -43,6 +48,27 @@ struct GlobalBatch {
   Batch rows(int64_t first_row, int64_t count) const {
     return Batch{inputs.data() + first_row * kT, targets.data() + first_row * kT, count, kT};
   }
+};
+
+// A scratch directory every rank agrees on (`zt_<tag>_<rank 0's pid>` under the temp
+// directory), made by every rank before any uses it, removed by rank 0 once all are done.
+class SharedTempDir {
+ public:
+  explicit SharedTempDir(const std::string& tag) {
+    int pid = static_cast<int>(getpid());
+    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path_ = (std::filesystem::temp_directory_path() / fmt::format("zt_{}_{}", tag, pid)).string();
+    std::filesystem::create_directories(path_);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (my_rank() == 0) std::filesystem::remove_all(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
 };
 
 }  // namespace zt::zero_test
