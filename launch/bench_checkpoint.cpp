@@ -75,9 +75,12 @@ int bench_checkpoint(const BenchCheckpointOptions& o) {
 
   std::vector<double> sync_ms, blocked_ms, write_ms, async_total_ms, steps_plain, steps_writing;
   int64_t bytes = 0, save = 1;
-  // Kept from round to round, as zt-train keeps it from save to save: the first snapshot maps
-  // its pages, later ones copy into mapped memory.
+  // Kept from round to round, as zt-train keeps it from save to save, and mapped before the
+  // first round, as zt-train maps it before training (a snapshot thrown away).
   ShardSnapshot snapshot;
+  const auto map0 = Clock::now();
+  engine.save_state(snapshot);
+  const double map_ms = ms_since(map0);
   for (int round = 0; round < o.repeats; ++round) {
     steps_plain.push_back(step());
     {  // synchronous: training waits for the whole save
@@ -133,9 +136,9 @@ int bench_checkpoint(const BenchCheckpointOptions& o) {
   log.rank0("{:<34} {:>10.1f} {:>16}", "step without a save", median(steps_plain), "");
   log.rank0("{:<34} {:>10.1f} {:>16}", "step beside the background write", median(steps_writing),
             "");
-  log.rank0("asynchronous blocked per round (ms): {:.1f} (the first maps the snapshot's pages; "
-            "later rounds reuse them)",
-            fmt::join(blocked_ms, ", "));
+  log.rank0("asynchronous blocked per round (ms): {:.1f}; the snapshot's memory was mapped "
+            "before the rounds, as zt-train maps it before training ({:.0f} ms)",
+            fmt::join(blocked_ms, ", "), map_ms);
   log.rank0("blocked: from the save's start to training going on (synchronous: the shard file "
             "written, fsync'd and committed; asynchronous: the state copied to host memory). The "
             "rounds alternate, so the machine's load falls on both alike");
@@ -154,7 +157,8 @@ int bench_checkpoint(const BenchCheckpointOptions& o) {
                               {"step_ms", median(steps_plain)},
                               {"step_ms_while_writing", median(steps_writing)},
                               {"sync_ms_per_round", sync_ms},
-                              {"async_blocked_ms_per_round", blocked_ms}};
+                              {"async_blocked_ms_per_round", blocked_ms},
+                              {"snapshot_map_ms", map_ms}};
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
     if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
