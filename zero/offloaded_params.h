@@ -54,9 +54,8 @@ class OffloadedParams {
   // The whole shard into dst (inspection and tests).
   void read(int slot, void* dst);
 
-  // Bytes in swap files (0 for cpu), and the largest shard (the pool buffers' size).
+  // Bytes in swap files (0 for cpu).
   int64_t nvme_bytes() const;
-  size_t largest() const { return largest_; }
   // Swap-file reads started so far (tests: a prefetched or kept shard is not read again).
   int64_t reads() const { return reads_; }
 
