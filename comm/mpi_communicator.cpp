@@ -55,7 +55,7 @@ MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, MpiCommunicato
     throw;
   }
   const size_t peers = static_cast<size_t>(group_.world - 1);
-  staging_ = device.alloc(kRecvDepth * peers * chunk_bytes_, MemCategory::kCommBuffers);
+  staging_ = device.alloc(staging_bytes(group_.world, options), MemCategory::kCommBuffers);
   recv_requests_.assign(kRecvDepth * peers, MPI_REQUEST_NULL);
   send_requests_.assign(kSendDepth * peers, MPI_REQUEST_NULL);
   contributions_.assign(group_.world, nullptr);

@@ -36,6 +36,11 @@ class MpiCommunicator final : public Communicator {
   // peers to pull what it sent).
   static constexpr int kRecvDepth = 2;
   static constexpr int kSendDepth = 4;
+  // The staging a communicator of `world` ranks allocates from its device: kRecvDepth *
+  // (world-1) * chunk_bytes (the memory planner counts it).
+  static size_t staging_bytes(int world, const MpiCommunicatorOptions& options = {}) {
+    return static_cast<size_t>(kRecvDepth) * static_cast<size_t>(world - 1) * options.chunk_bytes;
+  }
   // all_reduce of at most this many bytes (and world times that fitting the staging) gathers
   // every rank's input and reduces locally instead: latency, not bandwidth, rules there.
   static constexpr int64_t kGatherReduceMaxBytes = 16 << 10;

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/mpi_communicator.h"
 #include "launch/trainer.h"
 #include "runtime/byte_count.h"
 #include "runtime/status.h"
@@ -48,11 +49,18 @@ std::string choice_name(const PlanRow& row) {
 
 }  // namespace
 
+int64_t communicator_staging_bytes(bool cuda, int ranks) {
+  if (ranks <= 1) return 0;
+  constexpr int kCommunicators = 2;
+  if (cuda) return kCommunicators * (int64_t{64} << 10);
+  return kCommunicators * static_cast<int64_t>(MpiCommunicator::staging_bytes(ranks));
+}
+
 std::vector<PlanRow> plan_rows(const PlanRequest& r) {
   ZT_ASSERT(r.ranks > 0 && r.nodes > 0, "ranks {} nodes {}", r.ranks, r.nodes);
   std::optional<int64_t> activations;
+  ActivationOptions a;
   if (r.model) {
-    ActivationOptions a;
     a.B = r.micro_batch;
     a.T = r.seq_len;
     a.compute = r.engine.precision.compute;
@@ -82,6 +90,17 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
       row.states = model_state_bytes(r.unit_numels, o);
       row.activations = activations;
       row.comm_elements = comm_elements_per_step(r.unit_numels, o);
+      if (r.model) {
+        StepReplayOptions step;
+        step.states = o;
+        step.activations = a;
+        step.gather = GatherLimits{e.prefetch_bucket_size, e.max_live_parameters,
+                                   e.max_reuse_distance};
+        step.reduce_bucket_elements = e.reduce_bucket_size;
+        step.overlap_comm = e.overlap_comm;
+        step.comm_staging = r.comm_staging;
+        row.device_peak = device_peak_bytes(*r.model, step);
+      }
       const bool cpu_offload = offload != OffloadDevice::kNone;
       row.deepspeed = stage < 3 ? deepspeed_zero2_estimate(r.params, per_node, r.nodes, cpu_offload)
                                 : deepspeed_zero3_estimate(r.params, r.largest_unit_params, per_node,
@@ -94,11 +113,9 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
   return rows;
 }
 
-std::vector<const PlanRow*> fitting_rows(const PlanRequest& r, const std::vector<PlanRow>& rows) {
+std::vector<const PlanRow*> cheapest_first(const std::vector<PlanRow>& rows) {
   std::vector<const PlanRow*> out;
-  if (r.device_memory == 0) return out;
-  for (const PlanRow& row : rows)
-    if (static_cast<uint64_t>(row.device_bytes()) <= r.device_memory) out.push_back(&row);
+  for (const PlanRow& row : rows) out.push_back(&row);
   std::stable_sort(out.begin(), out.end(), [](const PlanRow* a, const PlanRow* b) {
     const auto key = [](const PlanRow* x) {
       return std::array<int, 4>{x->stage == 3 ? 1 : 0, offload_rank(x->param_offload),
@@ -106,6 +123,14 @@ std::vector<const PlanRow*> fitting_rows(const PlanRequest& r, const std::vector
     };
     return key(a) < key(b);
   });
+  return out;
+}
+
+std::vector<const PlanRow*> fitting_rows(const PlanRequest& r, const std::vector<PlanRow>& rows) {
+  std::vector<const PlanRow*> out;
+  if (r.device_memory == 0) return out;
+  for (const PlanRow* row : cheapest_first(rows))
+    if (static_cast<uint64_t>(row->device_bytes()) <= r.device_memory) out.push_back(row);
   return out;
 }
 
@@ -131,8 +156,9 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
           : "");
   out += fmt::format(
       "per rank, {} (1 {} = {:.0e} bytes). Model states as the engine holds them between steps;\n"
-      "activations: the peak of one micro-batch; device total = device states + activations\n"
-      "(communication buffers and workspace not included). offload: the optimizer's tier, +p\n"
+      "activations: the peak of one micro-batch; device peak: the training step's whole peak on\n"
+      "the device (states, activations, stage-3 gathers, gradient and reduction buffers,\n"
+      "communicator staging, workspace), what the fit is judged on. offload: the optimizer's tier, +p\n"
       "when the stage-3 parameters are offloaded there too (host par, nvme: their bytes). host\n"
       "grads: the cpu step's gradient shards (nvme: its staging chunk). DeepSpeed: estimate_zero2\n"
       "(stages 0-2) / estimate_zero3 (stage 3, zero_init) model states, GPU per rank and CPU per\n"
@@ -141,7 +167,7 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
   out += fmt::format("{:>5} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} | {:>11} "
                      "{:>12} | {:>12} | {:>9} {:>9}\n",
                      "stage", "offload", "params", "grads", "optim", "host par", "host grad",
-                     "host optim", "host work", "nvme", "activations", "device total",
+                     "host optim", "host work", "nvme", "activations", "device peak",
                      "comm elems", "ds gpu", "ds cpu");
   for (const PlanRow& row : rows) {
     const TierBytes& b = row.states;
@@ -160,7 +186,7 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
         fig(b.get(Tier::kHost, MemCategory::kWorkspace)),
         fig(b.get(Tier::kNvme, MemCategory::kOptimizer) + b.get(Tier::kNvme, MemCategory::kParams)),
         row.activations ? fig(*row.activations) : std::string("n/a"),
-        row.activations ? fig(row.device_bytes()) : fig(b.model_states(Tier::kDevice)) + "+",
+        row.device_peak ? fig(row.device_bytes()) : fig(b.model_states(Tier::kDevice)) + "+",
         group_digits(static_cast<uint64_t>(row.comm_elements)), fig(row.deepspeed.gpu),
         fig(row.deepspeed.cpu));
   }
@@ -169,8 +195,9 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
     const std::vector<const PlanRow*> fit = fitting_rows(r, rows);
     out += fmt::format("\nfits {} of device memory ({}), cheapest first:",
                        format_bytes(r.device_memory),
-                       rows.empty() || rows[0].activations ? "states + activations"
-                                                           : "states only: activations unknown");
+                       rows.empty() || rows[0].device_peak
+                           ? "the step's device peak"
+                           : "device states only: no model, no activations or buffers");
     if (fit.empty()) out += " none";
     for (const PlanRow* row : fit)
       out += fmt::format(" stage {}{}{}{};", row->stage,
@@ -217,6 +244,13 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
     e["comm_elements_per_step"] = row.comm_elements;
     e["bytes_by_category"] = detail;
     e["device_bytes"] = row.device_bytes();
+    if (row.device_peak) {
+      nlohmann::ordered_json peak;
+      for (int c = 0; c < kNumMemCategories; ++c)
+        peak[std::string(mem_category_name(static_cast<MemCategory>(c)))] =
+            row.device_peak->category[c];
+      e["device_peak_bytes_by_category"] = peak;
+    }
     e["deepspeed"] = {{"gpu_bytes", row.deepspeed.gpu}, {"cpu_bytes_per_node", row.deepspeed.cpu}};
     if (r.device_memory > 0)
       e["fits"] = std::find(fit.begin(), fit.end(), &row) != fit.end();
@@ -231,6 +265,19 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
                        {"offload_param", offload_name(row->param_offload)}});
     j["fitting_cheapest_first"] = order;
   }
+  // Every choice in that order, with its device bytes (and, given a device memory, whether it
+  // fits): the ones before the first fitting one are those rejected.
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const PlanRow* row : cheapest_first(rows)) {
+    nlohmann::ordered_json e = {{"stage", row->stage},
+                                {"offload_optimizer", offload_name(row->offload)},
+                                {"offload_param", offload_name(row->param_offload)},
+                                {"device_bytes", row->device_bytes()}};
+    if (r.device_memory > 0)
+      e["fits"] = static_cast<uint64_t>(row->device_bytes()) <= r.device_memory;
+    all.push_back(e);
+  }
+  j["cheapest_first"] = all;
   return j;
 }
 
@@ -249,6 +296,7 @@ PlanRequest plan_request_from_config(const Config& config, Model& model, int ran
   r.micro_batch = config.train_micro_batch_size_per_gpu;
   r.seq_len = config.zt.seq_len;
   r.tokens_on_device = config.zt.device == "cuda";
+  r.comm_staging = communicator_staging_bytes(r.tokens_on_device, ranks);
   r.device_memory = config.zt.device_memory_limit;
   r.config_stage = config.zero_optimization.stage;
   r.config_offload = config.zero_optimization.offload_optimizer.device;

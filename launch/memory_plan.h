@@ -35,6 +35,8 @@ struct PlanRequest {
   int64_t micro_batch = 1;
   int64_t seq_len = 1;
   bool tokens_on_device = false;  // a GPU: the token ids are copied to it
+  // Bytes the communicators allocate on the device once (communicator_staging_bytes).
+  int64_t comm_staging = 0;
   uint64_t device_memory = 0;     // 0: no fit list
   // The configuration's own choice, marked in the table (stage -1: none).
   int config_stage = -1;
@@ -50,18 +52,29 @@ struct PlanRow {
   std::optional<int64_t> activations;  // activation_peak_bytes
   int64_t comm_elements = 0;
   DeepSpeedEstimate deepspeed;  // zero2 for stages 0-2, zero3 for stage 3
-  // Device model states + activations: what the fit is judged on.
+  // The device's whole peak over a training step (device_peak_bytes: states, activations,
+  // communication buffers, workspace); unset without a model.
+  std::optional<DevicePeak> device_peak;
+  // What the fit is judged on: the device peak; without a model, the device model states.
   int64_t device_bytes() const {
-    return states.model_states(Tier::kDevice) + activations.value_or(0);
+    return device_peak ? device_peak->total : states.model_states(Tier::kDevice);
   }
 };
+
+// The device bytes the communicators of a run on `ranks` ranks allocate once: the engine's
+// communicator and its gather duplicate. On the CPU each is an MpiCommunicator whose
+// reduce-scatter staging is kRecvDepth x (ranks - 1) x chunk_bytes; on a GPU (cuda) each NCCL
+// communicator keeps NcclCommunicator's 64 KiB host-gather buffer, and MPI's staging would be
+// host memory.
+int64_t communicator_staging_bytes(bool cuda, int ranks);
 
 const char* offload_name(OffloadDevice d);  // "none", "cpu", "nvme"
 
 std::vector<PlanRow> plan_rows(const PlanRequest& request);
-// Rows whose device_bytes() fit request.device_memory, cheapest first: DeepSpeed's order of
-// speed (stage 0 > 1 > 2 > 2 + offload > 3 > 3 + offload > 3 + parameter offload; NVMe after
-// the CPU).
+// Every row, cheapest first: DeepSpeed's order of speed (stage 0 > 1 > 2 > 1-2 + offload > 3 >
+// 3 + offload > 3 + parameter offload; NVMe after the CPU).
+std::vector<const PlanRow*> cheapest_first(const std::vector<PlanRow>& rows);
+// The rows whose device_bytes() fit request.device_memory, in cheapest_first's order.
 std::vector<const PlanRow*> fitting_rows(const PlanRequest& request,
                                          const std::vector<PlanRow>& rows);
 // The human table, the DeepSpeed rows and the fit list.

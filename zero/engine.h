@@ -253,6 +253,10 @@ class Engine {
   int64_t gather_count(int u) const { return groups_[u]->gather_count(); }
   int64_t gather_window_bytes() const;
 
+  // Elements pure 16-bit training's optimizer step widens at a time (for_each_fp32_chunk):
+  // the planner's device replay (zero/memory_model.h) counts its workspace.
+  static constexpr int64_t kWorkspaceChunk = int64_t{1} << 22;
+
  private:
   // One pass over the layers (zero/unit_schedule.h): forward in order, then, when training,
   // backward in reverse with each completed unit's gradient handed to a GradientReducer
@@ -280,7 +284,6 @@ class Engine {
   // buffer that f may overwrite (pure 16-bit training's optimizer step).
   void for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
                            const std::function<void(float*, int64_t, int64_t)>& f);
-  static constexpr int64_t kWorkspaceChunk = int64_t{1} << 22;
   void optimizer_step(int u, float lr, float grad_scale);
   // The offloaded step of unit u with its state on NVMe: gradients to the host, the update there,
   // working parameters back, a chunk at a time.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "runtime/flat_layout.h"
 #include "runtime/status.h"
@@ -167,16 +168,24 @@ TierBytes model_state_bytes(std::span<const int64_t> numels, const StateOptions&
 
 namespace {
 
-// Current and peak bytes of the replay.
+// Current and peak bytes of the replay, per category and in total (MemoryTracker's arithmetic).
 struct Tally {
-  int64_t current = 0;
-  int64_t peak = 0;
-  void alloc(int64_t bytes) {
-    current += bytes;
-    peak = std::max(peak, current);
+  std::array<int64_t, kNumMemCategories> current{}, peak{};
+  int64_t total = 0, peak_total = 0;
+  void alloc(MemCategory c, int64_t bytes) {
+    const auto i = static_cast<size_t>(c);
+    current[i] += bytes;
+    peak[i] = std::max(peak[i], current[i]);
+    total += bytes;
+    peak_total = std::max(peak_total, total);
   }
-  void free(int64_t bytes) { current -= bytes; }
+  void free(MemCategory c, int64_t bytes) {
+    current[static_cast<size_t>(c)] -= bytes;
+    total -= bytes;
+  }
 };
+
+constexpr MemCategory kActs = MemCategory::kActivations;
 
 // One layer's ActivationStore in the replay: the bytes each saved buffer holds now.
 struct StoreReplay {
@@ -186,7 +195,7 @@ struct StoreReplay {
   void fill(Tally& t) {  // forward's allocations, fp32
     for (const ActivationBuffer& b : declared->saved) {
       held.push_back(4 * b.elements);
-      t.alloc(held.back());
+      t.alloc(kActs, held.back());
     }
   }
   // ActivationStore::pack / unpack: each buffer converted in turn, the new one allocated before
@@ -195,20 +204,181 @@ struct StoreReplay {
     for (size_t i = 0; i < held.size(); ++i) {
       const ActivationBuffer& b = declared->saved[i];
       if (b.stats || b.elements == 0) continue;
-      t.alloc(to_bytes_per_element * b.elements);
-      t.free(held[i]);
+      t.alloc(kActs, to_bytes_per_element * b.elements);
+      t.free(kActs, held[i]);
       held[i] = to_bytes_per_element * b.elements;
     }
   }
   void release(Tally& t) {
-    for (int64_t h : held) t.free(h);
+    for (int64_t h : held) t.free(kActs, h);
     held.clear();
   }
 };
 
-}  // namespace
+// The units' transient device buffers through one training pass, as the engine's use_unit /
+// end_use, ParamGroup's gradient buffers and GradientReducer allocate and free them (zero/
+// engine.cpp, zero/param_group.cpp, zero/gradient_reducer.cpp).
+class UnitReplay {
+ public:
+  UnitReplay(Model& model, const StepReplayOptions& o, Tally& t) : o_(o), t_(t) {
+    const StateOptions& s = o.states;
+    const Precision& p = s.precision;
+    mixed_ = p.mixed();
+    compute_ = static_cast<int64_t>(dtype_size(p.compute));
+    comm_ = static_cast<int64_t>(dtype_size(p.comm));
+    const DType grad_dtype = mixed_ ? p.grad_accum : DType::kF32;
+    std::vector<int64_t> gathered;
+    for (Unit* unit : model.units()) {
+      const int64_t numel = unit->layout().numel();
+      Group g;
+      g.padded = ShardLayout(numel, s.world, 0).padded;
+      g.sharded = s.policy.shard_params && numel > s.persistence_threshold;
+      g.state = g.sharded ? State::kSharded : State::kFull;
+      g.separate_grads = s.policy.shard_grads || mixed_;
+      // zero_grads: the first micro-batch's gradient goes into a zero store of the compute dtype
+      g.produce_in_store = mixed_ && !s.policy.shard_grads && grad_dtype == p.compute;
+      g.into_store = !s.policy.shard_grads && p.comm == grad_dtype;  // finish_grads(k, true)
+      groups_.push_back(g);
+      gathered.push_back(g.sharded ? g.padded : 0);
+    }
+    auto layers = model.layers();
+    schedule_ = std::make_unique<UnitSchedule>(layers, PassMode::kTraining, gathered, o.gather);
+    last_backward_layer_.assign(groups_.size(), 0);
+    for (size_t l = layers.size(); l-- > 0;) last_backward_layer_[layers[l]->unit_index()] = l;
+  }
 
-std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptions& o) {
+  const UnitSchedule& schedule() const { return *schedule_; }
+  bool completes_unit(size_t l, int u) const { return last_backward_layer_[u] == l; }
+
+  void use_unit(size_t at) {
+    const int u = (*schedule_)[at].unit;
+    Group& g = groups_[u];
+    if (g.sharded && g.state == State::kSharded) {
+      const int64_t need = schedule_->gathered_elements(u);
+      while (live() > o_.gather.max_live_elements - need) {
+        int victim = -1;
+        size_t victim_next = 0;
+        for (size_t v = 0; v < groups_.size(); ++v) {
+          if (static_cast<int>(v) == u || groups_[v].state != State::kFull || !groups_[v].sharded)
+            continue;
+          const size_t next = schedule_->next_use_of(static_cast<int>(v), at);
+          if (victim < 0 || next > victim_next) victim = static_cast<int>(v), victim_next = next;
+        }
+        if (victim < 0) break;
+        release(groups_[victim]);
+      }
+    }
+    if (g.state == State::kSharded) gather(g);
+    g.state = State::kFull;
+    const auto held = [&](int v) { return groups_[v].state != State::kSharded; };
+    for (int v : schedule_->prefetch(at, live(), held)) {
+      gather(groups_[v]);
+      groups_[v].state = State::kGathering;
+    }
+  }
+  void end_use(size_t at) {
+    if (schedule_->next_use(at) == at + 1) return;
+    Group& g = groups_[(*schedule_)[at].unit];
+    if (g.sharded && g.state == State::kFull && !schedule_->keep_after(at, live())) release(g);
+  }
+  void ensure_grads(int u) {
+    Group& g = groups_[u];
+    if (!g.separate_grads || g.produce_in_store || g.grads_full > 0) return;
+    g.grads_full = g.padded * compute_;
+    t_.alloc(grads_full_category(), g.grads_full);
+  }
+  // ParamGroup::finish_grads(k, true), then GradientReducer::add.
+  void gradient_complete(int u) {
+    Group& g = groups_[u];
+    if (mixed_) {
+      if (g.produce_in_store) {
+        g.produce_in_store = false;
+        if (!g.into_store) alloc_reduce_buffer(g);
+      } else {
+        if (!g.into_store) alloc_reduce_buffer(g);
+        t_.free(grads_full_category(), g.grads_full);
+        g.grads_full = 0;
+      }
+    }
+    bucket_.push_back(u);
+    bucket_elements_ += g.padded;
+    if (bucket_elements_ >= o_.reduce_bucket_elements) launch_bucket();
+  }
+  void finish_reductions() {
+    if (!bucket_.empty()) launch_bucket();
+    finish_in_flight();
+  }
+
+ private:
+  enum class State { kSharded, kGathering, kFull };
+  struct Group {
+    int64_t padded = 0;
+    bool sharded = false, separate_grads = false, produce_in_store = false, into_store = false;
+    State state = State::kSharded;
+    int64_t gathered = 0, grads_full = 0, reduce_buffer = 0;  // bytes held now
+  };
+
+  MemCategory grads_full_category() const {
+    return mixed_ ? MemCategory::kWorkspace : MemCategory::kCommBuffers;
+  }
+  int64_t live() const {
+    int64_t bytes = 0;
+    for (const Group& g : groups_) bytes += g.gathered;
+    return bytes / compute_;
+  }
+  void gather(Group& g) {
+    g.gathered = g.padded * compute_;
+    t_.alloc(MemCategory::kCommBuffers, g.gathered);
+  }
+  void release(Group& g) {
+    t_.free(MemCategory::kCommBuffers, g.gathered);
+    g.gathered = 0;
+    g.state = State::kSharded;
+  }
+  void alloc_reduce_buffer(Group& g) {
+    g.reduce_buffer = g.padded * comm_;
+    t_.alloc(MemCategory::kCommBuffers, g.reduce_buffer);
+  }
+  void launch_bucket() {
+    finish_in_flight();
+    for (int u : bucket_) {
+      in_flight_.push_back(u);
+      if (!o_.overlap_comm) finish_in_flight();
+    }
+    bucket_.clear();
+    bucket_elements_ = 0;
+  }
+  // ParamGroup::finish_reduce for each reduction in flight.
+  void finish_in_flight() {
+    for (int u : in_flight_) {
+      Group& g = groups_[u];
+      if (!mixed_ && o_.states.policy.shard_grads) {
+        t_.free(MemCategory::kCommBuffers, g.grads_full);
+        g.grads_full = 0;
+      }
+      if (mixed_) {
+        t_.free(MemCategory::kCommBuffers, g.reduce_buffer);
+        g.reduce_buffer = 0;
+      }
+    }
+    in_flight_.clear();
+  }
+
+  const StepReplayOptions& o_;
+  Tally& t_;
+  bool mixed_ = false;
+  int64_t compute_ = 4, comm_ = 4;
+  std::vector<Group> groups_;
+  std::unique_ptr<UnitSchedule> schedule_;
+  std::vector<size_t> last_backward_layer_;
+  std::vector<int> bucket_, in_flight_;
+  int64_t bucket_elements_ = 0;
+};
+
+// The engine's run_pass in training mode over the layers' declared activations, with the
+// units' buffers when `units` is given (it counts into the same tally). The pass's own buffers
+// are freed at its end. False when a layer declares no activations.
+bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay* units) {
   auto layers = model.layers();
   const size_t L = layers.size();
   ZT_ASSERT(o.checkpoint.empty() || o.checkpoint.size() == L, "checkpoint mask has {} of {} layers",
@@ -216,7 +386,7 @@ std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptio
   std::vector<LayerActivations> declared;
   for (Layer* layer : layers) {
     std::optional<LayerActivations> a = layer->activations(o.B, o.T, true);
-    if (!a) return std::nullopt;
+    if (!a) return false;
     declared.push_back(std::move(*a));
   }
   const auto checkpointed = [&](size_t l) { return !o.checkpoint.empty() && o.checkpoint[l]; };
@@ -225,13 +395,14 @@ std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptio
   const bool pack = o.compute != DType::kF32;  // 16-bit activations computed in fp32
   const int64_t packed = static_cast<int64_t>(dtype_size(o.compute));
 
-  // The engine's run_pass in training mode: DeviceBatch, then PassState (hidden states in the
-  // compute dtype, losses, two fp32 hidden gradients), then the layers.
-  Tally t;
-  if (o.tokens_on_device) t.alloc(2 * N * 4);
-  t.alloc(static_cast<int64_t>(L - 1) * N * C * packed);
-  t.alloc(4 * N);
-  t.alloc(2 * hidden_fp32);
+  // DeviceBatch, then PassState (hidden states in the compute dtype, losses, two fp32 hidden
+  // gradients), then the layers.
+  const int64_t pass_bytes = (o.tokens_on_device ? 2 * N * 4 : 0) +
+                             static_cast<int64_t>(L - 1) * N * C * packed + 4 * N + 2 * hidden_fp32;
+  if (o.tokens_on_device) t.alloc(kActs, 2 * N * 4);
+  t.alloc(kActs, static_cast<int64_t>(L - 1) * N * C * packed);
+  t.alloc(kActs, 4 * N);
+  t.alloc(kActs, 2 * hidden_fp32);
   // Under 16-bit activations a layer reads and writes fp32 copies of the hidden states.
   const auto copies = [&](size_t l, bool computes_output) {
     int64_t bytes = 0;
@@ -243,32 +414,101 @@ std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptio
   for (size_t l = 0; l < L; ++l) stores[l].declared = &declared[l];
   const auto forward = [&](size_t l) {
     stores[l].fill(t);
-    t.alloc(4 * declared[l].transient);
-    t.free(4 * declared[l].transient);
+    t.alloc(kActs, 4 * declared[l].transient);
+    t.free(kActs, 4 * declared[l].transient);
   };
   for (size_t l = 0; l < L; ++l) {
+    const size_t at = units ? units->schedule().forward_step(l) : 0;
+    if (units) units->use_unit(at);
+    if (units && l + 1 == L) units->ensure_grads(layers[l]->unit_index());
     const int64_t c = copies(l, true);
-    t.alloc(c);
+    t.alloc(kActs, c);
     forward(l);
     if (checkpointed(l))
       stores[l].release(t);
     else if (pack)
       stores[l].convert(t, packed);
-    t.free(c);
+    t.free(kActs, c);
+    if (units) units->end_use(at);
   }
   for (size_t l = L; l-- > 0;) {
+    const int u = layers[l]->unit_index();
+    const size_t at = units ? units->schedule().backward_step(l) : 0;
+    if (units) {
+      units->use_unit(at);
+      units->ensure_grads(u);
+    }
     const int64_t c = copies(l, checkpointed(l));
-    t.alloc(c);
+    t.alloc(kActs, c);
     if (checkpointed(l))
       forward(l);  // the recompute keeps fp32 buffers
     else if (pack)
       stores[l].convert(t, 4);
-    t.alloc(4 * declared[l].scratch);
+    t.alloc(kActs, 4 * declared[l].scratch);
     stores[l].release(t);
-    t.free(c);
-    t.free(4 * declared[l].scratch);
+    if (units && units->completes_unit(l, u)) units->gradient_complete(u);
+    t.free(kActs, c);
+    t.free(kActs, 4 * declared[l].scratch);
+    if (units) units->end_use(at);
   }
-  return t.peak;
+  if (units) units->finish_reductions();
+  t.free(kActs, pass_bytes);
+  return true;
+}
+
+}  // namespace
+
+std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptions& o) {
+  Tally t;
+  if (!replay_pass(model, o, t, nullptr)) return std::nullopt;
+  return t.peak[static_cast<size_t>(kActs)];
+}
+
+std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOptions& o) {
+  const StateOptions& s = o.states;
+  const TierBytes states = model_state_bytes(unit_numels(model), s);
+  // Construction: the communicators' staging, then each ParamGroup (working params, a device
+  // master, stored grads, then assign's staging chunk under mixed precision), then the
+  // Optimizer's state tensors on the device.
+  Tally t;
+  t.alloc(MemCategory::kCommBuffers, o.comm_staging);
+  const Precision& p = s.precision;
+  for (Unit* unit : model.units()) {
+    const ShardLayout shard(unit->layout().numel(), s.world, 0);
+    TierBytes group;
+    add_unit_state_bytes(shard, s, 0, group);  // no optimizer state tensors: the group's buffers
+    for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
+      t.alloc(c, group.get(Tier::kDevice, c));
+    if (p.mixed()) {
+      const bool sharded = s.policy.shard_params && shard.numel > s.persistence_threshold;
+      const int64_t working = sharded ? shard.shard : shard.padded;
+      const int64_t chunk = std::min(working, ParamGroup::kStagingChunk);
+      const int64_t staging =
+          bytes_of(chunk, DType::kF32) +
+          (sharded && s.offload_param != OffloadDevice::kNone ? bytes_of(chunk, p.compute) : 0);
+      t.alloc(MemCategory::kWorkspace, staging);
+      t.free(MemCategory::kWorkspace, staging);
+    }
+  }
+  for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
+    t.alloc(c, states.get(Tier::kDevice, c) - t.current[static_cast<size_t>(c)]);
+
+  UnitReplay units(model, o, t);
+  if (!replay_pass(model, o.activations, t, &units)) return std::nullopt;
+  // The optimizer: pure 16-bit widens each unit's working range a chunk at a time on the
+  // device; every other step updates in place or on the host.
+  if (p.mixed() && !p.has_master() && s.offload_optimizer == OffloadDevice::kNone)
+    for (int64_t numel : unit_numels(model)) {
+      const ShardLayout shard(numel, s.world, 0);
+      const int64_t range = s.policy.shard_optimizer ? shard.shard : shard.padded;
+      const int64_t bytes = bytes_of(std::min(range, Engine::kWorkspaceChunk), DType::kF32);
+      t.alloc(MemCategory::kWorkspace, bytes);
+      t.free(MemCategory::kWorkspace, bytes);
+    }
+  DevicePeak out;
+  out.total = t.peak_total;
+  out.category = t.peak;
+  return out;
 }
 
 int64_t comm_elements_per_step(std::span<const int64_t> numels, const StateOptions& o) {

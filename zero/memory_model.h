@@ -27,6 +27,7 @@
 #include "runtime/model.h"
 #include "zero/optimizer.h"
 #include "zero/precision.h"
+#include "zero/unit_schedule.h"
 #include "zero/zero_policy.h"
 
 namespace zt {
@@ -120,6 +121,36 @@ struct ActivationOptions {
 // The kActivations peak of Engine::train_step's pass, replayed over the layers' declared
 // buffers; nullopt when a layer declares none (Layer::activations).
 std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptions& o);
+
+// The device's whole peak over one training step (the tracker's peak_total: every category at
+// once), replayed in the engine's order of allocation on the engine thread, which alone
+// allocates and frees device memory, so the peak does not depend on timing:
+//   construction  the model states, unit by unit, with ParamGroup::assign's staging chunk
+//   the pass      the activation replay above, interleaved per layer with the units' transient
+//                 buffers: stage-3 gathers (UnitSchedule's prefetch, keep and max_live
+//                 answers, the same class the engine asks), the produced gradients
+//                 (ensure_grads .. finish_grads or finish_reduce), the reduce buffers and
+//                 GradientReducer's buckets (at most the bucket in flight and the one filling)
+//   the optimizer pure 16-bit: Engine::for_each_fp32_chunk's workspace
+// plus `comm_staging` bytes the communicators allocate once (MpiCommunicator's staging). Not
+// included: what exporting weights or reading parameters gathers after training
+// (Engine::read_unit_params), and evaluation passes (forward only, below the training peak).
+// One micro-batch with its reduction: accumulation changes no device peak (stages 0-1 reduce
+// on the last micro-batch only, which is this one; stages 2-3 reduce on each).
+struct StepReplayOptions {
+  StateOptions states;
+  ActivationOptions activations;
+  GatherLimits gather;  // stage3_prefetch_bucket_size, max_live_parameters, max_reuse_distance
+  int64_t reduce_bucket_elements = 500'000'000;
+  bool overlap_comm = false;
+  int64_t comm_staging = 0;  // bytes on the device, allocated before the model states
+};
+struct DevicePeak {
+  int64_t total = 0;                                   // at the step's highest point
+  std::array<int64_t, kNumMemCategories> category{};  // each category's own peak
+};
+// nullopt when a layer declares no activations (Layer::activations).
+std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOptions& o);
 
 // Elements each rank sends and receives per step, the ZeRO paper's count (section 7) over the
 // padded unit sizes: stages 0-2 reduce-scatter + all-gather (an all-reduce), 2 per element;

@@ -22,7 +22,6 @@ const char* param_state_name(ParamState s) {
 namespace {
 
 size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
-constexpr int64_t kStagingChunk = int64_t{1} << 20;  // elements staged at a time by assign
 
 template <class T>
 T* offset_by(T* base, int64_t elements, DType dtype) {

@@ -70,6 +70,9 @@ struct OffloadTiers {
 
 class ParamGroup {
  public:
+  // Elements assign stages at a time under mixed precision (fp32 in, rounded on the device).
+  static constexpr int64_t kStagingChunk = int64_t{1} << 20;
+
   // `persistent`: a small unit kept gathered under stage 3 (stage3_param_persistence_threshold).
   ParamGroup(Device& device, Unit& unit, const ShardLayout& shard, const ZeroPolicy& policy,
              const Precision& precision, bool persistent, uint64_t seed,

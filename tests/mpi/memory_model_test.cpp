@@ -4,7 +4,9 @@
 // trackers hold after a training step, per category and tier: the device's, the host tier's
 // (offload_optimizer's CpuDevice) and Engine::nvme_bytes(). The activation peak it replays is
 // within 10% of the device tracker's kActivations peak of that step, with and without
-// activation checkpointing. Rank 0 prints the table. Every rank runs every case; checks use
+// activation checkpointing, and the device's whole peak it replays (device_peak_bytes: states,
+// activations, gathers, gradient and reduction buffers, staging, workspace) equals the
+// tracker's peak_total and every category's peak, exactly. Rank 0 prints the table. Every rank runs every case; checks use
 // EXPECT so that no rank skips a collective.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -38,6 +40,9 @@ struct Case {
   DType dtype;
   bool checkpoint;
   OffloadDevice params = OffloadDevice::kNone;  // offload_param (stage 3)
+  // Buckets and prefetch small enough that reductions and gathers overlap the pass: 0 keeps
+  // EngineOptions' defaults.
+  int64_t buckets = 0;
 };
 
 const char* name_of(OffloadDevice d) {
@@ -45,10 +50,11 @@ const char* name_of(OffloadDevice d) {
 }
 
 std::string describe(const Case& c) {
-  return fmt::format("stage {} offload {}{}{} {}{}", c.stage, name_of(c.offload),
+  return fmt::format("stage {} offload {}{}{} {}{}{}", c.stage, name_of(c.offload),
                      c.params == OffloadDevice::kNone ? "" : " params ",
                      c.params == OffloadDevice::kNone ? "" : name_of(c.params),
-                     dtype_name(c.dtype), c.checkpoint ? " checkpointed" : "");
+                     dtype_name(c.dtype), c.checkpoint ? " checkpointed" : "",
+                     c.buckets > 0 ? fmt::format(" buckets {}", c.buckets) : "");
 }
 
 // Between the tiny GPT-2's root unit and its blocks, so stage 3 has a persistent unit too.
@@ -62,24 +68,32 @@ EngineOptions options(const Case& c, Model& model) {
   o.precision.compute = o.precision.grad_accum = o.precision.comm = c.dtype;
   if (c.checkpoint)
     for (Layer* l : model.layers()) o.checkpoint.push_back(l->checkpointable());
+  if (c.buckets > 0) {
+    o.overlap_comm = true;
+    o.reduce_bucket_size = c.buckets;
+    o.prefetch_bucket_size = c.buckets;
+    o.max_live_parameters = 3 * c.buckets;
+    o.max_reuse_distance = c.buckets;
+  }
   return o;
 }
 
 // The printed table's columns: device params, grads, optimizer; host params, grads, optimizer,
-// workspace; nvme params, optimizer; the activation peak.
-constexpr int kColumns = 10;
+// workspace; nvme params, optimizer; the activation peak; the device's whole peak.
+constexpr int kColumns = 11;
 const char* const kHeader =
-    "%-44s %-8s | %8s %8s %8s | %7s %7s %8s %8s | %8s %8s | %9s\n";
+    "%-44s %-8s | %8s %8s %8s | %7s %7s %8s %8s | %8s %8s | %9s %9s\n";
 
 void print_row(const Case& c, const char* which, const std::array<int64_t, kColumns>& v) {
   if (my_rank() != 0) return;
-  std::printf("%-44s %-8s | %8lld %8lld %8lld | %7lld %7lld %8lld %8lld | %8lld %8lld | %9lld\n",
+  std::printf("%-44s %-8s | %8lld %8lld %8lld | %7lld %7lld %8lld %8lld | %8lld %8lld | %9lld "
+              "%9lld\n",
               describe(c).c_str(), which, static_cast<long long>(v[0]),
               static_cast<long long>(v[1]), static_cast<long long>(v[2]),
               static_cast<long long>(v[3]), static_cast<long long>(v[4]),
               static_cast<long long>(v[5]), static_cast<long long>(v[6]),
               static_cast<long long>(v[7]), static_cast<long long>(v[8]),
-              static_cast<long long>(v[9]));
+              static_cast<long long>(v[9]), static_cast<long long>(v[10]));
 }
 
 void print_header() {
@@ -89,7 +103,7 @@ void print_header() {
               world_size(), static_cast<long long>(kB), static_cast<long long>(kT),
               static_cast<long long>(kPersistence));
   std::printf(kHeader, "case", "", "dev par", "dev grad", "dev opt", "h par", "h grad", "h opt",
-              "h work", "nvme par", "nvme opt", "act peak");
+              "h work", "nvme par", "nvme opt", "act peak", "dev peak");
 }
 
 // Builds the case's engine on this rank, trains one step, and compares.
@@ -123,6 +137,17 @@ void check(const Case& c, const std::string& swap_dir) {
   ao.checkpoint = eo.checkpoint;
   const std::optional<int64_t> activations = activation_peak_bytes(model, ao);
   ASSERT_TRUE(activations.has_value());
+  StepReplayOptions step;
+  step.states = so;
+  step.activations = ao;
+  step.gather = GatherLimits{eo.prefetch_bucket_size, eo.max_live_parameters,
+                             eo.max_reuse_distance};
+  step.reduce_bucket_elements = eo.reduce_bucket_size;
+  step.overlap_comm = eo.overlap_comm;
+  // The test's communicator and the engine's gather duplicate of it.
+  step.comm_staging = 2 * static_cast<int64_t>(MpiCommunicator::staging_bytes(world_size()));
+  const std::optional<DevicePeak> device_peak = device_peak_bytes(model, step);
+  ASSERT_TRUE(device_peak.has_value());
 
   Engine engine(device, comm, model, eo);
   GlobalBatch global(0, 0, world_size());
@@ -149,6 +174,12 @@ void check(const Case& c, const std::string& swap_dir) {
   estimated[column] = *activations;
   tracked[column] = peak;
   EXPECT_NEAR(static_cast<double>(*activations), static_cast<double>(peak), 0.10 * peak);
+  estimated[column + 1] = device_peak->total;
+  tracked[column + 1] = static_cast<int64_t>(dev.peak_total());
+  EXPECT_EQ(device_peak->total, static_cast<int64_t>(dev.peak_total())) << "device peak";
+  for (int cat = 0; cat < kNumMemCategories; ++cat)
+    EXPECT_EQ(device_peak->category[cat], static_cast<int64_t>(dev.peak(static_cast<MemCategory>(cat))))
+        << "device peak of " << mem_category_name(static_cast<MemCategory>(cat));
   print_row(c, "estimate", estimated);
   print_row(c, "tracker", tracked);
 }
@@ -168,6 +199,17 @@ TEST(MemoryModel, EstimateEqualsTheTrackersOnRealEngines) {
                                    std::pair{OffloadDevice::kCpu, OffloadDevice::kNvme},
                                    std::pair{OffloadDevice::kNvme, OffloadDevice::kNvme}})
       check(Case{3, offload, dtype, false, params}, dir.path());
+}
+
+// Reductions in flight behind the backward (overlap_comm, small buckets) and stage 3's prefetch,
+// reuse and max_live limits at work: the replay follows the engine's buffers through them.
+TEST(MemoryModel, DevicePeakFollowsBucketsAndPrefetch) {
+  const SharedTempDir dir("memory_model_buckets");
+  print_header();
+  for (DType dtype : {DType::kF32, DType::kBF16})
+    for (int stage = 1; stage <= 3; ++stage)
+      check(Case{stage, OffloadDevice::kNone, dtype, stage == 3, OffloadDevice::kNone, 6000},
+            dir.path());
 }
 
 TEST(MemoryModel, ActivationsWithCheckpointingAreWithinTenPercent) {
