@@ -297,6 +297,33 @@ struct OffloadSlots {
   std::optional<SwapStore> optimizer_swap, param_swap;
 };
 
+// --resume continues the run's log rather than starting it again: of an existing metrics.jsonl,
+// the rows up to the resumed step stay (what a straight run would have written by then) and the
+// rest go, since this run redoes those steps: step rows past it, checkpoint rows of later saves,
+// summaries. Rewritten atomically (the old file stays whole if that fails); the run then appends.
+// A line that is not JSON (one cut short when a run was killed) ends what is kept.
+void keep_metrics_through(const std::filesystem::path& file, int64_t step) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return;
+  const std::string text = read_file(file.string(), "the metrics log");
+  AtomicFile kept(file.string());
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line(text.data() + at, end - at);
+    at = end + 1;
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_discarded() || !row.is_object()) break;
+    if (row.contains("summary")) continue;
+    int64_t at_step = 0;
+    for (const char* key : {"step", "checkpoint", "at_step"})
+      if (row.contains(key) && row[key].is_number_integer()) at_step = row[key].get<int64_t>();
+    if (at_step > step) continue;
+    kept.write(line);
+    kept.write("\n");
+  }
+  kept.commit();
+}
+
 // The body of train(). The model and the engine live in the caller's slots, so that they are
 // still alive in train()'s error handler.
 TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
@@ -321,7 +348,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   const std::filesystem::path out_dir = config.zt.output_dir;
   CheckedFile metrics;
   if (rank == 0) {
-    metrics = CheckedFile((out_dir / "metrics.jsonl").string(), CheckedFile::Mode::kTruncate);
+    const std::filesystem::path file = out_dir / "metrics.jsonl";
+    if (setup.resume) keep_metrics_through(file, resume_point(*setup.resume).step);
+    metrics = CheckedFile(file.string(),
+                          setup.resume ? CheckedFile::Mode::kAppend : CheckedFile::Mode::kTruncate);
     metrics.set_test_write_limit(test_write_limit_from_environment());
   }
   auto write_row = [&](const nlohmann::ordered_json& row) {
