@@ -445,6 +445,11 @@ int bench_scale(const BenchScaleOptions& o_given) {
     fs::remove_all(dir, ec);
     fs::create_directories(dir, ec);
     if (ec) throw_system(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+    if (p.offload == "nvme") {  // zt-train wants an existing directory
+      fs::create_directories(nvme_dir, ec);
+      if (ec)
+        throw_input(fmt::format("--path: cannot create {}: {}", nvme_dir.string(), ec.message()));
+    }
     // zt-run -np R --cpu [--hostfile F] -- zt-train --config BASE --set ... (zt-run adds
     // --allow-run-as-root and --oversubscribe where needed). Rank 0 writes the metrics into
     // `dir`: with a hostfile, rank 0 runs here only when this machine is its first host.
