@@ -21,7 +21,6 @@
 #include <iostream>
 #include <map>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -58,7 +57,7 @@ struct ScalePoint {
   std::vector<double> step_ms;  // every step's "ms", warm-up included
   double ms = 0;                // the median after warm-up
   double tokens_per_s = 0, tokens_per_s_per_rank = 0;
-  double mfu = 0;  // 0 when there is no peak to compare with (cuda without --peak-tflops)
+  std::optional<double> mfu;  // none without a peak to compare with (cuda, no --peak-tflops)
   double final_loss = 0;
   json summary;  // the point's {"summary": ...} row
 
@@ -228,7 +227,7 @@ json point_json(const ScalePoint& p, const fs::path& dir) {
   j["step_ms"] = p.step_ms;
   j["tokens_per_s"] = p.tokens_per_s;
   j["tokens_per_s_per_rank"] = p.tokens_per_s_per_rank;
-  j["mfu"] = p.mfu;
+  j["mfu"] = p.mfu ? json(*p.mfu) : json();
   j["final_loss"] = p.final_loss;
   j["peak_bytes_max"] = at("peak_bytes_max");  // the device tier, per category, max over ranks
   j["host_peak_bytes_max"] = at("host_peak_bytes_max");
@@ -489,7 +488,7 @@ int bench_scale(const BenchScaleOptions& o_given) {
     p.tokens_per_s_per_rank = static_cast<double>(tokens_per_rank_step) / (p.ms / 1e3);
     p.tokens_per_s = p.tokens_per_s_per_rank * p.ranks;
     const double peak_now = peak_flops(p.ranks);
-    p.mfu = peak_now > 0 ? flops_per_token * p.tokens_per_s / peak_now : 0.0;
+    if (peak_now > 0) p.mfu = flops_per_token * p.tokens_per_s / peak_now;
     std::cerr << fmt::format("{}: {:.0f} ms/step, {} tok/s | {}\n", head, p.ms,
                              group_digits(static_cast<uint64_t>(p.tokens_per_s + 0.5)), eta);
   }
@@ -576,7 +575,7 @@ int bench_scale(const BenchScaleOptions& o_given) {
       md += it == p.summary.end() || it->is_null() ? " - |"
                                                    : fmt::format(" {:.2f} |", mib(it->get<double>()));
     }
-    md += gpu && o.peak_tflops <= 0 ? " - |\n" : fmt::format(" {:.2f} |\n", 100.0 * p.mfu);
+    md += p.mfu ? fmt::format(" {:.2f} |\n", 100.0 * *p.mfu) : std::string(" - |\n");
   }
   write_file(out / "scale.md", md);
   std::cout << md;
