@@ -155,4 +155,33 @@ struct BenchCheckpointOptions {
 // time, and the step time while the writer runs against a step without it.
 int bench_checkpoint(const BenchCheckpointOptions& options);
 
+struct BenchScaleOptions {
+  std::string config = "configs/gpt2-tiny.json";  // the base every point starts from
+  std::string model;  // zt.model; empty: the config's
+  int batch = 0;      // train_micro_batch_size_per_gpu, fixed per rank; 0: the config's
+  int seq_len = 0;    // zt.seq_len; 0: the config's
+  int steps = 6;      // zt.steps of every point
+  int warmup = 2;     // its first steps, not timed
+  std::vector<int> stages = {0, 1, 2, 3};
+  std::vector<int> ranks = {1, 2, 4};
+  std::vector<std::string> precisions = {"fp32"};  // bench_precision's names
+  std::vector<bool> checkpointing = {false};       // activation checkpointing of every block
+  std::vector<std::string> offload = {"none"};     // offload_optimizer.device: none, cpu, nvme
+  std::string hostfile;        // passed to zt-run; empty: this machine
+  std::string path = "/tmp";   // nvme points' swap files go under <path>/zt_bench_scale_<pid>
+  std::string device = "cpu";  // or "cuda": MFU against peak_tflops x ranks
+  double peak_tflops = 0.0;    // cuda: one GPU's dense peak; 0: no MFU
+  std::string out_dir = "runs/scale";
+  std::string json_path;  // empty: <out_dir>/scale.json
+};
+
+// A weak-scaling sweep of real zt-train runs, one `zt-run -np R --cpu -- zt-train ...` per point
+// of stages x ranks x precisions x checkpointing x offload (combinations the engine refuses are
+// skipped with a note): step time, tokens/s in total and per rank, MFU against the whole
+// machine's peak FMA rate (measured once at the start), peak bytes per rank per tier,
+// communication and inter-node bytes per step, final loss. Writes <out>/scale.json, scale.md and,
+// with gnuplot, throughput.png and memory.png (their .dat/.gp always). Not run under mpirun.
+// Returns 1 when any point failed (the sweep goes on past it), else 0.
+int bench_scale(const BenchScaleOptions& options);
+
 }  // namespace zt

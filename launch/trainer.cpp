@@ -11,8 +11,10 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <limits>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -216,6 +218,45 @@ nlohmann::ordered_json wall_clock_json(const StepTimes& t) {
   return {{"forward", 1e3 * t.forward},     {"backward", 1e3 * t.backward},
           {"optimizer", 1e3 * t.optimizer}, {"reduce", 1e3 * t.reduce},
           {"gather", 1e3 * t.gather}};
+}
+
+// What the engine's collectives moved per step, `moved` over `steps` steps: bytes per collective
+// kind (the whole buffer, as CommStats counts them) and their "total".
+nlohmann::ordered_json comm_bytes_json(const CommStats& moved, int64_t steps) {
+  nlohmann::ordered_json j;
+  double total = 0.0;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) {
+    const auto kind = static_cast<CollectiveKind>(k);
+    const double bytes = static_cast<double>(moved[kind].bytes) / steps;
+    j[std::string(collective_kind_name(kind))] = bytes;
+    total += bytes;
+  }
+  j["total"] = total;
+  return j;
+}
+
+// The bytes this network namespace has transmitted: the tx bytes of every interface of
+// /proc/net/dev but lo. The kernel's interface counters, not ZeroTrain's: they include TCP/IP
+// headers and every other traffic of the node (Open MPI's daemons, ssh, ...). -1 where there is
+// no /proc/net/dev.
+double network_tx_bytes() {
+  std::ifstream in("/proc/net/dev");
+  if (!in) return -1.0;
+  double tx = 0.0;
+  // After two header lines (no ':'), one line per interface:
+  //   "  eth0: rx_bytes packets errs drop fifo frame compressed multicast tx_bytes ..."
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::istringstream name_field(line.substr(0, colon)), fields(line.substr(colon + 1));
+    std::string name;
+    name_field >> name;
+    if (name == "lo") continue;
+    std::array<double, 9> counters{};
+    for (double& c : counters) fields >> c;
+    if (fields) tx += counters[8];
+  }
+  return tx;
 }
 
 // Mean loss over the first `batches` batches of the validation file (the same batches every
@@ -724,6 +765,20 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   std::vector<std::vector<int32_t>> targets(accumulation, std::vector<int32_t>(B * T));
   std::vector<Batch> micro(accumulation);
   const int64_t steps = config.zt.steps;
+  // The summary's traffic figures are over the timed steps: every step after the first, so that
+  // start-up traffic is left out (a run of one step: that step). comm_bytes_per_step from the
+  // engine's counters around its train_step calls (evaluations and saves excluded);
+  // internode_bytes_per_step, when the job spans several nodes, from each node's network
+  // counters (network_tx_bytes) read by its first local rank before the first step, after it
+  // and after the last, summed over nodes. Nodes: world / ranks on rank 0's machine, as
+  // zt-train --dry-run counts them; rank 0's count is gathered so that every rank agrees on
+  // whether the summary gathers the counters.
+  const std::vector<double> local_worlds =
+      all_gather_doubles(comm, std::array{static_cast<double>(cpus.world_ranks.size())});
+  const int nodes = std::max(1, world / std::max(1, static_cast<int>(local_worlds[0])));
+  const bool reads_network = nodes > 1 && cpus.local_rank == 0;
+  CommStats comm_first, comm_timed;  // what train_step moved: the first step; the later ones
+  double tx_start = reads_network ? network_tx_bytes() : 0.0, tx_after_first = tx_start;
   for (int64_t step = first_step; step <= steps; ++step) {
     step_now = step;
     auto t0 = Clock::now();
@@ -733,7 +788,15 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     }
     // The schedule advances with applied steps: a skipped fp16 step does not move it.
     const float lr = schedule.lr_at(engine.optimizer_steps());
+    const CommStats comm_before = engine.comm_stats();
     StepResult r = engine.train_step(micro, lr);
+    // A world of 1 calls the same collectives, whose buffers CommStats counts, but they move
+    // nothing between ranks: its figures stay 0.
+    CommStats& traffic = step == first_step ? comm_first : comm_timed;
+    const CommStats comm_after = engine.comm_stats();
+    for (int k = 0; k < kNumCollectiveKinds && world > 1; ++k)
+      traffic.by_kind[k].bytes += comm_after.by_kind[k].bytes - comm_before.by_kind[k].bytes;
+    if (reads_network && step == first_step) tx_after_first = network_tx_bytes();
     if (!r.failure.empty()) {
       // Agreed on every rank (the loss scaler at its minimum still overflowing): ends the run
       // like a diverging loss rather than an abort.
@@ -886,6 +949,42 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   for (const Tier& t : tiers) {
     summary[t.key + "_min"] = t.low;
     summary[t.key + "_max"] = t.high;
+  }
+  const int64_t timed_steps = std::max<int64_t>(1, steps - first_step);
+  const bool one_step = steps == first_step;
+  summary["comm_bytes_per_step"] =
+      comm_bytes_json(one_step ? comm_first : comm_timed, timed_steps);
+  {
+    const nlohmann::ordered_json& c = summary["comm_bytes_per_step"];
+    std::string line;
+    for (const auto& [kind, bytes] : c.items())
+      if (kind != "total" && bytes.get<double>() > 0)
+        line += fmt::format(" | {} {:.2f} MiB", kind, bytes.get<double>() / 1048576.0);
+    log.rank0("communication per step (rank 0, {} timed step{}): {:.2f} MiB{}", timed_steps,
+              timed_steps > 1 ? "s" : "", c["total"].get<double>() / 1048576.0, line);
+  }
+  if (nodes > 1) {
+    // Every rank contributes (0 unless it read its node's counters; -1 where it could not).
+    const double tx_end = reads_network ? network_tx_bytes() : 0.0;
+    const double mine = !reads_network               ? 0.0
+                        : tx_start < 0 || tx_end < 0 ? -1.0
+                        : one_step                   ? tx_end - tx_start
+                                                     : tx_end - tx_after_first;
+    const std::vector<double> sent = all_gather_doubles(comm, std::array{mine});
+    double sum = 0.0;
+    bool known = true;
+    for (double s : sent) {
+      known = known && s >= 0;
+      sum += std::max(0.0, s);
+    }
+    if (known) {
+      summary["internode_bytes_per_step"] = sum / timed_steps;
+      log.rank0("between the {} nodes per step (their interfaces' tx counters, TCP/IP headers "
+                "and other traffic included): {:.2f} MiB",
+                nodes, sum / timed_steps / 1048576.0);
+    } else {
+      summary["internode_bytes_per_step"] = nullptr;
+    }
   }
   if (const LossScaler* scaler = engine.loss_scaler()) {
     summary["loss_scale"] = scaler->scale();

@@ -1,7 +1,9 @@
-// zt-bench: benchmarks. `zt-bench train|adam|offload [options]`,
+// zt-bench: benchmarks. `zt-bench train|adam|offload|checkpoint|scale [options]`,
 // `mpirun -np N zt-bench comm|zero [options]`; every subcommand takes --json PATH. This file only
 // parses options; launch/bench_*.cpp measure.
 #include <boost/program_options.hpp>
+#include <unistd.h>
+
 #include <algorithm>
 #include <iostream>
 
@@ -69,6 +71,19 @@ int train_main(int argc, char** argv) {
   if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.warmup < 0)
     zt::throw_input("--batch, --seq-len and --steps must be > 0, --warmup >= 0");
   return zt::bench_train(o);
+}
+
+// "a,b,c" -> {"a", "b", "c"}; an empty entry is an error naming the option.
+std::vector<std::string> split_words(const std::string& text, const char* option) {
+  std::vector<std::string> words;
+  for (size_t at = 0; at <= text.size();) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    words.push_back(text.substr(at, comma - at));
+    if (words.back().empty())
+      zt::throw_input(fmt::format("{}: empty entry in '{}' (a comma-separated list)", option, text));
+    at = comma + 1;
+  }
+  return words;
 }
 
 int comm_main(int argc, char** argv) {
@@ -217,9 +232,99 @@ int checkpoint_main(int argc, char** argv) {
   return zt::bench_checkpoint(o);
 }
 
+// "1,2,4" -> the numbers, each in [lowest, highest]; one line naming the option otherwise.
+std::vector<int> int_list(const std::string& text, const char* option, int lowest, int highest) {
+  std::vector<int> values;
+  for (const std::string& word : split_words(text, option)) {
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || value < lowest || value > highest)
+      zt::throw_input(fmt::format("{}: '{}' is not an integer in [{}, {}]", option, word, lowest,
+                                  highest));
+    values.push_back(value);
+  }
+  return values;
+}
+
+// "fp32,bf16" -> the words, each one of `allowed`.
+std::vector<std::string> word_list(const std::string& text, const char* option,
+                                   const std::vector<std::string>& allowed) {
+  std::vector<std::string> words = split_words(text, option);
+  for (const std::string& word : words)
+    if (std::find(allowed.begin(), allowed.end(), word) == allowed.end()) {
+      std::string names;
+      for (const std::string& a : allowed) names += (names.empty() ? "" : ", ") + a;
+      zt::throw_input(fmt::format("{}: unknown '{}'; use a comma-separated list of {}", option,
+                                  word, names));
+    }
+  return words;
+}
+
+int scale_main(int argc, char** argv) {
+  zt::BenchScaleOptions o;
+  std::string stages = "0,1,2,3", ranks = "1,2,4", precision = "fp32", checkpointing = "off",
+              offload = "none";
+  po::options_description desc(
+      "zt-bench scale (not under mpirun): a weak-scaling sweep of real zt-train runs, one "
+      "zt-run per point of stages x ranks x precision x checkpointing x offload");
+  desc.add_options()("help,h", "show this help")
+      ("config", po::value(&o.config)->default_value(o.config), "the base config of every point")
+      ("model", po::value(&o.model), "model zoo name (default: the config's zt.model)")
+      ("batch,B", po::value(&o.batch), "micro-batch size per rank, fixed (default: the config's)")
+      ("seq-len,T", po::value(&o.seq_len), "sequence length (default: the config's zt.seq_len)")
+      ("steps", po::value(&o.steps)->default_value(o.steps), "zt.steps of every point")
+      ("warmup", po::value(&o.warmup)->default_value(o.warmup),
+       "its first steps, not timed (median of the rest)")
+      ("stages", po::value(&stages)->default_value(stages), "ZeRO stages, comma-separated")
+      ("ranks", po::value(&ranks)->default_value(ranks), "ranks (-np), comma-separated")
+      ("precision", po::value(&precision)->default_value(precision),
+       "comma-separated: fp32, bf16, fp16 (mixed, fp32 master), bf16-pure, fp16-pure")
+      ("checkpointing", po::value(&checkpointing)->default_value(checkpointing),
+       "activation checkpointing of every block: off, on, or off,on")
+      ("offload", po::value(&offload)->default_value(offload),
+       "optimizer offload, comma-separated: none, cpu, nvme")
+      ("hostfile", po::value(&o.hostfile), "Open MPI hostfile passed to zt-run (several nodes)")
+      ("path", po::value(&o.path)->default_value(o.path), "nvme points: the swap files' directory")
+      ("device", po::value(&o.device)->default_value(o.device), "cpu or cuda")
+      ("peak-tflops", po::value(&o.peak_tflops),
+       "cuda: one GPU's dense peak in TFLOP/s, for MFU (x ranks)")
+      ("out", po::value(&o.out_dir)->default_value(o.out_dir),
+       "directory of the table, plots and each point's run")
+      ("json", po::value(&o.json_path), "the JSON file (default <out>/scale.json)");
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, "scale", vm)) return 0;
+  o.stages = int_list(stages, "--stages", 0, 3);
+  o.ranks = int_list(ranks, "--ranks", 1, 4096);
+  o.precisions = word_list(precision, "--precision",
+                           {"fp32", "bf16", "fp16", "bf16-pure", "fp16-pure"});
+  o.checkpointing.clear();
+  for (const std::string& w : word_list(checkpointing, "--checkpointing", {"off", "on"}))
+    o.checkpointing.push_back(w == "on");
+  o.offload = word_list(offload, "--offload", {"none", "cpu", "nvme"});
+  zt::parse_device_kind(o.device, "--device");
+  if (vm.count("batch") && o.batch <= 0) zt::throw_input("--batch must be > 0");
+  if (vm.count("seq-len") && o.seq_len <= 0) zt::throw_input("--seq-len must be > 0");
+  if (o.warmup < 0 || o.steps <= o.warmup)
+    zt::throw_input(fmt::format("--steps ({}) must be more than --warmup ({}), which must be >= 0: "
+                                "at least one step is timed", o.steps, o.warmup));
+  if (vm.count("peak-tflops") && !(o.peak_tflops > 0))
+    zt::throw_input("--peak-tflops must be > 0");
+  if (vm.count("peak-tflops") && o.device != "cuda")
+    zt::throw_input("--peak-tflops is for --device cuda; on the CPU the peak is measured");
+  if (!o.hostfile.empty() && ::access(o.hostfile.c_str(), R_OK) != 0)
+    zt::throw_input(fmt::format("--hostfile: cannot read {}", o.hostfile));
+  if (o.out_dir.empty()) zt::throw_input("--out needs a directory");
+  return zt::bench_scale(o);
+}
+
 int bench_main(int argc, char** argv) {
   const std::string usage =
-      "usage: zt-bench train|adam|offload|checkpoint [options] | mpirun -np N zt-bench comm|zero [options]   "
+      "usage: zt-bench train|adam|offload|checkpoint|scale [options] | mpirun -np N zt-bench comm|zero [options]   "
       "(zt-bench <subcommand> --help)";
   if (argc < 2) zt::throw_input(usage);
   const std::string sub = argv[1];
@@ -233,6 +338,7 @@ int bench_main(int argc, char** argv) {
   if (sub == "adam") return adam_main(argc - 1, argv + 1);
   if (sub == "offload") return offload_main(argc - 1, argv + 1);
   if (sub == "checkpoint") return checkpoint_main(argc - 1, argv + 1);
+  if (sub == "scale") return scale_main(argc - 1, argv + 1);
   zt::throw_input(fmt::format("unknown subcommand '{}'; {}", sub, usage));
 }
 

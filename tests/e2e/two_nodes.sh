@@ -8,7 +8,9 @@
 #     namespace and OMPI_COMM_WORLD_LOCAL_RANK/LOCAL_SIZE read from /proc), and ZeroTrain's
 #     process group agrees: rank 0's start-up line lists ranks 0 and 1 as this machine's, and
 #     zt-train --dry-run plans "4 ranks on 2 nodes" (world / ranks on rank 0's machine);
-#   - stages 0-3 on two nodes save the same bits as 4 ranks on one node (gpt2-tiny, 3 steps).
+#   - stages 0-3 on two nodes save the same bits as 4 ranks on one node (gpt2-tiny, 3 steps);
+#   - zt-bench scale --hostfile on two nodes (stages 0 and 3, 4 ranks) reports the bytes that
+#     crossed between them per step (internode_bytes_per_step > 0) for every point.
 # Usage: two_nodes.sh BIN_DIR SOURCE_DIR. Skips (77), naming why, without root, without `ip`, or
 # where a network namespace or a veth pair cannot be created; also without mpirun or the corpus.
 set -u
@@ -153,5 +155,25 @@ for stage in 0 1 2 3; do
     fail "two nodes, stage $stage: weights differ from one node's stage 0 ($(cat "$tmp/two_s$stage.loss"))"
   fi
 done
-[ "$failed" -eq 0 ] && echo "two nodes: placement right; stages 0-3 bitwise one node's"
+
+# ---- zt-bench scale on two nodes: the bytes that cross between them -------------------------
+# zt-bench runs in the first host like mpirun above; its zt-run inherits the agent and the
+# interface settings from this environment. Every point must report inter-node traffic (each
+# node's interface tx counters, read by its first local rank) next to the engine's bytes.
+"$tmp/node" zt-node-a "$ns_a" "exec $(quote "$bin/zt-bench" scale --hostfile "$tmp/hosts" --ranks 4 \
+  --stages 0,3 --steps 3 --warmup 1 --seq-len 32 --out "$tmp/scale")" > "$tmp/scale.out" 2> "$tmp/scale.err" ||
+  { fail "zt-bench scale on two nodes:"; sed 's/^/    /' "$tmp/scale.err" | tail -5; }
+if [ -f "$tmp/scale/scale.json" ]; then
+  python3 - "$tmp/scale/scale.json" <<'PY' || fail "zt-bench scale: a point without inter-node bytes"
+import json, sys
+ok = True
+for p in json.load(open(sys.argv[1]))["points"]:
+    inter, comm = p.get("internode_bytes_per_step"), p.get("comm_bytes_per_step", {}).get("total")
+    print(f"zt-bench scale, two nodes, stage {p['stage']}, {p['ranks']} ranks: {p['status']}; "
+          f"comm {comm} bytes/step (engine, rank 0), inter-node {inter} bytes/step (interfaces' tx)")
+    ok = ok and p["status"] == "ok" and inter is not None and inter > 0
+sys.exit(0 if ok else 1)
+PY
+fi
+[ "$failed" -eq 0 ] && echo "two nodes: placement right; stages 0-3 bitwise one node's; zt-bench scale sees inter-node bytes"
 exit "$failed"
