@@ -296,7 +296,7 @@ ImportResult import_weights(const std::string& weights, const std::string& root,
     throw_input(fmt::format("{} exists and is not an empty directory: import writes a new "
                             "checkpoint root",
                             root));
-  const SafetensorsReader file = SafetensorsReader::open(weights);
+  const SafetensorsSet file = SafetensorsSet::open(weights);
   const auto matched = match_weight_entries(file, model);  // every check before any write
   const std::vector<std::string> kinds = optimizer_state_names(options.optimizer);
   auto units = model.units();

@@ -16,10 +16,12 @@
 #include <limits>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator_factory.h"
+#include "launch/hf_model_dir.h"
 #include "launch/test_fault.h"
 #include "launch/tool_frame.h"
 #include "launch/weights_io.h"
@@ -44,10 +46,29 @@ using Clock = std::chrono::steady_clock;
 
 Gpt2Config resolve_model(const Config& config) {
   const ModelChoice& m = config.zt.model;
-  Gpt2Config c = m.has_object ? Gpt2Config{m.n_layer, m.n_head, m.n_embd, m.vocab_size,
-                                           m.n_positions}
-                              : gpt2_zoo_config(m.zoo_name);
+  const bool given = m.has_object || !m.zoo_name.empty();
+  const std::string& from = config.zt.init_from;
+  const bool hf = !from.empty() && is_hf_model_dir(from);
+  if (!given && !hf)
+    throw_input(fmt::format("{}: 'zt.model' is missing, and 'zt.init_from' {} is not a Hugging "
+                            "Face model directory (no {} there) to take the model from",
+                            config.source, from, kHfConfigName));
+  Gpt2Config c = !given        ? read_hf_config(from)
+                 : m.has_object ? Gpt2Config{m.n_layer, m.n_head, m.n_embd, m.vocab_size,
+                                             m.n_positions}
+                                : gpt2_zoo_config(m.zoo_name);
   validate_gpt2_config(c, config.source);
+  if (given && hf) {  // both name the model: they must agree
+    const Gpt2Config d = read_hf_config(from);
+    for (const auto& [key, mine, theirs] :
+         {std::tuple{"n_layer", c.n_layer, d.n_layer}, std::tuple{"n_head", c.n_head, d.n_head},
+          std::tuple{"n_embd", c.n_embd, d.n_embd}, std::tuple{"vocab_size", c.vocab_size, d.vocab_size},
+          std::tuple{"n_positions", c.n_positions, d.n_positions}})
+      if (mine != theirs)
+        throw_input(fmt::format("{}: 'zt.model' has {} {}, but {}/{} says {} (leave zt.model out "
+                                "to take the directory's)",
+                                config.source, key, mine, from, kHfConfigName, theirs));
+  }
   if (config.zt.seq_len > c.n_positions)
     throw_input(fmt::format("{}: 'zt.seq_len' is {} but the model has n_positions {}",
                             config.source, config.zt.seq_len, c.n_positions));
@@ -892,6 +913,20 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     log.rank0("saved weights to {} ({})", config.zt.save_weights,
               sixteen_bit ? fmt::format("{} working weights", dtype_name(precision.compute))
                           : std::string("fp32"));
+  }
+  if (const SavePretrainedConfig& hf = config.zt.save_pretrained; !hf.dir.empty()) {
+    engine.set_context(fmt::format("save_pretrained after step {}", steps));
+    SavePretrainedOptions o;
+    o.dir = hf.dir;
+    o.dtype = hf.dtype == "bf16" ? DType::kBF16 : hf.dtype == "fp16" ? DType::kF16 : DType::kF32;
+    o.max_shard_size = hf.max_shard_size;
+    if (is_hf_model_dir(config.zt.init_from)) o.tokenizer_from = config.zt.init_from;
+    const SavePretrainedResult saved = save_pretrained(engine, model_config, o);
+    log.rank0("saved a Hugging Face model directory {} ({} weights in {} safetensors file{}, {}; "
+              "{} tokenizer file{} copied)",
+              hf.dir, hf.dtype, saved.files, saved.files == 1 ? "" : "s",
+              format_bytes(saved.bytes), saved.tokenizer_files,
+              saved.tokenizer_files == 1 ? "" : "s");
   }
   // Every rank's peak bytes per category, gathered, shown as min/max over ranks, a column pair
   // per tier where bytes live (the device; with an offloaded optimizer the host tier; with NVMe

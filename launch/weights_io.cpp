@@ -58,7 +58,7 @@ void save_weights(Engine& engine, const std::string& path, WeightsDtype which,
 // Finds every parameter of `model` in the file (checking shapes) and every file entry among the
 // parameters or the ignorable buffers; returns the entry for each parameter, units in order.
 std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
-    const SafetensorsReader& reader, Model& model) {
+    const SafetensorsSet& reader, Model& model) {
   const std::string& path = reader.path();
   std::set<std::string> used;
   std::vector<std::vector<const SafetensorsEntry*>> matched;
@@ -70,30 +70,31 @@ std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
       if (!entry) throw_input(fmt::format("{}: tensor '{}' is missing", path, e.spec.name));
       const auto expected = exported_shape(e.spec);
       if (entry->shape != expected)
-        throw_input(fmt::format("{}: tensor '{}' has shape {}, expected {} for this model", path,
+        throw_input(fmt::format("{}: tensor '{}' has shape {}, expected {} for this model",
+                                reader.file_of(*entry),
                                 entry->name, shape_string(entry->shape),
                                 shape_string(expected)));
       matched.back().push_back(entry);
       used.insert(entry->name);
     }
   }
-  for (const auto& entry : reader.entries()) {
-    if (used.count(entry.name)) continue;
-    if (ends_with(entry.name, ".attn.bias") || ends_with(entry.name, ".attn.masked_bias") ||
-        entry.name == "lm_head.weight")
+  for (const SafetensorsEntry* entry : reader.entries()) {
+    if (used.count(entry->name)) continue;
+    if (ends_with(entry->name, ".attn.bias") || ends_with(entry->name, ".attn.masked_bias") ||
+        entry->name == "lm_head.weight")
       continue;  // causal-mask buffers and the tied head: nothing to load
-    throw_input(fmt::format("{}: unexpected tensor '{}' (not a parameter of this model)", path,
-                            entry.name));
+    throw_input(fmt::format("{}: unexpected tensor '{}' (not a parameter of this model)",
+                            reader.file_of(*entry), entry->name));
   }
   return matched;
 }
 
 void check_weights_file(const std::string& path, Model& model) {
-  match_weight_entries(SafetensorsReader::open(path), model);
+  match_weight_entries(SafetensorsSet::open(path), model);
 }
 
 void load_weights(Engine& engine, const std::string& path) {
-  SafetensorsReader reader = SafetensorsReader::open(path);
+  const SafetensorsSet reader = SafetensorsSet::open(path);
   const auto matched = match_weight_entries(reader, engine.model());
   auto units = engine.model().units();
   for (size_t u = 0; u < units.size(); ++u) {

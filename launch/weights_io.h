@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/formats/safetensors.h"
+#include "runtime/formats/safetensors_set.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -22,8 +23,11 @@ enum class WeightsDtype { kMaster, kWorking };
 void save_weights(Engine& engine, const std::string& path,
                   WeightsDtype dtype = WeightsDtype::kMaster,
                   const std::function<void(int unit)>& before_unit = {});
-// Loads every parameter (every rank reads the file and keeps what it holds); a missing tensor, a wrong shape or an unexpected tensor is an input
-// error naming the file and the tensor. Accepts the "transformer." prefix of GPT2LMHeadModel
+// Loads every parameter (every rank reads the file and keeps what it holds) from a safetensors
+// file or a Hugging Face model directory (model.safetensors, or an index and its shards:
+// runtime/formats/safetensors_set.h), each tensor in the dtype its file holds (F32, F16, BF16)
+// converted on load; a missing tensor, a wrong shape or an unexpected tensor is an input error
+// naming the file and the tensor. Accepts the "transformer." prefix of GPT2LMHeadModel
 // exports and ignores the buffers and tied head they carry (attn.bias, attn.masked_bias,
 // lm_head.weight).
 void load_weights(Engine& engine, const std::string& path);
@@ -33,6 +37,6 @@ void check_weights_file(const std::string& path, Model& model);
 // and tensors in the model's (FlatLayout) order. Entries hold the exported shape (dim 0 trimmed
 // to ParamSpec::exported_rows()); read them into the unit buffer at the tensor's offset.
 std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
-    const SafetensorsReader& reader, Model& model);
+    const SafetensorsSet& weights, Model& model);
 
 }  // namespace zt

@@ -191,8 +191,20 @@ struct CheckpointConfig {
   bool async = false;         // save behind training: only the host snapshot blocks it
 };
 
+// zt.save_pretrained: "DIR", or {"dir": DIR, "dtype": "fp32" | "bf16" | "fp16",
+// "max_shard_size": bytes or "5GB"}: after the last step, a Hugging Face model directory
+// (launch/hf_model_dir.h). dtype: what the weights are written in (default fp32; rounded from
+// the fp32 master).
+struct SavePretrainedConfig {
+  std::string dir;  // empty: none
+  std::string dtype = "fp32";
+  uint64_t max_shard_size = 5'000'000'000;
+};
+
 struct ZtConfig {
-  ModelChoice model;          // required
+  // Required, unless zt.init_from is a Hugging Face model directory: its config.json then
+  // shapes the model (and, when both are given, they must agree).
+  ModelChoice model;
   int seq_len = 0;            // required, > 0
   std::string train_data;     // required
   std::string val_data;       // empty: no validation set
@@ -203,6 +215,7 @@ struct ZtConfig {
   std::string output_dir = "runs/default";
   std::string init_from;      // empty: fresh initialisation
   std::string save_weights;   // empty: do not export
+  SavePretrainedConfig save_pretrained;
   bool shuffle = false;
   int num_threads = 0;        // 0: automatic
   std::string device = "cpu";        // "cpu" or "cuda" (one GPU per rank: local rank -> GPU)

@@ -73,15 +73,42 @@ CheckpointConfig parse_checkpoint(const Reader& r, const json& v) {
   return c;
 }
 
+SavePretrainedConfig parse_save_pretrained(const Reader& r, const json& v) {
+  SavePretrainedConfig c;
+  if (v.is_string()) {
+    c.dir = v.get<std::string>();
+  } else {
+    if (!v.is_object())
+      r.type_error(v, "zt.save_pretrained", "a directory or an object {dir, dtype, max_shard_size}");
+    static constexpr std::string_view kKeys[] = {"dir", "dtype", "max_shard_size"};
+    r.check_keys(v, "zt.save_pretrained", kKeys);
+    c.dir = r.string(r.require(v, "zt.save_pretrained", "dir"), "zt.save_pretrained.dir");
+    if (const json* d = Reader::find(v, "dtype")) c.dtype = r.string(*d, "zt.save_pretrained.dtype");
+    if (const json* m = Reader::find(v, "max_shard_size"))
+      c.max_shard_size = r.byte_size(*m, "zt.save_pretrained.max_shard_size");
+  }
+  if (c.dir.empty()) r.fail("'zt.save_pretrained' names no directory");
+  if (c.dtype != "fp32" && c.dtype != "bf16" && c.dtype != "fp16")
+    r.fail(fmt::format("'zt.save_pretrained.dtype' is '{}'; use fp32, bf16 or fp16", c.dtype));
+  if (c.max_shard_size == 0) r.fail("'zt.save_pretrained.max_shard_size' must be > 0");
+  return c;
+}
+
 }  // namespace
 
 ZtConfig parse_zt(const Reader& r, const json& j) {
   const json& block = r.require(j, "", "zt");
   r.expect_object(block, "zt");
-  r.check_keys(block, "zt", keys_of(kZtFields, {"model", "device_memory_limit", "checkpoint"}));
-  for (std::string_view key : {"model", "seq_len", "train_data", "steps"}) r.require(block, "zt", key);
+  r.check_keys(block, "zt",
+               keys_of(kZtFields, {"model", "device_memory_limit", "checkpoint", "save_pretrained"}));
+  for (std::string_view key : {"seq_len", "train_data", "steps"}) r.require(block, "zt", key);
+  // zt.model may be left to a Hugging Face model directory's config.json (zt.init_from); the
+  // trainer says so when zt.init_from is not one.
+  if (!Reader::find(block, "init_from")) r.require(block, "zt", "model");
   ZtConfig z;
-  z.model = parse_model(r, block.at("model"));
+  if (const json* model = Reader::find(block, "model")) z.model = parse_model(r, *model);
+  if (const json* save = Reader::find(block, "save_pretrained"))
+    z.save_pretrained = parse_save_pretrained(r, *save);
   read_fields(r, block, "zt", kZtFields, z);
   if (const json* limit = Reader::find(block, "device_memory_limit"))
     z.device_memory_limit = r.byte_size(*limit, "zt.device_memory_limit");
