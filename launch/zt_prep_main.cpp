@@ -1,5 +1,8 @@
-// zt-prep: tokenises text files with GPT-2's BPE into llm.c token files for zt-train.
-// Each input file is one document, preceded by <|endoftext|> (as llm.c's data scripts do).
+// zt-prep: tokenises text files into llm.c token files for zt-train, with GPT-2's BPE (--vocab:
+// encoder.json + vocab.bpe) or a Hugging Face tokenizer.json (--tokenizer: byte-level BPE).
+// Each input file is one document, preceded by the separator token (<|endoftext|> unless
+// --separator names another, as llm.c's data scripts do). The token file holds uint16 ids
+// (runtime/data/token_data.h), so a vocabulary above 65536 tokens is refused before any work.
 // With --val-out and --val-fraction, the last documents (in command-line order, never split)
 // go to the validation file. Parses the command line and maps errors to exit codes; the
 // tokenizer and the file format live in runtime/.
@@ -17,6 +20,7 @@
 
 #include "runtime/data/token_data.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/data/tokenizer_json.h"
 #include "runtime/file_io.h"
 #include "runtime/status.h"
 
@@ -24,8 +28,13 @@ namespace {
 
 namespace po = boost::program_options;
 
+// The largest vocabulary the uint16 token file can hold (ids 0..65535).
+constexpr size_t kMaxTokenFileVocab = 65536;
+
 struct PrepOptions {
-  std::string vocab_dir;
+  std::string vocab_dir;       // GPT-2's encoder.json + vocab.bpe; or
+  std::string tokenizer_path;  // a tokenizer.json, or a directory holding one
+  std::string separator = "<|endoftext|>";
   std::string out;
   std::string val_out;        // empty: everything goes to `out`
   double val_fraction = 0.0;  // share of documents for `val_out`
@@ -35,11 +44,12 @@ struct PrepOptions {
 std::string read_document(const std::string& path) { return zt::read_file(path, "input"); }
 
 // Tokenises documents [begin, end) into one file and prints its summary line.
-void write_split(zt::Gpt2Tokenizer& tokenizer, const std::vector<std::string>& inputs,
-                 size_t begin, size_t end, const std::string& out) {
+void write_split(zt::BpeTokenizer& tokenizer, int32_t separator,
+                 const std::vector<std::string>& inputs, size_t begin, size_t end,
+                 const std::string& out) {
   std::vector<int32_t> tokens;
   for (size_t i = begin; i < end; ++i) {
-    tokens.push_back(tokenizer.eot());
+    tokens.push_back(separator);
     tokenizer.encode_append(read_document(inputs[i]), tokens);
   }
   zt::write_token_file(out, tokens);
@@ -58,10 +68,23 @@ void run_prep(const PrepOptions& options) {
                                   options.val_fraction, documents));
     }
   }
-  zt::Gpt2Tokenizer tokenizer(options.vocab_dir);
-  write_split(tokenizer, options.inputs, 0, documents - val_documents, options.out);
+  zt::BpeTokenizer tokenizer = options.tokenizer_path.empty()
+                                   ? zt::Gpt2Tokenizer(options.vocab_dir)
+                                   : zt::load_tokenizer_json(options.tokenizer_path);
+  if (tokenizer.vocab_size() > kMaxTokenFileVocab) {
+    zt::throw_input(fmt::format("{} has {} tokens; the token file format holds uint16 ids, so "
+                                "at most {} tokens (runtime/data/token_data.h)",
+                                tokenizer.source(), tokenizer.vocab_size(), kMaxTokenFileVocab));
+  }
+  const std::optional<int32_t> separator = tokenizer.token_id(options.separator);
+  if (!separator) {
+    zt::throw_input(fmt::format("{} has no token \"{}\" to separate documents; name one with "
+                                "--separator", tokenizer.source(), options.separator));
+  }
+  write_split(tokenizer, *separator, options.inputs, 0, documents - val_documents, options.out);
   if (val_documents > 0) {
-    write_split(tokenizer, options.inputs, documents - val_documents, documents, options.val_out);
+    write_split(tokenizer, *separator, options.inputs, documents - val_documents, documents,
+                options.val_out);
   }
 }
 
@@ -69,13 +92,18 @@ void run_prep(const PrepOptions& options) {
 std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
   PrepOptions options;
   po::options_description visible(
-      "Usage: zt-prep --vocab DIR --out FILE [--val-out FILE --val-fraction F] INPUT...\n"
-      "Tokenises each INPUT text file as one document (preceded by <|endoftext|>) into an\n"
-      "llm.c token file. Options");
+      "Usage: zt-prep (--vocab DIR | --tokenizer PATH) --out FILE [--separator TOKEN]\n"
+      "               [--val-out FILE --val-fraction F] INPUT...\n"
+      "Tokenises each INPUT text file as one document (preceded by the separator token) into\n"
+      "an llm.c token file. Options");
   visible.add_options()
       ("help,h", "print this help")
-      ("vocab", po::value(&options.vocab_dir)->required(),
+      ("vocab", po::value(&options.vocab_dir),
        "directory holding GPT-2's encoder.json and vocab.bpe")
+      ("tokenizer", po::value(&options.tokenizer_path),
+       "a Hugging Face tokenizer.json (byte-level BPE), or a directory holding one")
+      ("separator", po::value(&options.separator),
+       "the token put before each document (default <|endoftext|>), e.g. <|end_of_text|>")
       ("out", po::value(&options.out)->required(), "token file to write (training split)")
       ("val-out", po::value(&options.val_out), "token file for the validation split")
       ("val-fraction", po::value(&options.val_fraction),
@@ -99,6 +127,9 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
     zt::throw_input(fmt::format("{} (see zt-prep --help)", e.what()));
   }
   if (options.inputs.empty()) zt::throw_input("no INPUT files given (see zt-prep --help)");
+  if (vm.count("vocab") + vm.count("tokenizer") != 1) {
+    zt::throw_input("give exactly one of --vocab and --tokenizer (see zt-prep --help)");
+  }
   if (vm.count("val-out") != vm.count("val-fraction")) {
     zt::throw_input("--val-out and --val-fraction must be given together");
   }

@@ -5,7 +5,6 @@
 #include "runtime/data/tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "runtime/status.h"
+#include "tests/runtime/data/tokenizer_test_util.h"
 
 namespace zt {
 namespace {
@@ -138,51 +138,9 @@ TEST_F(Gpt2TokenizerTest, DecodeRejectsOutOfRangeIds) {
 
 // --- A synthetic vocabulary: every byte plus a few merges. --------------------------------
 
-// GPT-2's printable stand-in for byte b, as UTF-8 (an independent re-statement of
-// bytes_to_unicode: printable Latin-1 keeps its code point, the rest count up from 256).
-std::string alphabet_char(int byte) {
-  auto printable = [](int b) {
-    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-  };
-  int code_point = byte;
-  if (!printable(byte)) {
-    code_point = 256;
-    for (int b = 0; b < byte; ++b) code_point += printable(b) ? 0 : 1;
-  }
-  std::string out;
-  if (code_point < 0x80) {
-    out.push_back(static_cast<char>(code_point));
-  } else {
-    out.push_back(static_cast<char>(0xC0 | (code_point >> 6)));
-    out.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
-  }
-  return out;
-}
-
-std::string alphabet(std::string_view bytes) {
-  std::string out;
-  for (char c : bytes) out += alphabet_char(static_cast<unsigned char>(c));
-  return out;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("zt_tokenizer_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-  }
-
- private:
-  fs::path path_;
-};
+using test::alphabet;
+using test::alphabet_char;
+using test::TempDir;
 
 // ids 0..255: the bytes; then one id per merge (in order); then <|endoftext|>.
 void write_synthetic_vocab(const TempDir& dir,
