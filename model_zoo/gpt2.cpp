@@ -4,39 +4,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model_zoo/table_unit.h"
 #include "runtime/status.h"
 
 namespace zt {
 
 namespace {
 
-// ---- Units: a parameter table and the views bound into the engine's flat buffers ----------
-
-class TableUnit final : public Unit {
- public:
-  TableUnit(std::string name, std::vector<ParamSpec> specs)
-      : name_(std::move(name)), layout_(std::move(specs)) {
-    params_.assign(layout_.entries().size(), Operand());
-    grads_.assign(layout_.entries().size(), Operand());
-  }
-  const std::string& name() const override { return name_; }
-  const FlatLayout& layout() const override { return layout_; }
-  void bind(Operand params, Operand grads) override {
-    auto entries = layout_.entries();
-    for (size_t i = 0; i < entries.size(); ++i) {
-      params_[i] = params.at(entries[i].offset);
-      grads_[i] = grads ? grads.at(entries[i].offset) : Operand();
-    }
-  }
-  ConstOperand param(int i) const { return params_[i]; }
-  Operand grad(int i) const { return grads_[i]; }
-
- private:
-  std::string name_;
-  FlatLayout layout_;
-  std::vector<Operand> params_;
-  std::vector<Operand> grads_;
-};
+using zoo::TableUnit;
 
 // Root unit tensors, in table order.
 enum RootParam { kWte, kWpe, kLnfW, kLnfB, kRootParamCount };
@@ -47,14 +22,11 @@ enum BlockParam {
 };
 
 ParamSpec weight(std::string name, std::vector<int64_t> shape, float std) {
-  return ParamSpec{std::move(name), std::move(shape), Decay::kYes,
-                   ParamInit{ParamInit::Kind::kNormal, std}, -1};
+  return zoo::weight_spec(std::move(name), std::move(shape), std);
 }
-ParamSpec bias(std::string name, int64_t n) {
-  return ParamSpec{std::move(name), {n}, Decay::kNo, ParamInit{ParamInit::Kind::kZeros}, -1};
-}
+ParamSpec bias(std::string name, int64_t n) { return zoo::bias_spec(std::move(name), n); }
 ParamSpec norm_weight(std::string name, int64_t n) {
-  return ParamSpec{std::move(name), {n}, Decay::kNo, ParamInit{ParamInit::Kind::kOnes}, -1};
+  return zoo::norm_weight_spec(std::move(name), n);
 }
 
 std::vector<ParamSpec> root_specs(const Gpt2Config& c) {

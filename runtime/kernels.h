@@ -121,10 +121,12 @@ class Kernels {
                                const float* inp, ConstOperand weight, int64_t M, int64_t K,
                                int64_t N, WeightLayout layout) = 0;
 
-  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens are already validated (< V).
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t] (wpe null: no position embedding, Llama's). tokens
+  // are already validated (< V).
   virtual void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
                                  ConstOperand wpe, int64_t B, int64_t T, int64_t C) = 0;
-  // dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b. Deterministic order.
+  // dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b (skipped when null; either
+  // may be null). Deterministic order.
   // A 16-bit dwte row named by the batch is rounded once, after all its contributions.
   virtual void embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                   const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
@@ -150,6 +152,50 @@ class Kernels {
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* att, int64_t B, int64_t T, int64_t C,
                                   int64_t NH) = 0;
+
+  // Causal grouped-query self-attention (Llama's; attention_forward is the case NKV == NH,
+  // hd == C/NH). qkv (B,T,R) with R = (NH + 2·NKV)·hd holds per token the NH query heads, then
+  // the NKV key heads, then the NKV value heads, each hd wide; query head h reads key/value head
+  // h / (NH/NKV) (NH a multiple of NKV). out (B,T,NH·hd); att (B,NH,T,T) as attention_forward's.
+  // Scale 1/sqrt(hd).
+  virtual void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
+                                     int64_t T, int64_t NH, int64_t NKV, int64_t hd) = 0;
+  // dqkv (B,T,R) += gradient through attention, from dout (B,T,NH·hd). A key/value head's
+  // gradient sums its group's query heads in increasing h.
+  virtual void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                      const float* att, int64_t B, int64_t T, int64_t NH,
+                                      int64_t NKV, int64_t hd) = 0;
+
+  // RMSNorm per row of C: out = inp·rstd·weight, rstd = 1/sqrt(mean(inp²) + eps). rstd (N) is
+  // kept for backward (fp32, as layer norm's statistics).
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight,
+                               int64_t N, int64_t C, float eps) = 0;
+  virtual void rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
+                                const float* inp, ConstOperand weight, const float* rstd,
+                                int64_t N, int64_t C) = 0;
+
+  // Rotary position embedding (Hugging Face's rotate-half convention), IN PLACE on the NH query
+  // and NKV key heads of qkv (B,T,R), laid out as gqa_attention_forward's; value heads untouched.
+  // Token t (position t, 0-based) of each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2]
+  // and a = t·theta^(-2i/hd): x[i] = x1·cos a - x2·sin a, x[i + hd/2] = x2·cos a + x1·sin a.
+  // Precision: theta^(-2i/hd) is computed in double and rounded to fp32, a = float(t) times it
+  // in fp32 (Hugging Face's fp32 inv_freq and angle), cos a and sin a in double rounded to fp32;
+  // the rotation itself in fp32. hd even.
+  virtual void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t hd, float theta) = 0;
+  // The gradient through rope_forward, IN PLACE: the q and k parts of dqkv (the gradient w.r.t.
+  // rope's output) become the gradient w.r.t. its input (the inverse rotation). The one backward
+  // entry that transforms instead of accumulating: the rotation is orthogonal, so the caller
+  // keeps one buffer.
+  virtual void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                             int64_t hd, float theta) = 0;
+
+  // SwiGLU: out (N,F) = silu(gate)·up, silu(x) = x·sigmoid(x); gate_up (N,2F) holds per row the
+  // F gate values, then the F up values (one GEMM over the adjacent gate_proj and up_proj).
+  virtual void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) = 0;
+  // dgate_up (N,2F) += gradient from dout (N,F).
+  virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
+                               int64_t N, int64_t F) = 0;
 
   // out = a + b, element-wise (out may alias a or b).
   virtual void residual_forward(float* out, const float* a, const float* b, int64_t n) = 0;

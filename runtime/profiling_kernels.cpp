@@ -64,6 +64,39 @@ void ProfilingKernels::attention_backward(float* dqkv, const float* dout, const 
                                           int64_t NH) {
   ZT_TIMED(attention_backward, dqkv, dout, qkv, att, B, T, C, NH);
 }
+void ProfilingKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
+                                             int64_t T, int64_t NH, int64_t NKV, int64_t hd) {
+  ZT_TIMED(gqa_attention_forward, out, att, qkv, B, T, NH, NKV, hd);
+}
+void ProfilingKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                              const float* att, int64_t B, int64_t T, int64_t NH,
+                                              int64_t NKV, int64_t hd) {
+  ZT_TIMED(gqa_attention_backward, dqkv, dout, qkv, att, B, T, NH, NKV, hd);
+}
+void ProfilingKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
+                                       ConstOperand weight, int64_t N, int64_t C, float eps) {
+  ZT_TIMED(rmsnorm_forward, out, rstd, inp, weight, N, C, eps);
+}
+void ProfilingKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
+                                        const float* inp, ConstOperand weight, const float* rstd,
+                                        int64_t N, int64_t C) {
+  ZT_TIMED(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+void ProfilingKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                    int64_t hd, float theta) {
+  ZT_TIMED(rope_forward, qkv, B, T, NH, NKV, hd, theta);
+}
+void ProfilingKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                     int64_t hd, float theta) {
+  ZT_TIMED(rope_backward, dqkv, B, T, NH, NKV, hd, theta);
+}
+void ProfilingKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
+  ZT_TIMED(swiglu_forward, out, gate_up, N, F);
+}
+void ProfilingKernels::swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
+                                       int64_t N, int64_t F) {
+  ZT_TIMED(swiglu_backward, dgate_up, gate_up, dout, N, F);
+}
 void ProfilingKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {
   ZT_TIMED(residual_forward, out, a, b, n);
 }

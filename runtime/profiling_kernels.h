@@ -67,6 +67,21 @@ class ProfilingKernels final : public Kernels {
                          int64_t C, int64_t NH) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                           int64_t B, int64_t T, int64_t C, int64_t NH) override;
+  void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                             int64_t NH, int64_t NKV, int64_t hd) override;
+  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
+                       int64_t C, float eps) override;
+  void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
+                        ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
+  void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                    float theta) override;
+  void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                     float theta) override;
+  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
+                       int64_t F) override;
   void residual_forward(float* out, const float* a, const float* b, int64_t n) override;
   void accumulate(float* y, const float* x, int64_t n) override;
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,

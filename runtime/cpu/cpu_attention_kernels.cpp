@@ -1,6 +1,9 @@
-// CpuKernels, causal multi-head self-attention: forward (scores, causal softmax, att · V) and
-// backward, one (batch, head) pair per task. Not here: the GEMMs of the projections around it
-// (matmul, cpu_nn_kernels.cpp) and any other op.
+// CpuKernels, causal self-attention, grouped-query (GQA) with multi-head attention as the case
+// NKV == NH: forward (scores, causal softmax, att · V) and backward, one (batch, key/value head)
+// pair per task, which handles the key/value head's group of query heads in increasing order, so
+// a key/value head's gradient sums its group in a fixed order and tasks never share an output.
+// Not here: the GEMMs of the projections around it (matmul, cpu_matmul_kernels.cpp), rotary
+// embeddings (cpu_nn_kernels.cpp) and any other op.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,9 +17,10 @@ namespace zt {
 using namespace cpu;
 namespace {
 
-// Attention, one (batch, head) pair per call, queries in blocks of kQueryBlock. Each head's K and
-// V are first copied to contiguous per-thread scratch (transposed where the inner loop runs over
-// keys), so the inner loops read contiguous memory instead of rows 3C apart. The block kernels
+// Attention, one (batch, key/value head) pair per task, queries in blocks of kQueryBlock. The
+// pair's K and V are first copied to contiguous per-thread scratch (transposed where the inner
+// loop runs over keys), once for the whole group, so the inner loops read contiguous memory
+// instead of rows R apart. The block kernels
 // below are small GEMM tiles: 4 queries × 2 vectors of accumulators in registers. Every output
 // element is still one sum in a fixed order (over the head dimension, or over keys/queries in
 // increasing index), so the blocking and the lane type never change its bits.
@@ -24,8 +28,11 @@ namespace {
 constexpr int kQueryBlock = 4;
 
 struct AttentionShape {
-  int64_t T, C, NH, hs;  // hs = C / NH
-  float scale;           // 1/sqrt(hs)
+  int64_t T, NH, NKV, hs;  // hs: head_dim
+  int64_t G;               // NH / NKV: query heads per key/value head
+  int64_t R;               // (NH + 2·NKV)·hs: row stride of qkv (q heads, k heads, v heads)
+  int64_t HD;              // NH·hs: row stride of out and dout
+  float scale;             // 1/sqrt(hs)
 };
 
 // Copies T rows of hs floats, src rows `stride` apart: dst (T, hs), or dst (hs, T) transposed.
@@ -210,13 +217,16 @@ inline void softmax_causal_row(float* p, int64_t n, int64_t T) {
   std::fill(p + n, p + T, 0.0f);
 }
 
-// Inputs of one (b, h) pair. Rows of q, k, v (and of dq) are 3C apart; rows of out, dout C.
+// Inputs of query head h of batch b and its key/value head h / G. Rows of q, k, v (and of dq)
+// are R apart; rows of out, dout HD.
 struct HeadView {
   const float* q;
   const float* k;
   const float* v;
   HeadView(const float* qkv, int64_t b, int64_t h, const AttentionShape& s)
-      : q(qkv + b * s.T * 3 * s.C + h * s.hs), k(q + s.C), v(q + 2 * s.C) {}
+      : q(qkv + b * s.T * s.R + h * s.hs),
+        k(qkv + b * s.T * s.R + s.HD + (h / s.G) * s.hs),
+        v(k + s.NKV * s.hs) {}
 };
 // The (T, T) block of att of pair (b, h).
 inline int64_t att_offset(int64_t b, int64_t h, const AttentionShape& s) {
@@ -234,20 +244,22 @@ void attention_forward_queries(float* out, float* att, const HeadView& hv, const
                                const float* vc, int64_t t0, const AttentionShape& s) {
   const int64_t T = s.T, n0 = t0 + 1;
   float* p = att + t0 * T;
-  block_dot<V, Q>(p, T, hv.q + t0 * 3 * s.C, 3 * s.C, kt, T, s.hs, n0 + Q - 1, s.scale);
+  block_dot<V, Q>(p, T, hv.q + t0 * s.R, s.R, kt, T, s.hs, n0 + Q - 1, s.scale);
   for (int q = 0; q < Q; ++q) softmax_causal_row<V>(p + q * T, n0 + q, T);
-  block_combine<V, Q, false>(out + t0 * s.C, s.C, p, T, vc, s.hs, n0, s.hs);
+  block_combine<V, Q, false>(out + t0 * s.HD, s.HD, p, T, vc, s.hs, n0, s.hs);
 }
 
-// scratch: attention_forward_scratch floats. out points at (b, 0, h·hs), att at the pair's
-// (T, T) block.
+// The pair's K and V, gathered once for its group: kt (hs, T) transposed, vc (T, hs).
+inline void gather_kv(float* kt, float* vc, const HeadView& hv, const AttentionShape& s) {
+  gather_head(kt, hv.k, s.R, s.T, s.hs, true);
+  gather_head(vc, hv.v, s.R, s.T, s.hs, false);
+}
+
+// kt, vc: the pair's K and V as gather_kv leaves them. out points at (b, 0, h·hs), att at the
+// (b, h) block (T, T).
 template <class V>
 void attention_forward_head(float* out, float* att, const HeadView& hv, const AttentionShape& s,
-                            float* scratch) {
-  float* kt = scratch;          // (hs, T): K transposed
-  float* vc = kt + s.hs * s.T;  // (T, hs)
-  gather_head(kt, hv.k, 3 * s.C, s.T, s.hs, true);
-  gather_head(vc, hv.v, 3 * s.C, s.T, s.hs, false);
+                            const float* kt, const float* vc) {
   int64_t t0 = 0;
   for (; t0 + kQueryBlock <= s.T; t0 += kQueryBlock)
     attention_forward_queries<V, kQueryBlock>(out, att, hv, kt, vc, t0, s);
@@ -255,10 +267,10 @@ void attention_forward_head(float* out, float* att, const HeadView& hv, const At
 }
 
 struct HeadGrads {
-  float* dq;        // rows 3C apart, like q
-  float* dk;        // (T, hs) scratch, zeroed
-  float* dv;        // (T, hs) scratch, zeroed
-  const float* dy;  // dout rows of this pair, C apart
+  float* dq;        // rows R apart, like q
+  float* dk;        // (T, hs) scratch of the key/value head, summed over its group
+  float* dv;        // (T, hs) likewise
+  const float* dy;  // dout rows of this query head, HD apart
 };
 
 // Queries t0 .. t0+Q-1: dp = dy·Vᵀ, ds = p·(dp - sum p·dp)·scale, dq += ds·K, dk += dsᵀ·q,
@@ -267,10 +279,10 @@ template <class V, int Q>
 void attention_backward_queries(const HeadGrads& g, const HeadView& hv, const float* att,
                                 const float* vt, const float* kc, float* dp, float* ds, int64_t t0,
                                 const AttentionShape& s) {
-  const int64_t T = s.T, C = s.C, n0 = t0 + 1;
+  const int64_t T = s.T, n0 = t0 + 1;
   const float* p = att + t0 * T;
-  const float* dy = g.dy + t0 * C;
-  block_dot<V, Q>(dp, T, dy, C, vt, T, s.hs, n0 + Q - 1, 1.0f);
+  const float* dy = g.dy + t0 * s.HD;
+  block_dot<V, Q>(dp, T, dy, s.HD, vt, T, s.hs, n0 + Q - 1, 1.0f);
   for (int q = 0; q < Q; ++q) {
     const int64_t n = n0 + q;
     const float* pq = p + q * T;
@@ -285,89 +297,116 @@ void attention_backward_queries(const HeadGrads& g, const HeadView& hv, const fl
       store<T_>(dsq + j, load<T_>(pq + j) * (load<T_>(dpq + j) - pdp) * s.scale);
     });
   }
-  block_combine<V, Q, true>(g.dq + t0 * 3 * C, 3 * C, ds, T, kc, s.hs, n0, s.hs);
-  block_rank_update<V, Q>(g.dk, s.hs, ds, T, hv.q + t0 * 3 * C, 3 * C, n0, s.hs);
-  block_rank_update<V, Q>(g.dv, s.hs, p, T, dy, C, n0, s.hs);
+  block_combine<V, Q, true>(g.dq + t0 * s.R, s.R, ds, T, kc, s.hs, n0, s.hs);
+  block_rank_update<V, Q>(g.dk, s.hs, ds, T, hv.q + t0 * s.R, s.R, n0, s.hs);
+  block_rank_update<V, Q>(g.dv, s.hs, p, T, dy, s.HD, n0, s.hs);
 }
 
-// scratch: attention_backward_scratch floats. dq points at (b, 0, h·hs) of dqkv's q part,
-// dout_head at (b, 0, h·hs) of dout, att at the pair's (T, T) block.
+// Query head h's queries, against its key/value head's vt, kc (gathered once for the group);
+// dk, dv (T, hs each) accumulate the group's contributions. dp, ds: (kQueryBlock, T) scratch.
 template <class V>
-void attention_backward_head(float* dq, const float* dout_head, const float* att,
-                             const HeadView& hv, const AttentionShape& s, float* scratch) {
-  const int64_t T = s.T, hs = s.hs, C3 = 3 * s.C;
-  float* vt = scratch;      // (hs, T): V transposed
-  float* kc = vt + hs * T;  // (T, hs)
-  float* dk = kc + hs * T;  // (T, hs), summed here, added to dqkv at the end
-  float* dv = dk + hs * T;  // (T, hs)
-  float* dp = dv + hs * T;  // (kQueryBlock, T)
-  float* ds = dp + kQueryBlock * T;
-  gather_head(vt, hv.v, C3, T, hs, true);
-  gather_head(kc, hv.k, C3, T, hs, false);
-  std::fill(dk, dk + 2 * hs * T, 0.0f);
-  const HeadGrads g{dq, dk, dv, dout_head};
+void attention_backward_head(const HeadGrads& g, const HeadView& hv, const float* att,
+                             const float* vt, const float* kc, float* dp, float* ds,
+                             const AttentionShape& s) {
   int64_t t0 = 0;
-  for (; t0 + kQueryBlock <= T; t0 += kQueryBlock)
+  for (; t0 + kQueryBlock <= s.T; t0 += kQueryBlock)
     attention_backward_queries<V, kQueryBlock>(g, hv, att, vt, kc, dp, ds, t0, s);
-  for (; t0 < T; ++t0) attention_backward_queries<V, 1>(g, hv, att, vt, kc, dp, ds, t0, s);
-  for (int64_t j = 0; j < T; ++j) {
-    float* dk_row = dq + j * C3 + s.C;
-    float* dv_row = dq + j * C3 + 2 * s.C;
-    simd_loop<V>(0, hs, [&](auto lanes, int64_t d) {
-      using T_ = typename decltype(lanes)::type;
-      store<T_>(dk_row + d, load<T_>(dk_row + d) + load<T_>(dk + j * hs + d));
-      store<T_>(dv_row + d, load<T_>(dv_row + d) + load<T_>(dv + j * hs + d));
-    });
-  }
+  for (; t0 < s.T; ++t0) attention_backward_queries<V, 1>(g, hv, att, vt, kc, dp, ds, t0, s);
 }
 
-AttentionShape attention_shape(int64_t T, int64_t C, int64_t NH) {
-  ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
-  const int64_t hs = C / NH;
-  return AttentionShape{T, C, NH, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+  ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0,
+            "attention: NH={} is not a positive multiple of NKV={} (head_dim {})", NH, NKV, hs);
+  return AttentionShape{T, NH, NKV, hs, NH / NKV, (NH + 2 * NKV) * hs, NH * hs,
+                        1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
 }  // namespace
 
 void CpuKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                    int64_t C, int64_t NH) {
-  const AttentionShape s = attention_shape(T, C, NH);
-  const int64_t pairs = B * NH;
-  if (pairs <= 0 || T <= 0) return;
-  const int64_t scratch_floats = attention_forward_scratch(T, s.hs);
-  parallel_with_scratch(pairs, scratch_floats, [&](int64_t bh, float* scratch) {
-    const int64_t b = bh / NH, h = bh % NH;
-    const HeadView hv(qkv, b, h, s);
-    float* o = out + b * T * C + h * s.hs;
-    float* a = att + att_offset(b, h, s);
-    run_isa(isa_, [&](auto lanes) {
-      attention_forward_head<typename decltype(lanes)::type>(o, a, hv, s, scratch);
-    });
-    if (act_ != DType::kF32) {  // this head's outputs, while in cache
-      for (int64_t t = 0; t < T; ++t) round_act(o + t * C, 0, s.hs);
-      if (att) round_act(a, 0, T * T);
-    }
-  });
+  ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
+  gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
 }
 
 void CpuKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                     const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const AttentionShape s = attention_shape(T, C, NH);
-  const int64_t pairs = B * NH;
+  ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
+  gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
+}
+
+void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
+                                       int64_t T, int64_t NH, int64_t NKV, int64_t hd) {
+  const AttentionShape s = attention_shape(T, NH, NKV, hd);
+  const int64_t pairs = B * NKV;
   if (pairs <= 0 || T <= 0) return;
-  // Each (b, h) pair owns its slices of dqkv, so pairs run in parallel without conflicts.
-  const int64_t scratch_floats = attention_backward_scratch(T, s.hs);
-  parallel_with_scratch(pairs, scratch_floats, [&](int64_t bh, float* scratch) {
-    const int64_t b = bh / NH, h = bh % NH;
-    const HeadView hv(qkv, b, h, s);
-    float* d = dqkv + b * T * 3 * C + h * s.hs;
+  parallel_with_scratch(pairs, attention_forward_scratch(T, s.hs), [&](int64_t bj, float* scratch) {
+    const int64_t b = bj / NKV, j = bj % NKV;
+    float* kt = scratch;          // (hs, T): K transposed
+    float* vc = kt + s.hs * s.T;  // (T, hs)
+    gather_kv(kt, vc, HeadView(qkv, b, j * s.G, s), s);
+    for (int64_t h = j * s.G; h < (j + 1) * s.G; ++h) {
+      const HeadView hv(qkv, b, h, s);
+      float* o = out + b * T * s.HD + h * s.hs;
+      float* a = att + att_offset(b, h, s);
+      run_isa(isa_, [&](auto lanes) {
+        attention_forward_head<typename decltype(lanes)::type>(o, a, hv, s, kt, vc);
+      });
+      if (act_ != DType::kF32) {  // this head's outputs, while in cache
+        for (int64_t t = 0; t < T; ++t) round_act(o + t * s.HD, 0, s.hs);
+        if (att) round_act(a, 0, T * T);
+      }
+    }
+  });
+}
+
+void CpuKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                        const float* att, int64_t B, int64_t T, int64_t NH,
+                                        int64_t NKV, int64_t hd) {
+  const AttentionShape s = attention_shape(T, NH, NKV, hd);
+  const int64_t pairs = B * NKV;
+  if (pairs <= 0 || T <= 0) return;
+  // Each (b, key/value head) pair owns its slices of dqkv: its group's q parts and its k and v.
+  const int64_t hs = s.hs;
+  parallel_with_scratch(pairs, attention_backward_scratch(T, hs), [&](int64_t bj, float* scratch) {
+    const int64_t b = bj / NKV, j = bj % NKV;
+    float* vt = scratch;      // (hs, T): V transposed
+    float* kc = vt + hs * T;  // (T, hs)
+    float* dk = kc + hs * T;  // (T, hs), summed over the group here, added to dqkv at the end
+    float* dv = dk + hs * T;  // (T, hs)
+    float* dp = dv + hs * T;  // (kQueryBlock, T)
+    float* ds = dp + kQueryBlock * T;
+    const HeadView first(qkv, b, j * s.G, s);
+    gather_head(vt, first.v, s.R, T, hs, true);
+    gather_head(kc, first.k, s.R, T, hs, false);
+    std::fill(dk, dk + 2 * hs * T, 0.0f);
+    float* dqkv_b = dqkv + b * T * s.R;
+    for (int64_t h = j * s.G; h < (j + 1) * s.G; ++h) {
+      const HeadGrads g{dqkv_b + h * hs, dk, dv, dout + b * T * s.HD + h * hs};
+      run_isa(isa_, [&](auto lanes) {
+        attention_backward_head<typename decltype(lanes)::type>(
+            g, HeadView(qkv, b, h, s), att + att_offset(b, h, s), vt, kc, dp, ds, s);
+      });
+    }
     run_isa(isa_, [&](auto lanes) {
-      attention_backward_head<typename decltype(lanes)::type>(
-          d, dout + b * T * C + h * s.hs, att + att_offset(b, h, s), hv, s, scratch);
+      using V = typename decltype(lanes)::type;
+      for (int64_t t = 0; t < T; ++t) {
+        float* dk_row = dqkv_b + t * s.R + s.HD + j * hs;
+        float* dv_row = dk_row + s.NKV * hs;
+        simd_loop<V>(0, hs, [&](auto l, int64_t d) {
+          using T_ = typename decltype(l)::type;
+          store<T_>(dk_row + d, load<T_>(dk_row + d) + load<T_>(dk + t * hs + d));
+          store<T_>(dv_row + d, load<T_>(dv_row + d) + load<T_>(dv + t * hs + d));
+        });
+      }
     });
-    if (act_ != DType::kF32)  // this head's slices of dq, dk and dv
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t part = 0; part < 3; ++part) round_act(d + t * 3 * C + part * C, 0, s.hs);
+    if (act_ != DType::kF32)  // this pair's slices of dq, dk and dv
+      for (int64_t t = 0; t < T; ++t) {
+        float* row = dqkv_b + t * s.R;
+        for (int64_t h = j * s.G; h < (j + 1) * s.G; ++h) round_act(row + h * hs, 0, hs);
+        round_act(row + s.HD + j * hs, 0, hs);
+        round_act(row + s.HD + (s.NKV + j) * hs, 0, hs);
+      }
   });
 }
 

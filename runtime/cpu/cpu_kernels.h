@@ -14,8 +14,9 @@
 // The methods are split by op family, as the CUDA back end's are:
 //   cpu_kernels.cpp              construction, the instruction-set choice, make_cpu_kernels
 //   cpu_matmul_kernels.cpp       matmul forward and backward (oneDNN), typed weights
-//   cpu_nn_kernels.cpp           embedding, layer norm, GELU, softmax cross-entropy
-//   cpu_attention_kernels.cpp    causal multi-head attention
+//   cpu_nn_kernels.cpp           embedding, layer norm, RMSNorm, GELU, SwiGLU, rotary embedding,
+//                                softmax cross-entropy
+//   cpu_attention_kernels.cpp    causal attention, multi-head and grouped-query
 //   cpu_elementwise_kernels.cpp  residual, accumulate, cast, round_to, round_rows, add, fill,
 //                                sum_squares
 //   cpu_optimizer_kernels.cpp    AdamW, SGD
@@ -57,6 +58,21 @@ class CpuKernels final : public Kernels {
                          int64_t C, int64_t NH) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                           int64_t B, int64_t T, int64_t C, int64_t NH) override;
+  void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                             int64_t NH, int64_t NKV, int64_t hd) override;
+  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
+                       int64_t C, float eps) override;
+  void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
+                        ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
+  void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                    float theta) override;
+  void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                     float theta) override;
+  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
+                       int64_t F) override;
   void residual_forward(float* out, const float* a, const float* b, int64_t n) override;
   void accumulate(float* y, const float* x, int64_t n) override;
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
@@ -93,6 +109,9 @@ class CpuKernels final : public Kernels {
   // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 
+  // rope_forward (sign 1) and rope_backward (sign -1, the inverse rotation).
+  void rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                  float theta, float sign);
   // x[i0, i1) rounded to dtype (not kF32): round_to's arithmetic, for round_to and round_rows.
   void round_range(float* x, DType dtype, int64_t i0, int64_t i1);
 

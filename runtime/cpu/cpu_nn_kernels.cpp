@@ -1,9 +1,9 @@
-// CpuKernels, the neural-network ops: embedding, layer norm, GELU and softmax cross-entropy
-// (matmul: cpu_matmul_kernels.cpp). Parameters arrive in their stored dtype: the small ones
+// CpuKernels, the neural-network ops: embedding, layer norm, RMSNorm, GELU, SwiGLU, rotary
+// position embeddings and softmax cross-entropy (matmul: cpu_matmul_kernels.cpp). Parameters arrive in their stored dtype: the small ones
 // (layer-norm weight and bias, a row of an embedding table) are widened to fp32 where they are
 // read, and 16-bit gradients receive one rounded addition per element per call. Row kernels handle a row whole on
 // one thread, so their reductions never depend on the thread count; column reductions (bias,
-// layer-norm weights, embedding tables) add rows in order. Not here: attention
+// layer-norm and RMSNorm weights, embedding tables) add rows in order. Not here: attention
 // (cpu_attention_kernels.cpp), element-wise ops and flat reductions (cpu_elementwise_kernels.cpp),
 // optimizers (cpu_optimizer_kernels.cpp).
 #include <algorithm>
@@ -57,6 +57,34 @@ void gelu_backward_range(float* dinp, const float* inp, const float* dout, int64
     const T du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
     const T grad = s * (1.0f + 2.0f * x * (e * s) * du);
     store<T>(dinp + i, load<T>(dinp + i) + load<T>(dout + i) * grad);
+  });
+}
+
+// SwiGLU over rows of gate_up (2F wide: gate, then up): out = silu(g)·u with silu(g) =
+// g / (1 + e^-g); the range [begin, end) is of columns f < F of one row.
+template <class V>
+void swiglu_forward_range(float* out, const float* gate, const float* up, int64_t begin,
+                          int64_t end) {
+  simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    const T g = load<T>(gate + i);
+    store<T>(out + i, g / (1.0f + exp_bounded<T>(-g)) * load<T>(up + i));
+  });
+}
+
+// d up += dout·silu(g); d gate += (dout·u)·s·(1 + g·(e·s)), s = 1/(1+e), e = e^-g, 1-s = e·s.
+template <class V>
+void swiglu_backward_range(float* dgate, float* dup, const float* gate, const float* up,
+                           const float* dout, int64_t begin, int64_t end) {
+  simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    const T g = load<T>(gate + i), dy = load<T>(dout + i);
+    const T e = exp_bounded<T>(-g);
+    const T s = 1.0f / (1.0f + e);
+    const T silu = g / (1.0f + e);
+    const T dsilu = s * (1.0f + g * (e * s));
+    store<T>(dgate + i, load<T>(dgate + i) + dy * load<T>(up + i) * dsilu);
+    store<T>(dup + i, load<T>(dup + i) + dy * silu);
   });
 }
 
@@ -122,6 +150,66 @@ void layernorm_backward_row(float* dinp, float* pdw, float* pdb, const float* do
   });
 }
 
+// One row of C: rstd = 1/sqrt(mean(x²) + eps), out = x·rstd·w.
+template <class V>
+void rmsnorm_forward_row(float* out, float* rstd_out, const float* x, const float* w, int64_t C,
+                         float eps) {
+  const float mean_sq = lane_sum<V>(C,
+                                    [&](auto lanes, int64_t i) {
+                                      using T = typename decltype(lanes)::type;
+                                      const T v = load<T>(x + i);
+                                      return v * v;
+                                    }) *
+                        (1.0f / static_cast<float>(C));
+  const float rstd = 1.0f / std::sqrt(mean_sq + eps);
+  simd_loop<V>(0, C, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    store<T>(out + i, load<T>(x + i) * rstd * load<T>(w + i));
+  });
+  if (rstd_out) *rstd_out = rstd;
+}
+
+// One row: dinp += (dnorm - norm·mean(dnorm·norm))·rstd with norm = x·rstd, dnorm = w·dout (the
+// mean term is rstd's dependence on x), and the row's dweight contribution dout·norm added into
+// the block partial pdw (C).
+template <class V>
+void rmsnorm_backward_row(float* dinp, float* pdw, const float* dout, const float* x,
+                          const float* w, float rstd, int64_t C) {
+  const float dnorm_norm_mean = lane_sum<V>(C,
+                                            [&](auto lanes, int64_t i) {
+                                              using T = typename decltype(lanes)::type;
+                                              const T norm = load<T>(x + i) * rstd;
+                                              return load<T>(w + i) * load<T>(dout + i) * norm;
+                                            }) *
+                                (1.0f / static_cast<float>(C));
+  simd_loop<V>(0, C, [&](auto lanes, int64_t i) {
+    using T = typename decltype(lanes)::type;
+    const T dy = load<T>(dout + i);
+    const T norm = load<T>(x + i) * rstd;
+    store<T>(dinp + i, load<T>(dinp + i) + (load<T>(w + i) * dy - norm * dnorm_norm_mean) * rstd);
+    store<T>(pdw + i, load<T>(pdw + i) + dy * norm);
+  });
+}
+
+// Rotary embedding of one token's heads (`heads` of hd, consecutive) by the angles of its
+// position: cos_t, sin_t (hd/2 each). sign -1 rotates back (rope_backward).
+template <class V>
+void rope_row(float* x, const float* cos_t, const float* sin_t, int64_t heads, int64_t hd,
+              float sign) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* x1 = x + h * hd;
+    float* x2 = x1 + half;
+    simd_loop<V>(0, half, [&](auto lanes, int64_t i) {
+      using T = typename decltype(lanes)::type;
+      const T a = load<T>(x1 + i), b = load<T>(x2 + i);
+      const T c = load<T>(cos_t + i), sn = load<T>(sin_t + i) * sign;
+      store<T>(x1 + i, a * c - b * sn);
+      store<T>(x2 + i, b * c + a * sn);
+    });
+  }
+}
+
 // One row of logits (Vp wide, the first `vocab` real): loss = logsumexp - logit[target]; when
 // dloss != 0 the row becomes dloss·(softmax - onehot) with the padding zeroed. Passes: max (from
 // memory), exp and sum (the row is then in L2), scale.
@@ -167,18 +255,23 @@ float softmax_cross_entropy_row(float* row, int32_t target, int64_t vocab, int64
 
 void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
                                    ConstOperand wpe, int64_t B, int64_t T, int64_t C) {
-  const bool wide = wte.dtype == DType::kF32 && wpe.dtype == DType::kF32;
+  const bool wide = wte.dtype == DType::kF32 && (!wpe || wpe.dtype == DType::kF32);
   parallel_with_scratch(B * T, wide ? 0 : 2 * C, [&](int64_t bt, float* scratch) {
-    const ConstOperand e_row = wte.at(int64_t(tokens[bt]) * C), p_row = wpe.at((bt % T) * C);
+    const ConstOperand e_row = wte.at(int64_t(tokens[bt]) * C);
+    const ConstOperand p_row = wpe ? wpe.at((bt % T) * C) : ConstOperand();
     const float* e = static_cast<const float*>(e_row.data);
     const float* p = static_cast<const float*>(p_row.data);
     if (!wide) {
       e = widened(e_row, C, scratch);
-      p = widened(p_row, C, scratch + C);
+      p = p ? widened(p_row, C, scratch + C) : nullptr;
     }
     float* o = out + bt * C;
+    if (p) {
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+      for (int64_t c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    } else {
+      std::copy(e, e + C, o);  // no position table: the row itself (no -0 + 0 = +0)
+    }
     round_act(o, 0, C);
   });
 }
@@ -311,6 +404,126 @@ void CpuKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
       gelu_backward_range<typename decltype(lanes)::type>(dinp, inp, dout, i0, i1);
     });
     round_act(dinp, i0, i1);
+  });
+}
+
+void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
+                                 ConstOperand weight_op, int64_t N, int64_t C, float eps) {
+  const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
+  parallel_ranges(N, kLayerNormRowBlock, [&](int64_t r0, int64_t r1) {
+    run_isa(isa_, [&](auto lanes) {
+      using V = typename decltype(lanes)::type;
+      for (int64_t r = r0; r < r1; ++r) {
+        rmsnorm_forward_row<V>(out + r * C, rstd ? rstd + r : nullptr, inp + r * C, weight, C,
+                               eps);
+        round_act(out + r * C, 0, C);  // rstd stays fp32
+      }
+    });
+  });
+}
+
+// layernorm_backward's two passes: per row block dinp and the block's dweight partials, then
+// per channel block the partials added in block order (independent of the thread count).
+void CpuKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
+                                  const float* inp, ConstOperand weight_op, const float* rstd,
+                                  int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return;
+  const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
+  const int64_t blocks = (N + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
+  float* partials = thread_scratch<ScratchSlot::kCall>(blocks * C);  // (blocks, C)
+  parallel_for(blocks, [&](int64_t blk) {
+    float* pdw = partials + blk * C;
+    std::fill(pdw, pdw + C, 0.0f);
+    const int64_t r1 = std::min(N, (blk + 1) * kLayerNormRowBlock);
+    run_isa(isa_, [&](auto lanes) {
+      using V = typename decltype(lanes)::type;
+      for (int64_t r = blk * kLayerNormRowBlock; r < r1; ++r) {
+        rmsnorm_backward_row<V>(dinp + r * C, pdw, dout + r * C, inp + r * C, weight, rstd[r], C);
+        round_act(dinp + r * C, 0, C);
+      }
+    });
+  });
+  if (!dweight) return;
+  parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
+    float sw[kColumnBlock] = {};
+    const int64_t w = c1 - c0;
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const float* pdw = partials + blk * C + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) sw[c] += pdw[c];
+    }
+    add_range(dweight.at(c0), sw, w);  // fp32: +=; 16-bit: one rounding
+  });
+}
+
+void CpuKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
+  parallel_for(N, [&](int64_t r) {
+    const float* gate = gate_up + r * 2 * F;
+    float* o = out + r * F;
+    run_isa(isa_, [&](auto lanes) {
+      swiglu_forward_range<typename decltype(lanes)::type>(o, gate, gate + F, 0, F);
+    });
+    round_act(o, 0, F);
+  });
+}
+
+void CpuKernels::swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
+                                 int64_t N, int64_t F) {
+  parallel_for(N, [&](int64_t r) {
+    const float* gate = gate_up + r * 2 * F;
+    float* d = dgate_up + r * 2 * F;
+    run_isa(isa_, [&](auto lanes) {
+      swiglu_backward_range<typename decltype(lanes)::type>(d, d + F, gate, gate + F,
+                                                            dout + r * F, 0, F);
+    });
+    round_act(d, 0, 2 * F);
+  });
+}
+
+namespace {
+
+// The rotation angles of positions 0..T-1 (kernels.h's precision): cos into table[t·hd + i],
+// sin into table[t·hd + hd/2 + i], i < hd/2.
+void rope_table(float* table, int64_t T, int64_t hd, float theta) {
+  const int64_t half = hd / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float inv_freq = static_cast<float>(
+        1.0 / std::pow(static_cast<double>(theta), static_cast<double>(2 * i) / double(hd)));
+    for (int64_t t = 0; t < T; ++t) {
+      const float angle = static_cast<float>(t) * inv_freq;
+      table[t * hd + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      table[t * hd + half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
+}  // namespace
+
+void CpuKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                              int64_t hd, float theta) {
+  rope_apply(qkv, B, T, NH, NKV, hd, theta, 1.0f);
+}
+
+void CpuKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                               int64_t hd, float theta) {
+  rope_apply(dqkv, B, T, NH, NKV, hd, theta, -1.0f);
+}
+
+// One token per task: its NH + NKV query and key heads are adjacent in the row.
+void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t hd, float theta, float sign) {
+  ZT_ASSERT(hd > 0 && hd % 2 == 0, "rope: head_dim {} must be even", hd);
+  if (B <= 0 || T <= 0) return;
+  const int64_t R = (NH + 2 * NKV) * hd, heads = NH + NKV;
+  float* table = thread_scratch<ScratchSlot::kCall>(T * hd);  // (T, hd): cos, sin halves
+  rope_table(table, T, hd, theta);
+  parallel_for(B * T, [&](int64_t bt) {
+    const float* angles = table + (bt % T) * hd;
+    float* row = qkv + bt * R;
+    run_isa(isa_, [&](auto lanes) {
+      rope_row<typename decltype(lanes)::type>(row, angles, angles + hd / 2, heads, hd, sign);
+    });
+    round_act(row, 0, heads * hd);  // the value heads are not touched
   });
 }
 

@@ -1,7 +1,9 @@
 // CudaKernels: construction, element-wise ops, optimizers and reductions. The neural-network
-// ops (matmul, embedding, layer norm, attention, cross-entropy) are in cuda_nn_kernels.cu.
+// ops (matmul, embedding, layer norm, RMSNorm, attention, cross-entropy) are in
+// cuda_nn_kernels.cu.
 // Every entry is enqueued on stream_ and returns at once, except sum_squares, which waits for its
-// result. Activations written here (gelu out / dinp, residual out, accumulate y, fill x) are
+// result. Activations written here (gelu out / dinp, swiglu out / dgate_up, rope's q and k,
+// residual out, accumulate y, fill x) are
 // rounded to the table's activation dtype after the kernel (round_act); the optimizers, cast,
 // round_to, round_rows, add and sum_squares round nothing (they work on fp32 master state, are
 // exact, or are the rounding itself). A 16-bit gradient of adamw / sgd and a 16-bit x of
@@ -109,6 +111,58 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
     const float inner = __fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), __fmul_rn(e, s)), du);
     const float grad = __fmul_rn(s, __fadd_rn(1.0f, inner));
     dinp[i] = __fadd_rn(dinp[i], __fmul_rn(dout[i], grad));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU: the CPU's formulas and operation order (cpu_nn_kernels.cpp's swiglu_*_range),
+// uncontracted. gate_up rows are 2F wide: gate in [0, F), up in [F, 2F).
+
+// out = (g / (1 + e^-g)) · u.
+__global__ void swiglu_forward_kernel(float* out, const float* gate_up, int64_t n, int64_t F) {
+  ZT_GRID_STRIDE_LOOP(i, n) {
+    const int64_t row = i / F, f = i % F;
+    const float g = gate_up[row * 2 * F + f], u = gate_up[row * 2 * F + F + f];
+    const float e = exp_bounded(-g);
+    out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
+  }
+}
+
+// d up += dout · silu(g); d gate += (dout · u) · s·(1 + g·(e·s)), s = 1/(1+e), 1-s = e·s.
+__global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, const float* dout,
+                                       int64_t n, int64_t F) {
+  ZT_GRID_STRIDE_LOOP(i, n) {
+    const int64_t row = i / F, f = i % F;
+    const int64_t ig = row * 2 * F + f, iu = ig + F;
+    const float g = gate_up[ig], u = gate_up[iu], dy = dout[i];
+    const float e = exp_bounded(-g);
+    const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+    const float silu = __fdiv_rn(g, __fadd_rn(1.0f, e));
+    const float dsilu = __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(g, __fmul_rn(e, s))));
+    dgate_up[ig] = __fadd_rn(dgate_up[ig], __fmul_rn(__fmul_rn(dy, u), dsilu));
+    dgate_up[iu] = __fadd_rn(dgate_up[iu], __fmul_rn(dy, silu));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding, in place on the NH + NKV query and key heads of qkv rows R wide.
+// One thread per (token, head, i < hd/2) pair. The angle's precision as the CPU's (kernels.h):
+// inverse frequency in double rounded to fp32, angle an fp32 product, cos/sin in double rounded
+// to fp32 (the CPU's libm and CUDA's double cos/sin agree after rounding to fp32 but for rare
+// ties; cuda_nn_kernels_test compares within a tolerance). sign -1: the inverse rotation.
+__global__ void rope_kernel(float* qkv, int64_t n, int64_t T, int64_t heads, int64_t R,
+                            int64_t hd, double theta, float sign) {
+  ZT_GRID_STRIDE_LOOP(idx, n) {
+    const int64_t half = hd / 2;
+    const int64_t i = idx % half, head = (idx / half) % heads, bt = idx / (half * heads);
+    const float inv_freq = static_cast<float>(1.0 / pow(theta, double(2 * i) / double(hd)));
+    const float angle = __fmul_rn(static_cast<float>(bt % T), inv_freq);
+    const float c = static_cast<float>(cos(double(angle)));
+    const float sn = __fmul_rn(sign, static_cast<float>(sin(double(angle))));
+    float* x = qkv + bt * R + head * hd;
+    const float x1 = x[i], x2 = x[i + half];
+    x[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
+    x[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
   }
 }
 
@@ -333,6 +387,43 @@ void CudaKernels::gelu_backward(float* dinp, const float* inp, const float* dout
   gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
   check_launch();
   round_act(dinp, n);
+}
+
+void CudaKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
+  const int64_t n = N * F;
+  if (n <= 0) return;
+  swiglu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, gate_up, n, F);
+  check_launch();
+  round_act(out, n);
+}
+
+void CudaKernels::swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
+                                  int64_t N, int64_t F) {
+  const int64_t n = N * F;
+  if (n <= 0) return;
+  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dgate_up, gate_up, dout, n, F);
+  check_launch();
+  round_act(dgate_up, 2 * n);
+}
+
+void CudaKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                               int64_t hd, float theta) {
+  ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_forward: head_dim must be even");
+  const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
+  if (n <= 0) return;
+  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(qkv, n, T, NH + NKV, R, hd, theta, 1.0f);
+  check_launch();
+  round_act(qkv, B * T * R);  // the value heads are already rounded: rounding is idempotent
+}
+
+void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                int64_t hd, float theta) {
+  ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_backward: head_dim must be even");
+  const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
+  if (n <= 0) return;
+  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, n, T, NH + NKV, R, hd, theta, -1.0f);
+  check_launch();
+  round_act(dqkv, B * T * R);
 }
 
 void CudaKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {

@@ -1,5 +1,6 @@
-// CudaKernels, the neural-network ops: matmul (cuBLAS GEMMs), embedding, layer norm, attention
-// (cuBLAS strided-batched GEMMs around our causal softmax kernels), softmax cross-entropy. Every
+// CudaKernels, the neural-network ops: matmul (cuBLAS GEMMs), embedding, layer norm, RMSNorm,
+// attention, multi-head and grouped-query (cuBLAS strided-batched GEMMs around our causal softmax
+// kernels), softmax cross-entropy. Every
 // call is enqueued on stream_ (the cuBLAS handle is bound to it) and returns before the work is
 // done. Same math as runtime/cpu/cpu_nn_kernels.cpp and cpu_attention_kernels.cpp;
 // tests/runtime/cuda_nn_kernels_test.cpp checks parity against them.
@@ -16,7 +17,7 @@
 //
 // Precision (cuda_kernels.h). Activations written here are rounded to the table's activation
 // dtype after the kernel that wrote them (round_act): matmul out / dinp, embedding out, layer-norm
-// out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
+// and RMSNorm out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
 // logits gradient when dloss != 0 (losses stay fp32). 16-bit parameters and parameter gradients
 // are read and written in their dtype by our kernels (templated on the storage type: a gradient
 // element is widened, accumulated in fp32 and narrowed once); the GEMMs widen a 16-bit weight
@@ -142,7 +143,7 @@ __global__ void column_sums_kernel(typename S::Elem* dbias, const float* dout, i
   }
 }
 
-// out (B,T,C) = wte[tokens[b,t]] + wpe[t], the tables stored as W and P.
+// out (B,T,C) = wte[tokens[b,t]] + wpe[t], the tables stored as W and P (wpe null: the wte row).
 template <class W, class P>
 __global__ void embedding_forward_kernel(float* out, const int32_t* tokens,
                                          const typename W::Elem* wte,
@@ -151,7 +152,8 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens,
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C;
-  out[i] = W::to_fp32(wte[int64_t(tokens[bt]) * C + c]) + P::to_fp32(wpe[(bt % T) * C + c]);
+  const float e = W::to_fp32(wte[int64_t(tokens[bt]) * C + c]);
+  out[i] = wpe ? e + P::to_fp32(wpe[(bt % T) * C + c]) : e;
 }
 
 // dwte += scatter of dout by token. Block x = position bt, block y = a chunk of channels. Only
@@ -277,6 +279,67 @@ __global__ void layernorm_backward_params_kernel(typename SW::Elem* dweight,
     }
     dweight[col] = SW::from_fp32(SW::to_fp32(dweight[col]) + sw);
     dbias[col] = SB::from_fp32(SB::to_fp32(dbias[col]) + sb);
+  }
+}
+
+// RMSNorm, one warp per row of C: rstd = 1/sqrt(mean(x²) + eps), out = x·rstd·w, as the CPU's
+// rmsnorm_forward_row. weight stored as W.
+template <class W>
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd_out, const float* inp,
+                                       const typename W::Elem* weight, int64_t N, int64_t C,
+                                       float eps) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= N) return;  // whole warps leave together
+  const int lane = threadIdx.x;
+  const float* x = inp + row * C;
+  float s = 0.0f;
+  for (int64_t i = lane; i < C; i += kWarp) s += x[i] * x[i];
+  const float rstd = 1.0f / sqrtf(warp_sum(s) * (1.0f / static_cast<float>(C)) + eps);
+  float* o = out + row * C;
+  for (int64_t i = lane; i < C; i += kWarp) o[i] = x[i] * rstd * W::to_fp32(weight[i]);
+  if (lane == 0 && rstd_out) rstd_out[row] = rstd;
+}
+
+// One warp per row: dinp += (dnorm - norm·mean(dnorm·norm))·rstd, dnorm = w·dout, norm = x·rstd.
+template <class W>
+__global__ void rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                             const typename W::Elem* weight, const float* rstd,
+                                             int64_t N, int64_t C) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= N) return;
+  const int lane = threadIdx.x;
+  const float* x = inp + row * C;
+  const float* dy = dout + row * C;
+  const float rs = rstd[row];
+  float s = 0.0f;
+  for (int64_t i = lane; i < C; i += kWarp) s += W::to_fp32(weight[i]) * dy[i] * (x[i] * rs);
+  const float dnorm_norm_mean = warp_sum(s) * (1.0f / static_cast<float>(C));
+  float* dx = dinp + row * C;
+  for (int64_t i = lane; i < C; i += kWarp) {
+    const float norm = x[i] * rs;
+    dx[i] += (W::to_fp32(weight[i]) * dy[i] - norm * dnorm_norm_mean) * rs;
+  }
+}
+
+// dweight (C) += Σ_rows dout·x·rstd, with layernorm_backward_params_kernel's fixed blocking;
+// stored as S: widened, summed in fp32, rounded once.
+template <class S>
+__global__ void rmsnorm_backward_weight_kernel(typename S::Elem* dweight, const float* dout,
+                                               const float* inp, const float* rstd, int64_t N,
+                                               int64_t C) {
+  __shared__ float partial[kColumnRowGroups][kColumnsPerBlock];
+  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
+  const int g = threadIdx.y;
+  float acc = 0.0f;
+  if (col < C)
+    for (int64_t r = g; r < N; r += kColumnRowGroups)
+      acc += dout[r * C + col] * (inp[r * C + col] * rstd[r]);
+  partial[g][threadIdx.x] = acc;
+  __syncthreads();
+  if (g == 0 && col < C) {
+    float sum = 0.0f;
+    for (int j = 0; j < kColumnRowGroups; ++j) sum += partial[j][threadIdx.x];
+    dweight[col] = S::from_fp32(S::to_fp32(dweight[col]) + sum);
   }
 }
 
@@ -551,89 +614,147 @@ void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention. Per batch b, the NH heads are one strided-batched GEMM: head h's q, k, v start at
-// qkv + b·T·3C + h·hs (+ C for k, + 2C for v), rows 3C apart, so consecutive heads are hs apart;
-// head h's (T,T) block of att starts T·T after head h-1's. (Heads of different b are not a
-// constant stride apart, hence the loop over b.) Row-major Q (T,hs) with row stride 3C is, to
-// cuBLAS, the column-major Qᵀ (hs,T) with ld 3C; likewise K, V, dY (ld C) and out (ld C).
-// Row-major att (T,T) is the column-major attᵀ with ld T.
+// RMSNorm
+
+void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight,
+                                  int64_t N, int64_t C, float eps) {
+  if (N <= 0 || C <= 0) return;
+  visit_storage(weight.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    rmsnorm_forward_kernel<W>
+        <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+            out, rstd, inp, elems<W>(weight), N, C, eps);
+  });
+  check_launch();
+  round_act(out, N * C);  // rstd stays fp32
+}
+
+void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
+                                   const float* inp, ConstOperand weight, const float* rstd,
+                                   int64_t N, int64_t C) {
+  if (N <= 0 || C <= 0) return;
+  visit_storage(weight.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    rmsnorm_backward_dinp_kernel<W>
+        <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+            dinp, dout, inp, elems<W>(weight), rstd, N, C);
+  });
+  check_launch();
+  round_act(dinp, N * C);
+  if (!dweight) return;
+  visit_storage(dweight.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    rmsnorm_backward_weight_kernel<S>
+        <<<blocks_for(C, kColumnsPerBlock), dim3(kColumnsPerBlock, kColumnRowGroups), 0,
+           stream_>>>(elems<S>(dweight), dout, inp, rstd, N, C);
+  });
+  check_launch();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention, grouped-query (multi-head attention is the case NKV == NH). qkv rows are R =
+// (NH + 2·NKV)·hd wide: NH query heads, NKV key heads, NKV value heads. For batch b and group
+// member g (0 <= g < G = NH/NKV), the NKV query heads h = j·G + g (j = 0..NKV-1) are one
+// strided-batched GEMM against key/value head j: their q start at qkv + b·T·R + g·hd, G·hd
+// apart; key head j at qkv + b·T·R + NH·hd + j·hd, hd apart; their (T,T) blocks of att G·T·T
+// apart. (Different b, and different g, are not a constant stride apart, hence the loops.) A
+// row-major Q (T,hd) with row stride R is, to cuBLAS, the column-major Qᵀ (hd,T) with ld R;
+// likewise K, V, dY and out (ld NH·hd). Row-major att (T,T) is the column-major attᵀ, ld T.
+// Key and value gradients accumulate over g in increasing order (beta = 1 GEMMs on one stream).
 
 void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B,
                                     int64_t T, int64_t C, int64_t NH) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_forward: C is not a multiple of NH");
-  if (B <= 0 || T <= 0) return;
-  const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  for (int64_t b = 0; b < B; ++b) {
-    const float* q = qkv + b * T * C3;
-    const float* k = q + C;
-    float* att_b = att + b * NH * TT;
-    // Scores S (T,T) = scale · Q · Kᵀ. Column-major Sᵀ (T,T) = scale · K (T,hs) · Qᵀ (hs,T),
-    // K being the column-major (hs,T) ld 3C transposed.
-    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k,
-                 C3, hs, q, C3, hs, 0.0f, att_b, T, TT, NH);
-  }
-  const int64_t rows = B * NH * T;
-  causal_softmax_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
-                          stream_>>>(att, rows, T);
-  check_launch();
-  for (int64_t b = 0; b < B; ++b) {
-    const float* v = qkv + b * T * C3 + 2 * C;
-    const float* att_b = att + b * NH * TT;
-    float* out_b = out + b * T * C;
-    // out (T,hs) = P · V. Column-major outᵀ (hs,T) = Vᵀ (hs,T) · Pᵀ (T,T).
-    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v,
-                 C3, hs, att_b, T, TT, 0.0f, out_b, C, hs, NH);
-  }
-  // Rounded after both products, as the CPU rounds a head's out and att after computing them.
-  round_act(out, B * T * C);
-  round_act(att, B * NH * TT);
+  gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
 }
 
 void CudaKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                      const float* att, int64_t B, int64_t T, int64_t C,
                                      int64_t NH) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_backward: C is not a multiple of NH");
+  gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
+}
+
+void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
+                                        int64_t T, int64_t NH, int64_t NKV, int64_t hd) {
+  ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
+                 "gqa_attention_forward: NH must be a positive multiple of NKV");
   if (B <= 0 || T <= 0) return;
-  const int64_t hs = C / NH, C3 = 3 * C, TT = T * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int64_t G = NH / NKV, R = (NH + 2 * NKV) * hd, HD = NH * hd, TT = T * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* q = qkv + b * T * R + g * hd;
+      const float* k = qkv + b * T * R + HD;
+      // Scores S (T,T) = scale · Q · Kᵀ. Column-major Sᵀ (T,T) = scale · K (T,hd) · Qᵀ (hd,T),
+      // K being the column-major (hd,T) ld R transposed.
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, scale,
+                   k, R, hd, q, R, G * hd, 0.0f, att + (b * NH + g) * TT, T, G * TT, NKV);
+    }
+  const int64_t rows = B * NH * T;
+  causal_softmax_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
+                          stream_>>>(att, rows, T);
+  check_launch();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* v = qkv + b * T * R + HD + NKV * hd;
+      // out (T,hd) = P · V. Column-major outᵀ (hd,T) = Vᵀ (hd,T) · Pᵀ (T,T).
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f,
+                   v, R, hd, att + (b * NH + g) * TT, T, G * TT, 0.0f, out + b * T * HD + g * hd,
+                   HD, G * hd, NKV);
+    }
+  // Rounded after both products, as the CPU rounds a head's out and att after computing them.
+  round_act(out, B * T * HD);
+  round_act(att, B * NH * TT);
+}
+
+void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                         const float* att, int64_t B, int64_t T, int64_t NH,
+                                         int64_t NKV, int64_t hd) {
+  ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
+                 "gqa_attention_backward: NH must be a positive multiple of NKV");
+  if (B <= 0 || T <= 0) return;
+  const int64_t G = NH / NKV, R = (NH + 2 * NKV) * hd, HD = NH * hd, TT = T * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // dP, then dS in place: (B,NH,T,T), stream-ordered scratch freed after the last GEMM reads it.
   float* ds = nullptr;
   ZT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ds),
                                 static_cast<size_t>(B * NH * TT) * sizeof(float), stream_));
-  for (int64_t b = 0; b < B; ++b) {
-    const float* v = qkv + b * T * C3 + 2 * C;
-    const float* dy = dout + b * T * C;
-    const float* att_b = att + b * NH * TT;
-    float* dv = dqkv + b * T * C3 + 2 * C;
-    // dP (T,T) = dY · Vᵀ. Column-major dPᵀ (T,T) = V (T,hs) · dYᵀ (hs,T), V transposed.
-    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v,
-                 C3, hs, dy, C, hs, 0.0f, ds + b * NH * TT, T, TT, NH);
-    // dV (T,hs) += Pᵀ · dY. Column-major dVᵀ (hs,T) += dYᵀ (hs,T) · P (T,T), P being the
-    // column-major attᵀ transposed.
-    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy,
-                 C, hs, att_b, T, TT, 1.0f, dv, C3, hs, NH);
-  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* v = qkv + b * T * R + HD + NKV * hd;
+      const float* dy = dout + b * T * HD + g * hd;
+      const float* att_g = att + (b * NH + g) * TT;
+      float* dv = dqkv + b * T * R + HD + NKV * hd;
+      // dP (T,T) = dY · Vᵀ. Column-major dPᵀ (T,T) = V (T,hd) · dYᵀ (hd,T), V transposed.
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f,
+                   v, R, hd, dy, HD, G * hd, 0.0f, ds + (b * NH + g) * TT, T, G * TT, NKV);
+      // dV (T,hd) += Pᵀ · dY. Column-major dVᵀ (hd,T) += dYᵀ (hd,T) · P (T,T), P being the
+      // column-major attᵀ transposed.
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f,
+                   dy, HD, G * hd, att_g, T, G * TT, 1.0f, dv, R, hd, NKV);
+    }
   const int64_t rows = B * NH * T;
   causal_softmax_backward_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock),
                                    0, stream_>>>(ds, att, rows, T, scale);
   check_launch();
-  for (int64_t b = 0; b < B; ++b) {
-    const float* q = qkv + b * T * C3;
-    const float* k = q + C;
-    const float* ds_b = ds + b * NH * TT;
-    float* dq = dqkv + b * T * C3;
-    float* dk = dq + C;
-    // dQ (T,hs) += dS · K. Column-major dQᵀ (hs,T) += Kᵀ (hs,T) · dSᵀ (T,T).
-    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k,
-                 C3, hs, ds_b, T, TT, 1.0f, dq, C3, hs, NH);
-    // dK (T,hs) += dSᵀ · Q. Column-major dKᵀ (hs,T) += Qᵀ (hs,T) · dS (T,T), dS being the
-    // column-major dSᵀ transposed.
-    gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q,
-                 C3, hs, ds_b, T, TT, 1.0f, dk, C3, hs, NH);
-  }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t g = 0; g < G; ++g) {
+      const float* q = qkv + b * T * R + g * hd;
+      const float* k = qkv + b * T * R + HD;
+      const float* ds_g = ds + (b * NH + g) * TT;
+      float* dq = dqkv + b * T * R + g * hd;
+      float* dk = dqkv + b * T * R + HD;
+      // dQ (T,hd) += dS · K. Column-major dQᵀ (hd,T) += Kᵀ (hd,T) · dSᵀ (T,T).
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f,
+                   k, R, hd, ds_g, T, G * TT, 1.0f, dq, R, G * hd, NKV);
+      // dK (T,hd) += dSᵀ · Q. Column-major dKᵀ (hd,T) += Qᵀ (hd,T) · dS (T,T), dS being the
+      // column-major dSᵀ transposed.
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f,
+                   q, R, G * hd, ds_g, T, G * TT, 1.0f, dk, R, hd, NKV);
+    }
   ZT_CUDA_CHECK(cudaFreeAsync(ds, stream_));
-  round_act(dqkv, B * T * C3);
+  round_act(dqkv, B * T * R);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -64,6 +64,21 @@ class ScrambledKernels final : public Kernels {
                          int64_t C, int64_t NH) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                           int64_t B, int64_t T, int64_t C, int64_t NH) override;
+  void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                             int64_t NH, int64_t NKV, int64_t hd) override;
+  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
+                       int64_t C, float eps) override;
+  void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
+                        ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
+  void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                    float theta) override;
+  void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                     float theta) override;
+  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
+  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
+                       int64_t F) override;
   void residual_forward(float* out, const float* a, const float* b, int64_t n) override;
   void accumulate(float* y, const float* x, int64_t n) override;
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
@@ -336,6 +351,51 @@ inline void ScrambledKernels::attention_backward(float* dqkv, const float* dout,
                                                  int64_t T, int64_t C, int64_t NH) {
   ZT_SCRAMBLED(attention_backward, dqkv, dout, qkv, att);
   base_.attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+}
+inline void ScrambledKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
+                                                    int64_t B, int64_t T, int64_t NH,
+                                                    int64_t NKV, int64_t hd) {
+  ZT_SCRAMBLED(gqa_attention_forward, out, att, qkv);
+  base_.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hd);
+}
+inline void ScrambledKernels::gqa_attention_backward(float* dqkv, const float* dout,
+                                                     const float* qkv, const float* att,
+                                                     int64_t B, int64_t T, int64_t NH,
+                                                     int64_t NKV, int64_t hd) {
+  ZT_SCRAMBLED(gqa_attention_backward, dqkv, dout, qkv, att);
+  base_.gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hd);
+}
+inline void ScrambledKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
+                                              ConstOperand weight, int64_t N, int64_t C,
+                                              float eps) {
+  ZT_SCRAMBLED(rmsnorm_forward, out, rstd, inp, operand(weight, C));
+  base_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+}
+inline void ScrambledKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
+                                               const float* inp, ConstOperand weight,
+                                               const float* rstd, int64_t N, int64_t C) {
+  ZT_SCRAMBLED(rmsnorm_backward, dinp, operand(dweight, C), dout, inp, operand(weight, C), rstd);
+  base_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+inline void ScrambledKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH,
+                                           int64_t NKV, int64_t hd, float theta) {
+  ZT_SCRAMBLED(rope_forward, qkv);
+  base_.rope_forward(qkv, B, T, NH, NKV, hd, theta);
+}
+inline void ScrambledKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH,
+                                            int64_t NKV, int64_t hd, float theta) {
+  ZT_SCRAMBLED(rope_backward, dqkv);
+  base_.rope_backward(dqkv, B, T, NH, NKV, hd, theta);
+}
+inline void ScrambledKernels::swiglu_forward(float* out, const float* gate_up, int64_t N,
+                                             int64_t F) {
+  ZT_SCRAMBLED(swiglu_forward, out, gate_up);
+  base_.swiglu_forward(out, gate_up, N, F);
+}
+inline void ScrambledKernels::swiglu_backward(float* dgate_up, const float* gate_up,
+                                              const float* dout, int64_t N, int64_t F) {
+  ZT_SCRAMBLED(swiglu_backward, dgate_up, gate_up, dout);
+  base_.swiglu_backward(dgate_up, gate_up, dout, N, F);
 }
 inline void ScrambledKernels::residual_forward(float* out, const float* a, const float* b,
                                                int64_t n) {

@@ -2,7 +2,8 @@
 // CPU back end's (runtime/cpu/cpu_nn_kernels.cpp and cpu_attention_kernels.cpp, themselves pinned
 // against double references and finite differences in kernels_nn_test.cpp and
 // kernels_attention_test.cpp): matmul (both weight layouts, with and without bias, every
-// gradient), embedding, layer norm, causal attention and softmax cross-entropy, on identical
+// gradient), embedding, layer norm, causal attention and softmax cross-entropy, and Llama's
+// RMSNorm, rotary embeddings, SwiGLU and grouped-query attention, on identical
 // random inputs. Gradient buffers start non-zero on both devices, so the accumulate contract is
 // checked too. Then the 16-bit tables (kernels_for) with 16-bit parameters and gradients against
 // the CPU's tables of the same dtype, and determinism: every op run twice on the GPU gives the
@@ -625,6 +626,105 @@ TEST_F(CudaNnKernelsTest, EveryOpIsDeterministic) {
   twice("softmax_cross_entropy", {&logits, &losses}, [&] {
     gpu().softmax_cross_entropy(losses.g(), logits.g(), tokens.gi(), BT, s.V, s.Vp, 0.5f);
   });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Llama's kernels: RMSNorm, rotary embeddings, SwiGLU, grouped-query attention, the embedding
+// without a position table (CPU references: kernels_llama_test.cpp).
+
+TEST_F(CudaNnKernelsTest, RmsnormForwardAndBackwardMatchCpu) {
+  for (int64_t C : {int64_t{32}, int64_t{61}}) {
+    const int64_t N = 1001;  // more rows than the weight reduction's row groups, not a multiple
+    const std::string what = "rmsnorm C" + std::to_string(C);
+    Mirror x = mirror(random_floats(N * C, 1, -2.0f, 2.0f));
+    Mirror w = mirror(random_floats(C, 2, 0.5f, 1.5f));
+    Mirror out = mirror(random_floats(N * C, 3));
+    Mirror rstd = mirror(random_floats(N, 4));
+    cpu().rmsnorm_forward(out.c(), rstd.c(), x.c(), w.c(), N, C, 1e-6f);
+    gpu().rmsnorm_forward(out.g(), rstd.g(), x.g(), w.g(), N, C, 1e-6f);
+    expect_close(out.gpu(), out.cpu(), kRtol, what + " out");
+    expect_close(rstd.gpu(), rstd.cpu(), kRtol, what + " rstd");
+    rstd.reset_gpu(rstd.cpu());
+    Mirror dout = mirror(random_floats(N * C, 5));
+    Mirror dx = mirror(random_floats(N * C, 6));  // non-zero: += is checked
+    Mirror dw = mirror(random_floats(C, 7));
+    cpu().rmsnorm_backward(dx.c(), dw.c(), dout.c(), x.c(), w.c(), rstd.c(), N, C);
+    gpu().rmsnorm_backward(dx.g(), dw.g(), dout.g(), x.g(), w.g(), rstd.g(), N, C);
+    expect_close(dx.gpu(), dx.cpu(), kRtol, what + " dinp");
+    expect_close(dw.gpu(), dw.cpu(), 1e-4, what + " dweight");  // 1001-term sums, other order
+  }
+}
+
+TEST_F(CudaNnKernelsTest, RopeForwardAndBackwardMatchCpu) {
+  const int64_t B = 2, T = 300, NH = 4, NKV = 2, hd = 64, R = (NH + 2 * NKV) * hd;
+  for (float theta : {10000.0f, 1000000.0f}) {
+    const std::string what = "rope theta " + std::to_string(theta);
+    Mirror qkv = mirror(random_floats(B * T * R, 1));
+    cpu().rope_forward(qkv.c(), B, T, NH, NKV, hd, theta);
+    gpu().rope_forward(qkv.g(), B, T, NH, NKV, hd, theta);
+    // The same fp32 angles; cos/sin in double on both, so at most a rare 1-ulp difference.
+    expect_close(qkv.gpu(), qkv.cpu(), kRtol, what + " forward");
+    qkv.reset_gpu(qkv.cpu());
+    cpu().rope_backward(qkv.c(), B, T, NH, NKV, hd, theta);
+    gpu().rope_backward(qkv.g(), B, T, NH, NKV, hd, theta);
+    expect_close(qkv.gpu(), qkv.cpu(), kRtol, what + " backward");
+  }
+}
+
+TEST_F(CudaNnKernelsTest, SwigluForwardAndBackwardMatchCpu) {
+  const int64_t N = 37, F = 61;
+  Mirror gate_up = mirror(random_floats(N * 2 * F, 1, -8.0f, 8.0f));
+  Mirror out = mirror(random_floats(N * F, 2));
+  cpu().swiglu_forward(out.c(), gate_up.c(), N, F);
+  gpu().swiglu_forward(out.g(), gate_up.g(), N, F);
+  expect_close(out.gpu(), out.cpu(), kRtol, "swiglu out");
+  Mirror dout = mirror(random_floats(N * F, 3));
+  Mirror dgate_up = mirror(random_floats(N * 2 * F, 4));  // non-zero: += is checked
+  cpu().swiglu_backward(dgate_up.c(), gate_up.c(), dout.c(), N, F);
+  gpu().swiglu_backward(dgate_up.g(), gate_up.g(), dout.g(), N, F);
+  expect_close(dgate_up.gpu(), dgate_up.cpu(), kRtol, "swiglu dgate_up");
+}
+
+TEST_F(CudaNnKernelsTest, GqaAttentionForwardAndBackwardMatchCpu) {
+  struct GqaShape {
+    int64_t B, T, NH, NKV, hd;
+  };
+  for (const GqaShape& s : {GqaShape{2, 16, 4, 2, 16}, GqaShape{3, 37, 6, 2, 20},
+                            GqaShape{1, 33, 4, 1, 8}}) {
+    const std::string what = "gqa T" + std::to_string(s.T) + " NH" + std::to_string(s.NH) +
+                             " NKV" + std::to_string(s.NKV);
+    const int64_t R = (s.NH + 2 * s.NKV) * s.hd, HD = s.NH * s.hd;
+    Mirror qkv = mirror(random_floats(s.B * s.T * R, 1, -2.0f, 2.0f));
+    Mirror out = mirror(random_floats(s.B * s.T * HD, 2));
+    Mirror att = mirror(random_floats(s.B * s.NH * s.T * s.T, 3));
+    cpu().gqa_attention_forward(out.c(), att.c(), qkv.c(), s.B, s.T, s.NH, s.NKV, s.hd);
+    gpu().gqa_attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.NH, s.NKV, s.hd);
+    expect_close(att.gpu(), att.cpu(), kRtol, what + " att");
+    expect_close(out.gpu(), out.cpu(), kRtol, what + " out");
+    att.reset_gpu(att.cpu());
+    Mirror dout = mirror(random_floats(s.B * s.T * HD, 4));
+    Mirror dqkv = mirror(random_floats(s.B * s.T * R, 5));  // non-zero: += is checked
+    cpu().gqa_attention_backward(dqkv.c(), dout.c(), qkv.c(), att.c(), s.B, s.T, s.NH, s.NKV,
+                                 s.hd);
+    gpu().gqa_attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.NH, s.NKV,
+                                 s.hd);
+    expect_close(dqkv.gpu(), dqkv.cpu(), kRtol, what + " dqkv");
+  }
+}
+
+TEST_F(CudaNnKernelsTest, EmbeddingWithoutPositionsMatchesCpu) {
+  const int64_t B = 2, T = 9, C = 40, V = 31;
+  Mirror tokens = mirror(random_tokens(B * T, int32_t(V), 1));
+  Mirror wte = mirror(random_floats(V * C, 2));
+  Mirror out = mirror(random_floats(B * T * C, 3));
+  cpu().embedding_forward(out.c(), tokens.ci(), wte.c(), nullptr, B, T, C);
+  gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), nullptr, B, T, C);
+  EXPECT_TRUE(same_bits(out.gpu(), out.cpu()));
+  Mirror dout = mirror(random_floats(B * T * C, 4));
+  Mirror dwte = mirror(random_floats(V * C, 5));
+  cpu().embedding_backward(dwte.c(), nullptr, dout.c(), tokens.ci(), B, T, C);
+  gpu().embedding_backward(dwte.g(), nullptr, dout.g(), tokens.gi(), B, T, C);
+  EXPECT_TRUE(same_bits(dwte.gpu(), dwte.cpu()));
 }
 
 }  // namespace

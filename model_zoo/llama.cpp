@@ -1,0 +1,421 @@
+// Llama parameter tables, units and layers.
+//
+// Table order within a decoder layer groups the tensors one GEMM reads: q_proj, k_proj and
+// v_proj weights ((NH·hd, C), (NKV·hd, C), (NKV·hd, C)) are adjacent in the flat buffer, so they
+// are one (NH·hd + 2·NKV·hd, C) matrix in nn.Linear's (out, in) layout and one matmul writes
+// qkv rows in the layout the rotary and attention kernels read; their biases likewise; gate_proj
+// and up_proj are one (2F, C) matrix whose output rows hold gate then up, as swiglu reads them.
+// Adjacency needs each tensor's size to be a multiple of the layout's 16-element alignment,
+// which validate_llama_config demands and the constructor asserts. Names are Hugging Face's, so
+// the order does not matter to weights import or export.
+#include "model_zoo/llama.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model_zoo/table_unit.h"
+#include "runtime/status.h"
+
+namespace zt {
+
+namespace {
+
+using zoo::TableUnit;
+
+constexpr float kInitStd = 0.02f;  // LlamaConfig's initializer_range
+
+// Root unit tensors, in table order (kLmHead only when untied).
+enum RootParam { kEmbed, kNorm, kLmHead };
+
+// Where each tensor of a decoder layer sits in its table; -1: absent (an optional bias).
+struct BlockIndex {
+  int ln1 = -1, q = -1, k = -1, v = -1, q_bias = -1, k_bias = -1, v_bias = -1, o = -1,
+      o_bias = -1, ln2 = -1, gate = -1, up = -1, gate_bias = -1, up_bias = -1, down = -1,
+      down_bias = -1;
+};
+
+// Model dimensions, resolved once.
+struct Dims {
+  int64_t C, F, NH, NKV, hd, Q, KV, R;  // Q = NH·hd, KV = NKV·hd, R = Q + 2·KV (a qkv row)
+  explicit Dims(const LlamaConfig& c)
+      : C(c.hidden_size), F(c.intermediate_size), NH(c.num_attention_heads),
+        NKV(c.num_key_value_heads), hd(c.resolved_head_dim()), Q(NH * hd), KV(NKV * hd),
+        R(Q + 2 * KV) {}
+};
+
+std::vector<ParamSpec> root_specs(const LlamaConfig& c) {
+  const int64_t V = c.vocab_size, C = c.hidden_size;
+  std::vector<ParamSpec> specs = {
+      zoo::weight_spec("model.embed_tokens.weight", {V, C}, kInitStd),  // (V, C)
+      zoo::norm_weight_spec("model.norm.weight", C),                    // (C)
+  };
+  if (!c.tie_word_embeddings) specs.push_back(zoo::weight_spec("lm_head.weight", {V, C}, kInitStd));
+  return specs;
+}
+
+std::vector<ParamSpec> block_specs(const LlamaConfig& c, int layer, BlockIndex& at) {
+  const Dims d(c);
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  std::vector<ParamSpec> specs;
+  auto add = [&](int& index, ParamSpec spec) {
+    index = static_cast<int>(specs.size());
+    specs.push_back(std::move(spec));
+  };
+  add(at.ln1, zoo::norm_weight_spec(p + "input_layernorm.weight", d.C));               // (C)
+  add(at.q, zoo::weight_spec(p + "self_attn.q_proj.weight", {d.Q, d.C}, kInitStd));    // (Q, C)
+  add(at.k, zoo::weight_spec(p + "self_attn.k_proj.weight", {d.KV, d.C}, kInitStd));   // (KV, C)
+  add(at.v, zoo::weight_spec(p + "self_attn.v_proj.weight", {d.KV, d.C}, kInitStd));   // (KV, C)
+  if (c.attention_bias) {
+    add(at.q_bias, zoo::bias_spec(p + "self_attn.q_proj.bias", d.Q));    // (Q)
+    add(at.k_bias, zoo::bias_spec(p + "self_attn.k_proj.bias", d.KV));   // (KV)
+    add(at.v_bias, zoo::bias_spec(p + "self_attn.v_proj.bias", d.KV));   // (KV)
+  }
+  add(at.o, zoo::weight_spec(p + "self_attn.o_proj.weight", {d.C, d.Q}, kInitStd));    // (C, Q)
+  if (c.attention_bias && c.attention_out_bias)
+    add(at.o_bias, zoo::bias_spec(p + "self_attn.o_proj.bias", d.C));   // (C)
+  add(at.ln2, zoo::norm_weight_spec(p + "post_attention_layernorm.weight", d.C));      // (C)
+  add(at.gate, zoo::weight_spec(p + "mlp.gate_proj.weight", {d.F, d.C}, kInitStd));    // (F, C)
+  add(at.up, zoo::weight_spec(p + "mlp.up_proj.weight", {d.F, d.C}, kInitStd));        // (F, C)
+  if (c.mlp_bias) {
+    add(at.gate_bias, zoo::bias_spec(p + "mlp.gate_proj.bias", d.F));   // (F)
+    add(at.up_bias, zoo::bias_spec(p + "mlp.up_proj.bias", d.F));       // (F)
+  }
+  add(at.down, zoo::weight_spec(p + "mlp.down_proj.weight", {d.C, d.F}, kInitStd));    // (C, F)
+  if (c.mlp_bias) add(at.down_bias, zoo::bias_spec(p + "mlp.down_proj.bias", d.C));  // (C)
+  return specs;
+}
+
+// Tensors `first` .. `last` of the table follow one another in the flat buffer with no padding
+// between them (the fused GEMMs read them as one matrix).
+void assert_adjacent(const TableUnit& u, std::initializer_list<int> indices) {
+  auto entries = u.layout().entries();
+  int prev = -1;
+  for (int i : indices) {
+    if (i < 0) continue;
+    if (prev >= 0)
+      ZT_ASSERT(entries[prev].offset + entries[prev].numel == entries[i].offset,
+                "{}: {} does not follow {} in the flat buffer", u.name(), entries[i].spec.name,
+                entries[prev].spec.name);
+    prev = i;
+  }
+}
+
+// ---- Layers ---------------------------------------------------------------------------------
+
+// out (B,T,C) = embed_tokens[tokens]: no position table (positions enter through RoPE).
+class EmbeddingLayer final : public Layer {
+ public:
+  EmbeddingLayer(const LlamaConfig& c, TableUnit& root) : c_(c), root_(root) {}
+  int unit_index() const override { return 0; }
+  bool checkpointable() const override { return false; }
+  void forward(Kernels& k, const LayerIO& io, ActivationStore&) override {
+    const Batch& b = *io.batch;
+    k.embedding_forward(io.output, b.inputs, root_.param(kEmbed), nullptr, b.B, b.T,
+                        c_.hidden_size);
+  }
+  void backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) override {
+    const Batch& b = *io.batch;
+    k.embedding_backward(root_.grad(kEmbed), nullptr, io.d_output, b.inputs, b.B, b.T,
+                         c_.hidden_size);
+  }
+  std::optional<LayerActivations> activations(int64_t, int64_t, bool) const override {
+    return LayerActivations{};  // keeps nothing, needs no scratch
+  }
+
+ private:
+  LlamaConfig c_;
+  TableUnit& root_;
+};
+
+// One pre-norm decoder layer: h = x + o_proj(attn(rope(qkv_proj(rmsnorm(x))))), then
+// out = h + down_proj(silu(gate_proj(rmsnorm(h))) · up_proj(rmsnorm(h))).
+class DecoderLayer final : public Layer {
+ public:
+  DecoderLayer(const LlamaConfig& c, TableUnit& unit, const BlockIndex& at, int unit_index)
+      : c_(c), d_(c), u_(unit), at_(at), unit_index_(unit_index) {}
+  int unit_index() const override { return unit_index_; }
+  bool checkpointable() const override { return true; }
+
+  // Saved activations, by allocation order (ActivationStore::at).
+  enum Saved { kLn1, kLn1Rstd, kQkv, kAtt, kAtty, kRes2, kLn2, kLn2Rstd, kGateUp, kSwiglu };
+
+  void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
+    const int64_t B = io.batch->B, T = io.batch->T, N = B * T;
+    const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
+    float* ln1 = acts.alloc_floats(N * C);           // (N, C)
+    float* ln1_rstd = acts.alloc_stats(N);           // (N)
+    float* qkv = acts.alloc_floats(N * d_.R);        // (N, R): q, k (rotated), v
+    float* att = acts.alloc_floats(B * NH * T * T);  // (B, NH, T, T)
+    float* atty = acts.alloc_floats(N * d_.Q);       // (N, Q)
+    float* res2 = acts.alloc_floats(N * C);          // (N, C) x + attention
+    float* ln2 = acts.alloc_floats(N * C);           // (N, C)
+    float* ln2_rstd = acts.alloc_stats(N);           // (N)
+    float* gate_up = acts.alloc_floats(N * 2 * F);   // (N, 2F): gate, up
+    float* swiglu = acts.alloc_floats(N * F);        // (N, F)
+    const float* x = io.input;
+    const float eps = c_.rms_norm_eps;
+
+    k.rmsnorm_forward(ln1, ln1_rstd, x, param(at_.ln1), N, C, eps);
+    k.matmul_forward(qkv, ln1, param(at_.q), param(at_.q_bias), N, C, d_.R,
+                     WeightLayout::kOutIn);  // q_proj, k_proj, v_proj in one
+    k.rope_forward(qkv, B, T, NH, NKV, hd, c_.rope_theta);
+    k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd);
+    k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C,
+                     WeightLayout::kOutIn);
+    k.residual_forward(res2, res2, x, N * C);
+    k.rmsnorm_forward(ln2, ln2_rstd, res2, param(at_.ln2), N, C, eps);
+    k.matmul_forward(gate_up, ln2, param(at_.gate), param(at_.gate_bias), N, C, 2 * F,
+                     WeightLayout::kOutIn);  // gate_proj, up_proj in one
+    k.swiglu_forward(swiglu, gate_up, N, F);
+    k.matmul_forward(io.output, swiglu, param(at_.down), param(at_.down_bias), N, F, C,
+                     WeightLayout::kOutIn);
+    k.residual_forward(io.output, io.output, res2, N * C);
+  }
+
+  // forward's ten buffers and backward's seven, as allocated above and below.
+  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool) const override {
+    const int64_t N = B * T, C = d_.C, F = d_.F;
+    LayerActivations a;
+    a.saved = {{N * C},          {N, true}, {N * d_.R}, {B * d_.NH * T * T}, {N * d_.Q},
+               {N * C},          {N * C},   {N, true},  {N * 2 * F},         {N * F}};
+    ZT_ASSERT(a.saved.size() == kSwiglu + 1, "{} saved buffers declared", a.saved.size());
+    a.scratch = N * C + N * F + 2 * N * F + N * C + N * d_.Q + N * d_.R + N * C;
+    return a;
+  }
+
+  void backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
+                ActivationStore& scratch) override {
+    const int64_t B = io.batch->B, T = io.batch->T, N = B * T;
+    const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
+    // Activation gradients accumulate (Kernels contract), so scratch starts at zero; the
+    // residual branch's gradient starts as a copy of d_output.
+    float* d_res2 = scratch.alloc_floats(N * C);
+    float* d_swiglu = scratch.alloc_floats(N * F);
+    float* d_gate_up = scratch.alloc_floats(N * 2 * F);
+    float* d_ln2 = scratch.alloc_floats(N * C);
+    float* d_atty = scratch.alloc_floats(N * d_.Q);
+    float* d_qkv = scratch.alloc_floats(N * d_.R);
+    float* d_ln1 = scratch.alloc_floats(N * C);
+    k.cast(d_res2, DType::kF32, io.d_output, DType::kF32, N * C);
+    for (auto [p, n] : {std::pair{d_swiglu, N * F}, {d_gate_up, 2 * N * F}, {d_ln2, N * C},
+                        {d_atty, N * d_.Q}, {d_qkv, N * d_.R}, {d_ln1, N * C}})
+      k.fill(p, 0.0f, n);
+
+    k.matmul_backward(d_swiglu, grad(at_.down), grad(at_.down_bias), io.d_output,
+                      acts.at(kSwiglu), param(at_.down), N, F, C, WeightLayout::kOutIn);
+    k.swiglu_backward(d_gate_up, acts.at(kGateUp), d_swiglu, N, F);
+    k.matmul_backward(d_ln2, grad(at_.gate), grad(at_.gate_bias), d_gate_up, acts.at(kLn2),
+                      param(at_.gate), N, C, 2 * F, WeightLayout::kOutIn);
+    k.rmsnorm_backward(d_res2, grad(at_.ln2), d_ln2, acts.at(kRes2), param(at_.ln2),
+                       acts.at(kLn2Rstd), N, C);
+    k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
+    k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty),
+                      param(at_.o), N, d_.Q, C, WeightLayout::kOutIn);
+    k.gqa_attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, NH, NKV, hd);
+    // d_qkv now holds the gradient w.r.t. the rotated q and k; rotated back in place, it is the
+    // gradient w.r.t. the projection's output.
+    k.rope_backward(d_qkv, B, T, NH, NKV, hd, c_.rope_theta);
+    k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q),
+                      N, C, d_.R, WeightLayout::kOutIn);
+    k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),
+                       acts.at(kLn1Rstd), N, C);
+  }
+
+ private:
+  ConstOperand param(int i) const { return i < 0 ? ConstOperand() : u_.param(i); }
+  Operand grad(int i) const { return i < 0 ? Operand() : u_.grad(i); }
+
+  LlamaConfig c_;
+  Dims d_;
+  TableUnit& u_;
+  BlockIndex at_;
+  int unit_index_;
+};
+
+// Final RMSNorm, LM head (lm_head, or embed_tokens when tied) and softmax cross-entropy, logits
+// a chunk of rows at a time and never kept (GPT-2's head, gpt2.cpp): when training, each chunk's
+// d logits becomes d norm-output and d head weight at once.
+class HeadLayer final : public Layer {
+ public:
+  HeadLayer(const LlamaConfig& c, TableUnit& root, const int64_t& chunk_rows)
+      : c_(c), root_(root), head_(c.tie_word_embeddings ? kEmbed : kLmHead),
+        chunk_rows_(chunk_rows) {}
+  int unit_index() const override { return 0; }
+  bool checkpointable() const override { return false; }
+
+  enum Saved { kFinal, kFinalRstd, kDFinal };
+
+  void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
+    const int64_t N = io.batch->B * io.batch->T, C = c_.hidden_size, V = c_.vocab_size;
+    float* normed = acts.alloc_floats(N * C);  // (N, C)
+    float* rstd = acts.alloc_stats(N);         // (N)
+    k.rmsnorm_forward(normed, rstd, io.input, root_.param(kNorm), N, C, c_.rms_norm_eps);
+    const bool training = io.dloss != 0.0f;
+    float* d_normed = nullptr;
+    if (training) {
+      d_normed = acts.alloc_floats(N * C);  // (N, C)
+      k.fill(d_normed, 0.0f, N * C);
+    }
+    const int64_t rows = chunk_rows(N);
+    ActivationStore chunk(acts.device());
+    float* logits = chunk.alloc_floats(rows * V);  // (rows, V)
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+      const int64_t n = std::min(rows, N - r0);
+      k.matmul_forward(logits, normed + r0 * C, root_.param(head_), nullptr, n, C, V,
+                       WeightLayout::kOutIn);
+      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, V,
+                              io.dloss);
+      if (training)
+        k.matmul_backward(d_normed + r0 * C, root_.grad(head_), nullptr, logits, normed + r0 * C,
+                          root_.param(head_), n, C, V, WeightLayout::kOutIn);
+    }
+  }
+
+  void backward(Kernels& k, const LayerIO& io, ActivationStore& acts, ActivationStore&) override {
+    const int64_t N = io.batch->B * io.batch->T, C = c_.hidden_size;
+    k.rmsnorm_backward(io.d_input, root_.grad(kNorm), acts.at(kDFinal), io.input,
+                       root_.param(kNorm), acts.at(kFinalRstd), N, C);
+  }
+
+  // forward's buffers (d_normed when training) and its logits chunk, as allocated above.
+  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override {
+    const int64_t N = B * T, C = c_.hidden_size;
+    LayerActivations a;
+    a.saved = {{N * C}, {N, true}};
+    if (training) a.saved.push_back({N * C});
+    a.transient = chunk_rows(N) * c_.vocab_size;
+    return a;
+  }
+
+ private:
+  int64_t chunk_rows(int64_t N) const {
+    if (chunk_rows_ > 0) return std::min(chunk_rows_, N);
+    // Split N rows into the fewest equal chunks whose logits fit in 32 MiB.
+    const int64_t budget_rows = std::max<int64_t>(1, (int64_t{32} << 20) / (c_.vocab_size * 4));
+    const int64_t chunks = (N + budget_rows - 1) / budget_rows;
+    return (N + chunks - 1) / chunks;
+  }
+  LlamaConfig c_;
+  TableUnit& root_;
+  int head_;  // kEmbed (tied) or kLmHead
+  const int64_t& chunk_rows_;
+};
+
+}  // namespace
+
+LlamaConfig llama_zoo_config(const std::string& name) {
+  auto make = [](int hidden, int intermediate, int layers, int heads, int kv_heads, int vocab,
+                 int max_positions, float theta, float eps, bool tied, bool qkv_bias) {
+    LlamaConfig c;
+    c.hidden_size = hidden;
+    c.intermediate_size = intermediate;
+    c.num_hidden_layers = layers;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv_heads;
+    c.vocab_size = vocab;
+    c.max_position_embeddings = max_positions;
+    c.rope_theta = theta;
+    c.rms_norm_eps = eps;
+    c.tie_word_embeddings = tied;
+    c.attention_bias = qkv_bias;
+    c.attention_out_bias = false;  // Qwen2's q/k/v-only biases where biases are on
+    return c;
+  };
+  struct Entry { const char* name; LlamaConfig config; };
+  const Entry kZoo[] = {
+      {"llama-tiny", make(64, 176, 2, 4, 2, 256, 256, 10000.0f, 1e-5f, false, false)},
+      {"qwen2-tiny", make(64, 176, 2, 4, 2, 256, 256, 1000000.0f, 1e-6f, true, true)},
+      // meta-llama/Llama-3.2-1B's config.json, but for its rope_scaling (type llama3), which
+      // this model does not apply: plain RoPE, so its shapes and parameter count, not its
+      // outputs, are the checkpoint's.
+      {"llama-3.2-1B", make(2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, 1e-5f, true, false)},
+      // Qwen/Qwen2-0.5B's config.json.
+      {"qwen2-0.5B", make(896, 4864, 24, 14, 2, 151936, 32768, 1000000.0f, 1e-6f, true, true)},
+  };
+  std::string known;
+  for (const auto& e : kZoo) {
+    if (name == e.name) return e.config;
+    known += known.empty() ? e.name : std::string(", ") + e.name;
+  }
+  throw_input(fmt::format("unknown model '{}'; the Llama zoo has {}", name, known));
+}
+
+void validate_llama_config(const LlamaConfig& c, const std::string& source) {
+  auto require = [&](bool ok, const std::string& what) {
+    if (!ok) throw_input(fmt::format("{}: {}", source, what));
+  };
+  auto positive = [&](int64_t v, const char* field) {
+    require(v > 0, fmt::format("{} must be > 0; got {}", field, v));
+  };
+  positive(c.hidden_size, "hidden_size");
+  positive(c.intermediate_size, "intermediate_size");
+  positive(c.num_hidden_layers, "num_hidden_layers");
+  positive(c.num_attention_heads, "num_attention_heads");
+  positive(c.num_key_value_heads, "num_key_value_heads");
+  positive(c.vocab_size, "vocab_size");
+  positive(c.max_position_embeddings, "max_position_embeddings");
+  require(c.head_dim >= 0, fmt::format("head_dim must be >= 0 (0: hidden_size / "
+                                       "num_attention_heads); got {}", c.head_dim));
+  require(c.num_attention_heads % c.num_key_value_heads == 0,
+          fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+                      c.num_attention_heads, c.num_key_value_heads));
+  require(c.head_dim > 0 || c.hidden_size % c.num_attention_heads == 0,
+          fmt::format("hidden_size ({}) must be divisible by num_attention_heads ({}) when "
+                      "head_dim is not given", c.hidden_size, c.num_attention_heads));
+  require(c.resolved_head_dim() % 2 == 0,
+          fmt::format("head_dim must be even (rotary embeddings rotate its two halves); got {}",
+                      c.resolved_head_dim()));
+  require(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0.0f,
+          fmt::format("rms_norm_eps must be > 0; got {}", c.rms_norm_eps));
+  require(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f,
+          fmt::format("rope_theta must be > 0; got {}", c.rope_theta));
+  // The fused q/k/v and gate/up GEMMs read adjacent tensors as one matrix: every tensor they
+  // join must fill whole 16-element alignment blocks of the flat layout.
+  require(c.hidden_size % 16 == 0,
+          fmt::format("hidden_size must be a multiple of 16; got {}", c.hidden_size));
+  require(!c.attention_bias || (int64_t(c.num_key_value_heads) * c.resolved_head_dim()) % 16 == 0,
+          fmt::format("with attention_bias, num_key_value_heads * head_dim must be a multiple of "
+                      "16; got {}", int64_t(c.num_key_value_heads) * c.resolved_head_dim()));
+  require(!c.mlp_bias || c.intermediate_size % 16 == 0,
+          fmt::format("with mlp_bias, intermediate_size must be a multiple of 16; got {}",
+                      c.intermediate_size));
+}
+
+Llama::Llama(const LlamaConfig& config) : config_(config) {
+  validate_llama_config(config, "LlamaConfig");
+  auto root = std::make_unique<TableUnit>("root", root_specs(config));
+  TableUnit& root_ref = *root;
+  units_.push_back(std::move(root));
+  layers_.push_back(std::make_unique<EmbeddingLayer>(config, root_ref));
+  for (int l = 0; l < config.num_hidden_layers; ++l) {
+    BlockIndex at;
+    auto block = std::make_unique<TableUnit>("model.layers." + std::to_string(l),
+                                             block_specs(config, l, at));
+    assert_adjacent(*block, {at.q, at.k, at.v});
+    assert_adjacent(*block, {at.q_bias, at.k_bias, at.v_bias});
+    assert_adjacent(*block, {at.gate, at.up});
+    assert_adjacent(*block, {at.gate_bias, at.up_bias});
+    layers_.push_back(std::make_unique<DecoderLayer>(config, *block, at, l + 1));
+    units_.push_back(std::move(block));
+  }
+  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunk_rows_));
+  for (auto& u : units_) unit_ptrs_.push_back(u.get());
+  for (auto& l : layers_) layer_ptrs_.push_back(l.get());
+}
+
+Llama::~Llama() = default;
+
+double Llama::forward_flops_per_token(int64_t T) const {
+  // 2 FLOPs per parameter per token for the matmuls (the head counted through its weight; an
+  // untied embed_tokens is a lookup, not a product), plus attention's two products per layer,
+  // QKᵀ and att·V, 2·2·T·(NH·hd) per token.
+  double params = 0;
+  for (Unit* u : unit_ptrs_) params += static_cast<double>(u->layout().param_count());
+  if (!config_.tie_word_embeddings)
+    params -= static_cast<double>(config_.vocab_size) * config_.hidden_size;
+  const double q_width = static_cast<double>(config_.num_attention_heads) *
+                         config_.resolved_head_dim();
+  return 2.0 * params + 4.0 * config_.num_hidden_layers * static_cast<double>(T) * q_width;
+}
+
+}  // namespace zt

@@ -1,0 +1,75 @@
+// Llama-family decoder (Llama 2/3, Qwen2 and kin) written against runtime's Model/Unit/Layer
+// interface: token embedding without positions, pre-norm blocks of RMSNorm, grouped-query
+// attention with rotary position embeddings (Hugging Face's rotate-half) and a SwiGLU MLP, final
+// RMSNorm, LM head tied to the embedding or its own. Parameter names and shapes are
+// LlamaForCausalLM's (linear weights (out, in)), so weights move to and from transformers
+// unchanged; the vocabulary is not padded (embed_tokens is (V, C), as transformers stores it).
+// Units: 0 = root (embed_tokens, norm, lm_head when untied), 1..L = decoder layers. Layers:
+// embedding (root), decoder layers, head (root: final norm, LM head, cross-entropy fused).
+// Forward and backward are explicit kernel calls; no autograd. Owns no tensor memory.
+// Not here: reading a Hugging Face config.json or weights (launch/ will map config.json's keys,
+// which LlamaConfig's fields are named after, onto LlamaConfig).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/model.h"
+
+namespace zt {
+
+// config.json's keys of LlamaConfig (and Qwen2Config), the ones this model uses.
+struct LlamaConfig {
+  int hidden_size = 4096;
+  int intermediate_size = 11008;
+  int num_hidden_layers = 32;
+  int num_attention_heads = 32;
+  int num_key_value_heads = 32;  // == num_attention_heads: multi-head; fewer: grouped-query
+  int head_dim = 0;              // 0: hidden_size / num_attention_heads
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  int vocab_size = 32000;
+  int max_position_embeddings = 2048;
+  bool attention_bias = false;      // biases on q/k/v (and o_proj, below)
+  bool attention_out_bias = true;   // with attention_bias, o_proj too (Llama); false: Qwen2's
+                                    // q/k/v-only biases
+  bool mlp_bias = false;            // biases on gate/up/down
+  bool tie_word_embeddings = false;  // lm_head is embed_tokens (no lm_head.weight)
+
+  int resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+};
+
+// Zoo names: llama-tiny (GQA, untied, no biases), qwen2-tiny (GQA, tied, q/k/v biases),
+// llama-3.2-1B, qwen2-0.5B. Unknown names are input errors listing the known ones.
+LlamaConfig llama_zoo_config(const std::string& name);
+// Checks positivity, head and group divisibility, an even head_dim and the alignment the fused
+// projections need; throws kInput naming `source` and the field.
+void validate_llama_config(const LlamaConfig& config, const std::string& source);
+
+class Llama final : public Model {
+ public:
+  // Validates `config` (source "LlamaConfig").
+  explicit Llama(const LlamaConfig& config);
+  ~Llama() override;
+
+  std::span<Unit* const> units() override { return unit_ptrs_; }
+  std::span<Layer* const> layers() override { return layer_ptrs_; }
+  int64_t hidden_size() const override { return config_.hidden_size; }
+  int64_t max_seq_len() const override { return config_.max_position_embeddings; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  double forward_flops_per_token(int64_t T) const override;
+  const LlamaConfig& config() const { return config_; }
+  // Rows of logits computed at once by the head (bounds the head's activation memory).
+  void set_logits_chunk_rows(int64_t rows) { logits_chunk_rows_ = rows; }
+
+ private:
+  LlamaConfig config_;
+  int64_t logits_chunk_rows_ = 0;  // 0: chosen from a 32 MiB budget
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Unit*> unit_ptrs_;
+  std::vector<Layer*> layer_ptrs_;
+};
+
+}  // namespace zt
