@@ -2,6 +2,7 @@
 #include "launch/hf_model_dir.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "launch/weights_io.h"
 #include "runtime/file_io.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/formats/safetensors_set.h"
@@ -33,13 +35,6 @@ const char* torch_dtype(DType d) {
     case DType::kF16: return "float16";
   }
   return "float32";
-}
-
-// The exported shape (dim 0 trimmed to the rows that hold real values) and name of a parameter.
-std::vector<int64_t> exported_shape(const ParamSpec& spec) {
-  std::vector<int64_t> shape = spec.shape;
-  shape[0] = spec.exported_rows();
-  return shape;
 }
 
 uint64_t numel_of(const std::vector<int64_t>& shape) {

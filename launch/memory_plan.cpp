@@ -91,15 +91,8 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
       row.activations = activations;
       row.comm_elements = comm_elements_per_step(r.unit_numels, o);
       if (r.model) {
-        StepReplayOptions step;
-        step.states = o;
-        step.activations = a;
-        step.gather = GatherLimits{e.prefetch_bucket_size, e.max_live_parameters,
-                                   e.max_reuse_distance};
-        step.reduce_bucket_elements = e.reduce_bucket_size;
-        step.overlap_comm = e.overlap_comm;
-        step.comm_staging = r.comm_staging;
-        row.device_peak = device_peak_bytes(*r.model, step);
+        row.device_peak =
+            device_peak_bytes(*r.model, step_replay_options(e, o, a, r.comm_staging));
       }
       const bool cpu_offload = offload != OffloadDevice::kNone;
       row.deepspeed = stage < 3 ? deepspeed_zero2_estimate(r.params, per_node, r.nodes, cpu_offload)

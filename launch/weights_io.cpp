@@ -11,13 +11,6 @@ namespace zt {
 
 namespace {
 
-// The exported shape: dim 0 trimmed to the rows that hold real values.
-std::vector<int64_t> exported_shape(const ParamSpec& spec) {
-  std::vector<int64_t> shape = spec.shape;
-  shape[0] = spec.exported_rows();
-  return shape;
-}
-
 std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
@@ -27,6 +20,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 }  // namespace
+
+std::vector<int64_t> exported_shape(const ParamSpec& spec) {
+  std::vector<int64_t> shape = spec.shape;
+  shape[0] = spec.exported_rows();
+  return shape;
+}
 
 void save_weights(Engine& engine, const std::string& path, WeightsDtype which,
                   const std::function<void(int unit)>& before_unit) {

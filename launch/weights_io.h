@@ -17,6 +17,10 @@ namespace zt {
 // the same as kMaster in fp32 training).
 enum class WeightsDtype { kMaster, kWorking };
 
+// A parameter's shape in a weights file: dim 0 trimmed to the rows that hold real values
+// (ParamSpec::exported_rows(): GPT-2's padded vocabulary rows are left out).
+std::vector<int64_t> exported_shape(const ParamSpec& spec);
+
 // Writes every parameter of every unit (atomic: temp file, fsync, rename). Collective: every
 // rank calls it (stage 3 gathers each unit); rank 0 writes. `before_unit(u)`, when given, is
 // called on every rank before its part in unit u (zt-train's test-only fault injection).

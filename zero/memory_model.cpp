@@ -464,6 +464,20 @@ std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptio
   return t.peak[static_cast<size_t>(kActs)];
 }
 
+StepReplayOptions step_replay_options(const EngineOptions& engine, const StateOptions& states,
+                                      const ActivationOptions& activations,
+                                      int64_t comm_staging) {
+  StepReplayOptions step;
+  step.states = states;
+  step.activations = activations;
+  step.gather = GatherLimits{engine.prefetch_bucket_size, engine.max_live_parameters,
+                             engine.max_reuse_distance};
+  step.reduce_bucket_elements = engine.reduce_bucket_size;
+  step.overlap_comm = engine.overlap_comm;
+  step.comm_staging = comm_staging;
+  return step;
+}
+
 std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOptions& o) {
   const StateOptions& s = o.states;
   const TierBytes states = model_state_bytes(unit_numels(model), s);

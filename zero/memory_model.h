@@ -149,6 +149,11 @@ struct DevicePeak {
   int64_t total = 0;                                   // at the step's highest point
   std::array<int64_t, kNumMemCategories> category{};  // each category's own peak
 };
+// The replay's options for an engine built with `engine` (its gather limits, reduce buckets and
+// overlap_comm), holding `states`, running micro-batches as `activations` says.
+StepReplayOptions step_replay_options(const EngineOptions& engine, const StateOptions& states,
+                                      const ActivationOptions& activations,
+                                      int64_t comm_staging);
 // nullopt when a layer declares no activations (Layer::activations).
 std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOptions& o);
 

@@ -15,33 +15,13 @@
 #include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
+#include "tests/model_zoo/model_test_util.h"
 #include "zero/engine.h"
 
 namespace zt {
 namespace {
 
-struct Tokens {
-  std::vector<int32_t> inputs, targets;
-  Batch batch;
-};
-
-Tokens random_tokens(int64_t B, int64_t T, int vocab, uint32_t seed) {
-  Tokens t;
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  t.inputs.resize(B * T);
-  t.targets.resize(B * T);
-  for (auto& x : t.inputs) x = d(rng);
-  for (auto& x : t.targets) x = d(rng);
-  t.batch = Batch{t.inputs.data(), t.targets.data(), B, T};
-  return t;
-}
-
-std::vector<bool> every_block(Model& m) {
-  std::vector<bool> mask;
-  for (Layer* l : m.layers()) mask.push_back(l->checkpointable());
-  return mask;
-}
+using namespace model_test;
 
 // name -> shape over every unit.
 std::map<std::string, std::vector<int64_t>> parameter_shapes(Model& m) {

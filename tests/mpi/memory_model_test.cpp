@@ -137,16 +137,10 @@ void check(const Case& c, const std::string& swap_dir) {
   ao.checkpoint = eo.checkpoint;
   const std::optional<int64_t> activations = activation_peak_bytes(model, ao);
   ASSERT_TRUE(activations.has_value());
-  StepReplayOptions step;
-  step.states = so;
-  step.activations = ao;
-  step.gather = GatherLimits{eo.prefetch_bucket_size, eo.max_live_parameters,
-                             eo.max_reuse_distance};
-  step.reduce_bucket_elements = eo.reduce_bucket_size;
-  step.overlap_comm = eo.overlap_comm;
-  // The test's communicator and the engine's gather duplicate of it.
-  step.comm_staging = 2 * static_cast<int64_t>(MpiCommunicator::staging_bytes(world_size()));
-  const std::optional<DevicePeak> device_peak = device_peak_bytes(model, step);
+  // The staging of the test's communicator and of the engine's gather duplicate of it.
+  const std::optional<DevicePeak> device_peak = device_peak_bytes(
+      model, step_replay_options(
+                 eo, so, ao, 2 * static_cast<int64_t>(MpiCommunicator::staging_bytes(world_size()))));
   ASSERT_TRUE(device_peak.has_value());
 
   Engine engine(device, comm, model, eo);
