@@ -1,8 +1,8 @@
 // zt-prep: tokenises text files into llm.c token files for zt-train, with GPT-2's BPE (--vocab:
 // encoder.json + vocab.bpe) or a Hugging Face tokenizer.json (--tokenizer: byte-level BPE).
 // Each input file is one document, preceded by the separator token (<|endoftext|> unless
-// --separator names another, as llm.c's data scripts do). The token file holds uint16 ids
-// (runtime/data/token_data.h), so a vocabulary above 65536 tokens is refused before any work.
+// --separator names another, as llm.c's data scripts do). The token file holds uint16 ids as
+// llm.c's does, or uint32 ids (version 2, runtime/data/token_data.h) once one passes 65535.
 // With --val-out and --val-fraction, the last documents (in command-line order, never split)
 // go to the validation file. Parses the command line and maps errors to exit codes; the
 // tokenizer and the file format live in runtime/.
@@ -27,9 +27,6 @@
 namespace {
 
 namespace po = boost::program_options;
-
-// The largest vocabulary the uint16 token file can hold (ids 0..65535).
-constexpr size_t kMaxTokenFileVocab = 65536;
 
 struct PrepOptions {
   std::string vocab_dir;       // GPT-2's encoder.json + vocab.bpe; or
@@ -71,11 +68,6 @@ void run_prep(const PrepOptions& options) {
   zt::BpeTokenizer tokenizer = options.tokenizer_path.empty()
                                    ? zt::Gpt2Tokenizer(options.vocab_dir)
                                    : zt::load_tokenizer_json(options.tokenizer_path);
-  if (tokenizer.vocab_size() > kMaxTokenFileVocab) {
-    zt::throw_input(fmt::format("{} has {} tokens; the token file format holds uint16 ids, so "
-                                "at most {} tokens (runtime/data/token_data.h)",
-                                tokenizer.source(), tokenizer.vocab_size(), kMaxTokenFileVocab));
-  }
   const std::optional<int32_t> separator = tokenizer.token_id(options.separator);
   if (!separator) {
     zt::throw_input(fmt::format("{} has no token \"{}\" to separate documents; name one with "

@@ -95,11 +95,13 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens) 
     throw_input(fmt::format("cannot write {}: {} tokens exceed the format's limit of {}", path,
                             tokens.size(), INT32_MAX));
   }
+  bool wide = false;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] > 65535) {
-      throw_input(fmt::format("cannot write {}: token id {} at position {} does not fit the "
-                              "uint16 token file format", path, tokens[i], i));
+    if (tokens[i] < 0) {
+      throw_input(fmt::format("cannot write {}: token id {} at position {} is negative", path,
+                              tokens[i], i));
     }
+    wide = wide || tokens[i] > 65535;
   }
 
   const std::string tmp_path = path + ".tmp";
@@ -116,15 +118,23 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens) 
 
   int32_t header[kTokenFileHeaderInts] = {};
   header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
+  header[1] = wide ? kTokenFileVersionWide : kTokenFileVersion;
   header[2] = static_cast<int32_t>(tokens.size());
   if (!write_all(out.fd, header, sizeof header)) fail("writing");
   std::vector<uint16_t> chunk;
+  std::vector<uint32_t> wide_chunk;
   constexpr size_t kChunkTokens = size_t{1} << 20;
   for (size_t begin = 0; begin < tokens.size(); begin += kChunkTokens) {
     size_t end = std::min(tokens.size(), begin + kChunkTokens);
-    chunk.assign(tokens.begin() + begin, tokens.begin() + end);
-    if (!write_all(out.fd, chunk.data(), chunk.size() * sizeof(uint16_t))) fail("writing");
+    bool written = false;
+    if (wide) {
+      wide_chunk.assign(tokens.begin() + begin, tokens.begin() + end);
+      written = write_all(out.fd, wide_chunk.data(), wide_chunk.size() * sizeof(uint32_t));
+    } else {
+      chunk.assign(tokens.begin() + begin, tokens.begin() + end);
+      written = write_all(out.fd, chunk.data(), chunk.size() * sizeof(uint16_t));
+    }
+    if (!written) fail("writing");
   }
   if (::fsync(out.fd) != 0) fail("fsync of");
   if (::close(out.release()) != 0) fail("closing");
@@ -171,30 +181,41 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
     throw_input(fmt::format("token file {} has magic number {}, expected {}; not an llm.c token "
                             "file", path, header[0], kTokenFileMagic));
   }
-  if (header[1] != kTokenFileVersion) {
-    throw_input(fmt::format("token file {} has version {}; only version {} (uint16 GPT-2 "
-                            "tokens) is supported", path, header[1], kTokenFileVersion));
+  if (header[1] != kTokenFileVersion && header[1] != kTokenFileVersionWide) {
+    throw_input(fmt::format("token file {} has version {}; only versions {} (uint16 tokens, "
+                            "llm.c's) and {} (uint32 tokens) are supported", path, header[1],
+                            kTokenFileVersion, kTokenFileVersionWide));
   }
+  const bool wide = header[1] == kTokenFileVersionWide;
+  const int64_t width = wide ? 4 : 2;
   const int64_t count = header[2];
   const int64_t payload_bytes = file_bytes - static_cast<int64_t>(kTokenFileHeaderBytes);
   if (count < 0) {
     throw_input(fmt::format("token file {} declares a negative token count {}", path, count));
   }
-  if (payload_bytes < 2 * count) {
+  if (payload_bytes < width * count) {
     throw_input(fmt::format("token file {} is truncated: the header declares {} tokens ({} "
-                            "bytes) but only {} bytes follow it", path, count, 2 * count,
+                            "bytes) but only {} bytes follow it", path, count, width * count,
                             payload_bytes));
   }
-  if (payload_bytes > 2 * count) {
+  if (payload_bytes > width * count) {
     throw_input(fmt::format("token file {} has {} trailing bytes after the {} tokens its header "
-                            "declares", path, payload_bytes - 2 * count, count));
+                            "declares", path, payload_bytes - width * count, count));
   }
 
   TokenFile file;
   file.path_ = path;
-  file.tokens_.resize(static_cast<size_t>(count));
-  const size_t bytes = file.tokens_.size() * sizeof(uint16_t);
-  ssize_t got = read_all(in.fd, file.tokens_.data(), bytes);
+  file.wide_ = wide;
+  void* data = nullptr;
+  if (wide) {
+    file.wide_tokens_.resize(static_cast<size_t>(count));
+    data = file.wide_tokens_.data();
+  } else {
+    file.tokens_.resize(static_cast<size_t>(count));
+    data = file.tokens_.data();
+  }
+  const size_t bytes = static_cast<size_t>(count * width);
+  ssize_t got = read_all(in.fd, data, bytes);
   if (got < 0) {
     throw_system(fmt::format("error reading token file {}: {}", path, std::strerror(errno)));
   }
@@ -202,13 +223,23 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
     throw_input(fmt::format("token file {} is truncated: expected {} token bytes, read {}", path,
                             bytes, got));
   }
-  for (size_t i = 0; i < file.tokens_.size(); ++i) {
-    if (file.tokens_[i] >= vocab_size) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (file.at(i) < 0 || file.at(i) >= vocab_size) {  // a uint32 past INT32_MAX reads negative
       throw_input(fmt::format("token file {}: token id {} at position {} is not below the "
-                              "vocabulary size {}", path, file.tokens_[i], i, vocab_size));
+                              "vocabulary size {}",
+                              path, wide ? file.wide_tokens_[static_cast<size_t>(i)]
+                                         : uint32_t{file.tokens_[static_cast<size_t>(i)]},
+                              i, vocab_size));
     }
   }
   return file;
+}
+
+void TokenFile::copy(int64_t begin, int64_t n, int32_t* dst) const {
+  if (wide_)
+    std::copy_n(wide_tokens_.begin() + begin, n, dst);
+  else
+    std::copy_n(tokens_.begin() + begin, n, dst);
 }
 
 std::vector<int64_t> shuffled_rounds(int64_t n, uint64_t seed, int64_t epoch) {
@@ -264,11 +295,9 @@ int64_t DataLoader::batch_start(int64_t batch_index) const {
 void DataLoader::next(int32_t* inputs, int32_t* targets) {
   const int64_t start = batch_start(position_);
   const int64_t n = B_ * T_;
-  const uint16_t* window = file_.tokens().data() + start;  // (B*T + 1) tokens
-  for (int64_t i = 0; i < n; ++i) {
-    inputs[i] = window[i];
-    targets[i] = window[i + 1];
-  }
+  // The window of B*T + 1 tokens: inputs its first B*T, targets its last.
+  file_.copy(start, n, inputs);
+  file_.copy(start + 1, n, targets);
   ++position_;
 }
 

@@ -2,8 +2,10 @@
 //
 // File format (llm.c, dev/data/data_common.py): a header of 256 little-endian int32
 // (header[0] = 20240520 magic, header[1] = 1 version, header[2] = number of tokens, the rest
-// zero), then the tokens as little-endian uint16. write_token_file() writes it atomically;
-// TokenFile reads one fully into memory and validates it.
+// zero), then the tokens as little-endian uint16. Version 2 is ours, the same with uint32
+// tokens, for vocabularies past 65536 (Llama 3's 128,256, Qwen2's 151,936); write_token_file()
+// writes version 1 whenever every id fits it, so GPT-2 files stay llm.c's byte for byte. It
+// writes atomically; TokenFile reads either version fully into memory and validates it.
 //
 // DataLoader serves (B, T) input/target windows in llm.c's order, sharded by rank, optionally
 // with the order of rounds shuffled per epoch. It does not tokenise, does not read the file
@@ -19,13 +21,15 @@
 namespace zt {
 
 inline constexpr int32_t kTokenFileMagic = 20240520;
-inline constexpr int32_t kTokenFileVersion = 1;  // uint16 tokens (GPT-2)
+inline constexpr int32_t kTokenFileVersion = 1;      // uint16 tokens (llm.c, GPT-2)
+inline constexpr int32_t kTokenFileVersionWide = 2;  // uint32 tokens (ours)
 inline constexpr size_t kTokenFileHeaderInts = 256;
 inline constexpr size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(int32_t);
 
 // Writes `tokens` to path + ".tmp", fsyncs it, renames it to `path` and fsyncs the directory,
-// so a crash leaves either the old file or the new one. Ids outside [0, 65535] (the uint16
-// format) and more than INT32_MAX tokens throw kInput; I/O failures throw kSystem.
+// so a crash leaves either the old file or the new one: version 1 when every id is at most
+// 65535, else version 2. Negative ids and more than INT32_MAX tokens throw kInput; I/O
+// failures throw kSystem.
 void write_token_file(const std::string& path, std::span<const int32_t> tokens);
 
 // A validated token file held in memory. Every problem throws kInput with one line naming the
@@ -37,13 +41,22 @@ class TokenFile {
   static TokenFile open(const std::string& path, int64_t vocab_size);
 
   const std::string& path() const { return path_; }
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }  // number of tokens
-  std::span<const uint16_t> tokens() const { return tokens_; }
+  int64_t size() const { return wide_ ? static_cast<int64_t>(wide_tokens_.size())
+                                      : static_cast<int64_t>(tokens_.size()); }
+  int32_t version() const { return wide_ ? kTokenFileVersionWide : kTokenFileVersion; }
+  int32_t at(int64_t i) const {
+    return wide_ ? static_cast<int32_t>(wide_tokens_[static_cast<size_t>(i)])
+                 : static_cast<int32_t>(tokens_[static_cast<size_t>(i)]);
+  }
+  // dst[k] = at(begin + k) for k < n.
+  void copy(int64_t begin, int64_t n, int32_t* dst) const;
 
  private:
   TokenFile() = default;
   std::string path_;
-  std::vector<uint16_t> tokens_;
+  bool wide_ = false;                  // version 2: the ids in wide_tokens_
+  std::vector<uint16_t> tokens_;       // version 1
+  std::vector<uint32_t> wide_tokens_;  // version 2
 };
 
 // Serves batches of B rows of T tokens: inputs (B*T) and targets (B*T, the inputs shifted by

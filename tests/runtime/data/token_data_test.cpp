@@ -85,21 +85,51 @@ TEST(TokenFileTest, RoundTrip) {
   TokenFile file = TokenFile::open(path, 65536);
   EXPECT_EQ(file.path(), path);
   ASSERT_EQ(file.size(), static_cast<int64_t>(tokens.size()));
-  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(file.tokens()[i], tokens[i]);
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(file.at(static_cast<int64_t>(i)), tokens[i]);
 
   write_token_file(path, {});  // empty files are valid, and overwriting replaces
   EXPECT_EQ(TokenFile::open(path, 50257).size(), 0);
 }
 
-TEST(TokenFileTest, WriteRefusesIdsOutsideUint16) {
+TEST(TokenFileTest, WriteRefusesNegativeIds) {
   TempDir dir;
   const std::string path = dir.file("tokens.bin");
-  for (int32_t bad : {65536, -1}) {
-    const std::vector<int32_t> tokens = {1, 2, bad};
-    expect_input_error([&] { write_token_file(path, tokens); }, path, "position 2");
-    EXPECT_FALSE(fs::exists(path));
-    EXPECT_FALSE(fs::exists(path + ".tmp"));
+  const std::vector<int32_t> tokens = {1, 2, -1};
+  expect_input_error([&] { write_token_file(path, tokens); }, path, "position 2");
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// Ids past 65535 (Llama 3's vocabulary) go to version 2, uint32 tokens; the loader serves them
+// like version 1's, and the vocabulary check still names the first id out of range.
+TEST(TokenFileTest, WideIdsRoundTripInVersionTwo) {
+  TempDir dir;
+  const std::string path = dir.file("wide.bin");
+  std::vector<int32_t> tokens;
+  for (int32_t i = 0; i < 40; ++i) tokens.push_back(i % 2 ? 128000 + i : i);
+  write_token_file(path, tokens);
+  const std::string bytes = read_bytes(path);
+  ASSERT_EQ(bytes.size(), 1024 + 4 * tokens.size());
+  int32_t header[3];
+  std::memcpy(header, bytes.data(), sizeof header);
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 2);
+  EXPECT_EQ(header[2], 40);
+  const TokenFile file = TokenFile::open(path, 128256);
+  EXPECT_EQ(file.version(), 2);
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(file.at(static_cast<int64_t>(i)), tokens[i]);
+  DataLoader loader(file, 2, 4, 0, 1, false, 0);
+  std::vector<int32_t> inputs(8), targets(8);
+  loader.next(inputs.data(), targets.data());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(inputs[i], tokens[i]);
+    EXPECT_EQ(targets[i], tokens[i + 1]);
   }
+  expect_input_error([&] { TokenFile::open(path, 128000); }, path, "token id 128001 at position 1");
+  // A version 1 file stays llm.c's: the same ids below 65536 write 2 bytes each.
+  write_token_file(path, std::vector<int32_t>{1, 65535});
+  EXPECT_EQ(TokenFile::open(path, 65536).version(), 1);
+  EXPECT_EQ(read_bytes(path).size(), 1024u + 4u);
 }
 
 TEST(TokenFileTest, MissingFile) {
@@ -143,8 +173,8 @@ TEST(TokenFileTest, WrongMagicAndVersion) {
   };
   write_bytes(path, with_header_int(0, 20240801));
   expect_input_error([&] { TokenFile::open(path, 50257); }, path, "magic");
-  write_bytes(path, with_header_int(1, 2));
-  expect_input_error([&] { TokenFile::open(path, 50257); }, path, "version 2");
+  write_bytes(path, with_header_int(1, 3));
+  expect_input_error([&] { TokenFile::open(path, 50257); }, path, "version 3");
   write_bytes(path, with_header_int(2, -5));
   expect_input_error([&] { TokenFile::open(path, 50257); }, path, "negative");
 }
