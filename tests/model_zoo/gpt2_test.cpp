@@ -45,46 +45,16 @@ TEST(Gpt2, RejectsBadShapes) {
   EXPECT_THROW(gpt2_zoo_config("gpt2-huge"), Error);
 }
 
-// Central differences on the whole model's mean loss, for a sample of elements of every
-// tensor, in float32. Richardson extrapolation of the steps h = 1e-2 and h/2 cancels the h^2
-// truncation term (which alone reaches 1% on residual-path biases at h = 1e-2); an element
-// passes when |fd - grad| <= 2e-3 * max(|fd|, |grad|) + 5e-4.
+// The whole model's gradient against central differences (model_test_util.h).
 TEST(Gpt2, WholeModelGradientMatchesFiniteDifferences) {
   CpuDevice device;
   Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
   EngineOptions options;
   SelfCommunicator comm(device);
-    Engine engine(device, comm, model, options);
+  Engine engine(device, comm, model, options);
   Tokens t = random_tokens(2, 5, 61, 7);
   engine.compute_gradients(t.batch);
-  std::mt19937 rng(3);
-  int checked = 0;
-  for (int u = 0; u < engine.num_units(); ++u) {
-    float* params = engine.unit_params(u);
-    const std::vector<float> grads = engine.unit_grads(u);
-    for (const auto& e : model.units()[u]->layout().entries()) {
-      const int64_t used = e.numel / e.spec.shape[0] * e.spec.exported_rows();
-      std::uniform_int_distribution<int64_t> pick(0, used - 1);
-      for (int s = 0; s < 4; ++s) {
-        const int64_t i = e.offset + pick(rng);
-        const float saved = params[i];
-        auto central = [&](float h) {
-          params[i] = saved + h;
-          const double up = engine.eval_loss(t.batch);
-          params[i] = saved - h;
-          const double down = engine.eval_loss(t.batch);
-          params[i] = saved;
-          return (up - down) / (2.0 * h);
-        };
-        const double fd = (4.0 * central(5e-3f) - central(1e-2f)) / 3.0;
-        const double g = grads[i];
-        EXPECT_LE(std::abs(fd - g), 2e-3 * std::max(std::abs(fd), std::abs(g)) + 5e-4)
-            << e.spec.name << "[" << i - e.offset << "] fd " << fd << " grad " << g;
-        ++checked;
-      }
-    }
-  }
-  EXPECT_GT(checked, 50);
+  EXPECT_GT(check_gradients_by_finite_differences(engine, model, t.batch), 50);
 }
 
 TEST(Gpt2, CheckpointingGivesBitwiseIdenticalGradients) {
