@@ -18,12 +18,23 @@
 
 namespace zt {
 
+// A target that is not trained on (a prompt token of instruction data, padding): its loss is
+// 0, its logits' gradient is 0, and it is not counted in the mean loss. Any negative target
+// means this; the data loader writes kIgnoreTarget.
+inline constexpr int32_t kIgnoreTarget = -1;
+
 // A micro-batch of token ids: inputs and next-token targets, each (B, T).
+// `positions`, when set, packs several documents into a row: positions[b*T + t] is token t's
+// position in its document (0 at a document's first token and at every row's first token, else
+// the previous token's plus one). Attention then stays within a document (query t reads keys
+// t - positions[t] .. t) and position embeddings (GPT-2's wpe, Llama's RoPE) use it. Null: one
+// document per row, positions 0..T-1 (and bitwise what the kernels computed before positions).
 struct Batch {
   const int32_t* inputs = nullptr;
-  const int32_t* targets = nullptr;
+  const int32_t* targets = nullptr;  // targets < 0: ignored (kIgnoreTarget)
   int64_t B = 0;
   int64_t T = 0;
+  const int32_t* positions = nullptr;
 };
 
 // A group of parameters gathered, released and reduced together; one flat buffer.
