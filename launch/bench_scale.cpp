@@ -28,7 +28,7 @@
 
 #include "launch/logger.h"
 #include "launch/trainer.h"
-#include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
 #include "runtime/byte_count.h"
 #include "runtime/config.h"
 #include "runtime/cpu/cpu_affinity.h"
@@ -345,7 +345,7 @@ int bench_scale(const BenchScaleOptions& o_given) {
   std::vector<std::string> base;
   if (!o.model.empty()) {
     try {
-      gpt2_zoo_config(o.model);
+      zoo_model_spec(o.model);
     } catch (const Error& e) {
       throw_input(fmt::format("--model: {}", e.what()));
     }
@@ -355,15 +355,15 @@ int bench_scale(const BenchScaleOptions& o_given) {
   if (o.seq_len > 0) base.push_back(fmt::format("zt.seq_len={}", o.seq_len));
   base.push_back("train_batch_size=auto");
   const Config config = load_config(o.config, base, 1);
-  const Gpt2Config model_config = resolve_model(config);
+  const ModelSpec model_config = resolve_model(config);
   if (o.batch <= 0) o.batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   if (o.seq_len <= 0) o.seq_len = config.zt.seq_len;
   const std::string model_name =
       config.zt.model.has_object ? std::string("the config's model") : config.zt.model.zoo_name;
   const int64_t accumulation = config.gradient_accumulation_steps;
-  const Gpt2 shapes(model_config);  // tables only
+  const std::unique_ptr<Model> shapes = build_model(model_config);  // tables only
   // PaLM's model FLOPs: forward + backward (2x forward), recomputation not counted.
-  const double flops_per_token = 3.0 * shapes.forward_flops_per_token(o.seq_len);
+  const double flops_per_token = 3.0 * shapes->forward_flops_per_token(o.seq_len);
   const int64_t tokens_per_rank_step = int64_t(o.batch) * o.seq_len * accumulation;
 
   // The peak: on the CPU the cores' fp32 FMA rate over every CPU this process may use, measured
@@ -414,7 +414,7 @@ int bench_scale(const BenchScaleOptions& o_given) {
 
   log.rank0("zt-bench scale: {} ({:.2f}M parameters), B={} T={} per rank (weak scaling), {} "
             "steps ({} untimed), {} points ({} to run) from {}",
-            model_name, shapes.forward_flops_per_token(0) / 2e6, o.batch, o.seq_len, o.steps,
+            model_name, shapes->forward_flops_per_token(0) / 2e6, o.batch, o.seq_len, o.steps,
             o.warmup, points.size(), to_run, o.config);
   if (gpu)
     log.rank0("device: cuda, MFU against --peak-tflops {} per rank", o.peak_tflops);

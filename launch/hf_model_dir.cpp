@@ -54,6 +54,9 @@ void convert(const float* src, uint64_t n, DType dtype, std::byte* dst) {
     out[i] = dtype == DType::kBF16 ? fp32_to_bf16(src[i]) : fp32_to_fp16(src[i]);
 }
 
+// The double a float's shortest decimal form reads as: 1e-06 rather than 9.99999997e-07.
+double shortest(float x) { return std::stod(fmt::format("{}", x)); }
+
 void write_text(const fs::path& path, const std::string& text) {
   AtomicFile f(path.string());
   f.write(text);
@@ -67,50 +70,199 @@ bool is_hf_model_dir(const std::string& path) {
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / kHfConfigName, ec);
 }
 
-Gpt2Config read_hf_config(const std::string& dir) {
-  const std::string file = (fs::path(dir) / kHfConfigName).string();
-  const nlohmann::json j = nlohmann::json::parse(read_file(file, "the model config"), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw_input(fmt::format("{}: not a JSON object", file));
-  const auto type = j.find("model_type");
-  if (type == j.end() || !type->is_string())
-    throw_input(fmt::format("{}: no \"model_type\" string", file));
-  const std::string model_type = type->get<std::string>();
-  if (model_type != "gpt2") {
-    const bool llama_family =
-        model_type == "llama" || model_type == "qwen2" || model_type == "mistral";
-    throw_input(fmt::format("{}: model_type '{}' is not supported{}; supported: gpt2", file,
-                            model_type,
-                            llama_family ? " yet (the Llama family needs model_zoo/llama)" : ""));
-  }
-  Gpt2Config c;
-  auto field = [&](const char* key, int& out) {
-    const auto it = j.find(key);
-    if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() <= 0 ||
+namespace {
+
+// One config.json (or zt.model object) read as the family its model_type names; every error
+// names `source` and the key.
+class HfConfigReader {
+ public:
+  HfConfigReader(const nlohmann::json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  int positive(const char* key) const {
+    const auto it = j_.find(key);
+    if (it == j_.end() || !it->is_number_integer() || it->get<int64_t>() <= 0 ||
         it->get<int64_t>() > (int64_t{1} << 30))
-      throw_input(fmt::format("{}: \"{}\" must be a positive integer{}", file, key,
-                              it == j.end() ? " (missing)" : fmt::format(", not {}", it->dump())));
-    out = static_cast<int>(it->get<int64_t>());
-  };
-  field("n_layer", c.n_layer);
-  field("n_head", c.n_head);
-  field("n_embd", c.n_embd);
-  field("vocab_size", c.vocab_size);
-  field("n_positions", c.n_positions);
-  // What this GPT-2 does not have: refused rather than trained differently.
-  if (const auto act = j.find("activation_function");
-      act != j.end() && act->is_string() && act->get<std::string>() != "gelu_new" &&
-      act->get<std::string>() != "gelu_pytorch_tanh")
+      throw_input(fmt::format("{}: \"{}\" must be a positive integer{}", source_, key,
+                              it == j_.end() ? " (missing)" : fmt::format(", not {}", it->dump())));
+    return static_cast<int>(it->get<int64_t>());
+  }
+  int positive_or(const char* key, int fallback) const {
+    return present(key) ? positive(key) : fallback;
+  }
+  float number_or(const char* key, float fallback) const {
+    if (!present(key)) return fallback;
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_number() || !(v.get<double>() > 0.0))
+      throw_input(fmt::format("{}: \"{}\" must be a positive number, not {}", source_, key, v.dump()));
+    return static_cast<float>(v.get<double>());
+  }
+  bool boolean_or(const char* key, bool fallback) const {
+    if (!present(key)) return fallback;
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_boolean())
+      throw_input(fmt::format("{}: \"{}\" must be true or false, not {}", source_, key, v.dump()));
+    return v.get<bool>();
+  }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!present(key)) return fallback;
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_string())
+      throw_input(fmt::format("{}: \"{}\" must be a string, not {}", source_, key, v.dump()));
+    return v.get<std::string>();
+  }
+  // A key (not null) whose every value but `accepted` changes the model in a way this one
+  // does not compute: refused rather than trained differently.
+  void refuse_unless(const char* key, const nlohmann::json& accepted, const std::string& why) const {
+    if (present(key) && j_.at(key) != accepted)
+      throw_input(fmt::format("{}: \"{}\": {} is not supported ({})", source_, key,
+                              j_.at(key).dump(), why));
+  }
+  bool present(const char* key) const {
+    const auto it = j_.find(key);
+    return it != j_.end() && !it->is_null();
+  }
+  const std::string& source() const { return source_; }
+
+ private:
+  const nlohmann::json& j_;
+  std::string source_;
+};
+
+Gpt2Config gpt2_from_hf(const HfConfigReader& r) {
+  Gpt2Config c;
+  c.n_layer = r.positive("n_layer");
+  c.n_head = r.positive("n_head");
+  c.n_embd = r.positive("n_embd");
+  c.vocab_size = r.positive("vocab_size");
+  c.n_positions = r.positive("n_positions");
+  const std::string act = r.string_or("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     throw_input(fmt::format("{}: activation_function '{}' is not supported (GPT-2 here uses the "
-                            "tanh GELU, gelu_new)", file, act->get<std::string>()));
-  if (const auto tie = j.find("tie_word_embeddings");
-      tie != j.end() && tie->is_boolean() && !tie->get<bool>())
+                            "tanh GELU, gelu_new)", r.source(), act));
+  if (!r.boolean_or("tie_word_embeddings", true))
     throw_input(fmt::format("{}: tie_word_embeddings false is not supported for gpt2 (its head is "
-                            "tied to wte)", file));
-  validate_gpt2_config(c, file);
+                            "tied to wte)", r.source()));
+  validate_gpt2_config(c, r.source());
   return c;
 }
 
-SavePretrainedResult save_pretrained(Engine& engine, const Gpt2Config& model,
+// LlamaConfig's and Qwen2Config's keys, with transformers' defaults where a key may be absent.
+LlamaConfig llama_from_hf(const HfConfigReader& r, bool qwen2) {
+  LlamaConfig c;
+  c.hidden_size = r.positive("hidden_size");
+  c.intermediate_size = r.positive("intermediate_size");
+  c.num_hidden_layers = r.positive("num_hidden_layers");
+  c.num_attention_heads = r.positive("num_attention_heads");
+  c.num_key_value_heads = r.positive_or("num_key_value_heads", c.num_attention_heads);
+  c.head_dim = r.positive_or("head_dim", 0);
+  c.vocab_size = r.positive("vocab_size");
+  c.max_position_embeddings = r.positive_or("max_position_embeddings", qwen2 ? 32768 : 2048);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6f);
+  c.rope_theta = r.number_or("rope_theta", 10000.0f);
+  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
+  if (qwen2) {  // Qwen2: biases on q/k/v always, on nothing else
+    c.attention_bias = true;
+    c.attention_out_bias = false;
+    r.refuse_unless("use_sliding_window", false, "sliding-window attention");
+  } else {  // Llama: attention_bias puts biases on q, k, v and o
+    c.attention_bias = r.boolean_or("attention_bias", false);
+    c.attention_out_bias = true;
+    c.mlp_bias = r.boolean_or("mlp_bias", false);
+  }
+  const std::string act = r.string_or("hidden_act", "silu");
+  if (act != "silu")
+    throw_input(fmt::format("{}: hidden_act '{}' is not supported (the SwiGLU MLP here uses silu)",
+                            r.source(), act));
+  r.refuse_unless("rope_scaling", nullptr,
+                  "this build applies plain RoPE with rope_theta; rope_scaling must be null");
+  validate_llama_config(c, r.source());
+  return c;
+}
+
+}  // namespace
+
+ModelSpec model_spec_from_hf_config(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) throw_input(fmt::format("{}: not a JSON object", source));
+  const HfConfigReader r(j, source);
+  if (!r.present("model_type")) throw_input(fmt::format("{}: no \"model_type\" string", source));
+  const std::string model_type = r.string_or("model_type", "");
+  if (model_type == "gpt2") return ModelSpec{gpt2_from_hf(r)};
+  if (model_type == "llama" || model_type == "qwen2")
+    return ModelSpec{llama_from_hf(r, model_type == "qwen2")};
+  throw_input(fmt::format("{}: model_type '{}' is not supported; supported: gpt2, llama, qwen2",
+                          source, model_type));
+}
+
+ModelSpec read_hf_config(const std::string& dir) {
+  const std::string file = (fs::path(dir) / kHfConfigName).string();
+  const nlohmann::json j = nlohmann::json::parse(read_file(file, "the model config"), nullptr, false);
+  if (j.is_discarded()) throw_input(fmt::format("{}: not a JSON object", file));
+  return model_spec_from_hf_config(j, file);
+}
+
+nlohmann::ordered_json hf_config_json(const ModelSpec& spec, DType dtype) {
+  if (spec.is_gpt2()) {
+    const Gpt2Config& model = spec.gpt2();
+    return {
+        {"architectures", {"GPT2LMHeadModel"}},
+        {"model_type", "gpt2"},
+        {"n_layer", model.n_layer},
+        {"n_head", model.n_head},
+        {"n_embd", model.n_embd},
+        {"vocab_size", model.vocab_size},
+        {"n_positions", model.n_positions},
+        {"n_ctx", model.n_positions},
+        {"n_inner", nullptr},
+        {"activation_function", "gelu_new"},
+        {"layer_norm_epsilon", 1e-5},
+        {"initializer_range", 0.02},
+        {"resid_pdrop", 0.0},
+        {"embd_pdrop", 0.0},
+        {"attn_pdrop", 0.0},
+        {"bos_token_id", model.vocab_size - 1},
+        {"eos_token_id", model.vocab_size - 1},
+        {"tie_word_embeddings", true},
+        {"torch_dtype", torch_dtype(dtype)},
+    };
+  }
+  const LlamaConfig& c = spec.llama();
+  const bool qwen2 = spec.model_type() == "qwen2";
+  nlohmann::ordered_json j = {
+      {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", spec.model_type()},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.resolved_head_dim()},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"rms_norm_eps", shortest(c.rms_norm_eps)},
+      {"rope_theta", shortest(c.rope_theta)},
+      {"rope_scaling", nullptr},
+      {"vocab_size", c.vocab_size},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"initializer_range", 0.02},
+      {"attention_dropout", 0.0},
+      {"torch_dtype", torch_dtype(dtype)},
+  };
+  if (qwen2) {
+    j["use_sliding_window"] = false;
+  } else {
+    j["attention_bias"] = c.attention_bias;
+    j["mlp_bias"] = c.mlp_bias;
+  }
+  return j;
+}
+
+std::string hf_tensor_name(const ModelSpec& spec, const std::string& name) {
+  // GPT2LMHeadModel keeps the body under "transformer."; LlamaForCausalLM's names are the
+  // model's own.
+  return spec.is_gpt2() ? "transformer." + name : name;
+}
+
+SavePretrainedResult save_pretrained(Engine& engine, const ModelSpec& model,
                                      const SavePretrainedOptions& o) {
   ZT_ASSERT(o.max_shard_size > 0, "max_shard_size 0");
   const bool writes = engine.comm().rank() == 0;
@@ -129,7 +281,7 @@ SavePretrainedResult save_pretrained(Engine& engine, const Gpt2Config& model,
   std::vector<uint64_t> shard_bytes;
   for (size_t u = 0; u < units.size(); ++u)
     for (const auto& e : units[u]->layout().entries()) {
-      Tensor t{"transformer." + e.spec.name, exported_shape(e.spec), e.offset, 0};
+      Tensor t{hf_tensor_name(model, e.spec.name), exported_shape(e.spec), e.offset, 0};
       const uint64_t bytes = numel_of(t.shape) * element;
       if (shard_bytes.empty() || shard_bytes.back() + bytes > o.max_shard_size)
         if (shard_bytes.empty() || shard_bytes.back() > 0) shard_bytes.push_back(0);
@@ -191,27 +343,14 @@ SavePretrainedResult save_pretrained(Engine& engine, const Gpt2Config& model,
                                       {"weight_map", weight_map}}
                        .dump(2) +
                    "\n");
-  const nlohmann::ordered_json config = {
-      {"architectures", {"GPT2LMHeadModel"}},
-      {"model_type", "gpt2"},
-      {"n_layer", model.n_layer},
-      {"n_head", model.n_head},
-      {"n_embd", model.n_embd},
-      {"vocab_size", model.vocab_size},
-      {"n_positions", model.n_positions},
-      {"n_ctx", model.n_positions},
-      {"n_inner", nullptr},
-      {"activation_function", "gelu_new"},
-      {"layer_norm_epsilon", 1e-5},
-      {"initializer_range", 0.02},
-      {"resid_pdrop", 0.0},
-      {"embd_pdrop", 0.0},
-      {"attn_pdrop", 0.0},
-      {"bos_token_id", model.vocab_size - 1},
-      {"eos_token_id", model.vocab_size - 1},
-      {"tie_word_embeddings", true},
-      {"torch_dtype", torch_dtype(o.dtype)},
-  };
+  // The config.json the run started from where there is one (it carries what the model does not
+  // use, such as the token ids generation stops at), with the new dtype; else the model's own.
+  nlohmann::ordered_json config = hf_config_json(model, o.dtype);
+  if (!o.tokenizer_from.empty() && is_hf_model_dir(o.tokenizer_from)) {
+    const std::string from = (fs::path(o.tokenizer_from) / kHfConfigName).string();
+    config = nlohmann::ordered_json::parse(read_file(from, "the model config"));
+    config["torch_dtype"] = torch_dtype(o.dtype);
+  }
   write_text(partial / kHfConfigName, config.dump(2) + "\n");
   if (!o.tokenizer_from.empty())
     for (const char* name : kTokenizerFiles) {

@@ -25,7 +25,7 @@
 #include "launch/test_fault.h"
 #include "launch/tool_frame.h"
 #include "launch/weights_io.h"
-#include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
 #include "offload/swap_store.h"
 #include "runtime/byte_count.h"
 #include "runtime/cpu/cpu_device.h"
@@ -44,7 +44,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-Gpt2Config resolve_model(const Config& config) {
+ModelSpec resolve_model(const Config& config) {
   const ModelChoice& m = config.zt.model;
   const bool given = m.has_object || !m.zoo_name.empty();
   const std::string& from = config.zt.init_from;
@@ -53,25 +53,30 @@ Gpt2Config resolve_model(const Config& config) {
     throw_input(fmt::format("{}: 'zt.model' is missing, and 'zt.init_from' {} is not a Hugging "
                             "Face model directory (no {} there) to take the model from",
                             config.source, from, kHfConfigName));
-  Gpt2Config c = !given        ? read_hf_config(from)
-                 : m.has_object ? Gpt2Config{m.n_layer, m.n_head, m.n_embd, m.vocab_size,
-                                             m.n_positions}
-                                : gpt2_zoo_config(m.zoo_name);
-  validate_gpt2_config(c, config.source);
-  if (given && hf) {  // both name the model: they must agree
-    const Gpt2Config d = read_hf_config(from);
-    for (const auto& [key, mine, theirs] :
-         {std::tuple{"n_layer", c.n_layer, d.n_layer}, std::tuple{"n_head", c.n_head, d.n_head},
-          std::tuple{"n_embd", c.n_embd, d.n_embd}, std::tuple{"vocab_size", c.vocab_size, d.vocab_size},
-          std::tuple{"n_positions", c.n_positions, d.n_positions}})
-      if (mine != theirs)
+  ModelSpec c;
+  if (!given)
+    c = read_hf_config(from);
+  else if (!m.hf_config.is_null())
+    c = model_spec_from_hf_config(m.hf_config, config.source + ": zt.model");
+  else if (m.has_object)
+    c = ModelSpec{Gpt2Config{m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.n_positions}};
+  else
+    c = zoo_model_spec(m.zoo_name);
+  validate_model_spec(c, config.source);
+  if (given && hf) {  // both name the model: they must agree, key by key of their config.json
+    const ModelSpec d = read_hf_config(from);
+    const nlohmann::ordered_json mine = hf_config_json(c, DType::kF32);
+    const nlohmann::ordered_json theirs = hf_config_json(d, DType::kF32);
+    for (const auto& [key, value] : mine.items())
+      if (!theirs.contains(key) || theirs[key] != value)
         throw_input(fmt::format("{}: 'zt.model' has {} {}, but {}/{} says {} (leave zt.model out "
                                 "to take the directory's)",
-                                config.source, key, mine, from, kHfConfigName, theirs));
+                                config.source, key, value.dump(), from, kHfConfigName,
+                                theirs.contains(key) ? theirs[key].dump() : "nothing"));
   }
-  if (config.zt.seq_len > c.n_positions)
-    throw_input(fmt::format("{}: 'zt.seq_len' is {} but the model has n_positions {}",
-                            config.source, config.zt.seq_len, c.n_positions));
+  if (config.zt.seq_len > c.max_positions())
+    throw_input(fmt::format("{}: 'zt.seq_len' is {} but the model has {} positions",
+                            config.source, config.zt.seq_len, c.max_positions()));
   return c;
 }
 
@@ -280,18 +285,21 @@ double network_tx_bytes() {
   return tx;
 }
 
-// Mean loss over the first `batches` batches of the validation file (the same batches every
-// time, so evaluations are comparable).
-double evaluate(Engine& engine, DataLoader& loader, int batches, int64_t B, int64_t T) {
+// Mean loss over the counted targets of the first `batches` batches of the validation file (the
+// same batches every time, so evaluations are comparable).
+double evaluate(Engine& engine, DataLoader& loader, const TokenFile&, int batches, int64_t B,
+                int64_t T) {
   std::vector<int32_t> inputs(B * T), targets(B * T);
   loader.seek(0);
-  double sum = 0.0;
+  double sum = 0.0, counted_all = 0.0;
   for (int i = 0; i < batches; ++i) {
     loader.next(inputs.data(), targets.data());
-    Batch batch{inputs.data(), targets.data(), B, T};
-    sum += engine.eval_loss(batch);
+    int64_t counted = 0;
+    const double loss = engine.eval_loss(Batch{inputs.data(), targets.data(), B, T}, &counted);
+    sum += loss * static_cast<double>(counted);
+    counted_all += static_cast<double>(counted);
   }
-  return sum / batches;
+  return sum / std::max(counted_all, 1.0);
 }
 
 }  // namespace
@@ -309,23 +317,22 @@ TrainSetup prepare_training(const std::string& config_path,
     throw_input(fmt::format("{}: 'zt.comm_backend' is nccl, but {}", config.source,
                             nccl_built() ? "'zt.device' is not cuda"
                                          : "this build has no NCCL communicator"));
-  const Gpt2Config model = resolve_model(config);
+  const ModelSpec model = resolve_model(config);
   // zero_optimization sizes given as "auto" follow the hidden size, as the Hugging Face Trainer
   // derives them; each adds a start-up note.
-  resolve_auto_from_model(config, model.n_embd);
-  TokenFile train_file = TokenFile::open(config.zt.train_data, model.vocab_size);
+  resolve_auto_from_model(config, model.hidden_size());
+  TokenFile train_file = TokenFile::open(config.zt.train_data, model.vocab_size());
   // Constructing a loader checks the file holds at least one batch for every rank.
   DataLoader(train_file, config.train_micro_batch_size_per_gpu, config.zt.seq_len, rank, world,
              false, 0);
   std::optional<TokenFile> val_file;
   if (!config.zt.val_data.empty()) {
-    val_file.emplace(TokenFile::open(config.zt.val_data, model.vocab_size));
+    val_file.emplace(TokenFile::open(config.zt.val_data, model.vocab_size()));
     DataLoader(*val_file, config.train_micro_batch_size_per_gpu, config.zt.seq_len, rank, world,
                false, 0);
   }
   if (!config.zt.init_from.empty()) {
-    Gpt2 shapes_only(model);  // tables only; no tensor memory
-    check_weights_file(config.zt.init_from, shapes_only);
+    check_weights_file(config.zt.init_from, *build_model(model));  // tables only
   }
   std::string checkpoint_root = config.zt.checkpoint.dir.empty()
                                     ? (std::filesystem::path(config.zt.output_dir) / "checkpoints").string()
@@ -334,8 +341,7 @@ TrainSetup prepare_training(const std::string& config_path,
   if (resume) {
     // Every file read whole and checked, on every rank: a bad checkpoint is refused by all.
     reader.emplace(resume->empty() ? checkpoint_root : *resume);
-    Gpt2 shapes_only(model);
-    reader->check_model(model_checkpoint_units(shapes_only));
+    reader->check_model(model_checkpoint_units(*build_model(model)));
     resume_point(*reader);
   }
   if (rank == 0) {
@@ -389,10 +395,10 @@ void keep_metrics_through(const std::filesystem::path& file, int64_t step) {
 // The body of train(). The model and the engine live in the caller's slots, so that they are
 // still alive in train()'s error handler.
 TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
-                      Communicator& comm, const Logger& log, std::optional<Gpt2>& model_slot,
+                      Communicator& comm, const Logger& log, std::unique_ptr<Model>& model_slot,
                       OffloadSlots& offload, std::optional<Engine>& engine_slot) {
   const Config& config = setup.config;
-  const Gpt2Config& model_config = setup.model;
+  const ModelSpec& model_config = setup.model;
   const int rank = comm.rank(), world = comm.world();
   const int64_t B = config.train_micro_batch_size_per_gpu, T = config.zt.seq_len;
   const int64_t accumulation = config.gradient_accumulation_steps;
@@ -429,7 +435,8 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   // (Over MPI_COMM_WORLD, which is `comm`'s group in zt-train.)
   std::string out_of_memory;
   try {
-    Gpt2& built = model_slot.emplace(model_config);
+    model_slot = build_model(model_config);
+    Model& built = *model_slot;
     EngineOptions engine_opts = engine_options(config, built);
     const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
     const OffloadConfig& op = config.zero_optimization.offload_param;
@@ -492,7 +499,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   result.exit_code = agree_on_failure("zt-train", rank, world,
                                       out_of_memory.empty() ? 0 : kExitFailure, out_of_memory);
   if (result.exit_code != 0) return result;  // printed by the lowest failing rank
-  Gpt2& model = *model_slot;
+  Model& model = *model_slot;
   Engine& engine = *engine_slot;
   int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
   // Test-only: throws when ZT_TEST_FAULT names this point, rank, step and unit.
@@ -711,9 +718,9 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   int64_t params = 0;
   for (Unit* u : model.units()) params += u->layout().param_count();
   const Precision& precision = engine.options().precision;
-  log.rank0("zt-train: {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | {} | "
+  log.rank0("zt-train: {} | {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | {} | "
             "B={} T={} accumulation={} | {} train tokens{}",
-            config.source, params / 1e6, model_config.n_layer, world, world > 1 ? "s" : "",
+            config.source, model_config.model_type(), params / 1e6, model_config.layers(), world, world > 1 ? "s" : "",
             config.zero_optimization.stage, precision_name(precision), B, T, accumulation,
             train_file.size(),
             val_file ? fmt::format(", {} val tokens", val_file->size()) : "");
@@ -765,7 +772,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   const bool can_eval = val_loader.has_value();
   if (can_eval && !setup.resume) {  // a resumed run evaluated before its checkpoint
     result.first_val_loss = result.last_val_loss =
-        evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
+        evaluate(engine, *val_loader, *val_file, config.zt.eval_batches, B, T);
     log.rank0("step {:>5} | val loss {:.6f}", 0, result.first_val_loss);
     write_row(nlohmann::ordered_json{{"step", 0}, {"val_loss", result.first_val_loss}});
   }
@@ -852,7 +859,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     const bool eval_now = can_eval && config.zt.eval_every > 0 &&
                           (step % config.zt.eval_every == 0 || step == steps);
     if (eval_now) {
-      result.last_val_loss = evaluate(engine, *val_loader, config.zt.eval_batches, B, T);
+      result.last_val_loss = evaluate(engine, *val_loader, *val_file, config.zt.eval_batches, B, T);
       row["val_loss"] = result.last_val_loss;
     }
     if (config.wall_clock_breakdown) row["wall_clock_ms"] = wall_clock_json(r.times);
@@ -1046,7 +1053,7 @@ TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& devic
                   Communicator& comm, const Logger& log, const TrainErrorHandler& on_error) {
   // Declared here, outside the try: the handler runs while they are alive, so the engine's
   // CommQueue has not been asked to finish (or abandon) anything before the job is ended.
-  std::optional<Gpt2> model;
+  std::unique_ptr<Model> model;
   OffloadSlots offload;  // the host tier and the swap stores: outlive the engine
   std::optional<Engine> engine;
   install_preemption_handlers();

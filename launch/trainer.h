@@ -14,7 +14,7 @@
 #include "comm/communicator.h"
 #include "launch/cpu_binding.h"
 #include "launch/logger.h"
-#include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
 #include "runtime/config.h"
 #include "runtime/data/token_data.h"
 #include "zero/engine.h"
@@ -24,16 +24,17 @@ namespace zt {
 
 struct TrainSetup {
   Config config;
-  Gpt2Config model;
+  ModelSpec model;
   TokenFile train_file;
   std::optional<TokenFile> val_file;
   std::string checkpoint_root;              // zt.checkpoint.dir, or <zt.output_dir>/checkpoints
   std::optional<CheckpointReader> resume;   // --resume: the validated checkpoint to continue
 };
 
-// The model a config names (zt.model: a zoo name or an object), validated, with zt.seq_len
-// within its n_positions (kInput naming config.source otherwise).
-Gpt2Config resolve_model(const Config& config);
+// The model a config names (zt.model: a zoo name or an object; else zt.init_from's
+// config.json, which must agree with zt.model where both are given), validated, with
+// zt.seq_len within its positions (kInput naming config.source otherwise).
+ModelSpec resolve_model(const Config& config);
 // The engine's options for `config` and `model` (the offload tiers, which are devices, are left
 // null: train() sets them). zt-estimate plans from the same options.
 EngineOptions engine_options(const Config& config, Model& model);

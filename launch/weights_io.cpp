@@ -80,8 +80,9 @@ std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
   for (const SafetensorsEntry* entry : reader.entries()) {
     if (used.count(entry->name)) continue;
     if (ends_with(entry->name, ".attn.bias") || ends_with(entry->name, ".attn.masked_bias") ||
-        entry->name == "lm_head.weight")
-      continue;  // causal-mask buffers and the tied head: nothing to load
+        ends_with(entry->name, ".rotary_emb.inv_freq") || entry->name == "lm_head.weight")
+      continue;  // GPT-2's causal-mask buffers, older Llama exports' RoPE frequencies and a
+                 // tied head: nothing to load
     throw_input(fmt::format("{}: unexpected tensor '{}' (not a parameter of this model)",
                             reader.file_of(*entry), entry->name));
   }

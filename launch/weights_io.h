@@ -1,4 +1,4 @@
-// Weights in and out as safetensors with Hugging Face GPT-2 names and shapes (fp32). Reads and
+// Weights in and out as safetensors with the models' Hugging Face names and shapes (fp32). Reads and
 // writes the engine's full unit buffers through the model's FlatLayouts; padded vocabulary rows
 // are left out on export and zero on import. Knows no model beyond the Unit interface.
 #pragma once
@@ -32,8 +32,8 @@ void save_weights(Engine& engine, const std::string& path,
 // runtime/formats/safetensors_set.h), each tensor in the dtype its file holds (F32, F16, BF16)
 // converted on load; a missing tensor, a wrong shape or an unexpected tensor is an input error
 // naming the file and the tensor. Accepts the "transformer." prefix of GPT2LMHeadModel
-// exports and ignores the buffers and tied head they carry (attn.bias, attn.masked_bias,
-// lm_head.weight).
+// exports and ignores the buffers and tied head exports carry (attn.bias, attn.masked_bias,
+// rotary_emb.inv_freq, lm_head.weight where the model ties it).
 void load_weights(Engine& engine, const std::string& path);
 // The checks of load_weights without loading: for validating a job before allocating a model.
 void check_weights_file(const std::string& path, Model& model);

@@ -20,7 +20,7 @@
 #include "launch/checkpoint_tool.h"
 #include "launch/tool_frame.h"
 #include "launch/trainer.h"
-#include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
 #include "runtime/status.h"
 
 namespace po = boost::program_options;
@@ -127,12 +127,12 @@ int run(const CommandLine& cl) {
   }
   // The model, when given: a zoo name or a job config's.
   std::optional<zt::Config> config;
-  std::optional<zt::Gpt2> model;
+  std::unique_ptr<zt::Model> model;  // tables only; no tensor memory
   if (!cl.config_path.empty()) {
     config = zt::load_config(cl.config_path, cl.overrides, 1);
-    model.emplace(zt::resolve_model(*config));  // tables only; no tensor memory
+    model = zt::build_model(zt::resolve_model(*config));
   } else if (!cl.model.empty()) {
-    model.emplace(zt::gpt2_zoo_config(cl.model));
+    model = zt::build_model(zt::zoo_model_spec(cl.model));
   }
   if (cl.command == "consolidate") {
     std::vector<zt::CheckpointUnit> units;

@@ -21,7 +21,7 @@
 #include "launch/memory_plan.h"
 #include "launch/tool_frame.h"
 #include "launch/trainer.h"
-#include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
 #include "runtime/byte_count.h"
 #include "runtime/file_io.h"
 #include "runtime/status.h"
@@ -125,13 +125,13 @@ int64_t parse_count(const std::string& text) {
 
 int run(const CommandLine& cl) {
   std::optional<zt::Config> config;
-  std::optional<zt::Gpt2> model;
+  std::unique_ptr<zt::Model> model;  // tables only; no tensor memory
   zt::PlanRequest r;
   if (!cl.config_path.empty()) {
     config = zt::load_config(cl.config_path, cl.overrides, cl.ranks);
-    const zt::Gpt2Config shape = zt::resolve_model(*config);
-    zt::resolve_auto_from_model(*config, shape.n_embd);
-    model.emplace(shape);  // tables only; no tensor memory
+    const zt::ModelSpec shape = zt::resolve_model(*config);
+    zt::resolve_auto_from_model(*config, shape.hidden_size());
+    model = zt::build_model(shape);
     r = zt::plan_request_from_config(*config, *model, cl.ranks, cl.nodes);
   } else {
     r.ranks = cl.ranks;
@@ -141,16 +141,16 @@ int run(const CommandLine& cl) {
     r.engine.persistence_threshold = cl.persistence_threshold;
     r.micro_batch = 1;
     if (!cl.model.empty()) {
-      const zt::Gpt2Config shape = zt::gpt2_zoo_config(cl.model);
-      model.emplace(shape);
+      const zt::ModelSpec shape = zt::zoo_model_spec(cl.model);
+      model = zt::build_model(shape);
       r.what = cl.model;
-      r.model = &*model;
+      r.model = model.get();
       r.unit_numels = zt::unit_numels(*model);
       for (zt::Unit* u : model->units()) {
         r.params += u->layout().param_count();
         r.largest_unit_params = std::max(r.largest_unit_params, u->layout().param_count());
       }
-      r.seq_len = shape.n_positions;
+      r.seq_len = shape.max_positions();
       if (cl.checkpoint)
         for (zt::Layer* l : model->layers()) r.engine.checkpoint.push_back(l->checkpointable());
     } else {

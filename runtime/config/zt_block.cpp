@@ -26,11 +26,20 @@ ModelChoice parse_model(const Reader& r, const json& v) {
     return m;
   }
   if (!v.is_object()) {
-    r.type_error(v, "zt.model", "a string (a model zoo name) or an object (GPT2Config keys)");
+    r.type_error(v, "zt.model",
+                 "a string (a model zoo name) or an object (GPT2Config keys, or a config.json's "
+                 "with its model_type)");
   }
-  r.check_keys(v, "zt.model", keys_of(kModelFields));
-  read_fields(r, v, "zt.model", kModelFields, m);
   m.has_object = true;
+  if (const json* type = Reader::find(v, "model_type");
+      type && !(type->is_string() && type->get<std::string>() == "gpt2")) {
+    // Another family's config.json keys (LlamaConfig's, Qwen2Config's): launch/ reads them
+    // with the reader of a Hugging Face directory's config.json, which knows every family.
+    m.hf_config = v;
+    return m;
+  }
+  r.check_keys(v, "zt.model", keys_of(kModelFields, {"model_type"}));
+  read_fields(r, v, "zt.model", kModelFields, m);
   if (m.n_embd % m.n_head != 0) {
     r.fail(fmt::format("'zt.model.n_embd' {} must be a multiple of 'zt.model.n_head' {}", m.n_embd,
                        m.n_head));

@@ -1,6 +1,8 @@
 // Hugging Face model directories: save_pretrained's layout (config.json, one safetensors file or
-// an index and its shards, the tokenizer files), its round trip through load_weights byte for
-// byte, mixed dtypes on load, and each broken directory refused naming the file.
+// an index and its shards, the tokenizer files) for GPT-2 and the Llama family (GQA, tied and
+// untied, with and without biases), its round trip through load_weights byte for byte, a
+// directory written here as transformers writes one, mixed dtypes on load, and each broken
+// directory or config.json refused naming the file and the key.
 #include "launch/hf_model_dir.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +15,8 @@
 
 #include "comm/self_communicator.h"
 #include "launch/weights_io.h"
-#include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
+#include "runtime/dtype.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/formats/safetensors_set.h"
@@ -26,8 +29,36 @@ namespace fs = std::filesystem;
 
 const Gpt2Config kSmall{2, 2, 16, 61, 8};
 
+// Tiny Llama-family shapes: GQA (4 query heads on 2 key/value heads), untied; Qwen2's tied head
+// with q/k/v biases; Llama's attention_bias and mlp_bias (biases on o_proj and the MLP too).
+LlamaConfig tiny_llama(bool tied, bool qkv_bias, bool out_and_mlp_bias) {
+  LlamaConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.vocab_size = 67;
+  c.max_position_embeddings = 16;
+  c.rope_theta = 10000.0f;
+  c.rms_norm_eps = 1e-5f;
+  c.tie_word_embeddings = tied;
+  c.attention_bias = qkv_bias;
+  c.attention_out_bias = out_and_mlp_bias;
+  c.mlp_bias = out_and_mlp_bias;
+  return c;
+}
+
+const ModelSpec kSpecs[] = {
+    ModelSpec{kSmall},
+    ModelSpec{tiny_llama(false, false, false)},  // llama: GQA, untied, no biases
+    ModelSpec{tiny_llama(true, true, false)},    // qwen2: tied, q/k/v biases
+    ModelSpec{tiny_llama(false, true, true)},    // llama: attention_bias and mlp_bias
+};
+
 struct Fixture {
-  explicit Fixture(uint64_t seed) : model(kSmall), engine(device, comm, model, options(seed)) {}
+  explicit Fixture(uint64_t seed, const ModelSpec& spec = ModelSpec{kSmall})
+      : model(build_model(spec)), engine(device, comm, *model, options(seed)) {}
   static EngineOptions options(uint64_t seed) {
     EngineOptions o;
     o.seed = seed;
@@ -35,9 +66,14 @@ struct Fixture {
   }
   CpuDevice device;
   SelfCommunicator comm{device};
-  Gpt2 model;
+  std::unique_ptr<Model> model;
   Engine engine;
 };
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 struct TempDir {
   TempDir() : path(fs::temp_directory_path() / ("zt_hf_" + std::to_string(::getpid()))) {
@@ -77,13 +113,13 @@ TEST(HfModelDir, SavePretrainedWritesTheLayoutAndLoadsBackBitwise) {
   SavePretrainedOptions o;
   o.dir = (tmp.path / "out").string();
   o.tokenizer_from = tmp.path.string();
-  const SavePretrainedResult r = save_pretrained(a.engine, kSmall, o);
+  const SavePretrainedResult r = save_pretrained(a.engine, ModelSpec{kSmall}, o);
   EXPECT_EQ(r.files, 1);
   EXPECT_EQ(r.tokenizer_files, 1);
   EXPECT_TRUE(fs::exists(tmp.path / "out" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(tmp.path / "out" / "tokenizer.json"));
   EXPECT_FALSE(fs::exists(tmp.path / "out.partial"));
-  const Gpt2Config back = read_hf_config(o.dir);
+  const Gpt2Config back = read_hf_config(o.dir).gpt2();
   EXPECT_EQ(back.n_layer, kSmall.n_layer);
   EXPECT_EQ(back.n_embd, kSmall.n_embd);
   EXPECT_EQ(back.vocab_size, kSmall.vocab_size);
@@ -102,7 +138,7 @@ TEST(HfModelDir, ShardsPastMaxShardSizeWithAnIndexAndSixteenBitTensors) {
   o.dir = (tmp.path / "sharded").string();
   o.max_shard_size = 8 << 10;  // a few tensors per file
   o.dtype = DType::kBF16;
-  const SavePretrainedResult r = save_pretrained(a.engine, kSmall, o);
+  const SavePretrainedResult r = save_pretrained(a.engine, ModelSpec{kSmall}, o);
   ASSERT_GE(r.files, 2);
   const fs::path index = tmp.path / "sharded" / kSafetensorsIndexName;
   ASSERT_TRUE(fs::exists(index));
@@ -117,7 +153,7 @@ TEST(HfModelDir, ShardsPastMaxShardSizeWithAnIndexAndSixteenBitTensors) {
   load_weights(b.engine, o.dir);
   SavePretrainedOptions again = o;
   again.dir = (tmp.path / "again").string();
-  save_pretrained(b.engine, kSmall, again);
+  save_pretrained(b.engine, ModelSpec{kSmall}, again);
   for (int s = 1; s <= r.files; ++s) {
     const std::string name = fmt::format("model-{:05}-of-{:05}.safetensors", s, r.files);
     std::ifstream x(tmp.path / "sharded" / name, std::ios::binary), y(tmp.path / "again" / name, std::ios::binary);
@@ -148,7 +184,7 @@ TEST(HfModelDir, BrokenDirectoriesAreRefusedNamingTheFile) {
   SavePretrainedOptions o;
   o.dir = (tmp.path / "m").string();
   o.max_shard_size = 8 << 10;
-  save_pretrained(a.engine, kSmall, o);
+  save_pretrained(a.engine, ModelSpec{kSmall}, o);
   const fs::path index = tmp.path / "m" / kSafetensorsIndexName;
   const std::string good = [&] {
     std::ifstream in(index);
@@ -207,9 +243,8 @@ TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
     return error_of([&] { read_hf_config(dir); });
   };
   EXPECT_NE(config_error("[").find("not a JSON object"), std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "llama"})").find("model_type 'llama' is not supported yet"),
+  EXPECT_NE(config_error(R"({"model_type": "bert"})").find("model_type 'bert' is not supported"),
             std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "bert"})").find("model_type 'bert'"), std::string::npos);
   EXPECT_NE(config_error(R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
                               "vocab_size": 61})").find("\"n_positions\" must be a positive integer (missing)"),
             std::string::npos);
@@ -220,7 +255,148 @@ TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
   write(tmp.path / "config.json", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
                                       "vocab_size": 61, "n_positions": 8})");
   EXPECT_TRUE(is_hf_model_dir(dir));
-  EXPECT_EQ(read_hf_config(dir).n_positions, 8);
+  EXPECT_EQ(read_hf_config(dir).gpt2().n_positions, 8);
+
+  // The Llama family: sizes required, what the model would compute differently refused.
+  const std::string llama = R"("hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 67)";
+  EXPECT_NE(config_error(R"({"model_type": "llama", "hidden_size": 32})")
+                .find("\"intermediate_size\" must be a positive integer (missing)"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "rope_scaling": {"rope_type": "llama3"}})")
+                .find("\"rope_scaling\""),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "hidden_act": "gelu"})")
+                .find("hidden_act 'gelu'"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "qwen2", )" + llama + R"(, "use_sliding_window": true})")
+                .find("\"use_sliding_window\""),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "num_key_value_heads": 3})")
+                .find("num_key_value_heads"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "tie_word_embeddings": "yes"})")
+                .find("\"tie_word_embeddings\" must be true or false"),
+            std::string::npos);
+  // transformers' defaults where keys are absent: Llama untied without biases, Qwen2's q/k/v
+  // biases.
+  write(tmp.path / "config.json", R"({"model_type": "llama", )" + llama + "}");
+  const LlamaConfig l = read_hf_config(dir).llama();
+  EXPECT_EQ(l.num_key_value_heads, 2);
+  EXPECT_FALSE(l.tie_word_embeddings);
+  EXPECT_FALSE(l.attention_bias);
+  EXPECT_EQ(l.rope_theta, 10000.0f);
+  EXPECT_EQ(l.max_position_embeddings, 2048);
+  write(tmp.path / "config.json", R"({"model_type": "qwen2", )" + llama + "}");
+  const ModelSpec q = read_hf_config(dir);
+  EXPECT_EQ(q.model_type(), "qwen2");
+  EXPECT_TRUE(q.llama().attention_bias);
+  EXPECT_FALSE(q.llama().attention_out_bias);
+}
+
+// Every model of kSpecs: config.json read back to the same model, transformers' names (a tied
+// head left out), and the weights loaded back bit for bit.
+TEST(HfModelDir, EveryModelFamilyRoundTrips) {
+  for (const ModelSpec& spec : kSpecs) {
+    SCOPED_TRACE(hf_config_json(spec, DType::kF32).dump());
+    TempDir tmp;
+    Fixture a(11, spec), b(12, spec);
+    SavePretrainedOptions o;
+    o.dir = (tmp.path / "out").string();
+    save_pretrained(a.engine, spec, o);
+    const ModelSpec back = read_hf_config(o.dir);
+    EXPECT_EQ(hf_config_json(back, DType::kF32), hf_config_json(spec, DType::kF32));
+    EXPECT_EQ(back.model_type(), spec.model_type());
+    const SafetensorsReader file = SafetensorsReader::open(o.dir + "/model.safetensors");
+    if (spec.is_gpt2()) {
+      EXPECT_NE(file.find("transformer.wte.weight"), nullptr);
+    } else {
+      EXPECT_NE(file.find("model.embed_tokens.weight"), nullptr);
+      EXPECT_NE(file.find("model.layers.1.self_attn.k_proj.weight"), nullptr);
+      EXPECT_EQ(file.find("model.layers.1.self_attn.k_proj.weight")->shape,
+                (std::vector<int64_t>{16, 32}));  // (num_key_value_heads * head_dim, hidden)
+      EXPECT_EQ(file.find("lm_head.weight") != nullptr, !spec.llama().tie_word_embeddings);
+      EXPECT_EQ(file.find("model.layers.0.self_attn.q_proj.bias") != nullptr,
+                spec.llama().attention_bias);
+      EXPECT_EQ(file.find("model.layers.0.self_attn.o_proj.bias") != nullptr,
+                spec.llama().attention_bias && spec.llama().attention_out_bias);
+      EXPECT_EQ(file.find("model.layers.0.mlp.down_proj.bias") != nullptr, spec.llama().mlp_bias);
+    }
+    load_weights(b.engine, o.dir);
+    EXPECT_EQ(params_of(a.engine), params_of(b.engine));
+  }
+}
+
+// A Llama directory as transformers writes one, written here by hand: config.json with keys this
+// model does not read (token ids, transformers_version), bf16 tensors in two shards with an
+// index, lm_head in fp16. Imported, then saved in bf16: every bf16 tensor the same bytes, and the
+// config.json carried over with its extra keys.
+TEST(HfModelDir, ALlamaDirectoryWrittenByHandImportsAndExportsByteForByte) {
+  TempDir tmp;
+  const ModelSpec spec{tiny_llama(false, true, false)};
+  const fs::path in = tmp.path / "in";
+  fs::create_directories(in);
+  nlohmann::ordered_json config = hf_config_json(spec, DType::kBF16);
+  config["bos_token_id"] = 1;
+  config["eos_token_id"] = 2;
+  config["transformers_version"] = "4.46.0";
+  write(in / "config.json", config.dump(2));
+  const std::unique_ptr<Model> shapes = build_model(spec);
+  uint64_t bits = 0x9e3779b97f4a7c15ull;
+  auto next_bf16 = [&] {  // random bf16 values of moderate size (no NaN or inf)
+    bits = bits * 6364136223846793005ull + 1442695040888963407ull;
+    const float x = static_cast<float>(static_cast<int64_t>(bits >> 40) - (1 << 23)) / (1 << 26);
+    return fp32_to_bf16(x);
+  };
+  SafetensorsWriter first, second;
+  nlohmann::json weight_map;
+  std::map<std::string, std::vector<uint16_t>> written;
+  int tensor = 0;
+  for (Unit* u : shapes->units())
+    for (const auto& e : u->layout().entries()) {
+      std::vector<uint16_t>& values = written[e.spec.name];
+      values.resize(static_cast<size_t>(e.spec.numel()));
+      for (uint16_t& v : values) v = next_bf16();
+      const bool head = e.spec.name == "lm_head.weight";
+      if (head)  // the head in fp16 (converted on load, rounded to bf16 on save)
+        for (uint16_t& v : values) v = fp32_to_fp16(bf16_to_fp32(v));
+      const bool in_second = tensor++ % 2 == 1;  // the tensors alternate between the shards
+      (in_second ? second : first)
+          .add(e.spec.name, head ? DType::kF16 : DType::kBF16, e.spec.shape, values.data());
+      weight_map[e.spec.name] = in_second ? "model-00002-of-00002.safetensors"
+                                          : "model-00001-of-00002.safetensors";
+    }
+  first.write((in / "model-00001-of-00002.safetensors").string());
+  second.write((in / "model-00002-of-00002.safetensors").string());
+  write(in / kSafetensorsIndexName, nlohmann::json{{"metadata", nlohmann::json::object()},
+                                                   {"weight_map", weight_map}}.dump());
+  ASSERT_EQ(hf_config_json(read_hf_config(in.string()), DType::kBF16),
+            hf_config_json(spec, DType::kBF16));
+
+  Fixture f(13, spec);
+  load_weights(f.engine, in.string());
+  SavePretrainedOptions o;
+  o.dir = (tmp.path / "out").string();
+  o.dtype = DType::kBF16;
+  o.tokenizer_from = in.string();
+  save_pretrained(f.engine, spec, o);
+  const SafetensorsSet out = SafetensorsSet::open(o.dir);
+  for (const auto& [name, values] : written) {
+    const SafetensorsEntry* e = out.find(name);
+    ASSERT_NE(e, nullptr) << name;
+    ASSERT_EQ(e->dtype, "BF16") << name;
+    std::vector<float> back(values.size());
+    out.read_as_f32(*e, back.data());
+    const bool head = name == "lm_head.weight";
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t want = head ? fp32_to_bf16(fp16_to_fp32(values[i])) : values[i];
+      ASSERT_EQ(fp32_to_bf16(back[i]), want) << name << "[" << i << "]";
+    }
+  }
+  const nlohmann::json saved = nlohmann::json::parse(file_text(tmp.path / "out/config.json"));
+  EXPECT_EQ(saved["eos_token_id"], 2);
+  EXPECT_EQ(saved["transformers_version"], "4.46.0");
+  EXPECT_EQ(saved["torch_dtype"], "bfloat16");
 }
 
 }  // namespace

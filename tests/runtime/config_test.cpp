@@ -216,7 +216,7 @@ TEST(ConfigTypes, WrongTypesNameKeyAndTypeFound) {
       {"/zt/train_data", 3, "'zt.train_data' must be a string, got integer 3"},
       {"/zt/shuffle", 1, "'zt.shuffle' must be a boolean (true or false), got integer 1"},
       {"/zt/model", 5,
-       "'zt.model' must be a string (a model zoo name) or an object (GPT2Config keys), got integer 5"},
+       "'zt.model' must be a string (a model zoo name) or an object (GPT2Config keys, or a config.json's with its model_type), got integer 5"},
       {"/zt/model", {{"n_layer", "2"}}, "'zt.model.n_layer' must be an integer, got string \"2\""},
       {"/fp16", {{"enabled", 1}}, "'fp16.enabled' must be a boolean (true or false), got integer 1"},
       {"/zero_optimization", "yes", "'zero_optimization' must be an object, got string \"yes\""},
