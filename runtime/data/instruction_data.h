@@ -1,7 +1,8 @@
 // Instruction data: JSONL examples (prompt/completion pairs or chat messages) rendered with a
 // fixed template, tokenised with a loss mask, and packed into blocks of seq_len tokens for a
-// version 3 token file (token_data.h). It does not write files and does not split train from
-// validation.
+// version 3 token file (token_data.h). zt-prep runs it on .jsonl inputs. It does not write
+// files and does not split train from validation (zt-prep does); docs/data_format.md shows the
+// whole path from a line of JSON to the loader's targets.
 //
 // Input: one JSON object per line; blank lines are skipped, keys other than these are ignored.
 //   {"prompt": P, "completion": C}: the text P then C with nothing between them (the data

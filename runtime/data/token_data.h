@@ -6,11 +6,11 @@
 // zero), then the tokens as little-endian uint16. Version 2 is ours, the same with uint32
 // tokens, for vocabularies past 65536 (Llama 3's 128,256, Qwen2's 151,936); write_token_file()
 // writes version 1 whenever every id fits it, so GPT-2 files stay llm.c's byte for byte.
-// Version 3 is ours too: packed instruction data.
+// Version 3 is ours too: packed instruction data (zt-prep on .jsonl, instruction_data.h).
 // header[3] = bytes per id (2 or 4), header[4] = the packed length L (> 0), the rest zero; the
 // n ids; then n flag bytes, one per token (kTokenLoss, kTokenDocStart below). The tokens are
 // whole blocks of L, each starting a document, plus one trailing token so that the last
-// block's last token has a target: n = blocks*L + 1.
+// block's last token has a target: n = blocks*L + 1. Byte by byte: docs/data_format.md.
 // Writes are atomic; TokenFile reads any version fully into memory and validates it.
 //
 // DataLoader serves (B, T) input/target windows in llm.c's order, sharded by rank, optionally
