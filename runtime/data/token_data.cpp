@@ -1,5 +1,6 @@
-// Token files (llm.c format): atomic write, full read with validation; DataLoader's batch order.
-// POSIX I/O only; no tokenisation, no communication.
+// Token files (llm.c's format and versions 2 and 3): atomic write, full read with validation;
+// DataLoader's batch order, loss mask and positions. POSIX I/O only; no tokenisation, no
+// communication.
 #include "runtime/data/token_data.h"
 
 #include <fcntl.h>
@@ -11,8 +12,10 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <random>
 
+#include "runtime/model.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -88,9 +91,8 @@ uint64_t draw_below(std::mt19937_64& rng, uint64_t bound) {
   return x % bound;
 }
 
-}  // namespace
-
-void write_token_file(const std::string& path, std::span<const int32_t> tokens) {
+// Whether any id needs uint32; negative ids and more than INT32_MAX tokens throw kInput.
+bool check_ids_for_writing(const std::string& path, std::span<const int32_t> tokens) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
     throw_input(fmt::format("cannot write {}: {} tokens exceed the format's limit of {}", path,
                             tokens.size(), INT32_MAX));
@@ -103,7 +105,40 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens) 
     }
     wide = wide || tokens[i] > 65535;
   }
+  return wide;
+}
 
+// The first way `flags` breaks version 3's rules for blocks of `packed_length`, or nullopt.
+// The caller has checked packed_length > 0.
+std::optional<std::string> flag_problem(std::span<const uint8_t> flags, int64_t packed_length) {
+  const auto n = static_cast<int64_t>(flags.size());
+  if (n == 0 || (n - 1) % packed_length != 0) {
+    return fmt::format("{} tokens are not whole blocks of the packed length {} plus the one "
+                       "trailing token", n, packed_length);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t f = flags[static_cast<size_t>(i)];
+    if ((f & ~(kTokenLoss | kTokenDocStart)) != 0) {
+      return fmt::format("token {} has flags 0x{:02x}; only bit 0 (loss) and bit 1 (document "
+                         "start) are defined", i, f);
+    }
+    if ((f & kTokenLoss) && (f & kTokenDocStart)) {
+      return fmt::format("token {} both starts a document and counts in the loss; nothing "
+                         "before a document's first token predicts it", i);
+    }
+    if (i % packed_length == 0 && !(f & kTokenDocStart)) {
+      return fmt::format("token {} starts block {} of {} tokens but not a document", i,
+                         i / packed_length, packed_length);
+    }
+  }
+  return std::nullopt;
+}
+
+// Writes the header, the ids (uint32 when `wide`, else uint16) and `flags` to path + ".tmp",
+// fsyncs it, renames it to `path` and fsyncs the directory.
+void write_atomically(const std::string& path, const int32_t (&header)[kTokenFileHeaderInts],
+                      std::span<const int32_t> tokens, bool wide,
+                      std::span<const uint8_t> flags) {
   const std::string tmp_path = path + ".tmp";
   FileDescriptor out(::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (out.fd < 0) {
@@ -116,10 +151,6 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens) 
     throw_system(fmt::format("{} {} failed: {}", what, tmp_path, std::strerror(saved)));
   };
 
-  int32_t header[kTokenFileHeaderInts] = {};
-  header[0] = kTokenFileMagic;
-  header[1] = wide ? kTokenFileVersionWide : kTokenFileVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
   if (!write_all(out.fd, header, sizeof header)) fail("writing");
   std::vector<uint16_t> chunk;
   std::vector<uint32_t> wide_chunk;
@@ -136,6 +167,7 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens) 
     }
     if (!written) fail("writing");
   }
+  if (!write_all(out.fd, flags.data(), flags.size())) fail("writing");
   if (::fsync(out.fd) != 0) fail("fsync of");
   if (::close(out.release()) != 0) fail("closing");
   if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
@@ -150,6 +182,40 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens) 
   if (dir_fd.fd < 0 || (::fsync(dir_fd.fd) != 0 && errno != EINVAL)) {
     throw_system(fmt::format("fsync of directory {} failed: {}", dir, std::strerror(errno)));
   }
+}
+
+}  // namespace
+
+void write_token_file(const std::string& path, std::span<const int32_t> tokens) {
+  const bool wide = check_ids_for_writing(path, tokens);
+  int32_t header[kTokenFileHeaderInts] = {};
+  header[0] = kTokenFileMagic;
+  header[1] = wide ? kTokenFileVersionWide : kTokenFileVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  write_atomically(path, header, tokens, wide, {});
+}
+
+void write_token_file(const std::string& path, std::span<const int32_t> tokens,
+                      std::span<const uint8_t> flags, int64_t packed_length) {
+  const bool wide = check_ids_for_writing(path, tokens);
+  if (flags.size() != tokens.size()) {
+    throw_input(fmt::format("cannot write {}: {} flags for {} tokens; give one per token", path,
+                            flags.size(), tokens.size()));
+  }
+  if (packed_length <= 0 || packed_length > INT32_MAX) {
+    throw_input(fmt::format("cannot write {}: the packed length must be 1..{}; got {}", path,
+                            INT32_MAX, packed_length));
+  }
+  if (auto problem = flag_problem(flags, packed_length)) {
+    throw_input(fmt::format("cannot write {}: {}", path, *problem));
+  }
+  int32_t header[kTokenFileHeaderInts] = {};
+  header[0] = kTokenFileMagic;
+  header[1] = kTokenFileVersionPacked;
+  header[2] = static_cast<int32_t>(tokens.size());
+  header[3] = wide ? 4 : 2;
+  header[4] = static_cast<int32_t>(packed_length);
+  write_atomically(path, header, tokens, wide, flags);
 }
 
 TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
@@ -181,30 +247,52 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
     throw_input(fmt::format("token file {} has magic number {}, expected {}; not an llm.c token "
                             "file", path, header[0], kTokenFileMagic));
   }
-  if (header[1] != kTokenFileVersion && header[1] != kTokenFileVersionWide) {
+  const int32_t version = header[1];
+  if (version != kTokenFileVersion && version != kTokenFileVersionWide &&
+      version != kTokenFileVersionPacked) {
     throw_input(fmt::format("token file {} has version {}; only versions {} (uint16 tokens, "
-                            "llm.c's) and {} (uint32 tokens) are supported", path, header[1],
-                            kTokenFileVersion, kTokenFileVersionWide));
+                            "llm.c's), {} (uint32 tokens) and {} (tokens with flags) are "
+                            "supported", path, version, kTokenFileVersion,
+                            kTokenFileVersionWide, kTokenFileVersionPacked));
   }
-  const bool wide = header[1] == kTokenFileVersionWide;
+  const bool packed = version == kTokenFileVersionPacked;
+  if (packed) {
+    if (header[3] != 2 && header[3] != 4) {
+      throw_input(fmt::format("token file {} (version 3) has {} bytes per token id in "
+                              "header[3]; expected 2 or 4", path, header[3]));
+    }
+    if (header[4] <= 0) {
+      throw_input(fmt::format("token file {} (version 3) has packed length {} in header[4]; "
+                              "expected > 0", path, header[4]));
+    }
+    for (size_t i = 5; i < kTokenFileHeaderInts; ++i) {
+      if (header[i] != 0) {
+        throw_input(fmt::format("token file {} (version 3) has {} in header[{}]; header[5..255] "
+                                "must be 0", path, header[i], i));
+      }
+    }
+  }
+  const bool wide = packed ? header[3] == 4 : version == kTokenFileVersionWide;
   const int64_t width = wide ? 4 : 2;
+  const int64_t token_bytes = packed ? width + 1 : width;  // the id and, in version 3, its flags
   const int64_t count = header[2];
   const int64_t payload_bytes = file_bytes - static_cast<int64_t>(kTokenFileHeaderBytes);
   if (count < 0) {
     throw_input(fmt::format("token file {} declares a negative token count {}", path, count));
   }
-  if (payload_bytes < width * count) {
+  if (payload_bytes < token_bytes * count) {
     throw_input(fmt::format("token file {} is truncated: the header declares {} tokens ({} "
-                            "bytes) but only {} bytes follow it", path, count, width * count,
-                            payload_bytes));
+                            "bytes) but only {} bytes follow it", path, count,
+                            token_bytes * count, payload_bytes));
   }
-  if (payload_bytes > width * count) {
+  if (payload_bytes > token_bytes * count) {
     throw_input(fmt::format("token file {} has {} trailing bytes after the {} tokens its header "
-                            "declares", path, payload_bytes - width * count, count));
+                            "declares", path, payload_bytes - token_bytes * count, count));
   }
 
   TokenFile file;
   file.path_ = path;
+  file.version_ = version;
   file.wide_ = wide;
   void* data = nullptr;
   if (wide) {
@@ -223,6 +311,21 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
     throw_input(fmt::format("token file {} is truncated: expected {} token bytes, read {}", path,
                             bytes, got));
   }
+  if (packed) {
+    file.packed_length_ = header[4];
+    file.flags_.resize(static_cast<size_t>(count));
+    got = read_all(in.fd, file.flags_.data(), file.flags_.size());
+    if (got < 0) {
+      throw_system(fmt::format("error reading token file {}: {}", path, std::strerror(errno)));
+    }
+    if (static_cast<size_t>(got) != file.flags_.size()) {
+      throw_input(fmt::format("token file {} is truncated: expected {} flag bytes, read {}",
+                              path, file.flags_.size(), got));
+    }
+    if (auto problem = flag_problem(file.flags_, file.packed_length_)) {
+      throw_input(fmt::format("token file {}: {}", path, *problem));
+    }
+  }
   for (int64_t i = 0; i < count; ++i) {
     if (file.at(i) < 0 || file.at(i) >= vocab_size) {  // a uint32 past INT32_MAX reads negative
       throw_input(fmt::format("token file {}: token id {} at position {} is not below the "
@@ -240,6 +343,12 @@ void TokenFile::copy(int64_t begin, int64_t n, int32_t* dst) const {
     std::copy_n(wide_tokens_.begin() + begin, n, dst);
   else
     std::copy_n(tokens_.begin() + begin, n, dst);
+}
+
+int64_t TokenFile::loss_tokens(int64_t begin, int64_t n) const {
+  if (!has_flags()) return n;
+  const auto first = flags_.begin() + begin;
+  return std::count_if(first, first + n, [](uint8_t f) { return (f & kTokenLoss) != 0; });
 }
 
 std::vector<int64_t> shuffled_rounds(int64_t n, uint64_t seed, int64_t epoch) {
@@ -266,6 +375,13 @@ DataLoader::DataLoader(const TokenFile& file, int64_t B, int64_t T, int rank, in
                             ">= 1; got B={} T={}", file.path(), B, T));
   }
   ZT_ASSERT(world >= 1 && rank >= 0 && rank < world, "rank={} world={}", rank, world);
+  const int64_t L = file.packed_length();
+  if (file.has_flags() && T % L != 0) {
+    throw_input(fmt::format("data loader for {}: seq_len T={} is not a multiple of the file's "
+                            "packed length {}, so rows would cut examples; use T = {}, {}, "
+                            "{}, ... or prepare the file again with zt-prep --seq-len {}",
+                            file.path(), T, L, L, 2 * L, 3 * L, T));
+  }
   int64_t round_tokens = 0;  // world*B*T
   const bool overflow = __builtin_mul_overflow(B, T, &round_tokens) ||
                         __builtin_mul_overflow(round_tokens, int64_t{world}, &round_tokens);
@@ -292,12 +408,24 @@ int64_t DataLoader::batch_start(int64_t batch_index) const {
   return (round * world_ + rank_) * B_ * T_;
 }
 
-void DataLoader::next(int32_t* inputs, int32_t* targets) {
+void DataLoader::next(int32_t* inputs, int32_t* targets, int32_t* positions) {
   const int64_t start = batch_start(position_);
   const int64_t n = B_ * T_;
   // The window of B*T + 1 tokens: inputs its first B*T, targets its last.
   file_.copy(start, n, inputs);
   file_.copy(start + 1, n, targets);
+  if (file_.has_flags()) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!(file_.flag(start + 1 + i) & kTokenLoss)) targets[i] = kIgnoreTarget;
+    }
+  }
+  if (positions != nullptr) {
+    for (int64_t i = 0; i < n; ++i) {
+      const bool restart = i % T_ == 0 || (file_.has_flags() &&
+                                           (file_.flag(start + i) & kTokenDocStart));
+      positions[i] = restart ? 0 : positions[i - 1] + 1;
+    }
+  }
   ++position_;
 }
 

@@ -1,21 +1,181 @@
 #!/usr/bin/env bash
-# zt-prep --tokenizer: a tokenizer.json built here (with jq) from data/gpt2's encoder.json and
-# vocab.bpe writes the same token files as --vocab data/gpt2 on three chapters of data/text,
-# whether given as the file or its directory; bad command lines and tokenizers exit 2 with one
-# stderr line: both or neither of --vocab/--tokenizer, a separator the vocabulary lacks, a
-# WordPiece tokenizer.json; a vocabulary past 65536 writes a version-2 (uint32) token file.
-# Usage: zt_prep.sh BIN_DIR SOURCE_DIR. Skips (77) without data/gpt2, data/text or jq.
+# zt-prep on instruction data (.jsonl), with a byte-level tokenizer.json built here (ids 0..255
+# the bytes, 256 <|endoftext|>, 257 <|bos|>): the version 3 file's header, ids and flags exact
+# for prompt/completion and messages, greedy packing, --pad, --bos, truncation, the validation
+# split by examples and the summary lines; bad instruction data and command lines exit 2 with
+# one stderr line naming the problem (file:line for a bad example).
+# zt-prep --tokenizer on text: a tokenizer.json built here (with jq) from data/gpt2's
+# encoder.json and vocab.bpe writes the same token files as --vocab data/gpt2 on three chapters
+# of data/text, whether given as the file or its directory; bad command lines and tokenizers
+# exit 2 with one stderr line: both or neither of --vocab/--tokenizer, a separator the
+# vocabulary lacks, a WordPiece tokenizer.json; a vocabulary past 65536 writes a version-2
+# (uint32) token file.
+# Usage: zt_prep.sh BIN_DIR SOURCE_DIR. Skips (77) without jq; without data/gpt2 or data/text
+# it runs the .jsonl cases only, then skips (77) unless one failed.
 set -u
 bin=$1
 src=$2
 gpt2=$src/data/gpt2
 text=$src/data/text/moby-dick
-[ -f "$gpt2/encoder.json" ] && [ -f "$gpt2/vocab.bpe" ] && [ -d "$text" ] ||
-  { echo "no data/gpt2 or data/text: run scripts/fetch_data.sh"; exit 77; }
 command -v jq > /dev/null || { echo "no jq"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
+
+# refused NAME PATTERN ARGS...: zt-prep ARGS must exit 2 with one stderr line matching PATTERN.
+refused() {
+  local name=$1 pattern=$2
+  shift 2
+  "$bin/zt-prep" "$@" > "$tmp/stdout" 2> "$tmp/stderr"
+  local rc=$? lines
+  lines=$(wc -l < "$tmp/stderr")
+  if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -Eq -- "$pattern" "$tmp/stderr"; then
+    echo "FAIL $name: exit $rc, $lines stderr lines, want exit 2 and one line matching '$pattern':"
+    sed 's/^/    /' "$tmp/stderr"
+    failures=$((failures + 1))
+  else
+    echo "ok   $name: $(cat "$tmp/stderr")"
+  fi
+}
+
+# --- instruction data -------------------------------------------------------------------
+
+# prep NAME ARGS...: zt-prep ARGS must succeed; its stdout is left in $tmp/stdout.
+prep() {
+  local name=$1
+  shift
+  if ! "$bin/zt-prep" "$@" > "$tmp/stdout" 2> "$tmp/stderr"; then
+    echo "FAIL $name: zt-prep failed:"; sed 's/^/    /' "$tmp/stderr"
+    failures=$((failures + 1))
+    return 1
+  fi
+}
+
+# check NAME ACTUAL EXPECTED
+check() {
+  if [ "$2" = "$3" ]; then
+    echo "ok   $1"
+  else
+    echo "FAIL $1: got '$2', want '$3'"
+    failures=$((failures + 1))
+  fi
+}
+
+# The summary lines with the percentages blanked (their rounding is not the point here).
+summary() { sed -E 's/\([0-9.]+%\)/(P%)/' "$tmp/stdout"; }
+# header_int FILE INDEX; ids FILE FIRST COUNT (uint16 ids); flags FILE NTOKENS FIRST COUNT.
+header_int() { od -An -t d4 -j $((4 * $2)) -N 4 "$1" | xargs; }
+ids() { od -An -t u2 -j $((1024 + 2 * $2)) -N $((2 * $3)) "$1" | xargs; }
+flags() { od -An -t u1 -j $((1024 + 2 * $2 + $3)) -N "$4" "$1" | xargs; }
+
+mkdir "$tmp/bytes"
+jq -n '
+  def printable: (. >= 33 and . <= 126) or (. >= 161 and . <= 172) or (. >= 174);
+  (reduce range(0; 256) as $b ({next: 256, vocab: {}};
+     if ($b | printable) then .vocab[[$b] | implode] = $b
+     else .vocab[[.next] | implode] = $b | .next += 1 end)) as $alphabet |
+  {version: "1.0",
+   added_tokens: [{id: 256, content: "<|endoftext|>", special: true},
+                  {id: 257, content: "<|bos|>", special: true}],
+   normalizer: null,
+   pre_tokenizer: {type: "ByteLevel", add_prefix_space: false, trim_offsets: true,
+                   use_regex: true},
+   post_processor: null,
+   decoder: {type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true},
+   model: {type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: "",
+           end_of_word_suffix: "", fuse_unk: false, byte_fallback: false,
+           ignore_merges: false, vocab: $alphabet.vocab, merges: []}}
+' > "$tmp/bytes/tokenizer.json" || { echo "FAIL: jq could not build tokenizer.json"; exit 1; }
+
+# Tokens (ids are bytes): "Hi" " there" end = 9; "Say x" "x" end = 7; "### User\n2+2?\n\n" +
+# "### Assistant\n" (29) "4" end = 31; in b.jsonl "val" "!" end = 5.
+cat > "$tmp/a.jsonl" << 'JSONL'
+{"prompt": "Hi", "completion": " there"}
+{"prompt": "Say x", "completion": "x", "source": "ignored"}
+
+{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}
+JSONL
+echo '{"prompt": "val", "completion": "!"}' > "$tmp/b.jsonl"
+
+# Greedy, --seq-len 32: block 0 holds 9 + 7 tokens and 16 pads, block 1 the 31 and one pad,
+# then the trailing pad: 65 tokens. The last example (b.jsonl's) is the validation split.
+if prep "jsonl greedy" --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/i.bin" \
+     --val-out "$tmp/iv.bin" --val-fraction 0.25 "$tmp/a.jsonl" "$tmp/b.jsonl"; then
+  check "jsonl summary lines" "$(summary)" \
+"$tmp/i.bin: 3 examples, 2 blocks of 32 tokens, 11 completion tokens (P%), 17 padding tokens, 0 truncated examples
+$tmp/iv.bin: 1 examples, 1 blocks of 32 tokens, 2 completion tokens (P%), 27 padding tokens, 0 truncated examples"
+  check "jsonl header" "$(for i in 0 1 2 3 4 5 255; do header_int "$tmp/i.bin" $i; done | xargs)" \
+    "20240520 3 65 2 32 0 0"
+  check "jsonl size" "$(stat -c %s "$tmp/i.bin")" $((1024 + 65 * 3))
+  check "jsonl ids of block 0" "$(ids "$tmp/i.bin" 0 18)" \
+    "72 105 32 116 104 101 114 101 256 83 97 121 32 120 120 256 256 256"
+  check "jsonl flags of block 0" "$(flags "$tmp/i.bin" 65 0 18)" \
+    "2 0 1 1 1 1 1 1 1 2 0 0 0 0 1 1 2 2"
+  check "jsonl block 1: the messages' first and last tokens, a pad, the trailing pad" \
+    "$(ids "$tmp/i.bin" 32 2) $(ids "$tmp/i.bin" 59 6) / $(flags "$tmp/i.bin" 65 32 2)" \
+    "35 35 116 10 52 256 256 256 / 2 0"
+  check "jsonl block 1's flags: the assistant's 4 and the end token count" \
+    "$(flags "$tmp/i.bin" 65 59 6)" "0 0 1 1 2 2"
+  check "jsonl validation split" "$(ids "$tmp/iv.bin" 0 6) / $(flags "$tmp/iv.bin" 33 0 6)" \
+    "118 97 108 33 256 256 / 2 0 0 1 1 2"
+fi
+if prep "jsonl --pad" --tokenizer "$tmp/bytes" --seq-len 32 --pad --out "$tmp/p.bin" \
+     "$tmp/a.jsonl"; then
+  check "jsonl --pad summary" "$(summary)" \
+    "$tmp/p.bin: 3 examples, 3 blocks of 32 tokens, 11 completion tokens (P%), 49 padding tokens, 0 truncated examples"
+  check "jsonl --pad: the second example starts block 1" \
+    "$(ids "$tmp/p.bin" 32 2) / $(flags "$tmp/p.bin" 97 30 3)" "83 97 / 2 2 2"
+fi
+if prep "jsonl --bos" --tokenizer "$tmp/bytes" --seq-len 32 --bos '<|bos|>' --out "$tmp/b.bin" \
+     "$tmp/a.jsonl"; then
+  check "jsonl --bos: first, not trained on" \
+    "$(ids "$tmp/b.bin" 0 3) / $(flags "$tmp/b.bin" 65 0 3)" "257 72 105 / 2 0 0"
+fi
+# --seq-len 8: "Hi there" loses its end token, the messages keep only "### User".
+if prep "jsonl truncation" --tokenizer "$tmp/bytes" --seq-len 8 --out "$tmp/t.bin" \
+     "$tmp/a.jsonl"; then
+  check "jsonl truncation summary" "$(summary)" \
+    "$tmp/t.bin: 3 examples, 3 blocks of 8 tokens, 8 completion tokens (P%), 1 padding tokens, 2 truncated examples, 1 examples without completion tokens (the first at $tmp/a.jsonl:4)"
+fi
+
+printf '{"prompt": "a", "completion": "b"}\n{"prompt": "a", completion: "b"}\n' > "$tmp/bad.jsonl"
+refused "jsonl not JSON" "bad.jsonl:2: not JSON: parse error" \
+  --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/y.bin" "$tmp/bad.jsonl"
+echo '{"messages": [{"role": "tool", "content": "x"}]}' > "$tmp/role.jsonl"
+refused "jsonl unknown role" \
+  'role.jsonl:1: messages\[0\].role "tool" is not system, user or assistant' \
+  --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/y.bin" "$tmp/role.jsonl"
+echo '{"text": "x"}' > "$tmp/text.jsonl"
+refused "jsonl neither form" 'text.jsonl:1: has neither "prompt" and "completion" nor "messages"' \
+  --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/y.bin" "$tmp/text.jsonl"
+: > "$tmp/empty.jsonl"
+refused "jsonl empty file" "empty.jsonl: no examples" \
+  --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/y.bin" "$tmp/a.jsonl" "$tmp/empty.jsonl"
+echo "plain text" > "$tmp/plain.txt"
+refused "jsonl mixed with text" "mix instruction data \(.*a.jsonl\) and text \(.*plain.txt\)" \
+  --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/y.bin" "$tmp/a.jsonl" "$tmp/plain.txt"
+refused "jsonl without --seq-len" "needs --seq-len" \
+  --tokenizer "$tmp/bytes" --out "$tmp/y.bin" "$tmp/a.jsonl"
+refused "jsonl --seq-len 0" "--seq-len must be 1" \
+  --tokenizer "$tmp/bytes" --seq-len 0 --out "$tmp/y.bin" "$tmp/a.jsonl"
+refused "--pad on text" "apply to instruction data \(.jsonl inputs\) only" \
+  --tokenizer "$tmp/bytes" --pad --out "$tmp/y.bin" "$tmp/plain.txt"
+refused "jsonl unknown --bos" 'no token "<\|nope\|>" to begin examples; name one with --bos' \
+  --tokenizer "$tmp/bytes" --seq-len 32 --bos '<|nope|>' --out "$tmp/y.bin" "$tmp/a.jsonl"
+refused "jsonl --val-fraction of one example" "of 1 examples leaves none for --out" \
+  --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/y.bin" --val-out "$tmp/yv.bin" \
+  --val-fraction 0.5 "$tmp/b.jsonl"
+if [ -e "$tmp/y.bin" ]; then
+  echo "FAIL: a refused run wrote y.bin"
+  failures=$((failures + 1))
+fi
+
+# --- text -------------------------------------------------------------------------------
+if ! [ -f "$gpt2/encoder.json" ] || ! [ -f "$gpt2/vocab.bpe" ] || ! [ -d "$text" ]; then
+  [ "$failures" -eq 0 ] || { echo "$failures failures"; exit 1; }
+  echo "the .jsonl cases passed; no data/gpt2 or data/text for the rest: run scripts/fetch_data.sh"
+  exit 77
+fi
 docs=("$text/chapter_1.txt" "$text/chapter_2.txt" "$text/chapter_3.txt")
 
 mkdir "$tmp/tok"
@@ -47,22 +207,6 @@ same() {
     failures=$((failures + 1))
   else
     echo "ok   $name: $(tr '\n' ' ' < "$tmp/stdout")"
-  fi
-}
-
-# refused NAME PATTERN ARGS...: zt-prep ARGS must exit 2 with one stderr line matching PATTERN.
-refused() {
-  local name=$1 pattern=$2
-  shift 2
-  "$bin/zt-prep" "$@" > "$tmp/stdout" 2> "$tmp/stderr"
-  local rc=$? lines
-  lines=$(wc -l < "$tmp/stderr")
-  if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -Eq -- "$pattern" "$tmp/stderr"; then
-    echo "FAIL $name: exit $rc, $lines stderr lines, want exit 2 and one line matching '$pattern':"
-    sed 's/^/    /' "$tmp/stderr"
-    failures=$((failures + 1))
-  else
-    echo "ok   $name: $(cat "$tmp/stderr")"
   fi
 }
 
