@@ -285,21 +285,34 @@ double network_tx_bytes() {
   return tx;
 }
 
+// A micro-batch's arrays, filled by DataLoader::next. Positions are passed to the model only for
+// a file of packed examples (TokenFile::has_flags): plain files train one document per row, as
+// before positions existed.
+struct BatchArrays {
+  BatchArrays(int64_t B, int64_t T, bool documents)
+      : B(B), T(T), inputs(B * T), targets(B * T), positions(documents ? B * T : 0) {}
+  Batch next(DataLoader& loader) {
+    loader.next(inputs.data(), targets.data(), positions.empty() ? nullptr : positions.data());
+    return Batch{inputs.data(), targets.data(), B, T, positions.empty() ? nullptr : positions.data()};
+  }
+  int64_t B, T;
+  std::vector<int32_t> inputs, targets, positions;
+};
+
 // Mean loss over the counted targets of the first `batches` batches of the validation file (the
 // same batches every time, so evaluations are comparable).
-double evaluate(Engine& engine, DataLoader& loader, const TokenFile&, int batches, int64_t B,
+double evaluate(Engine& engine, DataLoader& loader, const TokenFile& file, int batches, int64_t B,
                 int64_t T) {
-  std::vector<int32_t> inputs(B * T), targets(B * T);
+  BatchArrays arrays(B, T, file.has_flags());
   loader.seek(0);
-  double sum = 0.0, counted_all = 0.0;
+  double sum = 0.0, targets = 0.0;
   for (int i = 0; i < batches; ++i) {
-    loader.next(inputs.data(), targets.data());
     int64_t counted = 0;
-    const double loss = engine.eval_loss(Batch{inputs.data(), targets.data(), B, T}, &counted);
+    const double loss = engine.eval_loss(arrays.next(loader), &counted);
     sum += loss * static_cast<double>(counted);
-    counted_all += static_cast<double>(counted);
+    targets += static_cast<double>(counted);
   }
-  return sum / std::max(counted_all, 1.0);
+  return sum / std::max(targets, 1.0);
 }
 
 }  // namespace
@@ -789,8 +802,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     snapshot.rewind();
   }
 
-  std::vector<std::vector<int32_t>> inputs(accumulation, std::vector<int32_t>(B * T));
-  std::vector<std::vector<int32_t>> targets(accumulation, std::vector<int32_t>(B * T));
+  std::vector<BatchArrays> arrays(accumulation, BatchArrays(B, T, train_file.has_flags()));
   std::vector<Batch> micro(accumulation);
   const int64_t steps = config.zt.steps;
   // The summary's traffic figures are over the timed steps: every step after the first, so that
@@ -810,10 +822,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   for (int64_t step = first_step; step <= steps; ++step) {
     step_now = step;
     auto t0 = Clock::now();
-    for (int64_t i = 0; i < accumulation; ++i) {
-      train_loader.next(inputs[i].data(), targets[i].data());
-      micro[i] = Batch{inputs[i].data(), targets[i].data(), B, T};
-    }
+    for (int64_t i = 0; i < accumulation; ++i) micro[i] = arrays[i].next(train_loader);
     // The schedule advances with applied steps: a skipped fp16 step does not move it.
     const float lr = schedule.lr_at(engine.optimizer_steps());
     const CommStats comm_before = engine.comm_stats();
@@ -849,6 +858,9 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
                           {"lr", r.lr},          {"grad_norm", r.grad_norm},
                           {"ms", ms},            {"tokens_per_s", tokens_per_s},
                           {"peak_bytes", peak_bytes_json(device.memory())}};
+    // Instruction data: the targets the loss counted (completion tokens) of the B*T*accumulation
+    // *world positions.
+    if (train_file.has_flags()) row["loss_targets"] = r.targets;
     if (const MemoryTracker* host = engine.host_memory())
       row["host_peak_bytes"] = peak_bytes_json(*host);
     if (precision.loss_scaling()) {

@@ -178,20 +178,8 @@ if ! [ -f "$gpt2/encoder.json" ] || ! [ -f "$gpt2/vocab.bpe" ] || ! [ -d "$text"
 fi
 docs=("$text/chapter_1.txt" "$text/chapter_2.txt" "$text/chapter_3.txt")
 
-mkdir "$tmp/tok"
-jq -n --slurpfile vocab "$gpt2/encoder.json" --rawfile merges "$gpt2/vocab.bpe" '{
-  version: "1.0",
-  added_tokens: [{id: 50256, content: "<|endoftext|>", single_word: false, lstrip: false,
-                  rstrip: false, normalized: true, special: true}],
-  normalizer: null,
-  pre_tokenizer: {type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true},
-  post_processor: {type: "ByteLevel", add_prefix_space: true, trim_offsets: false, use_regex: true},
-  decoder: {type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true},
-  model: {type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: "",
-          end_of_word_suffix: "", fuse_unk: false, byte_fallback: false, ignore_merges: false,
-          vocab: $vocab[0],
-          merges: ($merges | split("\n") | .[1:] | map(select(length > 0)))}
-}' > "$tmp/tok/tokenizer.json" || { echo "FAIL: jq could not build tokenizer.json"; exit 1; }
+bash "$src/scripts/gpt2_tokenizer_json.sh" "$gpt2" "$tmp/tok" ||
+  { echo "FAIL: could not build tokenizer.json"; exit 1; }
 
 # same NAME ARGS...: zt-prep ARGS writes $tmp/x.bin and $tmp/xv.bin equal to the --vocab run's.
 same() {
