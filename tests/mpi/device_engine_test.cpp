@@ -199,7 +199,7 @@ TEST(ScrambledDevice, EmbeddingBackwardRoundsTheTokenRowsOnTheDevice) {
     CpuDevice cpu;
     std::vector<uint16_t> ewte = dwte16, ewpe = dwpe16;
     cpu.kernels_for(dtype).embedding_backward({ewte.data(), dtype}, {ewpe.data(), dtype},
-                                              dout.data(), tokens.data(), B, T, C);
+                                              dout.data(), tokens.data(), B, T, C, nullptr);
 
     ScrambledDevice device;
     auto upload = [&](const void* src, size_t bytes) {
@@ -213,7 +213,7 @@ TEST(ScrambledDevice, EmbeddingBackwardRoundsTheTokenRowsOnTheDevice) {
     Buffer d_wpe = upload(dwpe16.data(), wpe_bytes);
     device.kernels_for(dtype).embedding_backward({d_wte.data(), dtype}, {d_wpe.data(), dtype},
                                                  d_dout.as<float>(), d_tokens.as<int32_t>(), B,
-                                                 T, C);
+                                                 T, C, nullptr);
     std::vector<uint16_t> gwte(dwte16.size()), gwpe(dwpe16.size());
     device.copy_to_host(gwte.data(), d_wte.data(), wte_bytes);
     device.copy_to_host(gwpe.data(), d_wpe.data(), wpe_bytes);
