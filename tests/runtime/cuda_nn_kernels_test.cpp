@@ -770,8 +770,11 @@ TEST_F(CudaNnKernelsTest, GqaAttentionWithinDocumentsMatchesCpu) {
       for (int64_t row = 0; row < d.B * h.NH * d.T; ++row) {
         const int64_t t = row % d.T, bt = row / (h.NH * d.T) * d.T + t;
         const int64_t w = test::first_key(d.positions.data(), bt, d.T);
-        for (int64_t j = 0; j < d.T; ++j)
-          if (j < w || j > t) ASSERT_EQ(att_gpu[row * d.T + j], 0.0f) << what << " row " << row;
+        for (int64_t j = 0; j < d.T; ++j) {
+          if (j < w || j > t) {
+            ASSERT_EQ(att_gpu[row * d.T + j], 0.0f) << what << " row " << row;
+          }
+        }
       }
       att.reset_gpu(att.cpu());
       Mirror dout = mirror(random_floats(d.B * d.T * HD, 4));

@@ -151,10 +151,11 @@ TEST_F(KernelsTest, AttentionWithinDocumentsMatchesReference) {
       const int64_t w = first_key(positions, bt, s.T);
       for (int64_t j = 0; j < s.T; ++j) {
         const float p = att[row * s.T + j];
-        if (j < w || j > t)
+        if (j < w || j > t) {
           ASSERT_EQ(std::bit_cast<uint32_t>(p), 0u) << what << " row " << row << " key " << j;
-        else
+        } else {
           ASSERT_GT(p, 0.0f) << what << " row " << row << " key " << j;
+        }
       }
     }
   }

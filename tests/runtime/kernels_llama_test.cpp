@@ -399,9 +399,11 @@ TEST_F(KernelsTest, GqaAttentionWithinDocumentsMatchesReference) {
     expect_close(att, ratt, 1e-7, 1e-5, what + " att");
     for (int64_t row = 0; row < s.B * s.NH * s.T; ++row) {
       const int64_t t = row % s.T, w = first_key(positions, row / (s.NH * s.T) * s.T + t, s.T);
-      for (int64_t j = 0; j < s.T; ++j)
-        if (j < w || j > t)
+      for (int64_t j = 0; j < s.T; ++j) {
+        if (j < w || j > t) {
           ASSERT_EQ(std::bit_cast<uint32_t>(att[row * s.T + j]), 0u) << what << " row " << row;
+        }
+      }
     }
   }
 }
