@@ -75,12 +75,12 @@ class EmbeddingLayer final : public Layer {
   void forward(Kernels& k, const LayerIO& io, ActivationStore&) override {
     const Batch& b = *io.batch;
     k.embedding_forward(io.output, b.inputs, root_.param(kWte), root_.param(kWpe), b.B, b.T,
-                        c_.n_embd);
+                        c_.n_embd, b.positions);
   }
   void backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) override {
     const Batch& b = *io.batch;
     k.embedding_backward(root_.grad(kWte), root_.grad(kWpe), io.d_output, b.inputs, b.B, b.T,
-                         c_.n_embd);
+                         c_.n_embd, b.positions);
   }
   std::optional<LayerActivations> activations(int64_t, int64_t, bool) const override {
     return LayerActivations{};  // keeps nothing, needs no scratch
@@ -122,7 +122,7 @@ class BlockLayer final : public Layer {
     k.layernorm_forward(ln1, ln1_mean, ln1_rstd, x, u_.param(kLn1W), u_.param(kLn1B), N, C);
     k.matmul_forward(qkv, ln1, u_.param(kAttnW), u_.param(kAttnB), N, C, 3 * C,
                      WeightLayout::kInOut);
-    k.attention_forward(atty, att, qkv, B, T, C, NH);
+    k.attention_forward(atty, att, qkv, B, T, C, NH, io.batch->positions);
     k.matmul_forward(res2, atty, u_.param(kAttnProjW), u_.param(kAttnProjB), N, C, C,
                      WeightLayout::kInOut);
     k.residual_forward(res2, res2, x, N * C);
@@ -173,7 +173,8 @@ class BlockLayer final : public Layer {
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
     k.matmul_backward(d_atty, u_.grad(kAttnProjW), u_.grad(kAttnProjB), d_res2, acts.at(kAtty),
                       u_.param(kAttnProjW), N, C, C, WeightLayout::kInOut);
-    k.attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, C, NH);
+    k.attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, C, NH,
+                         io.batch->positions);
     k.matmul_backward(d_ln1, u_.grad(kAttnW), u_.grad(kAttnB), d_qkv, acts.at(kLn1),
                       u_.param(kAttnW), N, C, 3 * C, WeightLayout::kInOut);
     k.layernorm_backward(io.d_input, u_.grad(kLn1W), u_.grad(kLn1B), d_ln1, io.input,

@@ -111,12 +111,12 @@ class EmbeddingLayer final : public Layer {
   void forward(Kernels& k, const LayerIO& io, ActivationStore&) override {
     const Batch& b = *io.batch;
     k.embedding_forward(io.output, b.inputs, root_.param(kEmbed), nullptr, b.B, b.T,
-                        c_.hidden_size);
+                        c_.hidden_size, b.positions);
   }
   void backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) override {
     const Batch& b = *io.batch;
     k.embedding_backward(root_.grad(kEmbed), nullptr, io.d_output, b.inputs, b.B, b.T,
-                         c_.hidden_size);
+                         c_.hidden_size, b.positions);
   }
   std::optional<LayerActivations> activations(int64_t, int64_t, bool) const override {
     return LayerActivations{};  // keeps nothing, needs no scratch
@@ -158,8 +158,8 @@ class DecoderLayer final : public Layer {
     k.rmsnorm_forward(ln1, ln1_rstd, x, param(at_.ln1), N, C, eps);
     k.matmul_forward(qkv, ln1, param(at_.q), param(at_.q_bias), N, C, d_.R,
                      WeightLayout::kOutIn);  // q_proj, k_proj, v_proj in one
-    k.rope_forward(qkv, B, T, NH, NKV, hd, c_.rope_theta);
-    k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd);
+    k.rope_forward(qkv, B, T, NH, NKV, hd, c_.rope_theta, io.batch->positions);
+    k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd, io.batch->positions);
     k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C,
                      WeightLayout::kOutIn);
     k.residual_forward(res2, res2, x, N * C);
@@ -211,10 +211,11 @@ class DecoderLayer final : public Layer {
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
     k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty),
                       param(at_.o), N, d_.Q, C, WeightLayout::kOutIn);
-    k.gqa_attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, NH, NKV, hd);
+    k.gqa_attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, NH, NKV, hd,
+                             io.batch->positions);
     // d_qkv now holds the gradient w.r.t. the rotated q and k; rotated back in place, it is the
     // gradient w.r.t. the projection's output.
-    k.rope_backward(d_qkv, B, T, NH, NKV, hd, c_.rope_theta);
+    k.rope_backward(d_qkv, B, T, NH, NKV, hd, c_.rope_theta, io.batch->positions);
     k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q),
                       N, C, d_.R, WeightLayout::kOutIn);
     k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),

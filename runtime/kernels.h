@@ -121,15 +121,18 @@ class Kernels {
                                const float* inp, ConstOperand weight, int64_t M, int64_t K,
                                int64_t N, WeightLayout layout) = 0;
 
-  // out (B,T,C) = wte[tokens[b,t]] + wpe[t] (wpe null: no position embedding, Llama's). tokens
-  // are already validated (< V).
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (wpe null: no position embedding,
+  // Llama's). tokens are already validated (< V). positions (B,T), model.h's Batch::positions,
+  // null: 0..T-1 in every row.
   virtual void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
-                                 ConstOperand wpe, int64_t B, int64_t T, int64_t C) = 0;
-  // dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b (skipped when null; either
-  // may be null). Deterministic order.
-  // A 16-bit dwte row named by the batch is rounded once, after all its contributions.
+                                 ConstOperand wpe, int64_t B, int64_t T, int64_t C,
+                                 const int32_t* positions) = 0;
+  // dwte (V,C) += scatter of dout by token; dwpe (T,C) += scatter of dout by position, a row's
+  // contributions in token order (skipped when null; either may be null). Deterministic order.
+  // A 16-bit dwte or dwpe row named by the batch is rounded once, after all its contributions.
   virtual void embedding_backward(Operand dwte, Operand dwpe, const float* dout,
-                                  const int32_t* tokens, int64_t B, int64_t T, int64_t C) = 0;
+                                  const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                  const int32_t* positions) = 0;
 
   // Per row of C: out = (inp - mean) * rstd * weight + bias, eps 1e-5. mean, rstd: (N).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -143,28 +146,32 @@ class Kernels {
   virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
 
-  // Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side per token;
-  // out (B,T,C); att (B,NH,T,T) receives the softmax probabilities (kept for backward; entries
-  // above the diagonal are zero). Scale 1/sqrt(C/NH).
+  // Causal multi-head self-attention within documents: query t of row b reads the keys
+  // t - positions[b,t] .. t (model.h's Batch::positions, (B,T); null: 0..T-1, keys 0 .. t).
+  // qkv (B,T,3C) holds q, k, v side by side per token; out (B,T,C); att (B,NH,T,T) receives
+  // the softmax probabilities (kept for backward; entries outside a query's keys are zero).
+  // Scale 1/sqrt(C/NH).
   virtual void attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                 int64_t T, int64_t C, int64_t NH) = 0;
-  // dqkv (B,T,3C) += gradient through attention, from dout (B,T,C).
+                                 int64_t T, int64_t C, int64_t NH,
+                                 const int32_t* positions) = 0;
+  // dqkv (B,T,3C) += gradient through attention, from dout (B,T,C); positions as forward's.
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* att, int64_t B, int64_t T, int64_t C,
-                                  int64_t NH) = 0;
+                                  const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                  const int32_t* positions) = 0;
 
   // Causal grouped-query self-attention (Llama's; attention_forward is the case NKV == NH,
   // hd == C/NH). qkv (B,T,R) with R = (NH + 2·NKV)·hd holds per token the NH query heads, then
   // the NKV key heads, then the NKV value heads, each hd wide; query head h reads key/value head
-  // h / (NH/NKV) (NH a multiple of NKV). out (B,T,NH·hd); att (B,NH,T,T) as attention_forward's.
-  // Scale 1/sqrt(hd).
+  // h / (NH/NKV) (NH a multiple of NKV). out (B,T,NH·hd); att (B,NH,T,T) and positions (null:
+  // 0..T-1) as attention_forward's. Scale 1/sqrt(hd).
   virtual void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                     int64_t T, int64_t NH, int64_t NKV, int64_t hd) = 0;
+                                     int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                                     const int32_t* positions) = 0;
   // dqkv (B,T,R) += gradient through attention, from dout (B,T,NH·hd). A key/value head's
   // gradient sums its group's query heads in increasing h.
   virtual void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
                                       const float* att, int64_t B, int64_t T, int64_t NH,
-                                      int64_t NKV, int64_t hd) = 0;
+                                      int64_t NKV, int64_t hd, const int32_t* positions) = 0;
 
   // RMSNorm per row of C: out = inp·rstd·weight, rstd = 1/sqrt(mean(inp²) + eps). rstd (N) is
   // kept for backward (fp32, as layer norm's statistics).
@@ -176,19 +183,20 @@ class Kernels {
 
   // Rotary position embedding (Hugging Face's rotate-half convention), IN PLACE on the NH query
   // and NKV key heads of qkv (B,T,R), laid out as gqa_attention_forward's; value heads untouched.
-  // Token t (position t, 0-based) of each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2]
-  // and a = t·theta^(-2i/hd): x[i] = x1·cos a - x2·sin a, x[i + hd/2] = x2·cos a + x1·sin a.
-  // Precision: theta^(-2i/hd) is computed in double and rounded to fp32, a = float(t) times it
+  // Token (b, t) at position p = positions[b,t] (model.h's Batch::positions; null: p = t) of
+  // each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2] and a = p·theta^(-2i/hd):
+  // x[i] = x1·cos a - x2·sin a, x[i + hd/2] = x2·cos a + x1·sin a.
+  // Precision: theta^(-2i/hd) is computed in double and rounded to fp32, a = float(p) times it
   // in fp32 (Hugging Face's fp32 inv_freq and angle), cos a and sin a in double rounded to fp32;
   // the rotation itself in fp32. hd even.
   virtual void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hd, float theta) = 0;
-  // The gradient through rope_forward, IN PLACE: the q and k parts of dqkv (the gradient w.r.t.
-  // rope's output) become the gradient w.r.t. its input (the inverse rotation). The one backward
-  // entry that transforms instead of accumulating: the rotation is orthogonal, so the caller
-  // keeps one buffer.
+                            int64_t hd, float theta, const int32_t* positions) = 0;
+  // The gradient through rope_forward at the same positions, IN PLACE: the q and k parts of
+  // dqkv (the gradient w.r.t. rope's output) become the gradient w.r.t. its input (the inverse
+  // rotation). The one backward entry that transforms instead of accumulating: the rotation is
+  // orthogonal, so the caller keeps one buffer.
   virtual void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                             int64_t hd, float theta) = 0;
+                             int64_t hd, float theta, const int32_t* positions) = 0;
 
   // SwiGLU: out (N,F) = silu(gate)·up, silu(x) = x·sigmoid(x); gate_up (N,2F) holds per row the
   // F gate values, then the F up values (one GEMM over the adjacent gate_proj and up_proj).
@@ -204,7 +212,9 @@ class Kernels {
 
   // Softmax cross-entropy over the first V of Vp columns of each of N rows of logits (N,Vp).
   // losses (N) = -log softmax(row)[target]. When dloss != 0 the row is overwritten in place by
-  // its gradient dloss * (softmax - onehot(target)), padded columns set to 0.
+  // its gradient dloss * (softmax - onehot(target)), padded columns set to 0. A row whose target
+  // is negative (kIgnoreTarget, model.h) is not trained on: its loss is 0 and, when dloss != 0,
+  // its gradient is all zeros (padded columns too).
   virtual void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
                                      int64_t N, int64_t V, int64_t Vp, float dloss) = 0;
 

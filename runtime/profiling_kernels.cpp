@@ -29,13 +29,14 @@ void ProfilingKernels::matmul_backward(float* dinp, Operand dweight, Operand dbi
   ZT_TIMED(matmul_backward, dinp, dweight, dbias, dout, inp, weight, M, K, N, layout);
 }
 void ProfilingKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
-                                         ConstOperand wpe, int64_t B, int64_t T, int64_t C) {
-  ZT_TIMED(embedding_forward, out, tokens, wte, wpe, B, T, C);
+                                         ConstOperand wpe, int64_t B, int64_t T, int64_t C,
+                                         const int32_t* positions) {
+  ZT_TIMED(embedding_forward, out, tokens, wte, wpe, B, T, C, positions);
 }
 void ProfilingKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
-                                          const int32_t* tokens, int64_t B, int64_t T,
-                                          int64_t C) {
-  ZT_TIMED(embedding_backward, dwte, dwpe, dout, tokens, B, T, C);
+                                          const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                          const int32_t* positions) {
+  ZT_TIMED(embedding_backward, dwte, dwpe, dout, tokens, B, T, C, positions);
 }
 void ProfilingKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                          ConstOperand weight, ConstOperand bias, int64_t N,
@@ -56,22 +57,24 @@ void ProfilingKernels::gelu_backward(float* dinp, const float* inp, const float*
   ZT_TIMED(gelu_backward, dinp, inp, dout, n);
 }
 void ProfilingKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                         int64_t T, int64_t C, int64_t NH) {
-  ZT_TIMED(attention_forward, out, att, qkv, B, T, C, NH);
+                                         int64_t T, int64_t C, int64_t NH,
+                                         const int32_t* positions) {
+  ZT_TIMED(attention_forward, out, att, qkv, B, T, C, NH, positions);
 }
 void ProfilingKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                           const float* att, int64_t B, int64_t T, int64_t C,
-                                          int64_t NH) {
-  ZT_TIMED(attention_backward, dqkv, dout, qkv, att, B, T, C, NH);
+                                          int64_t NH, const int32_t* positions) {
+  ZT_TIMED(attention_backward, dqkv, dout, qkv, att, B, T, C, NH, positions);
 }
 void ProfilingKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                             int64_t T, int64_t NH, int64_t NKV, int64_t hd) {
-  ZT_TIMED(gqa_attention_forward, out, att, qkv, B, T, NH, NKV, hd);
+                                             int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                                             const int32_t* positions) {
+  ZT_TIMED(gqa_attention_forward, out, att, qkv, B, T, NH, NKV, hd, positions);
 }
 void ProfilingKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
                                               const float* att, int64_t B, int64_t T, int64_t NH,
-                                              int64_t NKV, int64_t hd) {
-  ZT_TIMED(gqa_attention_backward, dqkv, dout, qkv, att, B, T, NH, NKV, hd);
+                                              int64_t NKV, int64_t hd, const int32_t* positions) {
+  ZT_TIMED(gqa_attention_backward, dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions);
 }
 void ProfilingKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
                                        ConstOperand weight, int64_t N, int64_t C, float eps) {
@@ -83,12 +86,12 @@ void ProfilingKernels::rmsnorm_backward(float* dinp, Operand dweight, const floa
   ZT_TIMED(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 void ProfilingKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                    int64_t hd, float theta) {
-  ZT_TIMED(rope_forward, qkv, B, T, NH, NKV, hd, theta);
+                                    int64_t hd, float theta, const int32_t* positions) {
+  ZT_TIMED(rope_forward, qkv, B, T, NH, NKV, hd, theta, positions);
 }
 void ProfilingKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                     int64_t hd, float theta) {
-  ZT_TIMED(rope_backward, dqkv, B, T, NH, NKV, hd, theta);
+                                     int64_t hd, float theta, const int32_t* positions) {
+  ZT_TIMED(rope_backward, dqkv, B, T, NH, NKV, hd, theta, positions);
 }
 void ProfilingKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
   ZT_TIMED(swiglu_forward, out, gate_up, N, F);

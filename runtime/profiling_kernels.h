@@ -53,9 +53,9 @@ class ProfilingKernels final : public Kernels {
                        const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
                        WeightLayout layout) override;
   void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
-                         int64_t B, int64_t T, int64_t C) override;
+                         int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
-                          int64_t B, int64_t T, int64_t C) override;
+                          int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
   void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
@@ -64,21 +64,24 @@ class ProfilingKernels final : public Kernels {
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                         int64_t C, int64_t NH) override;
+                         int64_t C, int64_t NH, const int32_t* positions) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          int64_t B, int64_t T, int64_t C, int64_t NH) override;
+                          int64_t B, int64_t T, int64_t C, int64_t NH,
+                          const int32_t* positions) override;
   void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                             int64_t NH, int64_t NKV, int64_t hd) override;
+                             int64_t NH, int64_t NKV, int64_t hd,
+                             const int32_t* positions) override;
   void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd) override;
+                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                              const int32_t* positions) override;
   void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
                        int64_t C, float eps) override;
   void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
                         ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
   void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    float theta) override;
+                    float theta, const int32_t* positions) override;
   void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     float theta) override;
+                     float theta, const int32_t* positions) override;
   void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
                        int64_t F) override;

@@ -35,18 +35,23 @@ int64_t counted_targets(const Batch& batch) {
   return std::count_if(batch.targets, batch.targets + n, [](int32_t t) { return t >= 0; });
 }
 
-// The micro-batch's token ids where the kernels read them: the caller's host arrays when the
-// device computes on host memory, else a device copy.
+// The micro-batch's token ids (and document positions, when set) where the kernels read them:
+// the caller's host arrays when the device computes on host memory, else a device copy, one
+// allocation of inputs, targets[, positions] (memory_model.cpp's replay counts the same bytes).
 class DeviceBatch {
  public:
   DeviceBatch(Device& device, const Batch& host) : batch_(host) {
     if (device.host_accessible()) return;
     const size_t bytes = static_cast<size_t>(host.B * host.T) * sizeof(int32_t);
-    tokens_ = device.alloc(2 * bytes, MemCategory::kActivations);
-    device.copy_from_host(tokens_.data(), host.inputs, bytes);
-    device.copy_from_host(tokens_.as<char>() + bytes, host.targets, bytes);
-    batch_.inputs = tokens_.as<const int32_t>();
-    batch_.targets = reinterpret_cast<const int32_t*>(tokens_.as<char>() + bytes);
+    tokens_ = device.alloc((host.positions ? 3 : 2) * bytes, MemCategory::kActivations);
+    const auto copy = [&](const int32_t* from, size_t slot) {
+      char* at = tokens_.as<char>() + slot * bytes;
+      device.copy_from_host(at, from, bytes);
+      return reinterpret_cast<const int32_t*>(at);
+    };
+    batch_.inputs = copy(host.inputs, 0);
+    batch_.targets = copy(host.targets, 1);
+    if (host.positions) batch_.positions = copy(host.positions, 2);
   }
   const Batch& batch() const { return batch_; }
 

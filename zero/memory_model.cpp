@@ -397,9 +397,10 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
 
   // DeviceBatch, then PassState (hidden states in the compute dtype, losses, two fp32 hidden
   // gradients), then the layers.
-  const int64_t pass_bytes = (o.tokens_on_device ? 2 * N * 4 : 0) +
-                             static_cast<int64_t>(L - 1) * N * C * packed + 4 * N + 2 * hidden_fp32;
-  if (o.tokens_on_device) t.alloc(kActs, 2 * N * 4);
+  const int64_t token_bytes = o.tokens_on_device ? (o.batch_positions ? 3 : 2) * N * 4 : 0;
+  const int64_t pass_bytes = token_bytes + static_cast<int64_t>(L - 1) * N * C * packed + 4 * N +
+                             2 * hidden_fp32;
+  if (o.tokens_on_device) t.alloc(kActs, token_bytes);
   t.alloc(kActs, static_cast<int64_t>(L - 1) * N * C * packed);
   t.alloc(kActs, 4 * N);
   t.alloc(kActs, 2 * hidden_fp32);

@@ -115,8 +115,10 @@ struct ActivationOptions {
   int64_t T = 1;
   DType compute = DType::kF32;  // hidden states kept in it; stores packed to it when 16-bit
   std::vector<bool> checkpoint;  // per layer, as EngineOptions::checkpoint; empty: none
-  // A device the host cannot address (a GPU) holds a copy of the token ids: 2 * B * T int32.
+  // A device the host cannot address (a GPU) holds a copy of the token ids: 2 * B * T int32,
+  // 3 * B * T with batch_positions (batches of packed documents, Batch::positions).
   bool tokens_on_device = false;
+  bool batch_positions = false;
 };
 // The kActivations peak of Engine::train_step's pass, replayed over the layers' declared
 // buffers; nullopt when a layer declares none (Layer::activations).

@@ -2,6 +2,8 @@
 // NKV == NH: forward (scores, causal softmax, att · V) and backward, one (batch, key/value head)
 // pair per task, which handles the key/value head's group of query heads in increasing order, so
 // a key/value head's gradient sums its group in a fixed order and tasks never share an output.
+// Documents packed in a row (Batch::positions) are attended one after another, each as a
+// sequence of its own: the kernels below run on the document's keys only.
 // Not here: the GEMMs of the projections around it (matmul, cpu_matmul_kernels.cpp), rotary
 // embeddings (cpu_nn_kernels.cpp) and any other op.
 #include <algorithm>
@@ -238,15 +240,28 @@ constexpr int64_t attention_backward_scratch(int64_t T, int64_t hs) {
   return 4 * hs * T + 2 * kQueryBlock * T;
 }
 
-// Queries t0 .. t0+Q-1: scores into their att rows, softmax, out rows = att · V.
+// The end of the document that starts at token `start` of a row: the next token at position 0,
+// or T (positions: the row's, checked by check_positions; null: the row is one document).
+inline int64_t document_end(const int32_t* positions, int64_t start, int64_t T) {
+  if (!positions) return T;
+  int64_t end = start + 1;
+  while (end < T && positions[end] != 0) ++end;
+  return end;
+}
+
+// Queries t0 .. t0+Q-1 of the document starting at token w (its keys w .. t0+Q-1): scores into
+// their att rows, softmax, out rows = att · V. att's columns before w stay 0.
 template <class V, int Q>
 void attention_forward_queries(float* out, float* att, const HeadView& hv, const float* kt,
-                               const float* vc, int64_t t0, const AttentionShape& s) {
-  const int64_t T = s.T, n0 = t0 + 1;
+                               const float* vc, int64_t w, int64_t t0, const AttentionShape& s) {
+  const int64_t T = s.T, n0 = t0 - w + 1;
   float* p = att + t0 * T;
-  block_dot<V, Q>(p, T, hv.q + t0 * s.R, s.R, kt, T, s.hs, n0 + Q - 1, s.scale);
-  for (int q = 0; q < Q; ++q) softmax_causal_row<V>(p + q * T, n0 + q, T);
-  block_combine<V, Q, false>(out + t0 * s.HD, s.HD, p, T, vc, s.hs, n0, s.hs);
+  block_dot<V, Q>(p + w, T, hv.q + t0 * s.R, s.R, kt + w, T, s.hs, n0 + Q - 1, s.scale);
+  for (int q = 0; q < Q; ++q) {
+    std::fill(p + q * T, p + q * T + w, 0.0f);
+    softmax_causal_row<V>(p + q * T + w, n0 + q, T - w);
+  }
+  block_combine<V, Q, false>(out + t0 * s.HD, s.HD, p + w, T, vc + w * s.hs, s.hs, n0, s.hs);
 }
 
 // The pair's K and V, gathered once for its group: kt (hs, T) transposed, vc (T, hs).
@@ -256,14 +271,18 @@ inline void gather_kv(float* kt, float* vc, const HeadView& hv, const AttentionS
 }
 
 // kt, vc: the pair's K and V as gather_kv leaves them. out points at (b, 0, h·hs), att at the
-// (b, h) block (T, T).
+// (b, h) block (T, T); positions at row b's (null: one document). Each document's queries in
+// blocks of kQueryBlock from its first token.
 template <class V>
 void attention_forward_head(float* out, float* att, const HeadView& hv, const AttentionShape& s,
-                            const float* kt, const float* vc) {
-  int64_t t0 = 0;
-  for (; t0 + kQueryBlock <= s.T; t0 += kQueryBlock)
-    attention_forward_queries<V, kQueryBlock>(out, att, hv, kt, vc, t0, s);
-  for (; t0 < s.T; ++t0) attention_forward_queries<V, 1>(out, att, hv, kt, vc, t0, s);
+                            const float* kt, const float* vc, const int32_t* positions) {
+  for (int64_t w = 0, end; w < s.T; w = end) {
+    end = document_end(positions, w, s.T);
+    int64_t t0 = w;
+    for (; t0 + kQueryBlock <= end; t0 += kQueryBlock)
+      attention_forward_queries<V, kQueryBlock>(out, att, hv, kt, vc, w, t0, s);
+    for (; t0 < end; ++t0) attention_forward_queries<V, 1>(out, att, hv, kt, vc, w, t0, s);
+  }
 }
 
 struct HeadGrads {
@@ -273,16 +292,16 @@ struct HeadGrads {
   const float* dy;  // dout rows of this query head, HD apart
 };
 
-// Queries t0 .. t0+Q-1: dp = dy·Vᵀ, ds = p·(dp - sum p·dp)·scale, dq += ds·K, dk += dsᵀ·q,
-// dv += pᵀ·dy.
+// Queries t0 .. t0+Q-1 of the document starting at token w (its keys w .. t0+Q-1):
+// dp = dy·Vᵀ, ds = p·(dp - sum p·dp)·scale, dq += ds·K, dk += dsᵀ·q, dv += pᵀ·dy.
 template <class V, int Q>
 void attention_backward_queries(const HeadGrads& g, const HeadView& hv, const float* att,
-                                const float* vt, const float* kc, float* dp, float* ds, int64_t t0,
-                                const AttentionShape& s) {
-  const int64_t T = s.T, n0 = t0 + 1;
-  const float* p = att + t0 * T;
+                                const float* vt, const float* kc, float* dp, float* ds, int64_t w,
+                                int64_t t0, const AttentionShape& s) {
+  const int64_t T = s.T, n0 = t0 - w + 1;
+  const float* p = att + t0 * T + w;
   const float* dy = g.dy + t0 * s.HD;
-  block_dot<V, Q>(dp, T, dy, s.HD, vt, T, s.hs, n0 + Q - 1, 1.0f);
+  block_dot<V, Q>(dp, T, dy, s.HD, vt + w, T, s.hs, n0 + Q - 1, 1.0f);
   for (int q = 0; q < Q; ++q) {
     const int64_t n = n0 + q;
     const float* pq = p + q * T;
@@ -297,21 +316,27 @@ void attention_backward_queries(const HeadGrads& g, const HeadView& hv, const fl
       store<T_>(dsq + j, load<T_>(pq + j) * (load<T_>(dpq + j) - pdp) * s.scale);
     });
   }
-  block_combine<V, Q, true>(g.dq + t0 * s.R, s.R, ds, T, kc, s.hs, n0, s.hs);
-  block_rank_update<V, Q>(g.dk, s.hs, ds, T, hv.q + t0 * s.R, s.R, n0, s.hs);
-  block_rank_update<V, Q>(g.dv, s.hs, p, T, dy, s.HD, n0, s.hs);
+  const float* k = kc + w * s.hs;
+  block_combine<V, Q, true>(g.dq + t0 * s.R, s.R, ds, T, k, s.hs, n0, s.hs);
+  block_rank_update<V, Q>(g.dk + w * s.hs, s.hs, ds, T, hv.q + t0 * s.R, s.R, n0, s.hs);
+  block_rank_update<V, Q>(g.dv + w * s.hs, s.hs, p, T, dy, s.HD, n0, s.hs);
 }
 
 // Query head h's queries, against its key/value head's vt, kc (gathered once for the group);
-// dk, dv (T, hs each) accumulate the group's contributions. dp, ds: (kQueryBlock, T) scratch.
+// dk, dv (T, hs each) accumulate the group's contributions. dp, ds: (kQueryBlock, T) scratch,
+// used from column 0 for each block (a document's keys). Documents (positions: row b's, null:
+// one) as in attention_forward_head.
 template <class V>
 void attention_backward_head(const HeadGrads& g, const HeadView& hv, const float* att,
                              const float* vt, const float* kc, float* dp, float* ds,
-                             const AttentionShape& s) {
-  int64_t t0 = 0;
-  for (; t0 + kQueryBlock <= s.T; t0 += kQueryBlock)
-    attention_backward_queries<V, kQueryBlock>(g, hv, att, vt, kc, dp, ds, t0, s);
-  for (; t0 < s.T; ++t0) attention_backward_queries<V, 1>(g, hv, att, vt, kc, dp, ds, t0, s);
+                             const AttentionShape& s, const int32_t* positions) {
+  for (int64_t w = 0, end; w < s.T; w = end) {
+    end = document_end(positions, w, s.T);
+    int64_t t0 = w;
+    for (; t0 + kQueryBlock <= end; t0 += kQueryBlock)
+      attention_backward_queries<V, kQueryBlock>(g, hv, att, vt, kc, dp, ds, w, t0, s);
+    for (; t0 < end; ++t0) attention_backward_queries<V, 1>(g, hv, att, vt, kc, dp, ds, w, t0, s);
+  }
 }
 
 AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
@@ -324,22 +349,25 @@ AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
 }  // namespace
 
 void CpuKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                                   int64_t C, int64_t NH) {
+                                   int64_t C, int64_t NH, const int32_t* positions) {
   ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
-  gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
+  gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH, positions);
 }
 
 void CpuKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                    const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+                                    const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                    const int32_t* positions) {
   ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
-  gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
+  gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH, positions);
 }
 
 void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                       int64_t T, int64_t NH, int64_t NKV, int64_t hd) {
+                                       int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                                       const int32_t* positions) {
   const AttentionShape s = attention_shape(T, NH, NKV, hd);
   const int64_t pairs = B * NKV;
   if (pairs <= 0 || T <= 0) return;
+  check_positions(positions, B, T, "attention");
   parallel_with_scratch(pairs, attention_forward_scratch(T, s.hs), [&](int64_t bj, float* scratch) {
     const int64_t b = bj / NKV, j = bj % NKV;
     float* kt = scratch;          // (hs, T): K transposed
@@ -350,7 +378,9 @@ void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
       float* o = out + b * T * s.HD + h * s.hs;
       float* a = att + att_offset(b, h, s);
       run_isa(isa_, [&](auto lanes) {
-        attention_forward_head<typename decltype(lanes)::type>(o, a, hv, s, kt, vc);
+        attention_forward_head<typename decltype(lanes)::type>(o, a, hv, s, kt, vc,
+                                                               positions ? positions + b * T
+                                                                         : nullptr);
       });
       if (act_ != DType::kF32) {  // this head's outputs, while in cache
         for (int64_t t = 0; t < T; ++t) round_act(o + t * s.HD, 0, s.hs);
@@ -362,10 +392,11 @@ void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
 
 void CpuKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
                                         const float* att, int64_t B, int64_t T, int64_t NH,
-                                        int64_t NKV, int64_t hd) {
+                                        int64_t NKV, int64_t hd, const int32_t* positions) {
   const AttentionShape s = attention_shape(T, NH, NKV, hd);
   const int64_t pairs = B * NKV;
   if (pairs <= 0 || T <= 0) return;
+  check_positions(positions, B, T, "attention");
   // Each (b, key/value head) pair owns its slices of dqkv: its group's q parts and its k and v.
   const int64_t hs = s.hs;
   parallel_with_scratch(pairs, attention_backward_scratch(T, hs), [&](int64_t bj, float* scratch) {
@@ -381,11 +412,12 @@ void CpuKernels::gqa_attention_backward(float* dqkv, const float* dout, const fl
     gather_head(kc, first.k, s.R, T, hs, false);
     std::fill(dk, dk + 2 * hs * T, 0.0f);
     float* dqkv_b = dqkv + b * T * s.R;
+    const int32_t* positions_b = positions ? positions + b * T : nullptr;
     for (int64_t h = j * s.G; h < (j + 1) * s.G; ++h) {
       const HeadGrads g{dqkv_b + h * hs, dk, dv, dout + b * T * s.HD + h * hs};
       run_isa(isa_, [&](auto lanes) {
         attention_backward_head<typename decltype(lanes)::type>(
-            g, HeadView(qkv, b, h, s), att + att_offset(b, h, s), vt, kc, dp, ds, s);
+            g, HeadView(qkv, b, h, s), att + att_offset(b, h, s), vt, kc, dp, ds, s, positions_b);
       });
     }
     run_isa(isa_, [&](auto lanes) {

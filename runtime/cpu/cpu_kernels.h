@@ -44,9 +44,9 @@ class CpuKernels final : public Kernels {
                        const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
                        WeightLayout layout) override;
   void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
-                         int64_t B, int64_t T, int64_t C) override;
+                         int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
-                          int64_t B, int64_t T, int64_t C) override;
+                          int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
   void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
@@ -55,21 +55,24 @@ class CpuKernels final : public Kernels {
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                         int64_t C, int64_t NH) override;
+                         int64_t C, int64_t NH, const int32_t* positions) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          int64_t B, int64_t T, int64_t C, int64_t NH) override;
+                          int64_t B, int64_t T, int64_t C, int64_t NH,
+                          const int32_t* positions) override;
   void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                             int64_t NH, int64_t NKV, int64_t hd) override;
+                             int64_t NH, int64_t NKV, int64_t hd,
+                             const int32_t* positions) override;
   void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd) override;
+                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                              const int32_t* positions) override;
   void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
                        int64_t C, float eps) override;
   void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
                         ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
   void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    float theta) override;
+                    float theta, const int32_t* positions) override;
   void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     float theta) override;
+                     float theta, const int32_t* positions) override;
   void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
                        int64_t F) override;
@@ -109,9 +112,13 @@ class CpuKernels final : public Kernels {
   // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 
+  // Throws unless positions (B,T) are model.h's Batch::positions: 0 at each row's first token,
+  // else 0 (a new document) or the previous token's plus one. Null passes. On the calling
+  // thread, before a kernel's parallel region (an exception must not leave an OpenMP task).
+  static void check_positions(const int32_t* positions, int64_t B, int64_t T, const char* kernel);
   // rope_forward (sign 1) and rope_backward (sign -1, the inverse rotation).
   void rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                  float theta, float sign);
+                  float theta, const int32_t* positions, float sign);
   // x[i0, i1) rounded to dtype (not kF32): round_to's arithmetic, for round_to and round_rows.
   void round_range(float* x, DType dtype, int64_t i0, int64_t i1);
 

@@ -253,12 +253,28 @@ float softmax_cross_entropy_row(float* row, int32_t target, int64_t vocab, int64
 
 }  // namespace
 
+void CpuKernels::check_positions(const int32_t* positions, int64_t B, int64_t T,
+                                 const char* kernel) {
+  if (!positions) return;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t p = positions[b * T + t];
+      ZT_ASSERT(p == 0 || (t > 0 && p == positions[b * T + t - 1] + 1),
+                "{}: positions[{}] (row {}, token {}) is {}; a document's positions count 0, 1, "
+                "2, ... from its first token, and every row starts one",
+                kernel, b * T + t, b, t, p);
+    }
+}
+
 void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
-                                   ConstOperand wpe, int64_t B, int64_t T, int64_t C) {
+                                   ConstOperand wpe, int64_t B, int64_t T, int64_t C,
+                                   const int32_t* positions) {
+  check_positions(positions, B, T, "embedding_forward");
   const bool wide = wte.dtype == DType::kF32 && (!wpe || wpe.dtype == DType::kF32);
   parallel_with_scratch(B * T, wide ? 0 : 2 * C, [&](int64_t bt, float* scratch) {
     const ConstOperand e_row = wte.at(int64_t(tokens[bt]) * C);
-    const ConstOperand p_row = wpe ? wpe.at((bt % T) * C) : ConstOperand();
+    const int64_t position = positions ? positions[bt] : bt % T;
+    const ConstOperand p_row = wpe ? wpe.at(position * C) : ConstOperand();
     const float* e = static_cast<const float*>(e_row.data);
     const float* p = static_cast<const float*>(p_row.data);
     if (!wide) {
@@ -280,10 +296,10 @@ void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOpera
 // the same order whatever the thread count (no atomics). A 16-bit dwte row is summed in fp32
 // (its old value, then the batch's contributions in token order: the additions of the fp32
 // path) and rounded once: each distinct token of the batch owns one fp32 row of the task's
-// scratch. dwpe: one task per
-// position, the same way.
+// scratch. dwpe: one task per position, adding the tokens at that position in token order.
 void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
-                                    const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
+                                    const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                    const int32_t* positions) {
   const int64_t BT = B * T;
   if (dwte && dwte.dtype == DType::kF32) {
     float* table = static_cast<float*>(dwte.data);
@@ -319,11 +335,24 @@ void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dou
     });
   }
   if (!dwpe) return;
+  check_positions(positions, B, T, "embedding_backward");
+  // at[first[t] .. first[t+1]): the tokens at position t, in token order (a stable counting
+  // sort by position); without positions, b·T + t for each b.
+  std::vector<int64_t> at, first;
+  if (positions) {
+    first.assign(static_cast<size_t>(T + 1), 0);
+    for (int64_t bt = 0; bt < BT; ++bt) ++first[positions[bt] + 1];
+    for (int64_t t = 0; t < T; ++t) first[t + 1] += first[t];
+    at.resize(static_cast<size_t>(BT));
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (int64_t bt = 0; bt < BT; ++bt) at[next[positions[bt]]++] = bt;
+  }
   parallel_with_scratch(T, dwpe.dtype == DType::kF32 ? 0 : C, [&](int64_t t, float* scratch) {
     float* d = dwpe.dtype == DType::kF32 ? static_cast<float*>(dwpe.data) + t * C : scratch;
     if (d == scratch) widen_range(d, dwpe.at(t * C), C);
-    for (int64_t b = 0; b < B; ++b) {
-      const float* g = dout + (b * T + t) * C;
+    const int64_t count = positions ? first[t + 1] - first[t] : B;
+    for (int64_t i = 0; i < count; ++i) {
+      const float* g = dout + (positions ? at[first[t] + i] : i * T + t) * C;
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) d[c] += g[c];
     }
@@ -500,25 +529,27 @@ void rope_table(float* table, int64_t T, int64_t hd, float theta) {
 }  // namespace
 
 void CpuKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                              int64_t hd, float theta) {
-  rope_apply(qkv, B, T, NH, NKV, hd, theta, 1.0f);
+                              int64_t hd, float theta, const int32_t* positions) {
+  rope_apply(qkv, B, T, NH, NKV, hd, theta, positions, 1.0f);
 }
 
 void CpuKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                               int64_t hd, float theta) {
-  rope_apply(dqkv, B, T, NH, NKV, hd, theta, -1.0f);
+                               int64_t hd, float theta, const int32_t* positions) {
+  rope_apply(dqkv, B, T, NH, NKV, hd, theta, positions, -1.0f);
 }
 
-// One token per task: its NH + NKV query and key heads are adjacent in the row.
+// One token per task: its NH + NKV query and key heads are adjacent in the row. Positions are
+// below T, so the table of positions 0..T-1 serves packed rows too.
 void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hd, float theta, float sign) {
+                            int64_t hd, float theta, const int32_t* positions, float sign) {
   ZT_ASSERT(hd > 0 && hd % 2 == 0, "rope: head_dim {} must be even", hd);
   if (B <= 0 || T <= 0) return;
+  check_positions(positions, B, T, "rope");
   const int64_t R = (NH + 2 * NKV) * hd, heads = NH + NKV;
   float* table = thread_scratch<ScratchSlot::kCall>(T * hd);  // (T, hd): cos, sin halves
   rope_table(table, T, hd, theta);
   parallel_for(B * T, [&](int64_t bt) {
-    const float* angles = table + (bt % T) * hd;
+    const float* angles = table + (positions ? positions[bt] : bt % T) * hd;
     float* row = qkv + bt * R;
     run_isa(isa_, [&](auto lanes) {
       rope_row<typename decltype(lanes)::type>(row, angles, angles + hd / 2, heads, hd, sign);
@@ -531,9 +562,13 @@ void CpuKernels::softmax_cross_entropy(float* losses, float* logits, const int32
                                        int64_t N, int64_t V, int64_t Vp, float dloss) {
   ZT_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: V={} Vp={}", V, Vp);
   for (int64_t i = 0; i < N; ++i)
-    ZT_ASSERT(targets[i] >= 0 && targets[i] < V, "target {} of row {} outside [0, {})",
-              targets[i], i, V);
+    ZT_ASSERT(targets[i] < V, "target {} of row {} is not below V = {}", targets[i], i, V);
   parallel_for(N, [&](int64_t i) {
+    if (targets[i] < 0) {  // not trained on (kIgnoreTarget): no loss, no gradient
+      losses[i] = 0.0f;
+      if (dloss != 0.0f) std::fill(logits + i * Vp, logits + (i + 1) * Vp, 0.0f);
+      return;
+    }
     run_isa(isa_, [&](auto lanes) {
       losses[i] = softmax_cross_entropy_row<typename decltype(lanes)::type>(
           logits + i * Vp, targets[i], V, Vp, dloss);

@@ -145,18 +145,20 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, co
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rotary position embedding, in place on the NH + NKV query and key heads of qkv rows R wide.
-// One thread per (token, head, i < hd/2) pair. The angle's precision as the CPU's (kernels.h):
-// inverse frequency in double rounded to fp32, angle an fp32 product, cos/sin in double rounded
-// to fp32 (the CPU's libm and CUDA's double cos/sin agree after rounding to fp32 but for rare
-// ties; cuda_nn_kernels_test compares within a tolerance). sign -1: the inverse rotation.
-__global__ void rope_kernel(float* qkv, int64_t n, int64_t T, int64_t heads, int64_t R,
-                            int64_t hd, double theta, float sign) {
+// Rotary position embedding, in place on the NH + NKV query and key heads of qkv rows R wide, at
+// positions[bt] (null: bt % T). One thread per (token, head, i < hd/2) pair. The angle's
+// precision as the CPU's (kernels.h): inverse frequency in double rounded to fp32, angle an fp32
+// product, cos/sin in double rounded to fp32 (the CPU's libm and CUDA's double cos/sin agree
+// after rounding to fp32 but for rare ties; cuda_nn_kernels_test compares within a tolerance).
+// sign -1: the inverse rotation.
+__global__ void rope_kernel(float* qkv, const int32_t* positions, int64_t n, int64_t T,
+                            int64_t heads, int64_t R, int64_t hd, double theta, float sign) {
   ZT_GRID_STRIDE_LOOP(idx, n) {
     const int64_t half = hd / 2;
     const int64_t i = idx % half, head = (idx / half) % heads, bt = idx / (half * heads);
     const float inv_freq = static_cast<float>(1.0 / pow(theta, double(2 * i) / double(hd)));
-    const float angle = __fmul_rn(static_cast<float>(bt % T), inv_freq);
+    const int64_t position = positions ? positions[bt] : bt % T;
+    const float angle = __fmul_rn(static_cast<float>(position), inv_freq);
     const float c = static_cast<float>(cos(double(angle)));
     const float sn = __fmul_rn(sign, static_cast<float>(sin(double(angle))));
     float* x = qkv + bt * R + head * hd;
@@ -407,21 +409,23 @@ void CudaKernels::swiglu_backward(float* dgate_up, const float* gate_up, const f
 }
 
 void CudaKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                               int64_t hd, float theta) {
+                               int64_t hd, float theta, const int32_t* positions) {
   ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_forward: head_dim must be even");
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(qkv, n, T, NH + NKV, R, hd, theta, 1.0f);
+  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(qkv, positions, n, T, NH + NKV, R, hd, theta,
+                                                     1.0f);
   check_launch();
   round_act(qkv, B * T * R);  // the value heads are already rounded: rounding is idempotent
 }
 
 void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                int64_t hd, float theta) {
+                                int64_t hd, float theta, const int32_t* positions) {
   ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_backward: head_dim must be even");
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, n, T, NH + NKV, R, hd, theta, -1.0f);
+  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, positions, n, T, NH + NKV, R, hd,
+                                                     theta, -1.0f);
   check_launch();
   round_act(dqkv, B * T * R);
 }

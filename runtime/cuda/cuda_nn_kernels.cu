@@ -143,17 +143,19 @@ __global__ void column_sums_kernel(typename S::Elem* dbias, const float* dout, i
   }
 }
 
-// out (B,T,C) = wte[tokens[b,t]] + wpe[t], the tables stored as W and P (wpe null: the wte row).
+// out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (positions null: t), the tables stored
+// as W and P (wpe null: the wte row).
 template <class W, class P>
 __global__ void embedding_forward_kernel(float* out, const int32_t* tokens,
-                                         const typename W::Elem* wte,
+                                         const int32_t* positions, const typename W::Elem* wte,
                                          const typename P::Elem* wpe, int64_t BT, int64_t T,
                                          int64_t C) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C;
   const float e = W::to_fp32(wte[int64_t(tokens[bt]) * C + c]);
-  out[i] = wpe ? e + P::to_fp32(wpe[(bt % T) * C + c]) : e;
+  const int64_t position = positions ? positions[bt] : bt % T;
+  out[i] = wpe ? e + P::to_fp32(wpe[position * C + c]) : e;
 }
 
 // dwte += scatter of dout by token. Block x = position bt, block y = a chunk of channels. Only
@@ -179,14 +181,25 @@ __global__ void embedding_backward_wte_kernel(typename S::Elem* dwte, const floa
   *d = S::from_fp32(acc);
 }
 
-// dwpe (T,C) += sum over b of dout[b,t], b in order; dwpe stored as S, rounded once.
+// dwpe (T,C) += the rows of dout at each position, in token order (as the CPU): without
+// positions, dout[b,t] for b in order; with them, every token (b, t') of positions[b,t'] == t,
+// found by a scan of the tokens that can hold it (t' >= t, a position never exceeds its index).
+// dwpe stored as S, rounded once.
 template <class S>
 __global__ void embedding_backward_wpe_kernel(typename S::Elem* dwpe, const float* dout,
-                                              int64_t B, int64_t T, int64_t C) {
+                                              const int32_t* positions, int64_t B, int64_t T,
+                                              int64_t C) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * C) return;
   float acc = S::to_fp32(dwpe[i]);
-  for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
+  if (positions) {
+    const int64_t t = i / C, c = i % C;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t u = t; u < T; ++u)
+        if (positions[b * T + u] == t) acc += dout[(b * T + u) * C + c];
+  } else {
+    for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
+  }
   dwpe[i] = S::from_fp32(acc);
 }
 
@@ -343,42 +356,54 @@ __global__ void rmsnorm_backward_weight_kernel(typename S::Elem* dweight, const 
   }
 }
 
+// The first key of a row of att (row index (b·NH + h)·T + t): t - positions[b,t], the start of
+// the query's document (0 without positions).
+__device__ __forceinline__ int64_t first_key(const int32_t* positions, int64_t row, int64_t T,
+                                             int64_t NH) {
+  const int64_t t = row % T;
+  return positions ? t - positions[row / (NH * T) * T + t] : 0;
+}
+
 // Rows of att (rows × T, row index = (b·NH + h)·T + t) hold scaled scores; each becomes the
-// causal softmax over columns 0..t, zeros above the diagonal. One warp per row.
-__global__ void causal_softmax_kernel(float* att, int64_t rows, int64_t T) {
+// softmax over the query's keys w..t (first_key), zeros elsewhere. One warp per row.
+__global__ void causal_softmax_kernel(float* att, const int32_t* positions, int64_t rows,
+                                      int64_t T, int64_t NH) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const int64_t n = row % T + 1;  // keys 0..t
+  const int64_t w = first_key(positions, row, T, NH), n = row % T + 1;  // keys w..t
   float* p = att + row * T;
   float mx = -INFINITY;
-  for (int64_t j = lane; j < n; j += kWarp) mx = fmaxf(mx, p[j]);
+  for (int64_t j = w + lane; j < n; j += kWarp) mx = fmaxf(mx, p[j]);
   mx = warp_max(mx);
   float s = 0.0f;
-  for (int64_t j = lane; j < n; j += kWarp) {
+  for (int64_t j = w + lane; j < n; j += kWarp) {
     const float e = expf(p[j] - mx);
     p[j] = e;
     s += e;
   }
   const float inv_sum = 1.0f / warp_sum(s);
-  for (int64_t j = lane; j < n; j += kWarp) p[j] *= inv_sum;
+  for (int64_t j = w + lane; j < n; j += kWarp) p[j] *= inv_sum;
+  for (int64_t j = lane; j < w; j += kWarp) p[j] = 0.0f;
   for (int64_t j = n + lane; j < T; j += kWarp) p[j] = 0.0f;
 }
 
 // Softmax backward in place: dp (rows × T) holds dP = dY·Vᵀ and becomes
-// dS = P·(dP - Σ P·dP)·scale over columns 0..t, zeros above the diagonal. One warp per row.
-__global__ void causal_softmax_backward_kernel(float* dp, const float* att, int64_t rows,
-                                               int64_t T, float scale) {
+// dS = P·(dP - Σ P·dP)·scale over the query's keys w..t, zeros elsewhere. One warp per row.
+__global__ void causal_softmax_backward_kernel(float* dp, const float* att,
+                                               const int32_t* positions, int64_t rows, int64_t T,
+                                               int64_t NH, float scale) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const int64_t n = row % T + 1;
+  const int64_t w = first_key(positions, row, T, NH), n = row % T + 1;
   float* d = dp + row * T;
   const float* p = att + row * T;
   float s = 0.0f;
-  for (int64_t j = lane; j < n; j += kWarp) s += p[j] * d[j];
+  for (int64_t j = w + lane; j < n; j += kWarp) s += p[j] * d[j];
   const float pdp = warp_sum(s);
-  for (int64_t j = lane; j < n; j += kWarp) d[j] = p[j] * (d[j] - pdp) * scale;
+  for (int64_t j = w + lane; j < n; j += kWarp) d[j] = p[j] * (d[j] - pdp) * scale;
+  for (int64_t j = lane; j < w; j += kWarp) d[j] = 0.0f;
   for (int64_t j = n + lane; j < T; j += kWarp) d[j] = 0.0f;
 }
 
@@ -402,8 +427,9 @@ __device__ float block_reduce(float v, float* shared) {
 
 // One block per row of logits (Vp wide, the first V real). loss = max + log Σ exp(x - max) -
 // x[target], in double at the end as the CPU. When dloss != 0 the row becomes
-// dloss·(softmax - onehot) and the padding 0. A target outside [0, V) gives a NaN loss and
-// leaves the row alone (the CPU throws; a device kernel cannot).
+// dloss·(softmax - onehot) and the padding 0. A negative target (kIgnoreTarget): loss 0 and,
+// when dloss != 0, a zero row. A target >= V gives a NaN loss and leaves the row alone (the CPU
+// throws; a device kernel cannot).
 __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const int32_t* targets,
                                              int64_t V, int64_t Vp, float dloss) {
   __shared__ float shared[kSoftmaxThreads];
@@ -411,7 +437,13 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
   const int tid = threadIdx.x;
   float* row = logits + r * Vp;
   const int32_t target = targets[r];
-  if (target < 0 || target >= V) {
+  if (target < 0) {
+    if (tid == 0) losses[r] = 0.0f;
+    if (dloss != 0.0f)
+      for (int64_t i = tid; i < Vp; i += kSoftmaxThreads) row[i] = 0.0f;
+    return;
+  }
+  if (target >= V) {
     if (tid == 0) losses[r] = NAN;
     return;
   }
@@ -523,7 +555,8 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
 // Embedding
 
 void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
-                                    ConstOperand wpe, int64_t B, int64_t T, int64_t C) {
+                                    ConstOperand wpe, int64_t B, int64_t T, int64_t C,
+                                    const int32_t* positions) {
   const int64_t n = B * T * C;
   if (n <= 0) return;
   visit_storage(wte.dtype, [&](auto wte_tag) {
@@ -532,7 +565,7 @@ void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOper
       using P = decltype(wpe_tag);
       embedding_forward_kernel<W, P>
           <<<blocks_for(n, kElementThreads), kElementThreads, 0, stream_>>>(
-              out, tokens, elems<W>(wte), elems<P>(wpe), B * T, T, C);
+              out, tokens, positions, elems<W>(wte), elems<P>(wpe), B * T, T, C);
     });
   });
   check_launch();
@@ -542,7 +575,8 @@ void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOper
 // Parameter gradients only: nothing to round to the activation dtype (a 16-bit dwte / dwpe is
 // rounded in the kernel, once per element written).
 void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
-                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C) {
+                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                                     const int32_t* positions) {
   const int64_t BT = B * T;
   if (BT <= 0 || C <= 0) return;
   ZT_CUDA_ASSERT(BT <= std::numeric_limits<int>::max(), "embedding_backward: B*T too large");
@@ -562,7 +596,7 @@ void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* do
       using S = decltype(tag);
       embedding_backward_wpe_kernel<S>
           <<<blocks_for(T * C, kElementThreads), kElementThreads, 0, stream_>>>(
-              elems<S>(dwpe), dout, B, T, C);
+              elems<S>(dwpe), dout, positions, B, T, C);
     });
     check_launch();
   }
@@ -661,22 +695,25 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
 // row-major Q (T,hd) with row stride R is, to cuBLAS, the column-major Qᵀ (hd,T) with ld R;
 // likewise K, V, dY and out (ld NH·hd). Row-major att (T,T) is the column-major attᵀ, ld T.
 // Key and value gradients accumulate over g in increasing order (beta = 1 GEMMs on one stream).
+// Documents (positions): the GEMMs run over whole rows; the softmax kernels zero att and dS
+// outside each query's document, so the products add exact zeros for the other documents' keys.
 
 void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                    int64_t T, int64_t C, int64_t NH) {
+                                    int64_t T, int64_t C, int64_t NH, const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_forward: C is not a multiple of NH");
-  gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH);
+  gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH, positions);
 }
 
 void CudaKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
                                      const float* att, int64_t B, int64_t T, int64_t C,
-                                     int64_t NH) {
+                                     int64_t NH, const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_backward: C is not a multiple of NH");
-  gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
+  gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH, positions);
 }
 
 void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                        int64_t T, int64_t NH, int64_t NKV, int64_t hd) {
+                                        int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                                        const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_forward: NH must be a positive multiple of NKV");
   if (B <= 0 || T <= 0) return;
@@ -693,7 +730,7 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
     }
   const int64_t rows = B * NH * T;
   causal_softmax_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
-                          stream_>>>(att, rows, T);
+                          stream_>>>(att, positions, rows, T, NH);
   check_launch();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < G; ++g) {
@@ -710,7 +747,7 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
 
 void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, int64_t B, int64_t T, int64_t NH,
-                                         int64_t NKV, int64_t hd) {
+                                         int64_t NKV, int64_t hd, const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_backward: NH must be a positive multiple of NKV");
   if (B <= 0 || T <= 0) return;
@@ -736,7 +773,7 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
     }
   const int64_t rows = B * NH * T;
   causal_softmax_backward_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock),
-                                   0, stream_>>>(ds, att, rows, T, scale);
+                                   0, stream_>>>(ds, att, positions, rows, T, NH, scale);
   check_launch();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < G; ++g) {

@@ -1,6 +1,7 @@
 // GPT-2 through the engine: finite-difference gradients of the whole model and of a block's
-// input, activation checkpointing (bitwise-identical gradients, activation peak ratio), the
-// parameter table against Hugging Face's names and counts.
+// input (also over packed documents with ignored targets), a document's losses packed after
+// another against alone, activation checkpointing (bitwise-identical gradients, activation peak
+// ratio), the parameter table against Hugging Face's names and counts.
 #include "model_zoo/gpt2.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 #include "tests/model_zoo/model_test_util.h"
+#include "tests/runtime/packed_documents.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -55,6 +57,31 @@ TEST(Gpt2, WholeModelGradientMatchesFiniteDifferences) {
   Tokens t = random_tokens(2, 5, 61, 7);
   engine.compute_gradients(t.batch);
   EXPECT_GT(check_gradients_by_finite_differences(engine, model, t.batch), 50);
+}
+
+// Rows packing documents (one of a single token; the second row's first document the rest of
+// one cut off), some targets ignored.
+TEST(Gpt2, WholeModelGradientOverPackedDocumentsMatchesFiniteDifferences) {
+  CpuDevice device;
+  Gpt2 model(Gpt2Config{2, 2, 16, 61, 8});
+  SelfCommunicator comm(device);
+  Engine engine(device, comm, model, EngineOptions{});
+  Tokens t = random_tokens(2, 7, 61, 8);
+  pack_documents(t, test::document_positions({{3, 1, 3}, {2, 5}}), {0, 4, 9, 10});
+  engine.compute_gradients(t.batch);
+  EXPECT_GT(check_gradients_by_finite_differences(engine, model, t.batch), 50);
+}
+
+// A document's token losses after another document in its row are its losses alone: its
+// queries read its own keys only, and its position embeddings count from its first token.
+TEST(Gpt2, PackedDocumentLossesAreTheDocumentsAlone) {
+  CpuDevice device;
+  Gpt2 model(Gpt2Config{2, 2, 16, 61, 16});
+  SelfCommunicator comm(device);
+  Engine engine(device, comm, model, EngineOptions{});
+  randomize_parameters(engine, model, 0.5f, 12);
+  for (int64_t a_len : {1, 5})
+    expect_documents_independent(document_losses(engine, 11, a_len, 61, 13));
 }
 
 TEST(Gpt2, CheckpointingGivesBitwiseIdenticalGradients) {

@@ -1,7 +1,8 @@
 // Llama through the engine: the parameter table against LlamaForCausalLM's names, shapes and
 // counts (tied and untied heads, optional biases), config validation, finite-difference
-// gradients of the whole model (GQA; tied with q/k/v biases, untied without biases, MLP biases),
-// activation checkpointing (bitwise-identical gradients) and the layers' activation declarations
+// gradients of the whole model (GQA; tied with q/k/v biases, untied without biases, MLP biases;
+// packed documents with ignored targets), a document's losses packed after another against
+// alone, activation checkpointing (bitwise-identical gradients) and the layers' activation declarations
 // against what the engine's tracker sees.
 #include "model_zoo/llama.h"
 
@@ -16,6 +17,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 #include "tests/model_zoo/model_test_util.h"
+#include "tests/runtime/packed_documents.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -197,6 +199,33 @@ TEST(Llama, WholeModelGradientMatchesFiniteDifferencesMlpAndOutputBiases) {
   c.attention_out_bias = true;
   c.num_key_value_heads = 4;  // multi-head attention: the GQA kernel's G = 1 case
   check_whole_model_gradient(c);
+}
+
+// Rows packing documents (one of a single token; the second row's first document the rest of
+// one cut off), some targets ignored.
+TEST(Llama, WholeModelGradientOverPackedDocumentsMatchesFiniteDifferences) {
+  const LlamaConfig config = tiny(false, true, false);
+  CpuDevice device;
+  Llama model(config);
+  SelfCommunicator comm(device);
+  Engine engine(device, comm, model, EngineOptions{});
+  Tokens t = random_tokens(2, 7, config.vocab_size, 8);
+  pack_documents(t, test::document_positions({{3, 1, 3}, {2, 5}}), {0, 4, 9, 10});
+  engine.compute_gradients(t.batch);
+  EXPECT_GT(check_gradients_by_finite_differences(engine, model, t.batch), 50);
+}
+
+// A document's token losses after another document in its row are its losses alone: its
+// queries read its own keys only, and its rotary angles count from its first token.
+TEST(Llama, PackedDocumentLossesAreTheDocumentsAlone) {
+  const LlamaConfig config = tiny(true, false, false);
+  CpuDevice device;
+  Llama model(config);
+  SelfCommunicator comm(device);
+  Engine engine(device, comm, model, EngineOptions{});
+  randomize_parameters(engine, model, 0.5f, 12);
+  for (int64_t a_len : {1, 5})
+    expect_documents_independent(document_losses(engine, 11, a_len, config.vocab_size, 13));
 }
 
 TEST(Llama, CheckpointingGivesBitwiseIdenticalGradients) {

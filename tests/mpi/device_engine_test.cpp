@@ -199,7 +199,7 @@ TEST(ScrambledDevice, EmbeddingBackwardRoundsTheTokenRowsOnTheDevice) {
     CpuDevice cpu;
     std::vector<uint16_t> ewte = dwte16, ewpe = dwpe16;
     cpu.kernels_for(dtype).embedding_backward({ewte.data(), dtype}, {ewpe.data(), dtype},
-                                              dout.data(), tokens.data(), B, T, C);
+                                              dout.data(), tokens.data(), B, T, C, nullptr);
 
     ScrambledDevice device;
     auto upload = [&](const void* src, size_t bytes) {
@@ -213,7 +213,7 @@ TEST(ScrambledDevice, EmbeddingBackwardRoundsTheTokenRowsOnTheDevice) {
     Buffer d_wpe = upload(dwpe16.data(), wpe_bytes);
     device.kernels_for(dtype).embedding_backward({d_wte.data(), dtype}, {d_wpe.data(), dtype},
                                                  d_dout.as<float>(), d_tokens.as<int32_t>(), B,
-                                                 T, C);
+                                                 T, C, nullptr);
     std::vector<uint16_t> gwte(dwte16.size()), gwpe(dwpe16.size());
     device.copy_to_host(gwte.data(), d_wte.data(), wte_bytes);
     device.copy_to_host(gwpe.data(), d_wpe.data(), wpe_bytes);
@@ -436,6 +436,47 @@ TEST(DeviceEngine, ScrambledDeviceWithHostStagingGivesTheCpuBits) {
     // Sanity of the comparison itself: training moved the parameters.
     EXPECT_FALSE(same_bits(expected.params[0], expected.after_write[0]));
   }
+}
+
+// Rows packing documents with some targets ignored: the engine copies the positions to the
+// device beside the token ids (DeviceBatch), and the pass gives the CPU device's loss and
+// gradients bit for bit. Its kActivations peak exceeds the CPU device's by exactly that copy,
+// three arrays of B*T int32 (the CPU device reads the host's).
+TEST(DeviceEngine, PackedDocumentsOnTheScrambledDeviceGiveTheCpuBits) {
+  GlobalBatch global(5, 0, world_size());
+  std::vector<int32_t> positions(global.inputs.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const int64_t t = int64_t(i) % kT;  // documents of 5, 1 and 10 tokens per row
+    positions[i] = int32_t(t < 5 ? t : t == 5 ? 0 : t - 6);
+  }
+  for (size_t i = 3; i < global.targets.size(); i += 7) global.targets[i] = kIgnoreTarget;
+  Batch batch = global.rows(my_rank() * kB, kB);
+  batch.positions = positions.data() + my_rank() * kB * kT;
+  struct Result {
+    double loss = 0, eval = 0;
+    std::vector<std::vector<float>> grads;
+    size_t activation_peak = 0;
+  };
+  auto run_on = [&](Device& device, Communicator& comm) {
+    Gpt2 model(kModel);
+    Engine engine(device, comm, model, EngineOptions{});
+    Result r;
+    r.loss = engine.compute_gradients(batch);
+    for (int u = 0; u < engine.num_units(); ++u) r.grads.push_back(engine.unit_grads(u));
+    r.eval = engine.eval_loss(batch);
+    r.activation_peak = device.memory().peak(MemCategory::kActivations);
+    return r;
+  };
+  CpuDevice cpu;
+  MpiCommunicator plain(cpu);
+  const Result expected = run_on(cpu, plain);
+  ScrambledDevice device;
+  std::unique_ptr<Communicator> staged = make_communicator("mpi", device, 600);
+  const Result got = run_on(device, *staged);
+  EXPECT_EQ(std::memcmp(&got.loss, &expected.loss, sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(&got.eval, &expected.eval, sizeof(double)), 0);
+  expect_units_equal(got.grads, expected.grads, "unit_grads");
+  EXPECT_EQ(got.activation_peak, expected.activation_peak + 3 * kB * kT * sizeof(int32_t));
 }
 
 // ZeRO-Offload: the master and Adam's moments on a host tier, the update run there on its

@@ -50,9 +50,9 @@ class ScrambledKernels final : public Kernels {
                        const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
                        WeightLayout layout) override;
   void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
-                         int64_t B, int64_t T, int64_t C) override;
+                         int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
-                          int64_t B, int64_t T, int64_t C) override;
+                          int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
   void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
@@ -61,21 +61,24 @@ class ScrambledKernels final : public Kernels {
   void gelu_forward(float* out, const float* inp, int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
   void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                         int64_t C, int64_t NH) override;
+                         int64_t C, int64_t NH, const int32_t* positions) override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          int64_t B, int64_t T, int64_t C, int64_t NH) override;
+                          int64_t B, int64_t T, int64_t C, int64_t NH,
+                          const int32_t* positions) override;
   void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                             int64_t NH, int64_t NKV, int64_t hd) override;
+                             int64_t NH, int64_t NKV, int64_t hd,
+                             const int32_t* positions) override;
   void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd) override;
+                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                              const int32_t* positions) override;
   void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
                        int64_t C, float eps) override;
   void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
                         ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
   void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    float theta) override;
+                    float theta, const int32_t* positions) override;
   void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     float theta) override;
+                     float theta, const int32_t* positions) override;
   void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
                        int64_t F) override;
@@ -308,15 +311,15 @@ inline void ScrambledKernels::matmul_backward(float* dinp, Operand dweight, Oper
 // wte and dwte are (V, C) with V not an argument: only their pointers are checked.
 inline void ScrambledKernels::embedding_forward(float* out, const int32_t* tokens,
                                                 ConstOperand wte, ConstOperand wpe, int64_t B,
-                                                int64_t T, int64_t C) {
-  ZT_SCRAMBLED(embedding_forward, out, tokens, wte.data, operand(wpe, T * C));
-  base_.embedding_forward(out, tokens, wte, wpe, B, T, C);
+                                                int64_t T, int64_t C, const int32_t* positions) {
+  ZT_SCRAMBLED(embedding_forward, out, tokens, wte.data, operand(wpe, T * C), positions);
+  base_.embedding_forward(out, tokens, wte, wpe, B, T, C, positions);
 }
 inline void ScrambledKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                                  const int32_t* tokens, int64_t B, int64_t T,
-                                                 int64_t C) {
-  ZT_SCRAMBLED(embedding_backward, dwte.data, operand(dwpe, T * C), dout, tokens);
-  base_.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+                                                 int64_t C, const int32_t* positions) {
+  ZT_SCRAMBLED(embedding_backward, dwte.data, operand(dwpe, T * C), dout, tokens, positions);
+  base_.embedding_backward(dwte, dwpe, dout, tokens, B, T, C, positions);
 }
 inline void ScrambledKernels::layernorm_forward(float* out, float* mean, float* rstd,
                                                 const float* inp, ConstOperand weight,
@@ -342,28 +345,32 @@ inline void ScrambledKernels::gelu_backward(float* dinp, const float* inp, const
   base_.gelu_backward(dinp, inp, dout, n);
 }
 inline void ScrambledKernels::attention_forward(float* out, float* att, const float* qkv,
-                                                int64_t B, int64_t T, int64_t C, int64_t NH) {
-  ZT_SCRAMBLED(attention_forward, out, att, qkv);
-  base_.attention_forward(out, att, qkv, B, T, C, NH);
+                                                int64_t B, int64_t T, int64_t C, int64_t NH,
+                                                const int32_t* positions) {
+  ZT_SCRAMBLED(attention_forward, out, att, qkv, positions);
+  base_.attention_forward(out, att, qkv, B, T, C, NH, positions);
 }
 inline void ScrambledKernels::attention_backward(float* dqkv, const float* dout,
                                                  const float* qkv, const float* att, int64_t B,
-                                                 int64_t T, int64_t C, int64_t NH) {
-  ZT_SCRAMBLED(attention_backward, dqkv, dout, qkv, att);
-  base_.attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+                                                 int64_t T, int64_t C, int64_t NH,
+                                                 const int32_t* positions) {
+  ZT_SCRAMBLED(attention_backward, dqkv, dout, qkv, att, positions);
+  base_.attention_backward(dqkv, dout, qkv, att, B, T, C, NH, positions);
 }
 inline void ScrambledKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
                                                     int64_t B, int64_t T, int64_t NH,
-                                                    int64_t NKV, int64_t hd) {
-  ZT_SCRAMBLED(gqa_attention_forward, out, att, qkv);
-  base_.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hd);
+                                                    int64_t NKV, int64_t hd,
+                                                    const int32_t* positions) {
+  ZT_SCRAMBLED(gqa_attention_forward, out, att, qkv, positions);
+  base_.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hd, positions);
 }
 inline void ScrambledKernels::gqa_attention_backward(float* dqkv, const float* dout,
                                                      const float* qkv, const float* att,
                                                      int64_t B, int64_t T, int64_t NH,
-                                                     int64_t NKV, int64_t hd) {
-  ZT_SCRAMBLED(gqa_attention_backward, dqkv, dout, qkv, att);
-  base_.gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hd);
+                                                     int64_t NKV, int64_t hd,
+                                                     const int32_t* positions) {
+  ZT_SCRAMBLED(gqa_attention_backward, dqkv, dout, qkv, att, positions);
+  base_.gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions);
 }
 inline void ScrambledKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
                                               ConstOperand weight, int64_t N, int64_t C,
@@ -378,14 +385,16 @@ inline void ScrambledKernels::rmsnorm_backward(float* dinp, Operand dweight, con
   base_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 inline void ScrambledKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH,
-                                           int64_t NKV, int64_t hd, float theta) {
-  ZT_SCRAMBLED(rope_forward, qkv);
-  base_.rope_forward(qkv, B, T, NH, NKV, hd, theta);
+                                           int64_t NKV, int64_t hd, float theta,
+                                           const int32_t* positions) {
+  ZT_SCRAMBLED(rope_forward, qkv, positions);
+  base_.rope_forward(qkv, B, T, NH, NKV, hd, theta, positions);
 }
 inline void ScrambledKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH,
-                                            int64_t NKV, int64_t hd, float theta) {
-  ZT_SCRAMBLED(rope_backward, dqkv);
-  base_.rope_backward(dqkv, B, T, NH, NKV, hd, theta);
+                                            int64_t NKV, int64_t hd, float theta,
+                                            const int32_t* positions) {
+  ZT_SCRAMBLED(rope_backward, dqkv, positions);
+  base_.rope_backward(dqkv, B, T, NH, NKV, hd, theta, positions);
 }
 inline void ScrambledKernels::swiglu_forward(float* out, const float* gate_up, int64_t N,
                                              int64_t F) {

@@ -239,14 +239,15 @@ TEST_P(ActivationRoundingTest, EmbeddingRoundsItsOutputAndTheBatchRowsOfItsGradi
 
   // Forward, fp32 tables and tables in the dtype (widened exactly where read).
   std::vector<float> out_f32(B * T * C), out(B * T * C);
-  f32_.embedding_forward(out_f32.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-  act_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  f32_.embedding_forward(out_f32.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, nullptr);
+  act_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, nullptr);
   EXPECT_TRUE(has_unrounded(out_f32, dtype()));
   EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
   const std::vector<float> wte_w = widened(wte16, dtype()), wpe_w = widened(wpe16, dtype());
-  f32_.embedding_forward(out_f32.data(), tokens.data(), wte_w.data(), wpe_w.data(), B, T, C);
+  f32_.embedding_forward(out_f32.data(), tokens.data(), wte_w.data(), wpe_w.data(), B, T, C,
+                         nullptr);
   act_.embedding_forward(out.data(), tokens.data(), {wte16.data(), dtype()},
-                         {wpe16.data(), dtype()}, B, T, C);
+                         {wpe16.data(), dtype()}, B, T, C, nullptr);
   EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
 
   // Backward into 16-bit gradients: the rows of the batch's tokens are the fp32 sums of the old
@@ -255,10 +256,11 @@ TEST_P(ActivationRoundingTest, EmbeddingRoundsItsOutputAndTheBatchRowsOfItsGradi
   const std::vector<uint16_t> dwte0 = narrowed(random_floats(V * C, 21), dtype()),
                               dwpe0 = narrowed(random_floats(T * C, 22), dtype());
   std::vector<float> dwte_f32 = widened(dwte0, dtype()), dwpe_f32 = widened(dwpe0, dtype());
-  f32_.embedding_backward(dwte_f32.data(), dwpe_f32.data(), dout.data(), tokens.data(), B, T, C);
+  f32_.embedding_backward(dwte_f32.data(), dwpe_f32.data(), dout.data(), tokens.data(), B, T, C,
+                          nullptr);
   std::vector<uint16_t> dwte = dwte0, dwpe = dwpe0;
   act_.embedding_backward({dwte.data(), dtype()}, {dwpe.data(), dtype()}, dout.data(),
-                          tokens.data(), B, T, C);
+                          tokens.data(), B, T, C, nullptr);
   const std::vector<uint16_t> dwte_want = narrowed(dwte_f32, dtype());
   for (int64_t v = 0; v < V; ++v) {
     const auto& want = present.count(int32_t(v)) ? dwte_want : dwte0;
@@ -270,8 +272,9 @@ TEST_P(ActivationRoundingTest, EmbeddingRoundsItsOutputAndTheBatchRowsOfItsGradi
   // fp32 parameter gradients under this table are not rounded.
   std::vector<float> gwte_f32 = random_floats(V * C, 23), gwpe_f32 = random_floats(T * C, 24);
   std::vector<float> gwte = gwte_f32, gwpe = gwpe_f32;
-  f32_.embedding_backward(gwte_f32.data(), gwpe_f32.data(), dout.data(), tokens.data(), B, T, C);
-  act_.embedding_backward(gwte.data(), gwpe.data(), dout.data(), tokens.data(), B, T, C);
+  f32_.embedding_backward(gwte_f32.data(), gwpe_f32.data(), dout.data(), tokens.data(), B, T, C,
+                          nullptr);
+  act_.embedding_backward(gwte.data(), gwpe.data(), dout.data(), tokens.data(), B, T, C, nullptr);
   EXPECT_TRUE(has_unrounded(gwte_f32, dtype()));
   EXPECT_TRUE(same_bits(gwte, gwte_f32) && same_bits(gwpe, gwpe_f32));
 }
@@ -365,15 +368,16 @@ TEST_P(ActivationRoundingTest, AttentionRoundsOutputProbabilitiesAndGradient) {
   const auto qkv = random_values(B * T * 3 * C, 21), dout = random_values(B * T * C, 22);
   std::vector<float> out_f32(B * T * C), att_f32(B * NH * T * T), out(out_f32.size()),
       att(att_f32.size());
-  f32_.attention_forward(out_f32.data(), att_f32.data(), qkv.data(), B, T, C, NH);
-  act_.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  f32_.attention_forward(out_f32.data(), att_f32.data(), qkv.data(), B, T, C, NH, nullptr);
+  act_.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, nullptr);
   EXPECT_TRUE(has_unrounded(out_f32, dtype()) && has_unrounded(att_f32, dtype()));
   EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
   EXPECT_TRUE(same_bits(att, rounded(att_f32, dtype())));
   // Both tables read the same (rounded) probabilities, as backward does after a 16-bit forward.
   std::vector<float> dqkv_f32 = random_values(qkv.size(), 23), dqkv = dqkv_f32;
-  f32_.attention_backward(dqkv_f32.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  act_.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  f32_.attention_backward(dqkv_f32.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH,
+                          nullptr);
+  act_.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, nullptr);
   EXPECT_TRUE(has_unrounded(dqkv_f32, dtype()));
   EXPECT_TRUE(same_bits(dqkv, rounded(dqkv_f32, dtype())));
 }

@@ -6,8 +6,9 @@
 // RMSNorm, rotary embeddings, SwiGLU and grouped-query attention, on identical
 // random inputs. Gradient buffers start non-zero on both devices, so the accumulate contract is
 // checked too. Then the 16-bit tables (kernels_for) with 16-bit parameters and gradients against
-// the CPU's tables of the same dtype, and determinism: every op run twice on the GPU gives the
-// same bits.
+// the CPU's tables of the same dtype, determinism (every op run twice on the GPU gives the same
+// bits), and rows packing documents (Batch::positions: attention, rotary and position
+// embeddings) and ignored targets (kIgnoreTarget) against the CPU.
 // Written against Device / Kernels only (no CUDA headers), so it compiles with or without CUDA;
 // every test skips when no GPU is usable. Not here: TF32 (CudaKernels::set_allow_tf32 needs the
 // CUDA headers), the element-wise ops and optimizers (cuda_kernels.cu), performance.
@@ -28,7 +29,9 @@
 #include "runtime/device.h"
 #include "runtime/device_factory.h"
 #include "runtime/kernels.h"
+#include "runtime/model.h"
 
+#include "packed_documents.h"
 #include "random_data.h"
 
 namespace zt {
@@ -274,15 +277,15 @@ TEST_F(CudaNnKernelsTest, EmbeddingForwardAndBackwardMatchCpu) {
     Mirror wte = mirror(random_floats(s.Vp * s.C, 1));
     Mirror wpe = mirror(random_floats(s.T * s.C, 2));
     Mirror out = mirror(random_floats(s.B * s.T * s.C, 3));
-    cpu().embedding_forward(out.c(), tokens.ci(), wte.c(), wpe.c(), s.B, s.T, s.C);
-    gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), wpe.g(), s.B, s.T, s.C);
+    cpu().embedding_forward(out.c(), tokens.ci(), wte.c(), wpe.c(), s.B, s.T, s.C, nullptr);
+    gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), wpe.g(), s.B, s.T, s.C, nullptr);
     EXPECT_TRUE(same_bits(out.gpu(), out.cpu())) << what << " forward";  // one add each
 
     Mirror dout = mirror(random_floats(s.B * s.T * s.C, 4));
     Mirror dwte = mirror(random_floats(s.Vp * s.C, 5));
     Mirror dwpe = mirror(random_floats(s.T * s.C, 6));
-    cpu().embedding_backward(dwte.c(), dwpe.c(), dout.c(), tokens.ci(), s.B, s.T, s.C);
-    gpu().embedding_backward(dwte.g(), dwpe.g(), dout.g(), tokens.gi(), s.B, s.T, s.C);
+    cpu().embedding_backward(dwte.c(), dwpe.c(), dout.c(), tokens.ci(), s.B, s.T, s.C, nullptr);
+    gpu().embedding_backward(dwte.g(), dwpe.g(), dout.g(), tokens.gi(), s.B, s.T, s.C, nullptr);
     // The same additions in the same (position) order as the CPU: the same bits.
     EXPECT_TRUE(same_bits(dwte.gpu(), dwte.cpu())) << what << " dwte";
     EXPECT_TRUE(same_bits(dwpe.gpu(), dwpe.cpu())) << what << " dwpe";
@@ -343,8 +346,8 @@ TEST_F(CudaNnKernelsTest, AttentionForwardAndBackwardMatchCpu) {
     Mirror qkv = mirror(random_floats(s.B * s.T * 3 * s.C, 1, -2.0f, 2.0f));
     Mirror out = mirror(random_floats(s.B * s.T * s.C, 2));
     Mirror att = mirror(random_floats(att_n, 3));  // the upper triangle must become 0
-    cpu().attention_forward(out.c(), att.c(), qkv.c(), s.B, s.T, s.C, s.NH);
-    gpu().attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.C, s.NH);
+    cpu().attention_forward(out.c(), att.c(), qkv.c(), s.B, s.T, s.C, s.NH, nullptr);
+    gpu().attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.C, s.NH, nullptr);
     const std::vector<float> att_gpu = att.gpu();
     expect_close(att_gpu, att.cpu(), kRtol, what + " att");
     expect_close(out.gpu(), out.cpu(), kRtol, what + " out");
@@ -365,8 +368,8 @@ TEST_F(CudaNnKernelsTest, AttentionForwardAndBackwardMatchCpu) {
     att.reset_gpu(att.cpu());
     Mirror dout = mirror(random_floats(s.B * s.T * s.C, 4));
     Mirror dqkv = mirror(random_floats(s.B * s.T * 3 * s.C, 5));  // non-zero: += is checked
-    cpu().attention_backward(dqkv.c(), dout.c(), qkv.c(), att.c(), s.B, s.T, s.C, s.NH);
-    gpu().attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.C, s.NH);
+    cpu().attention_backward(dqkv.c(), dout.c(), qkv.c(), att.c(), s.B, s.T, s.C, s.NH, nullptr);
+    gpu().attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.C, s.NH, nullptr);
     // q, k, v parts separately, so a failure names the part.
     const std::vector<float> g = dqkv.gpu(), c = dqkv.cpu();
     for (int part = 0; part < 3; ++part) {
@@ -480,15 +483,15 @@ TEST_F(CudaNnKernelsTest, SixteenBitTablesAndOperandsMatchCpu) {
       Mirror wte = mirror_as(random_floats(s.V * s.C, 12), t);
       Mirror wpe = mirror_as(random_floats(s.T * s.C, 13), t);
       Mirror out = mirror(random_floats(s.B * s.T * s.C, 14));
-      ck.embedding_forward(out.c(), tokens.ci(), wte.co(t), wpe.co(t), s.B, s.T, s.C);
-      gk.embedding_forward(out.g(), tokens.gi(), wte.go(t), wpe.go(t), s.B, s.T, s.C);
+      ck.embedding_forward(out.c(), tokens.ci(), wte.co(t), wpe.co(t), s.B, s.T, s.C, nullptr);
+      gk.embedding_forward(out.g(), tokens.gi(), wte.go(t), wpe.go(t), s.B, s.T, s.C, nullptr);
       EXPECT_TRUE(same_bits(out.gpu(), out.cpu())) << what << " out";
       expect_representable(out.gpu(), t, what + " out");
       Mirror dout = mirror(random_floats(s.B * s.T * s.C, 15));
       Mirror dwte = mirror_as(random_floats(s.V * s.C, 16), t);
       Mirror dwpe = mirror_as(random_floats(s.T * s.C, 17), t);
-      ck.embedding_backward(dwte.co(t), dwpe.co(t), dout.c(), tokens.ci(), s.B, s.T, s.C);
-      gk.embedding_backward(dwte.go(t), dwpe.go(t), dout.g(), tokens.gi(), s.B, s.T, s.C);
+      ck.embedding_backward(dwte.co(t), dwpe.co(t), dout.c(), tokens.ci(), s.B, s.T, s.C, nullptr);
+      gk.embedding_backward(dwte.go(t), dwpe.go(t), dout.g(), tokens.gi(), s.B, s.T, s.C, nullptr);
       EXPECT_TRUE(same_bits(dwte.gpu_as(t), dwte.cpu_as(t))) << what << " dwte";
       EXPECT_TRUE(same_bits(dwpe.gpu_as(t), dwpe.cpu_as(t))) << what << " dwpe";
     }
@@ -533,12 +536,12 @@ TEST_F(CudaNnKernelsTest, SixteenBitTablesAndOperandsMatchCpu) {
       Mirror qkv = mirror(random_floats(3 * n, 31, -2.0f, 2.0f));
       Mirror out = mirror(random_floats(n, 32));
       Mirror att = mirror(random_floats(att_n, 33));
-      gk.attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.C, s.NH);
+      gk.attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.C, s.NH, nullptr);
       expect_representable(out.gpu(), t, what + " attention out");
       expect_representable(att.gpu(), t, what + " attention att");
       Mirror dqkv = mirror(random_floats(3 * n, 34));
       Mirror dout = mirror(random_floats(n, 35));
-      gk.attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.C, s.NH);
+      gk.attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.C, s.NH, nullptr);
       expect_representable(dqkv.gpu(), t, what + " attention dqkv");
       Mirror x = mirror(random_floats(n, 36));
       Mirror y = mirror(random_floats(n, 37));
@@ -600,10 +603,12 @@ TEST_F(CudaNnKernelsTest, EveryOpIsDeterministic) {
   Mirror wte = mirror(random_floats(s.Vp * C, 10));
   Mirror wpe = mirror(random_floats(s.T * C, 11));
   Mirror out = mirror(random_floats(BT * C, 12));
-  twice("embedding_forward", {&out},
-        [&] { gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), wpe.g(), s.B, s.T, C); });
-  twice("embedding_backward", {&wte, &wpe},
-        [&] { gpu().embedding_backward(wte.g(), wpe.g(), inp.g(), tokens.gi(), s.B, s.T, C); });
+  twice("embedding_forward", {&out}, [&] {
+    gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), wpe.g(), s.B, s.T, C, nullptr);
+  });
+  twice("embedding_backward", {&wte, &wpe}, [&] {
+    gpu().embedding_backward(wte.g(), wpe.g(), inp.g(), tokens.gi(), s.B, s.T, C, nullptr);
+  });
   Mirror lnw = mirror(random_floats(C, 13));
   Mirror lnb = mirror(random_floats(C, 14));
   Mirror mean = mirror(random_floats(BT, 15));
@@ -617,9 +622,9 @@ TEST_F(CudaNnKernelsTest, EveryOpIsDeterministic) {
   });
   Mirror att = mirror(random_floats(att_n, 17));
   twice("attention_forward", {&out, &att},
-        [&] { gpu().attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, C, s.NH); });
+        [&] { gpu().attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, C, s.NH, nullptr); });
   twice("attention_backward", {&dqkv}, [&] {
-    gpu().attention_backward(dqkv.g(), inp.g(), qkv.g(), att.g(), s.B, s.T, C, s.NH);
+    gpu().attention_backward(dqkv.g(), inp.g(), qkv.g(), att.g(), s.B, s.T, C, s.NH, nullptr);
   });
   Mirror logits = mirror(random_floats(BT * s.Vp, 18, -4.0f, 4.0f));
   Mirror losses = mirror(random_floats(BT, 19));
@@ -660,13 +665,13 @@ TEST_F(CudaNnKernelsTest, RopeForwardAndBackwardMatchCpu) {
   for (float theta : {10000.0f, 1000000.0f}) {
     const std::string what = "rope theta " + std::to_string(theta);
     Mirror qkv = mirror(random_floats(B * T * R, 1));
-    cpu().rope_forward(qkv.c(), B, T, NH, NKV, hd, theta);
-    gpu().rope_forward(qkv.g(), B, T, NH, NKV, hd, theta);
+    cpu().rope_forward(qkv.c(), B, T, NH, NKV, hd, theta, nullptr);
+    gpu().rope_forward(qkv.g(), B, T, NH, NKV, hd, theta, nullptr);
     // The same fp32 angles; cos/sin in double on both, so at most a rare 1-ulp difference.
     expect_close(qkv.gpu(), qkv.cpu(), kRtol, what + " forward");
     qkv.reset_gpu(qkv.cpu());
-    cpu().rope_backward(qkv.c(), B, T, NH, NKV, hd, theta);
-    gpu().rope_backward(qkv.g(), B, T, NH, NKV, hd, theta);
+    cpu().rope_backward(qkv.c(), B, T, NH, NKV, hd, theta, nullptr);
+    gpu().rope_backward(qkv.g(), B, T, NH, NKV, hd, theta, nullptr);
     expect_close(qkv.gpu(), qkv.cpu(), kRtol, what + " backward");
   }
 }
@@ -697,17 +702,17 @@ TEST_F(CudaNnKernelsTest, GqaAttentionForwardAndBackwardMatchCpu) {
     Mirror qkv = mirror(random_floats(s.B * s.T * R, 1, -2.0f, 2.0f));
     Mirror out = mirror(random_floats(s.B * s.T * HD, 2));
     Mirror att = mirror(random_floats(s.B * s.NH * s.T * s.T, 3));
-    cpu().gqa_attention_forward(out.c(), att.c(), qkv.c(), s.B, s.T, s.NH, s.NKV, s.hd);
-    gpu().gqa_attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.NH, s.NKV, s.hd);
+    cpu().gqa_attention_forward(out.c(), att.c(), qkv.c(), s.B, s.T, s.NH, s.NKV, s.hd, nullptr);
+    gpu().gqa_attention_forward(out.g(), att.g(), qkv.g(), s.B, s.T, s.NH, s.NKV, s.hd, nullptr);
     expect_close(att.gpu(), att.cpu(), kRtol, what + " att");
     expect_close(out.gpu(), out.cpu(), kRtol, what + " out");
     att.reset_gpu(att.cpu());
     Mirror dout = mirror(random_floats(s.B * s.T * HD, 4));
     Mirror dqkv = mirror(random_floats(s.B * s.T * R, 5));  // non-zero: += is checked
-    cpu().gqa_attention_backward(dqkv.c(), dout.c(), qkv.c(), att.c(), s.B, s.T, s.NH, s.NKV,
-                                 s.hd);
-    gpu().gqa_attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.NH, s.NKV,
-                                 s.hd);
+    cpu().gqa_attention_backward(dqkv.c(), dout.c(), qkv.c(), att.c(), s.B, s.T, s.NH, s.NKV, s.hd,
+                                 nullptr);
+    gpu().gqa_attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), s.B, s.T, s.NH, s.NKV, s.hd,
+                                 nullptr);
     expect_close(dqkv.gpu(), dqkv.cpu(), kRtol, what + " dqkv");
   }
 }
@@ -717,14 +722,145 @@ TEST_F(CudaNnKernelsTest, EmbeddingWithoutPositionsMatchesCpu) {
   Mirror tokens = mirror(random_tokens(B * T, int32_t(V), 1));
   Mirror wte = mirror(random_floats(V * C, 2));
   Mirror out = mirror(random_floats(B * T * C, 3));
-  cpu().embedding_forward(out.c(), tokens.ci(), wte.c(), nullptr, B, T, C);
-  gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), nullptr, B, T, C);
+  cpu().embedding_forward(out.c(), tokens.ci(), wte.c(), nullptr, B, T, C, nullptr);
+  gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), nullptr, B, T, C, nullptr);
   EXPECT_TRUE(same_bits(out.gpu(), out.cpu()));
   Mirror dout = mirror(random_floats(B * T * C, 4));
   Mirror dwte = mirror(random_floats(V * C, 5));
-  cpu().embedding_backward(dwte.c(), nullptr, dout.c(), tokens.ci(), B, T, C);
-  gpu().embedding_backward(dwte.g(), nullptr, dout.g(), tokens.gi(), B, T, C);
+  cpu().embedding_backward(dwte.c(), nullptr, dout.c(), tokens.ci(), B, T, C, nullptr);
+  gpu().embedding_backward(dwte.g(), nullptr, dout.g(), tokens.gi(), B, T, C, nullptr);
   EXPECT_TRUE(same_bits(dwte.gpu(), dwte.cpu()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packed documents and ignored targets (CPU references: kernels_attention_test.cpp,
+// kernels_llama_test.cpp, kernels_nn_test.cpp)
+
+// Two rows of 13 (two_rows_of_13: a single-token document, boundaries inside and at the edge of
+// a block of 4), and a row of 37 (20, 1, 16 tokens: the warp's 32 keys crossed).
+struct DocumentRows {
+  int64_t B, T;
+  std::vector<int32_t> positions;
+};
+std::vector<DocumentRows> document_rows() {
+  return {{2, 13, test::two_rows_of_13()}, {1, 37, test::document_positions({{20, 1, 16}})}};
+}
+
+TEST_F(CudaNnKernelsTest, GqaAttentionWithinDocumentsMatchesCpu) {
+  struct Heads {
+    int64_t NH, NKV, hd;
+  };
+  for (const DocumentRows& d : document_rows())
+    for (const Heads& h : {Heads{4, 4, 8}, Heads{6, 2, 20}}) {
+      const std::string what = "documents T" + std::to_string(d.T) + " NH" +
+                               std::to_string(h.NH) + " NKV" + std::to_string(h.NKV);
+      const int64_t R = (h.NH + 2 * h.NKV) * h.hd, HD = h.NH * h.hd;
+      const int64_t att_n = d.B * h.NH * d.T * d.T;
+      Mirror positions = mirror(d.positions);
+      Mirror qkv = mirror(random_floats(d.B * d.T * R, 1, -2.0f, 2.0f));
+      Mirror out = mirror(random_floats(d.B * d.T * HD, 2));
+      Mirror att = mirror(random_floats(att_n, 3));  // outside each document must become 0
+      cpu().gqa_attention_forward(out.c(), att.c(), qkv.c(), d.B, d.T, h.NH, h.NKV, h.hd,
+                                  positions.ci());
+      gpu().gqa_attention_forward(out.g(), att.g(), qkv.g(), d.B, d.T, h.NH, h.NKV, h.hd,
+                                  positions.gi());
+      const std::vector<float> att_gpu = att.gpu();
+      expect_close(att_gpu, att.cpu(), kRtol, what + " att");
+      expect_close(out.gpu(), out.cpu(), kRtol, what + " out");
+      for (int64_t row = 0; row < d.B * h.NH * d.T; ++row) {
+        const int64_t t = row % d.T, bt = row / (h.NH * d.T) * d.T + t;
+        const int64_t w = test::first_key(d.positions.data(), bt, d.T);
+        for (int64_t j = 0; j < d.T; ++j) {
+          if (j < w || j > t) {
+            ASSERT_EQ(att_gpu[row * d.T + j], 0.0f) << what << " row " << row;
+          }
+        }
+      }
+      att.reset_gpu(att.cpu());
+      Mirror dout = mirror(random_floats(d.B * d.T * HD, 4));
+      Mirror dqkv = mirror(random_floats(d.B * d.T * R, 5));  // non-zero: += is checked
+      cpu().gqa_attention_backward(dqkv.c(), dout.c(), qkv.c(), att.c(), d.B, d.T, h.NH, h.NKV,
+                                   h.hd, positions.ci());
+      gpu().gqa_attention_backward(dqkv.g(), dout.g(), qkv.g(), att.g(), d.B, d.T, h.NH, h.NKV,
+                                   h.hd, positions.gi());
+      expect_close(dqkv.gpu(), dqkv.cpu(), kRtol, what + " dqkv");
+      if (h.NH == h.NKV) {  // multi-head attention is the same kernels: the same bits
+        const int64_t C = h.NH * h.hd;
+        Mirror mha_out = mirror(random_floats(d.B * d.T * HD, 6));
+        gpu().attention_forward(mha_out.g(), att.g(), qkv.g(), d.B, d.T, C, h.NH, positions.gi());
+        gpu().gqa_attention_forward(out.g(), att.g(), qkv.g(), d.B, d.T, h.NH, h.NKV, h.hd,
+                                    positions.gi());
+        EXPECT_TRUE(same_bits(mha_out.gpu(), out.gpu())) << what << " attention_forward";
+      }
+    }
+}
+
+TEST_F(CudaNnKernelsTest, RopeAtDocumentPositionsMatchesCpu) {
+  for (const DocumentRows& d : document_rows()) {
+    const int64_t NH = 4, NKV = 2, hd = 16, R = (NH + 2 * NKV) * hd;
+    const std::string what = "rope documents T" + std::to_string(d.T);
+    Mirror positions = mirror(d.positions);
+    Mirror qkv = mirror(random_floats(d.B * d.T * R, 1));
+    cpu().rope_forward(qkv.c(), d.B, d.T, NH, NKV, hd, 10000.0f, positions.ci());
+    gpu().rope_forward(qkv.g(), d.B, d.T, NH, NKV, hd, 10000.0f, positions.gi());
+    expect_close(qkv.gpu(), qkv.cpu(), kRtol, what + " forward");
+    qkv.reset_gpu(qkv.cpu());
+    cpu().rope_backward(qkv.c(), d.B, d.T, NH, NKV, hd, 10000.0f, positions.ci());
+    gpu().rope_backward(qkv.g(), d.B, d.T, NH, NKV, hd, 10000.0f, positions.gi());
+    expect_close(qkv.gpu(), qkv.cpu(), kRtol, what + " backward");
+  }
+}
+
+// The same additions in the same (token) order as the CPU: the same bits.
+TEST_F(CudaNnKernelsTest, EmbeddingAtDocumentPositionsMatchesCpu) {
+  for (const DocumentRows& d : document_rows()) {
+    const int64_t C = 40, V = 31;
+    const std::string what = "embedding documents T" + std::to_string(d.T);
+    Mirror positions = mirror(d.positions);
+    Mirror tokens = mirror(random_tokens(d.B * d.T, int32_t(V), 1));
+    Mirror wte = mirror(random_floats(V * C, 2));
+    Mirror wpe = mirror(random_floats(d.T * C, 3));
+    Mirror out = mirror(random_floats(d.B * d.T * C, 4));
+    cpu().embedding_forward(out.c(), tokens.ci(), wte.c(), wpe.c(), d.B, d.T, C, positions.ci());
+    gpu().embedding_forward(out.g(), tokens.gi(), wte.g(), wpe.g(), d.B, d.T, C, positions.gi());
+    EXPECT_TRUE(same_bits(out.gpu(), out.cpu())) << what << " forward";
+    Mirror dout = mirror(random_floats(d.B * d.T * C, 5));
+    Mirror dwte = mirror(random_floats(V * C, 6));
+    Mirror dwpe = mirror(random_floats(d.T * C, 7));
+    cpu().embedding_backward(dwte.c(), dwpe.c(), dout.c(), tokens.ci(), d.B, d.T, C,
+                             positions.ci());
+    gpu().embedding_backward(dwte.g(), dwpe.g(), dout.g(), tokens.gi(), d.B, d.T, C,
+                             positions.gi());
+    EXPECT_TRUE(same_bits(dwte.gpu(), dwte.cpu())) << what << " dwte";
+    EXPECT_TRUE(same_bits(dwpe.gpu(), dwpe.cpu())) << what << " dwpe";
+  }
+}
+
+// Ignored rows: loss 0 and a zero gradient row (padding included), exactly; with dloss 0 the row
+// is left alone. The other rows as the CPU's.
+TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyIgnoresNegativeTargets) {
+  const int64_t N = 6, V = 51, Vp = 61;
+  const std::vector<int32_t> host_targets = {3, kIgnoreTarget, 50, -9, 0, kIgnoreTarget};
+  const std::vector<float> host_logits = random_floats(N * Vp, 1, -4.0f, 4.0f);
+  for (float dloss : {0.0f, 0.5f}) {
+    const std::string what = "dloss " + std::to_string(dloss);
+    Mirror targets = mirror(host_targets);
+    Mirror logits = mirror(host_logits);
+    Mirror losses = mirror(random_floats(N, 2));
+    cpu().softmax_cross_entropy(losses.c(), logits.c(), targets.ci(), N, V, Vp, dloss);
+    gpu().softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), N, V, Vp, dloss);
+    expect_close(losses.gpu(), losses.cpu(), kRtol, what + " losses");
+    expect_close(logits.gpu(), logits.cpu(), kRtol, what + " gradient");
+    const std::vector<float> loss_gpu = losses.gpu(), grad = logits.gpu();
+    for (int64_t r = 0; r < N; ++r) {
+      if (host_targets[r] >= 0) continue;
+      EXPECT_TRUE(same_bits({loss_gpu[r]}, {0.0f})) << what << " row " << r;
+      for (int64_t i = 0; i < Vp; ++i) {
+        const float want = dloss == 0.0f ? host_logits[r * Vp + i] : 0.0f;
+        ASSERT_TRUE(same_bits({grad[r * Vp + i]}, {want})) << what << " row " << r << " col " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -129,13 +129,13 @@ TEST_F(KernelsTest, ScatterAndAttentionGradientsDoNotDependOnThreadCount) {
   for (int64_t i = 0; i < B * T; ++i) tokens[i] = int32_t((i * i) % V);
   const auto dout = random_floats(B * T * C, 120), qkv = random_floats(B * T * 3 * C, 121);
   std::vector<float> out(B * T * C), att(B * NH * T * T);
-  k_.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  k_.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, nullptr);
   std::vector<std::vector<float>> results;
   for (int threads : {1, 2, 3}) {
     std::vector<float> dwte(V * C, 0.1f), dwpe(T * C, 0.2f), dqkv(B * T * 3 * C, 0.3f);
     with_threads(threads, [&] {
-      k_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-      k_.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+      k_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, nullptr);
+      k_.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, nullptr);
     });
     dwte.insert(dwte.end(), dwpe.begin(), dwpe.end());
     dwte.insert(dwte.end(), dqkv.begin(), dqkv.end());
@@ -176,8 +176,8 @@ TEST_F(KernelsTest, InstructionSetPathsAgreeBitForBit) {
     for (auto* part : {&out, &mean, &rstd, &dx, &dw, &db})
       r.insert(r.end(), part->begin(), part->end());
     std::vector<float> ao(B * T * AC), att(B * NH * T * T), dqkv(qkv.size());
-    k.attention_forward(ao.data(), att.data(), qkv.data(), B, T, AC, NH);
-    k.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, AC, NH);
+    k.attention_forward(ao.data(), att.data(), qkv.data(), B, T, AC, NH, nullptr);
+    k.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, AC, NH, nullptr);
     for (auto* part : {&ao, &att, &dqkv}) r.insert(r.end(), part->begin(), part->end());
     std::vector<float> lg = logits, losses(4);
     k.softmax_cross_entropy(losses.data(), lg.data(), targets.data(), 4, Vv, Vp, 0.5f);

@@ -3,8 +3,10 @@
 // embedding without a position table. Every forward kernel is checked against a plain
 // double-precision loop written here; every backward kernel against central finite differences
 // of that reference (gradients accumulate into buffers that start non-zero, but for rope_backward,
-// which transforms in place). Also: the new kernels give the same bits for 1 and 3 threads and on
-// every instruction set, and multi-head attention is the NKV == NH case of GQA bit for bit.
+// which transforms in place). Rotary embeddings and attention also over rows that pack documents
+// (Batch::positions). Also: the new kernels give the same bits for 1 and 3 threads and on every
+// instruction set (with and without positions), and multi-head attention is the NKV == NH case of
+// GQA bit for bit.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -20,6 +22,7 @@
 #include "runtime/kernels.h"
 
 #include "kernels_test_util.h"
+#include "packed_documents.h"
 
 namespace zt {
 namespace {
@@ -49,11 +52,13 @@ struct GqaShape {
   int64_t HD() const { return NH * hd; }
 };
 
-// Hugging Face's rotate-half RoPE on the q and k heads of qkv (B,T,R), angles in double.
-std::vector<double> rope_ref(std::vector<double> qkv, const GqaShape& s, double theta) {
+// Hugging Face's rotate-half RoPE on the q and k heads of qkv (B,T,R), angles in double, token
+// bt at positions[bt] (null: bt % T).
+std::vector<double> rope_ref(std::vector<double> qkv, const GqaShape& s, double theta,
+                             const int32_t* positions = nullptr) {
   const int64_t half = s.hd / 2;
   for (int64_t bt = 0; bt < s.B * s.T; ++bt) {
-    const double t = double(bt % s.T);
+    const double t = double(positions ? positions[bt] : bt % s.T);
     for (int64_t h = 0; h < s.NH + s.NKV; ++h) {
       double* x = &qkv[bt * s.R() + h * s.hd];
       for (int64_t i = 0; i < half; ++i) {
@@ -78,9 +83,11 @@ std::vector<double> swiglu_ref(const std::vector<double>& gu, int64_t N, int64_t
   return out;
 }
 
-// Causal GQA: query head h reads key/value head h / (NH/NKV). out (B,T,NH·hd).
+// Causal GQA: query head h reads key/value head h / (NH/NKV), query t its keys first_key .. t
+// (positions null: 0 .. t). out (B,T,NH·hd).
 std::vector<double> gqa_ref(const std::vector<double>& qkv, const GqaShape& s,
-                            std::vector<double>* att = nullptr) {
+                            std::vector<double>* att = nullptr,
+                            const int32_t* positions = nullptr) {
   const int64_t G = s.NH / s.NKV, R = s.R(), T = s.T;
   const double scale = 1.0 / std::sqrt(double(s.hd));
   std::vector<double> out(s.B * T * s.HD(), 0.0), p(T);
@@ -90,8 +97,9 @@ std::vector<double> gqa_ref(const std::vector<double>& qkv, const GqaShape& s,
       const int64_t j = h / G;
       for (int64_t t = 0; t < T; ++t) {
         const double* q = &qkv[(b * T + t) * R + h * s.hd];
+        const int64_t w = first_key(positions, b * T + t, T);
         double mx = -INFINITY;
-        for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t u = w; u <= t; ++u) {
           const double* k = &qkv[(b * T + u) * R + s.HD() + j * s.hd];
           double dot = 0;
           for (int64_t d = 0; d < s.hd; ++d) dot += q[d] * k[d];
@@ -99,8 +107,8 @@ std::vector<double> gqa_ref(const std::vector<double>& qkv, const GqaShape& s,
           mx = std::max(mx, p[u]);
         }
         double sum = 0;
-        for (int64_t u = 0; u <= t; ++u) sum += (p[u] = std::exp(p[u] - mx));
-        for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t u = w; u <= t; ++u) sum += (p[u] = std::exp(p[u] - mx));
+        for (int64_t u = w; u <= t; ++u) {
           p[u] /= sum;
           if (att) (*att)[((b * s.NH + h) * T + t) * T + u] = p[u];
           const double* v = &qkv[(b * T + u) * R + s.HD() + (s.NKV + j) * s.hd];
@@ -211,7 +219,7 @@ TEST_F(KernelsTest, RopeForwardMatchesReference) {
     for (float theta : {10000.0f, 500000.0f}) {
       auto qkv = random_floats(s.B * s.T * s.R(), 230);
       const auto before = qkv;
-      k_.rope_forward(qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta);
+      k_.rope_forward(qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, nullptr);
       // fp32 angles (t · inv_freq rounded) differ from the double reference's by up to
       // T · 2^-24 radians, hence the tolerance growing with T.
       expect_close(qkv, rope_ref(to_double(before), s, theta), 2e-6 * s.T, 1e-5,
@@ -232,16 +240,45 @@ TEST_F(KernelsTest, RopeBackwardMatchesFiniteDifferences) {
   auto x = random_floats(s.B * s.T * s.R(), 240);
   auto g = random_floats(x.size(), 241);
   auto dx = g;
-  k_.rope_backward(dx.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta);
+  k_.rope_backward(dx.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, nullptr);
   auto xd = to_double(x);
   const auto r = to_double(g);
   auto f = [&] { return rope_ref(xd, s, theta); };
   const auto idx = all_or_sample(x.size(), 2000, 242);
   expect_close(pick(dx, idx), fd_at(xd, r, f, idx), 1e-5, 1e-4, "rope backward");
   auto round_trip = x;
-  k_.rope_forward(round_trip.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta);
-  k_.rope_backward(round_trip.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta);
+  k_.rope_forward(round_trip.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, nullptr);
+  k_.rope_backward(round_trip.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, nullptr);
   expect_close(round_trip, to_double(x), 1e-6, 1e-5, "rope round trip");
+}
+
+// Packed documents: each token rotated by its position in its document; the backward, the
+// transpose at the same positions; positions 0..T-1 are the null-positions bits.
+TEST_F(KernelsTest, RopeAtDocumentPositionsMatchesReference) {
+  const GqaShape s{2, 13, 4, 2, 16};
+  const float theta = 10000.0f;
+  const std::vector<int32_t> positions = two_rows_of_13();
+  auto x = random_floats(s.B * s.T * s.R(), 243);
+  auto y = x;
+  k_.rope_forward(y.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, positions.data());
+  auto xd = to_double(x);
+  expect_close(y, rope_ref(xd, s, theta, positions.data()), 2e-6 * s.T, 1e-5, "rope documents");
+  auto g = random_floats(x.size(), 244);
+  auto dx = g;
+  k_.rope_backward(dx.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, positions.data());
+  auto f = [&] { return rope_ref(xd, s, theta, positions.data()); };
+  const auto idx = all_or_sample(x.size(), 2000, 245);
+  expect_close(pick(dx, idx), fd_at(xd, to_double(g), f, idx), 1e-5, 1e-4,
+               "rope documents backward");
+
+  const std::vector<int32_t> counting = document_positions({{13}, {13}});
+  for (bool backward : {false, true}) {
+    auto with_null = x, with_counting = x;
+    auto rope = backward ? &Kernels::rope_backward : &Kernels::rope_forward;
+    (k_.*rope)(with_null.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, nullptr);
+    (k_.*rope)(with_counting.data(), s.B, s.T, s.NH, s.NKV, s.hd, theta, counting.data());
+    EXPECT_TRUE(same_bits(with_null, with_counting)) << (backward ? "backward" : "forward");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -280,7 +317,8 @@ TEST_F(KernelsTest, GqaAttentionForwardMatchesReference) {
     auto qkv = random_floats(s.B * s.T * s.R(), 270, -1.5f, 1.5f);
     std::vector<float> out(s.B * s.T * s.HD(), 99.0f);
     std::vector<float> att(s.B * s.NH * s.T * s.T, std::numeric_limits<float>::quiet_NaN());
-    k_.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd);
+    k_.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd,
+                             nullptr);
     std::vector<double> ratt;
     const auto ref = gqa_ref(to_double(qkv), s, &ratt);
     const std::string what = "gqa T=" + std::to_string(s.T) + " NKV=" + std::to_string(s.NKV);
@@ -294,11 +332,12 @@ TEST_F(KernelsTest, GqaAttentionBackwardMatchesFiniteDifferences) {
     const size_t n = size_t(s.B * s.T * s.R());
     auto qkv = random_floats(n, 280, -1.5f, 1.5f);
     std::vector<float> out(s.B * s.T * s.HD()), att(s.B * s.NH * s.T * s.T);
-    k_.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd);
+    k_.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd,
+                             nullptr);
     auto dout = random_floats(out.size(), 281), dqkv = random_floats(n, 282);
     const auto dqkv0 = dqkv;
     k_.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH,
-                              s.NKV, s.hd);
+                              s.NKV, s.hd, nullptr);
     auto x = to_double(qkv);
     const auto r = to_double(dout);
     auto f = [&] { return gqa_ref(x, s); };
@@ -318,13 +357,94 @@ TEST_F(KernelsTest, MultiHeadAttentionIsGqaWithEqualHeads) {
     att[v].assign(B * NH * T * T, 0.0f);
     dqkv[v] = random_floats(qkv.size(), 292);
     if (v == 0) {
-      k_.attention_forward(out[v].data(), att[v].data(), qkv.data(), B, T, C, NH);
-      k_.attention_backward(dqkv[v].data(), dout.data(), qkv.data(), att[v].data(), B, T, C, NH);
+      k_.attention_forward(out[v].data(), att[v].data(), qkv.data(), B, T, C, NH, nullptr);
+      k_.attention_backward(dqkv[v].data(), dout.data(), qkv.data(), att[v].data(), B, T, C, NH,
+                            nullptr);
     } else {
-      k_.gqa_attention_forward(out[v].data(), att[v].data(), qkv.data(), B, T, NH, NH, hd);
+      k_.gqa_attention_forward(out[v].data(), att[v].data(), qkv.data(), B, T, NH, NH, hd, nullptr);
       k_.gqa_attention_backward(dqkv[v].data(), dout.data(), qkv.data(), att[v].data(), B, T, NH,
-                                NH, hd);
+                                NH, hd, nullptr);
     }
+  }
+  EXPECT_TRUE(same_bits(out[0], out[1]) && same_bits(att[0], att[1]) &&
+              same_bits(dqkv[0], dqkv[1]));
+}
+
+// Packed documents: two rows of 13 (two_rows_of_13) with groups of 2 and 3 query heads, and a
+// multi-query row of 70 (30, 1, 39 tokens: past a 64-key tile).
+struct GqaDocumentCase {
+  GqaShape s;
+  std::vector<int32_t> positions;
+};
+std::vector<GqaDocumentCase> gqa_document_cases() {
+  return {{{2, 13, 4, 2, 8}, two_rows_of_13()},
+          {{2, 13, 6, 2, 16}, two_rows_of_13()},
+          {{1, 70, 4, 1, 20}, document_positions({{30, 1, 39}})}};
+}
+
+TEST_F(KernelsTest, GqaAttentionWithinDocumentsMatchesReference) {
+  for (const GqaDocumentCase& dc : gqa_document_cases()) {
+    const GqaShape& s = dc.s;
+    const int32_t* positions = dc.positions.data();
+    auto qkv = random_floats(s.B * s.T * s.R(), 284, -1.5f, 1.5f);
+    std::vector<float> out(s.B * s.T * s.HD(), 99.0f);
+    std::vector<float> att(s.B * s.NH * s.T * s.T, std::numeric_limits<float>::quiet_NaN());
+    k_.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd,
+                             positions);
+    std::vector<double> ratt;
+    const auto ref = gqa_ref(to_double(qkv), s, &ratt, positions);
+    const std::string what = "gqa documents T=" + std::to_string(s.T) + " NH=" +
+                             std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV);
+    expect_close(out, ref, 1e-6, 1e-5, what + " out");
+    expect_close(att, ratt, 1e-7, 1e-5, what + " att");
+    for (int64_t row = 0; row < s.B * s.NH * s.T; ++row) {
+      const int64_t t = row % s.T, w = first_key(positions, row / (s.NH * s.T) * s.T + t, s.T);
+      for (int64_t j = 0; j < s.T; ++j) {
+        if (j < w || j > t) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(att[row * s.T + j]), 0u) << what << " row " << row;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(KernelsTest, GqaAttentionWithinDocumentsBackwardMatchesFiniteDifferences) {
+  for (const GqaDocumentCase& dc : gqa_document_cases()) {
+    const GqaShape& s = dc.s;
+    const int32_t* positions = dc.positions.data();
+    const size_t n = size_t(s.B * s.T * s.R());
+    auto qkv = random_floats(n, 285, -1.5f, 1.5f);
+    std::vector<float> out(s.B * s.T * s.HD()), att(s.B * s.NH * s.T * s.T);
+    k_.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd,
+                             positions);
+    auto dout = random_floats(out.size(), 286), dqkv = random_floats(n, 287);
+    const auto dqkv0 = dqkv;
+    k_.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH,
+                              s.NKV, s.hd, positions);
+    auto x = to_double(qkv);
+    const auto r = to_double(dout);
+    auto f = [&] { return gqa_ref(x, s, nullptr, positions); };
+    const auto idx = all_or_sample(n, 400, 288);
+    expect_close(pick(dqkv, idx), plus(dqkv0, idx, fd_at(x, r, f, idx)), 1e-5, 1e-4,
+                 "gqa documents dqkv T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH));
+  }
+}
+
+TEST_F(KernelsTest, GqaAttentionWithOneDocumentPerRowIsTheNullPositionsBits) {
+  const GqaShape s{2, 11, 4, 2, 8};
+  const std::vector<int32_t> positions = document_positions({{11}, {11}});
+  auto qkv = random_floats(s.B * s.T * s.R(), 289);
+  auto dout = random_floats(s.B * s.T * s.HD(), 290);
+  std::vector<float> out[2], att[2], dqkv[2];
+  for (int v = 0; v < 2; ++v) {
+    const int32_t* p = v == 0 ? nullptr : positions.data();
+    out[v].assign(s.B * s.T * s.HD(), 0.0f);
+    att[v].assign(s.B * s.NH * s.T * s.T, 0.0f);
+    dqkv[v] = random_floats(qkv.size(), 291);
+    k_.gqa_attention_forward(out[v].data(), att[v].data(), qkv.data(), s.B, s.T, s.NH, s.NKV,
+                             s.hd, p);
+    k_.gqa_attention_backward(dqkv[v].data(), dout.data(), qkv.data(), att[v].data(), s.B, s.T,
+                              s.NH, s.NKV, s.hd, p);
   }
   EXPECT_TRUE(same_bits(out[0], out[1]) && same_bits(att[0], att[1]) &&
               same_bits(dqkv[0], dqkv[1]));
@@ -338,19 +458,20 @@ TEST_F(KernelsTest, EmbeddingWithoutPositionsCopiesRows) {
   auto wte = random_floats(V * C, 300);
   const std::vector<int32_t> tokens = {3, 0, 6, 3, 1, 2};
   std::vector<float> out(B * T * C, 1.0f);
-  k_.embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+  k_.embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C, nullptr);
   for (int64_t bt = 0; bt < B * T; ++bt)
     for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[bt * C + c], wte[tokens[bt] * C + c]);
   auto dout = random_floats(B * T * C, 301);
   std::vector<float> dwte(V * C, 0.0f);
-  k_.embedding_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+  k_.embedding_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C, nullptr);
   EXPECT_EQ(dwte[3 * C], dout[0] + dout[3 * C]);  // token 3 twice, in position order
 }
 
 // ---------------------------------------------------------------------------------------------
 // Determinism: the same bits for 1 and 3 threads and for every instruction set.
 
-std::vector<std::vector<float>> run_llama_kernels(Kernels& k) {
+// positions: (2, 13) or null.
+std::vector<std::vector<float>> run_llama_kernels(Kernels& k, const int32_t* positions) {
   const GqaShape s{2, 13, 4, 2, 16};
   const int64_t N = s.B * s.T, C = 40, F = 45;
   auto x = random_floats(N * C, 310), w = random_floats(C, 311), dy = random_floats(N * C, 312);
@@ -358,13 +479,14 @@ std::vector<std::vector<float>> run_llama_kernels(Kernels& k) {
   k.rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
   k.rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
   auto qkv = random_floats(N * s.R(), 313);
-  k.rope_forward(qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd, 10000.0f);
+  k.rope_forward(qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd, 10000.0f, positions);
   std::vector<float> out(N * s.HD()), att(s.B * s.NH * s.T * s.T), dqkv(qkv.size(), 0.0f);
-  k.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd);
+  k.gqa_attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd,
+                          positions);
   auto dout = random_floats(out.size(), 314);
-  k.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH,
-                           s.NKV, s.hd);
-  k.rope_backward(dqkv.data(), s.B, s.T, s.NH, s.NKV, s.hd, 10000.0f);
+  k.gqa_attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH, s.NKV,
+                           s.hd, positions);
+  k.rope_backward(dqkv.data(), s.B, s.T, s.NH, s.NKV, s.hd, 10000.0f, positions);
   auto gu = random_floats(N * 2 * F, 315, -5.0f, 5.0f), dsw = random_floats(N * F, 316);
   std::vector<float> sw(N * F), dgu(N * 2 * F, 0.0f);
   k.swiglu_forward(sw.data(), gu.data(), N, F);
@@ -373,15 +495,20 @@ std::vector<std::vector<float>> run_llama_kernels(Kernels& k) {
 }
 
 TEST_F(KernelsTest, LlamaKernelsIndependentOfThreadsAndIsa) {
-  std::vector<std::vector<float>> one, three;
-  with_threads(1, [&] { one = run_llama_kernels(k_); });
-  with_threads(3, [&] { three = run_llama_kernels(k_); });
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(same_bits(one[i], three[i])) << "output " << i;
-  for (const char* level : simd_levels()) {
-    auto k = kernels_capped_at(level);
-    const auto got = run_llama_kernels(*k);
+  const std::vector<int32_t> documents = two_rows_of_13();
+  for (const int32_t* positions : {static_cast<const int32_t*>(nullptr), documents.data()}) {
+    const std::string what = positions ? "documents " : "";
+    std::vector<std::vector<float>> one, three;
+    with_threads(1, [&] { one = run_llama_kernels(k_, positions); });
+    with_threads(3, [&] { three = run_llama_kernels(k_, positions); });
     for (size_t i = 0; i < one.size(); ++i)
-      EXPECT_TRUE(same_bits(one[i], got[i])) << level << " output " << i;
+      EXPECT_TRUE(same_bits(one[i], three[i])) << what << "output " << i;
+    for (const char* level : simd_levels()) {
+      auto k = kernels_capped_at(level);
+      const auto got = run_llama_kernels(*k, positions);
+      for (size_t i = 0; i < one.size(); ++i)
+        EXPECT_TRUE(same_bits(one[i], got[i])) << what << level << " output " << i;
+    }
   }
 }
 

@@ -2,8 +2,9 @@
 // layer norm, GELU and softmax cross-entropy. Every forward kernel is checked against a plain
 // double-precision loop written here; every backward kernel against central finite differences of
 // that double reference (and for accumulation: gradients are += into buffers that start
-// non-zero). Not here: attention (kernels_attention_test.cpp), determinism across threads and
-// instruction sets (kernels_determinism_test.cpp), performance.
+// non-zero). Also the position table read at document positions (Batch::positions) and ignored
+// targets (kIgnoreTarget). Not here: attention (kernels_attention_test.cpp), determinism across
+// threads and instruction sets (kernels_determinism_test.cpp), performance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,8 +16,10 @@
 
 #include "runtime/dtype.h"
 #include "runtime/kernels.h"
+#include "runtime/model.h"
 
 #include "kernels_test_util.h"
+#include "packed_documents.h"
 
 namespace zt {
 namespace {
@@ -41,13 +44,16 @@ std::vector<double> matmul_ref(const std::vector<double>& inp, const std::vector
   return out;
 }
 
+// Token bt at positions[bt] (null: bt % T).
 std::vector<double> embedding_ref(const std::vector<int32_t>& tokens,
                                   const std::vector<double>& wte, const std::vector<double>& wpe,
-                                  int64_t B, int64_t T, int64_t C) {
+                                  int64_t B, int64_t T, int64_t C,
+                                  const int32_t* positions = nullptr) {
   std::vector<double> out(B * T * C);
-  for (int64_t bt = 0; bt < B * T; ++bt)
-    for (int64_t c = 0; c < C; ++c)
-      out[bt * C + c] = wte[tokens[bt] * C + c] + wpe[(bt % T) * C + c];
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const int64_t p = positions ? positions[bt] : bt % T;
+    for (int64_t c = 0; c < C; ++c) out[bt * C + c] = wte[tokens[bt] * C + c] + wpe[p * C + c];
+  }
   return out;
 }
 
@@ -142,7 +148,7 @@ TEST_F(KernelsTest, EmbeddingForwardAndBackward) {
   const std::vector<int32_t> tokens = {3, 12, 0, 3, 7, 7, 3, 1, 12, 0};  // repeats on purpose
   auto wte = random_floats(V * C, 11), wpe = random_floats(T * C, 12);
   std::vector<float> out(B * T * C);
-  k_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  k_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, nullptr);
   std::vector<float> want(B * T * C);  // one float addition per element: exact match
   for (int64_t bt = 0; bt < B * T; ++bt)
     for (int64_t c = 0; c < C; ++c)
@@ -153,11 +159,45 @@ TEST_F(KernelsTest, EmbeddingForwardAndBackward) {
   auto dout = random_floats(B * T * C, 13);
   auto dwte = random_floats(V * C, 14), dwpe = random_floats(T * C, 15);
   const auto dwte0 = dwte, dwpe0 = dwpe;
-  k_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  k_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, nullptr);
   const auto r = to_double(dout);
   auto loss = [&] { return dot(embedding_ref(tokens, xwte, xwpe, B, T, C), r); };
   expect_close(dwte, fd_gradient(xwte, loss, dwte0), 1e-5, 1e-5, "dwte");
   expect_close(dwpe, fd_gradient(xwpe, loss, dwpe0), 1e-5, 1e-5, "dwpe");
+}
+
+// Packed documents: the wpe row of a token is its position in its document; dwpe gathers the
+// tokens at each position. Two rows of 13 tokens, documents of 5, 1, 7 and 4, 9.
+TEST_F(KernelsTest, EmbeddingAtDocumentPositions) {
+  const int64_t B = 2, T = 13, C = 8, V = 11;
+  const std::vector<int32_t> positions = two_rows_of_13();
+  std::vector<int32_t> tokens(B * T);
+  for (int64_t bt = 0; bt < B * T; ++bt) tokens[bt] = int32_t((bt * 5) % V);
+  auto wte = random_floats(V * C, 16), wpe = random_floats(T * C, 17);
+  std::vector<float> out(B * T * C);
+  k_.embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C,
+                       positions.data());
+  std::vector<float> want(B * T * C);  // one float addition per element: exact match
+  for (int64_t bt = 0; bt < B * T; ++bt)
+    for (int64_t c = 0; c < C; ++c)
+      want[bt * C + c] = wte[tokens[bt] * C + c] + wpe[positions[bt] * C + c];
+  EXPECT_TRUE(same_bits(out, want));
+
+  auto dout = random_floats(B * T * C, 18);
+  auto dwte = random_floats(V * C, 19), dwpe = random_floats(T * C, 20);
+  const auto dwte0 = dwte, dwpe0 = dwpe;
+  k_.embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C,
+                        positions.data());
+  auto xwte = to_double(wte), xwpe = to_double(wpe);
+  const auto r = to_double(dout);
+  auto loss = [&] {
+    return dot(embedding_ref(tokens, xwte, xwpe, B, T, C, positions.data()), r);
+  };
+  expect_close(dwte, fd_gradient(xwte, loss, dwte0), 1e-5, 1e-5, "dwte");
+  expect_close(dwpe, fd_gradient(xwpe, loss, dwpe0), 1e-5, 1e-5, "dwpe");
+  // No token is at position 9 or later (the longest document has 9 tokens): those rows keep
+  // their bits.
+  for (int64_t i = 9 * C; i < T * C; ++i) ASSERT_EQ(dwpe[i], dwpe0[i]) << i;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -295,6 +335,36 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyMatchesReference) {
           fd_want.push_back(central_difference(x, size_t(i * c.Vp + j), loss));
         }
       expect_close(fd_got, fd_want, 1e-7, 1e-4, "softmax gradient (finite differences)");
+    }
+  }
+}
+
+// Rows whose target is negative are not trained on: loss 0 and, with dloss != 0, a gradient row
+// of +0 (padding included); with dloss == 0 their logits are left alone. The other rows give the
+// bits they give when every row is trained on.
+TEST_F(KernelsTest, SoftmaxCrossEntropyIgnoresNegativeTargets) {
+  const int64_t N = 5, V = 13, Vp = 16;
+  const auto logits = random_floats(N * Vp, 62, -4.0f, 4.0f);
+  const std::vector<int32_t> all = {3, 0, 12, 7, 5};
+  const std::vector<int32_t> some = {3, kIgnoreTarget, 12, -7, 5};
+  for (float dloss : {0.0f, 0.25f}) {
+    std::vector<float> losses_all(N), losses_some(N, 99.0f);
+    auto grad_all = logits, grad_some = logits;
+    k_.softmax_cross_entropy(losses_all.data(), grad_all.data(), all.data(), N, V, Vp, dloss);
+    k_.softmax_cross_entropy(losses_some.data(), grad_some.data(), some.data(), N, V, Vp, dloss);
+    for (int64_t i = 0; i < N; ++i) {
+      const std::vector<float> row_all(grad_all.begin() + i * Vp, grad_all.begin() + (i + 1) * Vp);
+      const std::vector<float> row_some(grad_some.begin() + i * Vp,
+                                        grad_some.begin() + (i + 1) * Vp);
+      if (some[i] >= 0) {
+        EXPECT_TRUE(same_bits({losses_some[i]}, {losses_all[i]})) << "row " << i;
+        EXPECT_TRUE(same_bits(row_some, row_all)) << "row " << i << " dloss " << dloss;
+        continue;
+      }
+      EXPECT_TRUE(same_bits({losses_some[i]}, {0.0f})) << "row " << i;
+      const std::vector<float> untouched(logits.begin() + i * Vp, logits.begin() + (i + 1) * Vp);
+      EXPECT_TRUE(same_bits(row_some, dloss == 0.0f ? untouched : std::vector<float>(Vp, 0.0f)))
+          << "row " << i << " dloss " << dloss;
     }
   }
 }

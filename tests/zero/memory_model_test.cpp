@@ -146,5 +146,24 @@ TEST(MemoryModel, CheckpointingLowersTheActivationPeak) {
   EXPECT_LT(*activation_peak_bytes(model, a), *fp32);  // recomputing keeps less
 }
 
+// A device the host cannot address holds the batch's positions beside its token ids (the
+// engine's DeviceBatch: one buffer of 3 arrays, live through the pass): B*T int32 more at the
+// peak. On a host-addressable device nothing is copied.
+TEST(MemoryModel, BatchPositionsOnTheDeviceAddTheirBytes) {
+  Gpt2 model(gpt2_zoo_config("gpt2-tiny"));
+  ActivationOptions a;
+  a.B = 2;
+  a.T = 64;
+  const int64_t host = *activation_peak_bytes(model, a);
+  a.batch_positions = true;
+  EXPECT_EQ(*activation_peak_bytes(model, a), host);
+  a.tokens_on_device = true;
+  const int64_t three = *activation_peak_bytes(model, a);
+  a.batch_positions = false;
+  const int64_t two = *activation_peak_bytes(model, a);
+  EXPECT_EQ(two, host + 2 * a.B * a.T * 4);
+  EXPECT_EQ(three, two + a.B * a.T * 4);
+}
+
 }  // namespace
 }  // namespace zt
