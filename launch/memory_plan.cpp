@@ -10,6 +10,7 @@
 #include "comm/mpi_communicator.h"
 #include "launch/trainer.h"
 #include "runtime/byte_count.h"
+#include "runtime/data/token_data.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -66,6 +67,7 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
     a.compute = r.engine.precision.compute;
     a.checkpoint = r.engine.checkpoint;
     a.tokens_on_device = r.tokens_on_device;
+    a.batch_positions = r.batch_positions;
     activations = activation_peak_bytes(*r.model, a);
   }
   const int per_node = std::max(1, r.ranks / r.nodes);
@@ -289,6 +291,7 @@ PlanRequest plan_request_from_config(const Config& config, Model& model, int ran
   r.micro_batch = config.train_micro_batch_size_per_gpu;
   r.seq_len = config.zt.seq_len;
   r.tokens_on_device = config.zt.device == "cuda";
+  r.batch_positions = is_packed_token_file(config.zt.train_data);
   r.comm_staging = communicator_staging_bytes(r.tokens_on_device, ranks);
   r.device_memory = config.zt.device_memory_limit;
   r.config_stage = config.zero_optimization.stage;

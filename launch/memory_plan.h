@@ -35,6 +35,7 @@ struct PlanRequest {
   int64_t micro_batch = 1;
   int64_t seq_len = 1;
   bool tokens_on_device = false;  // a GPU: the token ids are copied to it
+  bool batch_positions = false;   // packed instruction data: document positions copied too
   // Bytes the communicators allocate on the device once (communicator_staging_bytes).
   int64_t comm_staging = 0;
   uint64_t device_memory = 0;     // 0: no fit list

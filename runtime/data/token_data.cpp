@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <random>
 
@@ -19,6 +20,13 @@
 #include "runtime/status.h"
 
 namespace zt {
+
+bool is_packed_token_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int32_t header[2] = {0, 0};
+  in.read(reinterpret_cast<char*>(header), sizeof(header));
+  return in && header[0] == kTokenFileMagic && header[1] == kTokenFileVersionPacked;
+}
 
 static_assert(std::endian::native == std::endian::little,
               "token files are little-endian and read without byte swapping");

@@ -55,6 +55,11 @@ inline constexpr uint8_t kTokenDocStart = 1 << 1;
 void write_token_file(const std::string& path, std::span<const int32_t> tokens,
                       std::span<const uint8_t> flags, int64_t packed_length);
 
+// Whether `path` starts with a version 3 header (packed examples, whose batches carry document
+// positions). False for anything else, including a missing file: a peek for planners that do
+// not validate the file (TokenFile::open does).
+bool is_packed_token_file(const std::string& path);
+
 // A validated token file held in memory. Every problem throws kInput with one line naming the
 // problem and the path: missing or unreadable file, shorter than the header, wrong magic or
 // version, a token count that disagrees with the file size (truncated or trailing bytes), or a
