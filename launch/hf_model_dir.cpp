@@ -117,6 +117,13 @@ class HfConfigReader {
       throw_input(fmt::format("{}: \"{}\": {} is not supported ({})", source_, key,
                               j_.at(key).dump(), why));
   }
+  // A sub-object (rope_scaling), read by a reader of its own whose errors name "source: key".
+  HfConfigReader object(const char* key) const {
+    const nlohmann::json& v = j_.at(key);
+    if (!v.is_object())
+      throw_input(fmt::format("{}: \"{}\" must be an object or null, not {}", source_, key, v.dump()));
+    return HfConfigReader(v, fmt::format("{}: \"{}\"", source_, key));
+  }
   bool present(const char* key) const {
     const auto it = j_.find(key);
     return it != j_.end() && !it->is_null();
@@ -146,6 +153,27 @@ Gpt2Config gpt2_from_hf(const HfConfigReader& r) {
   return c;
 }
 
+// rope_scaling's "linear" and "llama3" (Llama 3.1/3.2); the others (dynamic, yarn, longrope)
+// change the frequencies with the sequence length or the attention's scale: refused by name.
+RopeScaling rope_scaling_from_hf(const HfConfigReader& r) {
+  const std::string type = r.present("rope_type") ? r.string_or("rope_type", "") : r.string_or("type", "");
+  RopeScaling s;
+  if (type == "default") return s;
+  s.factor = r.number_or("factor", 1.0f);
+  if (type == "linear") {
+    s.type = RopeScalingType::kLinear;
+  } else if (type == "llama3") {
+    s.type = RopeScalingType::kLlama3;
+    s.low_freq_factor = r.number_or("low_freq_factor", 1.0f);
+    s.high_freq_factor = r.number_or("high_freq_factor", 4.0f);
+    s.original_max_position = r.positive("original_max_position_embeddings");
+  } else {
+    throw_input(fmt::format("{}: rope_type '{}' is not supported (supported: default, linear, "
+                            "llama3)", r.source(), type));
+  }
+  return s;
+}
+
 // LlamaConfig's and Qwen2Config's keys, with transformers' defaults where a key may be absent.
 LlamaConfig llama_from_hf(const HfConfigReader& r, bool qwen2) {
   LlamaConfig c;
@@ -173,8 +201,7 @@ LlamaConfig llama_from_hf(const HfConfigReader& r, bool qwen2) {
   if (act != "silu")
     throw_input(fmt::format("{}: hidden_act '{}' is not supported (the SwiGLU MLP here uses silu)",
                             r.source(), act));
-  r.refuse_unless("rope_scaling", nullptr,
-                  "this build applies plain RoPE with rope_theta; rope_scaling must be null");
+  if (r.present("rope_scaling")) c.rope_scaling = rope_scaling_from_hf(r.object("rope_scaling"));
   validate_llama_config(c, r.source());
   return c;
 }
@@ -199,6 +226,25 @@ ModelSpec read_hf_config(const std::string& dir) {
   if (j.is_discarded()) throw_input(fmt::format("{}: not a JSON object", file));
   return model_spec_from_hf_config(j, file);
 }
+
+namespace {
+
+nlohmann::ordered_json rope_scaling_json(const RopeScaling& s) {
+  switch (s.type) {
+    case RopeScalingType::kNone: return nullptr;
+    case RopeScalingType::kLinear:
+      return {{"rope_type", "linear"}, {"factor", shortest(s.factor)}};
+    case RopeScalingType::kLlama3:
+      return {{"rope_type", "llama3"},
+              {"factor", shortest(s.factor)},
+              {"low_freq_factor", shortest(s.low_freq_factor)},
+              {"high_freq_factor", shortest(s.high_freq_factor)},
+              {"original_max_position_embeddings", s.original_max_position}};
+  }
+  return nullptr;
+}
+
+}  // namespace
 
 nlohmann::ordered_json hf_config_json(const ModelSpec& spec, DType dtype) {
   if (spec.is_gpt2()) {
@@ -240,7 +286,7 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& spec, DType dtype) {
       {"max_position_embeddings", c.max_position_embeddings},
       {"rms_norm_eps", shortest(c.rms_norm_eps)},
       {"rope_theta", shortest(c.rope_theta)},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", rope_scaling_json(c.rope_scaling)},
       {"vocab_size", c.vocab_size},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"initializer_range", 0.02},

@@ -1,9 +1,10 @@
 // Hugging Face model directories in and out (what `from_pretrained` reads and `save_pretrained`
 // writes), for the models of model_zoo/:
 //   config.json          the model's shape: GPT2Config's fields (model_type "gpt2"), or
-//                        LlamaConfig's ("llama": Llama 2/3, TinyLlama, SmolLM) and Qwen2Config's
-//                        ("qwen2"); what the model would compute differently (rope_scaling,
-//                        sliding windows, another activation) is refused by name
+//                        LlamaConfig's ("llama": Llama 2/3/3.1/3.2, TinyLlama, SmolLM; rope_scaling
+//                        linear or llama3) and Qwen2Config's ("qwen2"); what the model would
+//                        compute differently (other rope_scaling types, sliding windows, another
+//                        activation) is refused by name
 //   model.safetensors    the weights, or past `max_shard_size` bytes a sharded set
 //                        model-0000k-of-0000n.safetensors with model.safetensors.index.json
 //   tokenizer files      copied as they are from the directory the run started from
@@ -29,8 +30,8 @@ bool is_hf_model_dir(const std::string& path);
 
 // The model a config.json's object describes (also a zt.model object with a model_type),
 // validated. kInput naming `source` and the key: a model_type other than gpt2/llama/qwen2, a
-// missing or non-positive size, a value of a key the model does not compute (rope_scaling,
-// use_sliding_window, hidden_act other than silu, ...).
+// missing or non-positive size, a value of a key the model does not compute (a rope_scaling
+// type other than linear or llama3, use_sliding_window, hidden_act other than silu, ...).
 ModelSpec model_spec_from_hf_config(const nlohmann::json& config, const std::string& source);
 // model_spec_from_hf_config of dir/config.json (kInput naming the file: not JSON, ...).
 ModelSpec read_hf_config(const std::string& dir);

@@ -158,7 +158,8 @@ class DecoderLayer final : public Layer {
     k.rmsnorm_forward(ln1, ln1_rstd, x, param(at_.ln1), N, C, eps);
     k.matmul_forward(qkv, ln1, param(at_.q), param(at_.q_bias), N, C, d_.R,
                      WeightLayout::kOutIn);  // q_proj, k_proj, v_proj in one
-    k.rope_forward(qkv, B, T, NH, NKV, hd, c_.rope_theta, io.batch->positions);
+    k.rope_forward(qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
+                   io.batch->positions);
     k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd, io.batch->positions);
     k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C,
                      WeightLayout::kOutIn);
@@ -215,7 +216,8 @@ class DecoderLayer final : public Layer {
                              io.batch->positions);
     // d_qkv now holds the gradient w.r.t. the rotated q and k; rotated back in place, it is the
     // gradient w.r.t. the projection's output.
-    k.rope_backward(d_qkv, B, T, NH, NKV, hd, c_.rope_theta, io.batch->positions);
+    k.rope_backward(d_qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
+                    io.batch->positions);
     k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q),
                       N, C, d_.R, WeightLayout::kOutIn);
     k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),
@@ -326,16 +328,19 @@ LlamaConfig llama_zoo_config(const std::string& name) {
   const Entry kZoo[] = {
       {"llama-tiny", make(64, 176, 2, 4, 2, 256, 256, 10000.0f, 1e-5f, false, false)},
       {"qwen2-tiny", make(64, 176, 2, 4, 2, 256, 256, 1000000.0f, 1e-6f, true, true)},
-      // meta-llama/Llama-3.2-1B's config.json, but for its rope_scaling (type llama3), which
-      // this model does not apply: plain RoPE, so its shapes and parameter count, not its
-      // outputs, are the checkpoint's.
+      // meta-llama/Llama-3.2-1B's config.json (its llama3 rope_scaling set below).
       {"llama-3.2-1B", make(2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, 1e-5f, true, false)},
       // Qwen/Qwen2-0.5B's config.json.
       {"qwen2-0.5B", make(896, 4864, 24, 14, 2, 151936, 32768, 1000000.0f, 1e-6f, true, true)},
   };
   std::string known;
   for (const auto& e : kZoo) {
-    if (name == e.name) return e.config;
+    if (name == e.name) {
+      LlamaConfig c = e.config;
+      if (name == "llama-3.2-1B")
+        c.rope_scaling = RopeScaling{RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192};
+      return c;
+    }
     known += known.empty() ? e.name : std::string(", ") + e.name;
   }
   throw_input(fmt::format("unknown model '{}'; the Llama zoo has {}", name, known));
@@ -370,6 +375,16 @@ void validate_llama_config(const LlamaConfig& c, const std::string& source) {
           fmt::format("rms_norm_eps must be > 0; got {}", c.rms_norm_eps));
   require(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f,
           fmt::format("rope_theta must be > 0; got {}", c.rope_theta));
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type != RopeScalingType::kNone)
+    require(std::isfinite(rs.factor) && rs.factor >= 1.0f,
+            fmt::format("rope_scaling.factor must be >= 1; got {}", rs.factor));
+  if (rs.type == RopeScalingType::kLlama3)
+    require(rs.low_freq_factor > 0.0f && rs.high_freq_factor > rs.low_freq_factor &&
+                rs.original_max_position > 0,
+            fmt::format("rope_scaling (llama3) needs 0 < low_freq_factor < high_freq_factor and "
+                        "original_max_position_embeddings > 0; got {}, {}, {}",
+                        rs.low_freq_factor, rs.high_freq_factor, rs.original_max_position));
   // The fused q/k/v and gate/up GEMMs read adjacent tensors as one matrix: every tensor they
   // join must fill whole 16-element alignment blocks of the flat layout.
   require(c.hidden_size % 16 == 0,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/model.h"
+#include "runtime/rope.h"
 
 namespace zt {
 
@@ -29,6 +30,7 @@ struct LlamaConfig {
   int head_dim = 0;              // 0: hidden_size / num_attention_heads
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;  // runtime/rope.h: none, linear or llama3
   int vocab_size = 32000;
   int max_position_embeddings = 2048;
   bool attention_bias = false;      // biases on q/k/v (and o_proj, below)

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "runtime/dtype.h"
+#include "runtime/rope.h"
 
 namespace zt {
 
@@ -184,19 +185,22 @@ class Kernels {
   // Rotary position embedding (Hugging Face's rotate-half convention), IN PLACE on the NH query
   // and NKV key heads of qkv (B,T,R), laid out as gqa_attention_forward's; value heads untouched.
   // Token (b, t) at position p = positions[b,t] (model.h's Batch::positions; null: p = t) of
-  // each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2] and a = p·theta^(-2i/hd):
+  // each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2] and a = p·f_i, f_i =
+  // rope_inv_freq(rope, i, hd) (runtime/rope.h: theta^(-2i/hd), rescaled by rope_scaling):
   // x[i] = x1·cos a - x2·sin a, x[i + hd/2] = x2·cos a + x1·sin a.
-  // Precision: theta^(-2i/hd) is computed in double and rounded to fp32, a = float(p) times it
-  // in fp32 (Hugging Face's fp32 inv_freq and angle), cos a and sin a in double rounded to fp32;
-  // the rotation itself in fp32. hd even.
+  // Precision: f_i is computed in double and rounded to fp32, a = float(p) times it in fp32
+  // (Hugging Face's fp32 inv_freq and angle), cos a and sin a in double rounded to fp32; the
+  // rotation itself in fp32. hd even.
   virtual void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hd, float theta, const int32_t* positions) = 0;
+                            int64_t hd, const RopeFrequencies& rope,
+                            const int32_t* positions) = 0;
   // The gradient through rope_forward at the same positions, IN PLACE: the q and k parts of
   // dqkv (the gradient w.r.t. rope's output) become the gradient w.r.t. its input (the inverse
   // rotation). The one backward entry that transforms instead of accumulating: the rotation is
   // orthogonal, so the caller keeps one buffer.
   virtual void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                             int64_t hd, float theta, const int32_t* positions) = 0;
+                             int64_t hd, const RopeFrequencies& rope,
+                             const int32_t* positions) = 0;
 
   // SwiGLU: out (N,F) = silu(gate)·up, silu(x) = x·sigmoid(x); gate_up (N,2F) holds per row the
   // F gate values, then the F up values (one GEMM over the adjacent gate_proj and up_proj).

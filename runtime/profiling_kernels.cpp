@@ -86,12 +86,12 @@ void ProfilingKernels::rmsnorm_backward(float* dinp, Operand dweight, const floa
   ZT_TIMED(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 void ProfilingKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                    int64_t hd, float theta, const int32_t* positions) {
-  ZT_TIMED(rope_forward, qkv, B, T, NH, NKV, hd, theta, positions);
+                                    int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
+  ZT_TIMED(rope_forward, qkv, B, T, NH, NKV, hd, rope, positions);
 }
 void ProfilingKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                     int64_t hd, float theta, const int32_t* positions) {
-  ZT_TIMED(rope_backward, dqkv, B, T, NH, NKV, hd, theta, positions);
+                                     int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
+  ZT_TIMED(rope_backward, dqkv, B, T, NH, NKV, hd, rope, positions);
 }
 void ProfilingKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
   ZT_TIMED(swiglu_forward, out, gate_up, N, F);

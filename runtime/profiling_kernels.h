@@ -79,9 +79,9 @@ class ProfilingKernels final : public Kernels {
   void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
                         ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
   void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    float theta, const int32_t* positions) override;
+                    const RopeFrequencies& rope, const int32_t* positions) override;
   void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     float theta, const int32_t* positions) override;
+                     const RopeFrequencies& rope, const int32_t* positions) override;
   void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
                        int64_t F) override;

@@ -70,9 +70,9 @@ class CpuKernels final : public Kernels {
   void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
                         ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
   void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    float theta, const int32_t* positions) override;
+                    const RopeFrequencies& rope, const int32_t* positions) override;
   void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     float theta, const int32_t* positions) override;
+                     const RopeFrequencies& rope, const int32_t* positions) override;
   void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
                        int64_t F) override;
@@ -118,7 +118,7 @@ class CpuKernels final : public Kernels {
   static void check_positions(const int32_t* positions, int64_t B, int64_t T, const char* kernel);
   // rope_forward (sign 1) and rope_backward (sign -1, the inverse rotation).
   void rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                  float theta, const int32_t* positions, float sign);
+                  const RopeFrequencies& rope, const int32_t* positions, float sign);
   // x[i0, i1) rounded to dtype (not kF32): round_to's arithmetic, for round_to and round_rows.
   void round_range(float* x, DType dtype, int64_t i0, int64_t i1);
 

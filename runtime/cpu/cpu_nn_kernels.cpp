@@ -513,11 +513,10 @@ namespace {
 
 // The rotation angles of positions 0..T-1 (kernels.h's precision): cos into table[t·hd + i],
 // sin into table[t·hd + hd/2 + i], i < hd/2.
-void rope_table(float* table, int64_t T, int64_t hd, float theta) {
+void rope_table(float* table, int64_t T, int64_t hd, const RopeFrequencies& rope) {
   const int64_t half = hd / 2;
   for (int64_t i = 0; i < half; ++i) {
-    const float inv_freq = static_cast<float>(
-        1.0 / std::pow(static_cast<double>(theta), static_cast<double>(2 * i) / double(hd)));
+    const float inv_freq = rope_inv_freq(rope, i, hd);
     for (int64_t t = 0; t < T; ++t) {
       const float angle = static_cast<float>(t) * inv_freq;
       table[t * hd + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
@@ -529,25 +528,25 @@ void rope_table(float* table, int64_t T, int64_t hd, float theta) {
 }  // namespace
 
 void CpuKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                              int64_t hd, float theta, const int32_t* positions) {
-  rope_apply(qkv, B, T, NH, NKV, hd, theta, positions, 1.0f);
+                              int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
+  rope_apply(qkv, B, T, NH, NKV, hd, rope, positions, 1.0f);
 }
 
 void CpuKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                               int64_t hd, float theta, const int32_t* positions) {
-  rope_apply(dqkv, B, T, NH, NKV, hd, theta, positions, -1.0f);
+                               int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
+  rope_apply(dqkv, B, T, NH, NKV, hd, rope, positions, -1.0f);
 }
 
 // One token per task: its NH + NKV query and key heads are adjacent in the row. Positions are
 // below T, so the table of positions 0..T-1 serves packed rows too.
 void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hd, float theta, const int32_t* positions, float sign) {
+                            int64_t hd, const RopeFrequencies& rope, const int32_t* positions, float sign) {
   ZT_ASSERT(hd > 0 && hd % 2 == 0, "rope: head_dim {} must be even", hd);
   if (B <= 0 || T <= 0) return;
   check_positions(positions, B, T, "rope");
   const int64_t R = (NH + 2 * NKV) * hd, heads = NH + NKV;
   float* table = thread_scratch<ScratchSlot::kCall>(T * hd);  // (T, hd): cos, sin halves
-  rope_table(table, T, hd, theta);
+  rope_table(table, T, hd, rope);
   parallel_for(B * T, [&](int64_t bt) {
     const float* angles = table + (positions ? positions[bt] : bt % T) * hd;
     float* row = qkv + bt * R;

@@ -152,11 +152,12 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, co
 // after rounding to fp32 but for rare ties; cuda_nn_kernels_test compares within a tolerance).
 // sign -1: the inverse rotation.
 __global__ void rope_kernel(float* qkv, const int32_t* positions, int64_t n, int64_t T,
-                            int64_t heads, int64_t R, int64_t hd, double theta, float sign) {
+                            int64_t heads, int64_t R, int64_t hd, RopeFrequencies rope,
+                            float sign) {
   ZT_GRID_STRIDE_LOOP(idx, n) {
     const int64_t half = hd / 2;
     const int64_t i = idx % half, head = (idx / half) % heads, bt = idx / (half * heads);
-    const float inv_freq = static_cast<float>(1.0 / pow(theta, double(2 * i) / double(hd)));
+    const float inv_freq = rope_inv_freq(rope, i, hd);
     const int64_t position = positions ? positions[bt] : bt % T;
     const float angle = __fmul_rn(static_cast<float>(position), inv_freq);
     const float c = static_cast<float>(cos(double(angle)));
@@ -409,23 +410,23 @@ void CudaKernels::swiglu_backward(float* dgate_up, const float* gate_up, const f
 }
 
 void CudaKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                               int64_t hd, float theta, const int32_t* positions) {
+                               int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
   ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_forward: head_dim must be even");
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(qkv, positions, n, T, NH + NKV, R, hd, theta,
+  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(qkv, positions, n, T, NH + NKV, R, hd, rope,
                                                      1.0f);
   check_launch();
   round_act(qkv, B * T * R);  // the value heads are already rounded: rounding is idempotent
 }
 
 void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                int64_t hd, float theta, const int32_t* positions) {
+                                int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
   ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_backward: head_dim must be even");
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
   rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, positions, n, T, NH + NKV, R, hd,
-                                                     theta, -1.0f);
+                                                     rope, -1.0f);
   check_launch();
   round_act(dqkv, B * T * R);
 }

@@ -54,6 +54,11 @@ const ModelSpec kSpecs[] = {
     ModelSpec{tiny_llama(false, false, false)},  // llama: GQA, untied, no biases
     ModelSpec{tiny_llama(true, true, false)},    // qwen2: tied, q/k/v biases
     ModelSpec{tiny_llama(false, true, true)},    // llama: attention_bias and mlp_bias
+    ModelSpec{[] {                               // llama: Llama 3.1's rope_scaling
+      LlamaConfig c = tiny_llama(true, false, false);
+      c.rope_scaling = RopeScaling{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 64};
+      return c;
+    }()},
 };
 
 struct Fixture {
@@ -263,8 +268,13 @@ TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
   EXPECT_NE(config_error(R"({"model_type": "llama", "hidden_size": 32})")
                 .find("\"intermediate_size\" must be a positive integer (missing)"),
             std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "rope_scaling": {"rope_type": "llama3"}})")
-                .find("\"rope_scaling\""),
+  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama +
+                         R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})")
+                .find("\"rope_scaling\": rope_type 'yarn' is not supported"),
+            std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama +
+                         R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})")
+                .find("\"original_max_position_embeddings\" must be a positive integer (missing)"),
             std::string::npos);
   EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "hidden_act": "gelu"})")
                 .find("hidden_act 'gelu'"),
@@ -287,6 +297,14 @@ TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
   EXPECT_FALSE(l.attention_bias);
   EXPECT_EQ(l.rope_theta, 10000.0f);
   EXPECT_EQ(l.max_position_embeddings, 2048);
+  // Llama 3.2's rope_scaling as its config.json has it (the older key "type" too).
+  for (const char* key : {"rope_type", "type"}) {
+    write(tmp.path / "config.json", R"({"model_type": "llama", )" + llama + R"(, "rope_scaling":
+        {")" + key + R"(": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 8192}})");
+    EXPECT_EQ(read_hf_config(dir).llama().rope_scaling,
+              (RopeScaling{RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192}));
+  }
   write(tmp.path / "config.json", R"({"model_type": "qwen2", )" + llama + "}");
   const ModelSpec q = read_hf_config(dir);
   EXPECT_EQ(q.model_type(), "qwen2");

@@ -76,9 +76,9 @@ class ScrambledKernels final : public Kernels {
   void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
                         ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
   void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    float theta, const int32_t* positions) override;
+                    const RopeFrequencies& rope, const int32_t* positions) override;
   void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     float theta, const int32_t* positions) override;
+                     const RopeFrequencies& rope, const int32_t* positions) override;
   void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
   void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
                        int64_t F) override;
@@ -385,16 +385,16 @@ inline void ScrambledKernels::rmsnorm_backward(float* dinp, Operand dweight, con
   base_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 inline void ScrambledKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH,
-                                           int64_t NKV, int64_t hd, float theta,
+                                           int64_t NKV, int64_t hd, const RopeFrequencies& rope,
                                            const int32_t* positions) {
   ZT_SCRAMBLED(rope_forward, qkv, positions);
-  base_.rope_forward(qkv, B, T, NH, NKV, hd, theta, positions);
+  base_.rope_forward(qkv, B, T, NH, NKV, hd, rope, positions);
 }
 inline void ScrambledKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH,
-                                            int64_t NKV, int64_t hd, float theta,
+                                            int64_t NKV, int64_t hd, const RopeFrequencies& rope,
                                             const int32_t* positions) {
   ZT_SCRAMBLED(rope_backward, dqkv, positions);
-  base_.rope_backward(dqkv, B, T, NH, NKV, hd, theta, positions);
+  base_.rope_backward(dqkv, B, T, NH, NKV, hd, rope, positions);
 }
 inline void ScrambledKernels::swiglu_forward(float* out, const float* gate_up, int64_t N,
                                              int64_t F) {

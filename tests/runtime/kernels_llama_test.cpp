@@ -54,15 +54,18 @@ struct GqaShape {
 
 // Hugging Face's rotate-half RoPE on the q and k heads of qkv (B,T,R), angles in double, token
 // bt at positions[bt] (null: bt % T).
+// `inv_freq`, when given, replaces theta^(-2i/hd) (rope_scaling's frequencies).
 std::vector<double> rope_ref(std::vector<double> qkv, const GqaShape& s, double theta,
-                             const int32_t* positions = nullptr) {
+                             const int32_t* positions = nullptr,
+                             const std::vector<double>* inv_freq = nullptr) {
   const int64_t half = s.hd / 2;
   for (int64_t bt = 0; bt < s.B * s.T; ++bt) {
     const double t = double(positions ? positions[bt] : bt % s.T);
     for (int64_t h = 0; h < s.NH + s.NKV; ++h) {
       double* x = &qkv[bt * s.R() + h * s.hd];
       for (int64_t i = 0; i < half; ++i) {
-        const double a = t * std::pow(theta, -2.0 * double(i) / double(s.hd));
+        const double a =
+            t * (inv_freq ? (*inv_freq)[i] : std::pow(theta, -2.0 * double(i) / double(s.hd)));
         const double x1 = x[i], x2 = x[i + half];
         x[i] = x1 * std::cos(a) - x2 * std::sin(a);
         x[i + half] = x2 * std::cos(a) + x1 * std::sin(a);
@@ -229,6 +232,67 @@ TEST_F(KernelsTest, RopeForwardMatchesReference) {
         for (int64_t i = (s.NH + s.NKV) * s.hd; i < s.R(); ++i)
           ASSERT_EQ(qkv[bt * s.R() + i], before[bt * s.R() + i]);
     }
+  }
+}
+
+// rope_scaling, as transformers computes the frequencies (modeling_rope_utils): linear divides
+// every one by factor; llama3 divides those of wavelength 2π/f past original/low_freq_factor,
+// keeps those below original/high_freq_factor and blends linearly in 1/wavelength between.
+std::vector<double> scaled_inv_freq(const RopeScaling& sc, double theta, int64_t hd) {
+  std::vector<double> f(hd / 2);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double base = std::pow(theta, -2.0 * double(i) / double(hd));
+    const double wavelength = 2.0 * M_PI / base;
+    if (sc.type == RopeScalingType::kLinear) {
+      f[i] = base / sc.factor;
+    } else if (wavelength > sc.original_max_position / sc.low_freq_factor) {
+      f[i] = base / sc.factor;
+    } else if (wavelength < sc.original_max_position / sc.high_freq_factor) {
+      f[i] = base;
+    } else {
+      const double smooth = (sc.original_max_position / wavelength - sc.low_freq_factor) /
+                            (sc.high_freq_factor - sc.low_freq_factor);
+      f[i] = (1.0 - smooth) * base / sc.factor + smooth * base;
+    }
+  }
+  return f;
+}
+
+// hd 64 with theta 10000 has wavelengths from 2π to about 50,000: an original context of 64
+// puts pairs in each of llama3's three bands (kept below 16, divided past 64, blended between).
+TEST_F(KernelsTest, RopeWithScalingMatchesReference) {
+  const GqaShape s{2, 40, 2, 1, 64};
+  const float theta = 10000.0f;
+  const RopeScaling llama3{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 64};
+  const RopeScaling linear{RopeScalingType::kLinear, 4.0f};
+  const std::vector<int32_t> positions = document_positions({{25, 15}, {40}});
+  for (const RopeScaling& sc : {llama3, linear}) {
+    const auto inv = scaled_inv_freq(sc, theta, s.hd);
+    int kept = 0, divided = 0;
+    for (int64_t i = 0; i < s.hd / 2; ++i) {
+      const double base = std::pow(double(theta), -2.0 * double(i) / double(s.hd));
+      kept += inv[i] == base;
+      divided += std::abs(inv[i] - base / sc.factor) < 1e-15;
+    }
+    if (sc.type == RopeScalingType::kLlama3) {
+      EXPECT_GT(kept, 0);
+      EXPECT_GT(divided, 0);
+      EXPECT_LT(kept + divided, s.hd / 2);  // some blended
+    }
+    auto x = random_floats(s.B * s.T * s.R(), 246);
+    auto y = x;
+    k_.rope_forward(y.data(), s.B, s.T, s.NH, s.NKV, s.hd, RopeFrequencies(theta, sc),
+                    positions.data());
+    auto xd = to_double(x);
+    expect_close(y, rope_ref(xd, s, theta, positions.data(), &inv), 2e-6 * s.T, 1e-5,
+                 "rope scaled");
+    auto dx = random_floats(x.size(), 247);
+    const auto g = to_double(dx);
+    k_.rope_backward(dx.data(), s.B, s.T, s.NH, s.NKV, s.hd, RopeFrequencies(theta, sc),
+                     positions.data());
+    auto f = [&] { return rope_ref(xd, s, theta, positions.data(), &inv); };
+    const auto idx = all_or_sample(x.size(), 1500, 248);
+    expect_close(pick(dx, idx), fd_at(xd, g, f, idx), 1e-5, 1e-4, "rope scaled backward");
   }
 }
 
