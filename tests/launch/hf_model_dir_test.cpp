@@ -21,6 +21,7 @@
 #include "runtime/formats/safetensors.h"
 #include "runtime/formats/safetensors_set.h"
 #include "runtime/status.h"
+#include "tests/model_zoo/tiny_llama.h"
 
 namespace zt {
 namespace {
@@ -29,24 +30,10 @@ namespace fs = std::filesystem;
 
 const Gpt2Config kSmall{2, 2, 16, 61, 8};
 
-// Tiny Llama-family shapes: GQA (4 query heads on 2 key/value heads), untied; Qwen2's tied head
-// with q/k/v biases; Llama's attention_bias and mlp_bias (biases on o_proj and the MLP too).
+// Tiny Llama-family shapes (tests/model_zoo/tiny_llama.h's): GQA, untied; Qwen2's tied head with
+// q/k/v biases; Llama's attention_bias and mlp_bias (biases on o_proj and the MLP too).
 LlamaConfig tiny_llama(bool tied, bool qkv_bias, bool out_and_mlp_bias) {
-  LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.vocab_size = 67;
-  c.max_position_embeddings = 16;
-  c.rope_theta = 10000.0f;
-  c.rms_norm_eps = 1e-5f;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = qkv_bias;
-  c.attention_out_bias = out_and_mlp_bias;
-  c.mlp_bias = out_and_mlp_bias;
-  return c;
+  return tiny_llama_config(67, 16, tied, qkv_bias, out_and_mlp_bias, out_and_mlp_bias);
 }
 
 const ModelSpec kSpecs[] = {
@@ -332,7 +319,7 @@ TEST(HfModelDir, EveryModelFamilyRoundTrips) {
       EXPECT_NE(file.find("model.embed_tokens.weight"), nullptr);
       EXPECT_NE(file.find("model.layers.1.self_attn.k_proj.weight"), nullptr);
       EXPECT_EQ(file.find("model.layers.1.self_attn.k_proj.weight")->shape,
-                (std::vector<int64_t>{16, 32}));  // (num_key_value_heads * head_dim, hidden)
+                (std::vector<int64_t>{32, 32}));  // (num_key_value_heads * head_dim, hidden)
       EXPECT_EQ(file.find("lm_head.weight") != nullptr, !spec.llama().tie_word_embeddings);
       EXPECT_EQ(file.find("model.layers.0.self_attn.q_proj.bias") != nullptr,
                 spec.llama().attention_bias);

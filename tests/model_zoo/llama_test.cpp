@@ -19,6 +19,7 @@
 #include "tests/model_zoo/model_test_util.h"
 #include "tests/runtime/packed_documents.h"
 #include "zero/engine.h"
+#include "tests/model_zoo/tiny_llama.h"
 
 namespace zt {
 namespace {
@@ -39,24 +40,9 @@ int64_t parameter_count(Model& m) {
   return n;
 }
 
-// A tiny GQA config: 4 query heads over 2 key/value heads, head_dim 16 (not hidden/heads = 8).
+// tests/model_zoo/tiny_llama.h's, 61 tokens and 16 positions, Qwen2's q/k/v-only biases.
 LlamaConfig tiny(bool tied, bool attention_bias, bool mlp_bias) {
-  LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.vocab_size = 61;
-  c.max_position_embeddings = 16;
-  c.rope_theta = 10000.0f;
-  c.rms_norm_eps = 1e-5f;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = attention_bias;
-  c.attention_out_bias = false;  // Qwen2's q/k/v-only biases
-  c.mlp_bias = mlp_bias;
-  return c;
+  return tiny_llama_config(61, 16, tied, attention_bias, mlp_bias);
 }
 
 // The state-dict names and shapes of transformers' LlamaForCausalLM for a config (its

@@ -18,31 +18,16 @@
 #include "runtime/cpu/cpu_device.h"
 #include "zero/engine.h"
 #include "zero_test_util.h"
+#include "tests/model_zoo/tiny_llama.h"
 
 namespace zt {
 namespace {
 
 using namespace zero_test;
 
-// 4 query heads over 2 key/value heads of head_dim 16; vocabulary kModel's (GlobalBatch's
-// tokens), kT positions.
+// tests/model_zoo/tiny_llama.h's over kModel's vocabulary (GlobalBatch's tokens) and kT positions.
 LlamaConfig tiny_llama(bool tied, bool qkv_bias, bool mlp_bias) {
-  LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.vocab_size = kModel.vocab_size;
-  c.max_position_embeddings = static_cast<int>(kT);
-  c.rope_theta = 10000.0f;
-  c.rms_norm_eps = 1e-6f;
-  c.tie_word_embeddings = tied;
-  c.attention_bias = qkv_bias;
-  c.attention_out_bias = false;
-  c.mlp_bias = mlp_bias;
-  return c;
+  return tiny_llama_config(kModel.vocab_size, static_cast<int>(kT), tied, qkv_bias, mlp_bias);
 }
 
 struct Variant {

@@ -18,25 +18,16 @@
 #include "runtime/cpu/cpu_device.h"
 #include "zero/engine.h"
 #include "zero_test_util.h"
+#include "tests/model_zoo/tiny_llama.h"
 
 namespace zt {
 namespace {
 
 using namespace zero_test;
 
+// Tied, with Qwen2's q/k/v biases.
 LlamaConfig tiny_llama() {
-  LlamaConfig c;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.vocab_size = kModel.vocab_size;
-  c.max_position_embeddings = static_cast<int>(kT);
-  c.tie_word_embeddings = true;
-  c.attention_bias = true;
-  c.attention_out_bias = false;
-  return c;
+  return tiny_llama_config(kModel.vocab_size, static_cast<int>(kT), true, true, false);
 }
 
 // GlobalBatch with its targets ignored but at a few positions: rank 0's rows keep 1 position
