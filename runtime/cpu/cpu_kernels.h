@@ -106,9 +106,8 @@ class CpuKernels final : public Kernels {
   void narrow_range(Operand dst, const float* x, int64_t n);
   // `op` as fp32: its own pointer when fp32, else widened whole into `scratch` (n floats).
   const float* widened(ConstOperand op, int64_t n, float* scratch);
-  // matmul's widened path: the weights' block [n0, n0 + nb) along N as fp32 (cpu_matmul_kernels).
-  void widen_weight_block(float* w, ConstOperand weight, bool in_out, int64_t K, int64_t N,
-                          int64_t n0, int64_t nb);
+  // matmul's widened path: w[0, n) = src[0, n) as fp32 across threads (cpu_matmul_kernels).
+  void widen_rows(float* w, ConstOperand src, int64_t n);
   // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 

@@ -12,6 +12,7 @@
 // The fp32 kernels themselves are tested in kernels_*_test.cpp; round_rows in round_rows_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "runtime/dtype.h"
 #include "runtime/kernels.h"
 
+#include "kernels_test_util.h"
 #include "random_data.h"
 
 namespace zt {
@@ -169,32 +171,39 @@ TEST_P(ActivationRoundingTest, MatmulOverflowBecomesInfInFp16) {
 
 // Weights and bias in the dtype, as a 16-bit working copy goes to the kernels. The activation
 // inputs hold dtype values (they do under this table), so a native bf16 GEMM reads them exactly.
-TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsIsWithinAnUlpOfTheWidenedProduct) {
-  const int64_t M = 9, K = 37, N = 21;
-  const double rel = relative_ulp(dtype()), abs = 1e-5;
+// Run on `act` (a table of the dtype) against the double reference; the dbias bits against
+// `f32`'s column sums rounded once.
+void expect_16bit_matmul_within_an_ulp(Kernels& act, Kernels& f32, DType dtype, int64_t M,
+                                       int64_t K, int64_t N) {
+  // One ulp of the dtype, plus the fp32 accumulation's error over K products of values in
+  // [-1, 1] (about sqrt(K) · 2^-24 · K in the worst realistic case; 1e-5 at K = 37).
+  const double rel = relative_ulp(dtype), abs = std::max(1e-5, 1e-8 * double(K));
+  const auto values = [&](size_t n, uint32_t seed) {
+    return rounded(random_floats(n, seed, -1.0f, 1.0f), dtype);
+  };
   for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
     SCOPED_TRACE(layout == WeightLayout::kInOut ? "kInOut" : "kOutIn");
-    const auto inp = random_values(M * K, 31);
-    const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 32), dtype()),
-                                b16 = narrowed(random_floats(N, 33), dtype());
-    const std::vector<float> w = widened(w16, dtype()), bias = widened(b16, dtype());
-    const ConstOperand weight(w16.data(), dtype());
+    const auto inp = values(M * K, 31);
+    const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 32), dtype),
+                                b16 = narrowed(random_floats(N, 33), dtype);
+    const std::vector<float> w = widened(w16, dtype), bias = widened(b16, dtype);
+    const ConstOperand weight(w16.data(), dtype);
 
     std::vector<float> out(M * N);
-    act_.matmul_forward(out.data(), inp.data(), weight, {b16.data(), dtype()}, M, K, N, layout);
-    EXPECT_TRUE(all_in(out, dtype()));
+    act.matmul_forward(out.data(), inp.data(), weight, {b16.data(), dtype}, M, K, N, layout);
+    EXPECT_TRUE(all_in(out, dtype));
     expect_within(out, matmul_ref(inp, w, bias, M, K, N, layout), rel, abs, "out");
 
     // Backward: dinp (an activation gradient) and the 16-bit dweight and dbias accumulate,
     // each stored value the dtype of (old + the fp32 contribution).
-    const auto dout = random_values(M * N, 34), dinp0 = random_values(M * K, 35);
-    const std::vector<uint16_t> dw0 = narrowed(random_floats(K * N, 36), dtype()),
-                                db0 = narrowed(random_floats(N, 37), dtype());
+    const auto dout = values(M * N, 34), dinp0 = values(M * K, 35);
+    const std::vector<uint16_t> dw0 = narrowed(random_floats(K * N, 36), dtype),
+                                db0 = narrowed(random_floats(N, 37), dtype);
     std::vector<float> dinp = dinp0;
     std::vector<uint16_t> dw16 = dw0, db16 = db0;
-    act_.matmul_backward(dinp.data(), {dw16.data(), dtype()}, {db16.data(), dtype()},
-                         dout.data(), inp.data(), weight, M, K, N, layout);
-    EXPECT_TRUE(all_in(dinp, dtype()));
+    act.matmul_backward(dinp.data(), {dw16.data(), dtype}, {db16.data(), dtype}, dout.data(),
+                        inp.data(), weight, M, K, N, layout);
+    EXPECT_TRUE(all_in(dinp, dtype));
     std::vector<double> dinp_ref(M * K), dw_ref(K * N), db_ref(N);
     for (int64_t m = 0; m < M; ++m)
       for (int64_t k = 0; k < K; ++k) {
@@ -207,25 +216,40 @@ TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsIsWithinAnUlpOfTheWidenedPr
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n) {
         const int64_t i = layout == WeightLayout::kInOut ? k * N + n : n * K + k;
-        double s = widen(dw0[i], dtype());
+        double s = widen(dw0[i], dtype);
         for (int64_t m = 0; m < M; ++m) s += double(inp[m * K + k]) * dout[m * N + n];
         dw_ref[i] = s;
       }
     for (int64_t n = 0; n < N; ++n) {
-      double s = widen(db0[n], dtype());
+      double s = widen(db0[n], dtype);
       for (int64_t m = 0; m < M; ++m) s += dout[m * N + n];
       db_ref[n] = s;
     }
     expect_within(dinp, dinp_ref, rel, abs, "dinp");
-    expect_within(widened(dw16, dtype()), dw_ref, rel, abs, "dweight");
-    expect_within(widened(db16, dtype()), db_ref, rel, abs, "dbias");
+    expect_within(widened(dw16, dtype), dw_ref, rel, abs, "dweight");
+    expect_within(widened(db16, dtype), db_ref, rel, abs, "dbias");
     EXPECT_FALSE(same_bits(dw16, dw0));
     // dbias is the fp32 column sums added with one rounding: the fp32 table's bits, rounded.
-    std::vector<float> db_f32 = widened(db0, dtype());
-    f32_.matmul_backward(nullptr, nullptr, db_f32.data(), dout.data(), inp.data(), w.data(), M,
-                         K, N, layout);
-    EXPECT_TRUE(same_bits(db16, narrowed(db_f32, dtype())));
+    std::vector<float> db_f32 = widened(db0, dtype);
+    f32.matmul_backward(nullptr, nullptr, db_f32.data(), dout.data(), inp.data(), w.data(), M, K,
+                        N, layout);
+    EXPECT_TRUE(same_bits(db16, narrowed(db_f32, dtype)));
   }
+}
+
+TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsIsWithinAnUlpOfTheWidenedProduct) {
+  expect_16bit_matmul_within_an_ulp(act_, f32_, dtype(), 9, 37, 21);
+}
+
+// Weights of 4.4 MB in fp32: the widened path (cpu_matmul_kernels.cpp) cuts them into two blocks
+// of rows (kInOut: along K, the products summed in out and dinp written by column block; kOutIn:
+// along N), and the native bf16 path narrows activations in blocks. Both tables: as the CPU
+// runs it, and capped at AVX2, which widens bf16 too (no native bf16 below AVX-512).
+TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsAcrossBlocks) {
+  expect_16bit_matmul_within_an_ulp(act_, f32_, dtype(), 3, 1100, 1000);
+  const auto widening = test::kernels_capped_at("avx2", dtype());
+  SCOPED_TRACE("capped at avx2");
+  expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 3, 1100, 1000);
 }
 
 // ---- embedding and layer norm -----------------------------------------------------------------

@@ -79,12 +79,14 @@ void with_threads(int n, const F& f) {
   omp_set_num_threads(saved);
 }
 
-// A kernel table capped at one instruction set (ZT_CPU_SIMD is read at construction only).
-inline std::unique_ptr<Kernels> kernels_capped_at(const char* level) {
+// A kernel table capped at one instruction set (ZT_CPU_SIMD is read at construction only),
+// rounding activations to `activations`.
+inline std::unique_ptr<Kernels> kernels_capped_at(const char* level,
+                                                  DType activations = DType::kF32) {
   const char* old = std::getenv("ZT_CPU_SIMD");
   const std::string saved = old ? old : "";
   setenv("ZT_CPU_SIMD", level, 1);
-  auto k = make_cpu_kernels();
+  auto k = make_cpu_kernels(activations);
   if (old)
     setenv("ZT_CPU_SIMD", saved.c_str(), 1);
   else
