@@ -24,9 +24,10 @@
 # (CUDA minor-version compatibility), every shared library of our binaries resolved by ldd,
 # `mpirun -np 2 true`, python3. (Dry run: no GPU or driver needed.)
 #
-# Deadline: at most ZT_CHECK_BUDGET_S seconds of checks in all (default 300); each check runs
-# under min(its own limit, what is left), and once the budget is spent each remaining check is
-# recorded as skipped with the reason.
+# Deadline: at most ZT_CHECK_BUDGET_S seconds in all (default 300), counted from the script's
+# start (unpacking the bundle and the preflight count too); each check runs under min(its own
+# limit, what is left), and once the budget is spent each remaining check is recorded as
+# skipped with the reason.
 #
 # Output: $OUT when set, else build/device-check-<UTC time>, kept and printed: one log per
 # command (parity.txt, plain.json, gpu_s3/metrics.jsonl, ...), summary.json ({gpu, driver,
@@ -176,8 +177,12 @@ why() {  # exit code -> words
 
 # ---- environment: bundle, libraries, Open MPI ---------------------------------------------------
 bundle=$build/device-bundle
-if [ -f "$build/device-bundle.tar.xz" ] && [ ! -d "$bundle" ]; then
-  tar -C "$build" -xJf "$build/device-bundle.tar.xz"
+unpack_error=""
+if [ -f "$build/device-bundle.tar.xz" ] && [ ! -d "$bundle" ] && [ $dry -eq 0 ]; then
+  if ! tar -C "$build" -xJf "$build/device-bundle.tar.xz" > "$out/unpack.txt" 2>&1; then
+    unpack_error="cannot unpack $build/device-bundle.tar.xz: $(tail -n 1 "$out/unpack.txt")"
+    rm -rf "$bundle"
+  fi
 fi
 if [ -d "$bundle" ] && [ $dry -eq 0 ]; then
   bin=$bundle/bin
@@ -195,8 +200,8 @@ find_test() {
 }
 if [ $dry -eq 0 ]; then
   # cuBLAS and NCCL of the major version we were built with: the toolkit, else pip's wheels.
-  search=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64
-          /usr/lib/x86_64-linux-gnu)
+  search=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
+          /usr/local/cuda-*/lib64 /usr/lib/x86_64-linux-gnu)
   if command -v python3 > /dev/null; then
     while read -r d; do search+=("$d"); done < <(py - << 'PY' 2> /dev/null
 import glob, site, os
@@ -228,6 +233,7 @@ export GTEST_COLOR=no  # mpirun gives ranks a terminal: plain lines for the coun
 
 # ---- preflight -----------------------------------------------------------------------------------
 problems=()
+[ -z "$unpack_error" ] || problems+=("$unpack_error")
 version_ge() {  # A >= B, as major.minor
   awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, "."); split(b, y, ".");
     exit !((x[1] + 0 > y[1] + 0) || (x[1] + 0 == y[1] + 0 && x[2] + 0 >= y[2] + 0)) }'
