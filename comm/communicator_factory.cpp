@@ -52,12 +52,13 @@ std::unique_ptr<Communicator> make_mpi(Device& device) {
   return std::make_unique<HostStagingCommunicator>(device, std::move(inner), std::move(host));
 }
 
-std::unique_ptr<Communicator> make_nccl(Device& device, double comm_timeout_s) {
+std::unique_ptr<Communicator> make_nccl(Device& device, double comm_timeout_s,
+                                        double comm_init_timeout_s) {
 #if ZT_HAVE_NCCL
   auto* cuda = dynamic_cast<CudaDevice*>(&device);
   ZT_ASSERT(cuda != nullptr, "device '{}' is not a CudaDevice", device.name());
   return std::make_unique<NcclCommunicator>(*cuda, MPI_COMM_WORLD,
-                                            NcclOptions{comm_timeout_s});
+                                            NcclOptions{comm_timeout_s, comm_init_timeout_s});
 #else
   throw_internal("make_nccl called in a build without NCCL");
 #endif
@@ -82,11 +83,15 @@ bool nccl_built() {
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device& device,
-                                                double comm_timeout_s) {
+                                                double comm_timeout_s,
+                                                double comm_init_timeout_s) {
   const CommBackend kind = parse_comm_backend(backend, "communication back end");
   if (!(comm_timeout_s > 0) || !std::isfinite(comm_timeout_s))
     throw_input(fmt::format("zt.comm_timeout_s must be a positive number of seconds; got {}",
                             comm_timeout_s));
+  if (!(comm_init_timeout_s > 0) || !std::isfinite(comm_init_timeout_s))
+    throw_input(fmt::format("zt.comm_init_timeout_s must be a positive number of seconds; got {}",
+                            comm_init_timeout_s));
   if (kind == CommBackend::kMpi) return make_mpi(device);
 
   // nccl or auto: every rank must come to the same answer, else some would wait for the others
@@ -96,7 +101,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Devi
   const int can = reason.empty() ? 1 : 0;
   int all_can = 0;
   ZT_MPI_CHECK(MPI_Allreduce(&can, &all_can, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (all_can == 1) return make_nccl(device, comm_timeout_s);
+  if (all_can == 1) return make_nccl(device, comm_timeout_s, comm_init_timeout_s);
   if (kind == CommBackend::kAuto) return make_mpi(device);
   Error error(ErrorKind::kInput,
               fmt::format("comm backend nccl was asked for, but {}",

@@ -72,11 +72,18 @@ struct RootId {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOptions options)
-    : device_(device), parent_(parent), timeout_s_(options.timeout_s) {
+    : device_(device),
+      parent_(parent),
+      timeout_s_(options.timeout_s),
+      init_timeout_s_(options.init_timeout_s) {
   if (!(timeout_s_ > 0) || !std::isfinite(timeout_s_))
     throw_input(fmt::format("NCCL timeout must be a positive number of seconds "
                             "(zt.comm_timeout_s); got {}",
                             timeout_s_));
+  if (!(init_timeout_s_ > 0) || !std::isfinite(init_timeout_s_))
+    throw_input(fmt::format("NCCL init timeout must be a positive number of seconds "
+                            "(zt.comm_init_timeout_s); got {}",
+                            init_timeout_s_));
   // The bootstrap runs on a duplicate of parent, so that its messages cannot meet the user's.
   MPI_Comm boot = MPI_COMM_NULL;
   ZT_MPI_CHECK(MPI_Comm_dup(parent, &boot));
@@ -105,11 +112,12 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // every wait is ours, bounded by timeout_s (see the header)
+    config.blocking = 0;  // every wait is ours, bounded (see the header)
     ZT_NCCL_CHECK(ncclCommInitRankConfig(&comm_, group_.world, root_id.id, group_.rank, &config));
-    wait_until([] { return true; }, now_s() + timeout_s_,
+    wait_until([] { return true; }, now_s() + init_timeout_s_,
                fmt::format("communicator init (cuda:{}, {} ranks)", device_.ordinal(),
-                           group_.world));
+                           group_.world),
+               fmt::format("zt.comm_init_timeout_s = {:g} s", init_timeout_s_));
     host_gather_ = device_.alloc(kHostGatherBytes, MemCategory::kCommBuffers);
   } catch (...) {
     release();
@@ -120,6 +128,7 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
 std::unique_ptr<Communicator> NcclCommunicator::backend_duplicate() {
   NcclOptions options;
   options.timeout_s = timeout_s_;
+  options.init_timeout_s = init_timeout_s_;
   return std::make_unique<NcclCommunicator>(device_, parent_, options);
 }
 
@@ -169,7 +178,7 @@ std::string NcclCommunicator::describe(const CollectiveCall& call) const {
 }
 
 void NcclCommunicator::wait_until(const std::function<bool()>& finished, double deadline,
-                                  std::string_view what) {
+                                  std::string_view what, std::string_view limit) {
   // Spin (yielding) for the first polls, which is where small collectives finish, then sleep.
   constexpr int kSpinPolls = 1000;
   for (int polls = 0;; ++polls) {
@@ -187,9 +196,9 @@ void NcclCommunicator::wait_until(const std::function<bool()>& finished, double 
     if (now_s() > deadline) {
       abort();
       fail(group_.rank,
-           fmt::format("NCCL {} on rank {} did not complete within {} s (a rank stopped or "
+           fmt::format("NCCL {} on rank {} did not complete within {} (a rank stopped or "
                        "diverged); communicator aborted",
-                       what, group_.rank, timeout_s_));
+                       what, group_.rank, limit));
     }
     if (polls < kSpinPolls) {
       std::this_thread::yield();
@@ -212,9 +221,10 @@ void NcclCommunicator::begin(const CollectiveCall& call) {
 void NcclCommunicator::finish(const CollectiveCall& call) {
   const double deadline = now_s() + timeout_s_;
   const std::string what = describe(call);
+  const std::string limit = fmt::format("zt.comm_timeout_s = {:g} s", timeout_s_);
   // Non-blocking: the call above may still be enqueueing; the comm stream holds the
   // collective once NCCL's state is ncclSuccess.
-  wait_until([] { return true; }, deadline, what);
+  wait_until([] { return true; }, deadline, what, limit);
   ZT_CUDA_CHECK(cudaEventRecord(comm_done_, device_.comm_stream()));
   wait_until(
       [this] {
@@ -224,7 +234,7 @@ void NcclCommunicator::finish(const CollectiveCall& call) {
           throw_cuda_error("cudaEventQuery(comm_done_)", status, __FILE__, __LINE__);
         return true;
       },
-      deadline, what);
+      deadline, what, limit);
 }
 
 void NcclCommunicator::backend_all_reduce(const void* send, void* recv, int64_t count,

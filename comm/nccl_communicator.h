@@ -46,17 +46,22 @@ namespace zt {
 class CudaDevice;
 
 struct NcclOptions {
-  // Seconds one collective (or the init) may take before the communicator is aborted
-  // (zt.comm_timeout_s). Generous: a slow rank (data loading, a checkpoint write) is not a
-  // failure; a rank that stopped or called another collective is.
+  // Seconds one collective may take before the communicator is aborted (zt.comm_timeout_s).
+  // Generous: a slow rank (data loading, a checkpoint write) is not a failure; a rank that
+  // stopped or called another collective is.
   double timeout_s = 600;
+  // Seconds ncclCommInitRankConfig may take (zt.comm_init_timeout_s), its own deadline: the
+  // first init on a machine (a VM, many GPUs) can take many seconds while collectives after it
+  // may be bounded tightly.
+  double init_timeout_s = 120;
 };
 
 class NcclCommunicator final : public Communicator {
  public:
   // Collective over `parent` (every rank of it calls, each with its own GPU). `device` must
   // outlive this communicator. Throws kInput for a bad timeout, kSystem for CUDA, NCCL or MPI
-  // errors (e.g. two ranks on one GPU) and for an init that does not finish within timeout_s.
+  // errors (e.g. two ranks on one GPU) and for an init that does not finish within
+  // init_timeout_s.
   NcclCommunicator(CudaDevice& device, MPI_Comm parent = MPI_COMM_WORLD,
                    NcclOptions options = {});
   // Finalizes and destroys the NCCL communicator (aborts it when that does not finish within
@@ -70,10 +75,11 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const override { return group_.local_rank; }
   int local_world() const override { return group_.local_world; }
   // A new NCCL communicator over the same ranks and GPU (bootstrapped over the same parent),
-  // with the same timeout.
+  // with the same timeouts.
   std::unique_ptr<Communicator> backend_duplicate() override;
 
   double timeout_s() const { return timeout_s_; }
+  double init_timeout_s() const { return init_timeout_s_; }
   // False once a timeout or an asynchronous error aborted the communicator.
   bool healthy() const { return comm_ != nullptr; }
 
@@ -101,8 +107,10 @@ class NcclCommunicator final : public Communicator {
   void finish(const CollectiveCall& call);
   // Polls until NCCL's state is ncclSuccess and `finished()` is true. Aborts and throws kSystem
   // when the state is an error or `deadline` (steady-clock seconds) passes first; `what`
-  // describes the operation waited for ("all_reduce of 4096 bytes").
-  void wait_until(const std::function<bool()>& finished, double deadline, std::string_view what);
+  // describes the operation waited for ("all_reduce of 4096 bytes"), `limit` the deadline's
+  // setting ("zt.comm_timeout_s = 600 s").
+  void wait_until(const std::function<bool()>& finished, double deadline, std::string_view what,
+                  std::string_view limit);
   // ncclCommAbort, once; the communicator is unusable afterwards.
   void abort() noexcept;
   // Frees the NCCL communicator (finalize + destroy, or abort) and the events. Never throws.
@@ -113,6 +121,7 @@ class NcclCommunicator final : public Communicator {
   CudaDevice& device_;
   MPI_Comm parent_;
   double timeout_s_;
+  double init_timeout_s_;
   ProcessGroup group_;
   ncclComm_t comm_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;  // recorded on compute, waited for on comm

@@ -162,6 +162,9 @@ struct PrecisionRow {
   int64_t skipped = 0;
   std::string gemm_name;
   std::vector<double> step_ms, gemm_rates, peak_rates;
+  // Every step's loss, warm-up steps first: the same model, batch and seed give the same list
+  // with and without --checkpoint (tests/gpu/device_check.sh compares them bitwise).
+  std::vector<double> losses;
   MemoryTracker memory;
   OpProfile profile;  // --profile: the timed steps' kernel time, per Kernels entry
 };
@@ -217,7 +220,9 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
   row.name = precision;
   GemmProbe* gemm = cpu ? &cpu->for_precision(precision) : nullptr;
   for (int i = 0; i < o.warmup; ++i) {
-    row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
+    const StepResult r = engine.train_step({&batch, 1}, 1e-4f);
+    row.skipped += r.skipped;
+    row.losses.push_back(r.loss);
     if (gemm) gemm->run();
   }
   if (profile) profile->reset();
@@ -225,8 +230,10 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
   // and goes): after each step the peak FMA rate, then the GEMM probe.
   for (int i = 0; i < o.steps; ++i) {
     auto t0 = Clock::now();
-    row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
+    const StepResult r = engine.train_step({&batch, 1}, 1e-4f);
     row.step_ms.push_back(seconds_since(t0) * 1e3);
+    row.skipped += r.skipped;
+    row.losses.push_back(r.loss);
     if (!cpu) continue;
     row.peak_rates.push_back(peak_after_step().gflops);
     row.gemm_rates.push_back(gemm->run());
@@ -366,7 +373,8 @@ int bench_train(const BenchTrainOptions& o) {
       for (const PrecisionRow& r : rows) {
         j["rows"].push_back({{"precision", r.name}, {"ms_per_step", r.ms},
                              {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-                             {"step_ms", r.step_ms},
+                             {"step_ms", r.step_ms}, {"losses", r.losses},
+                             {"skipped_steps", r.skipped},
                              {"peak_bytes_total", r.memory.peak_total()},
                              {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)}});
         if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
@@ -444,6 +452,7 @@ int bench_train(const BenchTrainOptions& o) {
                            {"fraction_of_gemm", r.gemm > 0 ? r.gflops / r.gemm : 0.0},
                            {"skipped_steps", r.skipped},
                            {"step_ms", r.step_ms},
+                           {"losses", r.losses},
                            {"peak_gflops_per_step", r.peak_rates},
                            {"gemm_gflops_per_step", r.gemm_rates},
                            {"peak_bytes", peak}});

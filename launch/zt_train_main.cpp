@@ -143,7 +143,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<zt::Communicator> comm;
     std::string out_of_memory;
     try {
-      comm = zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s);
+      comm = zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s,
+                                   zc.comm_init_timeout_s);
     } catch (const zt::Error& e) {
       if (e.kind() != zt::ErrorKind::kOutOfMemory) throw;
       zt::describe_current_exception(&out_of_memory);

@@ -227,6 +227,8 @@ struct ZtConfig {
   std::string comm_backend = "auto"; // "auto", "mpi" or "nccl"
   double comm_timeout_s = 1800.0;    // a collective stuck longer ends the job (exit 3); 30 min,
                                      // DeepSpeed's default (PyTorch's NCCL default: 10 min)
+  double comm_init_timeout_s = 120.0;  // NCCL's communicator init may take this long (its own
+                                       // deadline: a first init in a VM takes many seconds)
   // The most bytes the device's buffers may hold at once, on any back end (Device::
   // set_memory_limit): the CPU back end stands in for a GPU of that size. An integer or a string
   // with a unit ("6GB" = 6 * 10^9, "6GiB" = 6 * 2^30). 0 (absent): the device's own capacity.

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Packs what tests/gpu/device_check.sh needs on a GPU machine that may have no package access:
-# our executables and test binaries (built here with the CUDA back end), every shared library
-# they load except glibc, the CUDA driver and the large CUDA toolkit libraries (cuBLAS, NCCL:
-# device_check.sh finds those on the machine, in the toolkit or in Python's site-packages), and
-# a relocatable copy of Open MPI (mpirun, orted, its plugins and help files; OPAL_PREFIX points
-# at it). Result: build/device-bundle.tar.xz (about 15 MiB), to carry to the machine.
+# the executables and test binaries it runs (zt-train, zt-bench, zt_runtime_tests,
+# zt_mpi_device_comm_tests, zt_mpi_device_engine_tests; built here with the CUDA back end),
+# every shared library they load except glibc, the CUDA driver and the large CUDA toolkit
+# libraries (cuBLAS, NCCL: device_check.sh finds those on the machine, in the toolkit or in
+# Python's site-packages, and its preflight names any that ldd cannot resolve), a relocatable
+# copy of Open MPI (mpirun, orted, its plugins and help files; OPAL_PREFIX points at it), and
+# cuda_version, the CUDA runtime we built with (the preflight compares the driver against it).
+# Result: build/device-bundle.tar.xz, to carry to the machine beside data/corpus.
 # Usage: scripts/bundle_device.sh [BUILD_DIR]
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,11 +19,14 @@ grep -q "ZT_HAVE_CUDA:INTERNAL=ON\|ZT_HAVE_CUDA=1" "$build/CMakeCache.txt" "$bui
 rm -rf "$out" "$out.tar.xz"
 mkdir -p "$out/bin" "$out/lib" "$out/openmpi/bin"
 
-binaries=("$build/bin/zt-train" "$build/bin/zt-bench")
-for t in "$build"/tests/zt_*_tests "$build"/tests/mpi/zt_mpi*_tests; do
-  [ -x "$t" ] && binaries+=("$t")
+binaries=("$build/bin/zt-train" "$build/bin/zt-bench" "$build/tests/zt_runtime_tests"
+          "$build/tests/mpi/zt_mpi_device_comm_tests" "$build/tests/mpi/zt_mpi_device_engine_tests")
+for b in "${binaries[@]}"; do
+  [ -x "$b" ] || { echo "bundle_device: no $b; build it first (device_check.sh runs it)" >&2; exit 2; }
 done
 cp "${binaries[@]}" "$out/bin/"
+sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\(.*\)")$/\1/p' "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake |
+  head -n 1 > "$out/cuda_version"
 
 # Open MPI, laid out under its own prefix as Debian's build expects it relative to OPAL_PREFIX.
 multiarch=$(gcc -print-multiarch)

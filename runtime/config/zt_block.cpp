@@ -64,6 +64,7 @@ constexpr Field<ZtConfig> kZtFields[] = {
     {"allow_tf32", &ZtConfig::allow_tf32},
     {"comm_backend", &ZtConfig::comm_backend},
     {"comm_timeout_s", &ZtConfig::comm_timeout_s, Bound::kPositive},
+    {"comm_init_timeout_s", &ZtConfig::comm_init_timeout_s, Bound::kPositive},
 };
 
 constexpr Field<CheckpointConfig> kCheckpointFields[] = {

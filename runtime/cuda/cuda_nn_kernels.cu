@@ -753,10 +753,11 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
   if (B <= 0 || T <= 0) return;
   const int64_t G = NH / NKV, R = (NH + 2 * NKV) * hd, HD = NH * hd, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // dP, then dS in place: (B,NH,T,T), stream-ordered scratch freed after the last GEMM reads it.
-  float* ds = nullptr;
-  ZT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ds),
-                                static_cast<size_t>(B * NH * TT) * sizeof(float), stream_));
+  // dP, then dS in place: (B,NH,T,T), from the device's caching allocator (tracked as
+  // kWorkspace, counted in the peak, kept cached between steps); returned when this entry does,
+  // its next user enqueued on this stream after the GEMMs below read it.
+  Buffer ds_scratch = scratch(B * NH * TT);
+  float* ds = ds_scratch.as<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < G; ++g) {
       const float* v = qkv + b * T * R + HD + NKV * hd;
@@ -790,7 +791,6 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
       gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f,
                    q, R, G * hd, ds_g, T, G * TT, 1.0f, dk, R, hd, NKV);
     }
-  ZT_CUDA_CHECK(cudaFreeAsync(ds, stream_));
   round_act(dqkv, B * T * R);
 }
 

@@ -345,8 +345,11 @@ TEST(CommunicatorFactory, BadArgumentsAreInputErrors) {
   CpuDevice device;
   expect_input_error([&] { make_communicator("gloo", device, 600); },
                      {"unknown communication back end 'gloo'", "auto, mpi or nccl"});
-  for (double timeout : {0.0, -1.0, std::nan("")})
+  for (double timeout : {0.0, -1.0, std::nan("")}) {
     expect_input_error([&] { make_communicator("mpi", device, timeout); }, {"comm_timeout_s"});
+    expect_input_error([&] { make_communicator("mpi", device, 600, timeout); },
+                       {"comm_init_timeout_s"});
+  }
   EXPECT_EQ(parse_comm_backend("auto", "x"), CommBackend::kAuto);
   EXPECT_EQ(parse_comm_backend("nccl", "x"), CommBackend::kNccl);
   expect_input_error([] { parse_comm_backend("NCCL", "configs/x.json: zt.comm_backend"); },
@@ -539,14 +542,18 @@ void expect_timeout(const std::function<void()>& call, const std::string& collec
 }
 
 // One rank: the compute stream is held by a host function for 3 s, so the collective, ordered
-// after it, cannot finish within the 1 s timeout. In place with one rank NCCL leaves nothing on
+// after it, cannot finish within the 1 s timeout. The init has its own deadline
+// (zt.comm_init_timeout_s), generous: a first NCCL init can take seconds (a VM), and timing it
+// out is not what this test is about. In place with one rank NCCL leaves nothing on
 // the comm stream, so nothing of the aborted communicator runs once the hold ends. (With more
 // ranks an aborted collective's kernel would stay queued behind the hold; see the next test.)
 TEST(NcclCommunicator, WatchdogAbortsACollectiveHeldBehindCompute) {
   ZT_SKIP_WITHOUT_NCCL_GPU();
   std::unique_ptr<Device> device = rank_gpu();
   auto& cuda = dynamic_cast<CudaDevice&>(*device);
-  NcclCommunicator comm(cuda, MPI_COMM_WORLD, NcclOptions{1.0});
+  NcclCommunicator comm(cuda, MPI_COMM_WORLD,
+                        NcclOptions{.timeout_s = 1.0, .init_timeout_s = 120});
+  EXPECT_EQ(comm.init_timeout_s(), 120.0);
   if (comm.world() != 1) GTEST_SKIP() << "one rank only (ctest mpi_device_comm.np1)";
   Buffer b = device->alloc_zeroed(4096, MemCategory::kOther);
   ASSERT_EQ(cudaLaunchHostFunc(
@@ -574,7 +581,8 @@ TEST(NcclCommunicator, WatchdogAbortsWhenARankDoesNotCall) {
   std::unique_ptr<Device> device = rank_gpu();
   auto& cuda = dynamic_cast<CudaDevice&>(*device);
   {
-    NcclCommunicator comm(cuda, MPI_COMM_WORLD, NcclOptions{3.0});
+    NcclCommunicator comm(cuda, MPI_COMM_WORLD,
+                          NcclOptions{.timeout_s = 3.0, .init_timeout_s = 120});
     if (comm.world() < 2) GTEST_SKIP() << "needs two ranks or more";
     Buffer b = device->alloc_zeroed(4096, MemCategory::kOther);
     if (comm.rank() != 0) {

@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +29,7 @@
 #include "comm/host_staging_communicator.h"
 #include "comm/mpi_communicator.h"
 #include "comm/process_group.h"
+#include "comm/self_communicator.h"
 #include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
@@ -79,6 +81,29 @@ TEST(ScrambledDevice, HostMemoryHandedToTheDeviceThrows) {
   EXPECT_THROW(device.copy_to_host(other.data(), b.data(), 36), Error);  // past the end
   EXPECT_THROW(device.copy(b.data(), host.data(), 32), Error);
   EXPECT_EQ(host[0], 1.0f);  // nothing was unscrambled into host memory
+}
+
+// One process on one device (zt-bench on a GPU): SelfCommunicator's collectives move device
+// memory through Device::copy (a host memcpy of a GPU pointer crashes; on this device it would
+// copy no counted bytes), and all_gather_host copies host memory without touching the device.
+TEST(ScrambledDevice, SelfCommunicatorCopiesThroughTheDevice) {
+  ScrambledDevice device;
+  SelfCommunicator comm(device);
+  const float values[4] = {1.0f, -2.5f, 3.25f, 1e-30f};
+  Buffer send = device.alloc(16, MemCategory::kOther);
+  Buffer recv = device.alloc(16, MemCategory::kOther);
+  device.copy_from_host(send.data(), values, 16);
+  comm.all_reduce(send.data(), recv.data(), 4, DType::kF32, ReduceOp::kSum);
+  comm.reduce_scatter(send.data(), recv.data(), 4, DType::kF32, ReduceOp::kSum);
+  comm.all_gather(send.data(), recv.data(), 4, DType::kF32);
+  comm.broadcast(recv.data(), 4, DType::kF32, 0);  // in place: nothing to move
+  EXPECT_EQ(device.device_copies(), 3);
+  float back[4] = {};
+  device.copy_to_host(back, recv.data(), 16);
+  EXPECT_EQ(std::memcmp(back, values, 16), 0);
+  const double mine[2] = {0.5, -1.0 / 3};
+  EXPECT_EQ(all_gather_doubles(comm, mine), std::vector<double>(mine, mine + 2));
+  EXPECT_EQ(device.device_copies(), 3);  // the host entry left the device alone
 }
 
 // A typed operand is checked whole: its n elements of its dtype lie in one allocation.
@@ -412,6 +437,52 @@ std::vector<Case> all_cases() {
       cases.push_back({stage, dtype, stage % 2 == 1 ? 2 : 1, (stage + int(dtype)) % 2 == 0,
                        stage == 3 && dtype != DType::kF32});
   return cases;
+}
+
+// One process alone (SelfCommunicator, each rank on its own): the engine's loss and norm
+// reductions (host values, all_gather_host), the token ids (DeviceBatch) and the weights'
+// reads on a device the host cannot address give the CPU device's bits, in every stage and
+// dtype, checkpointed or not. What zt-bench train runs on one GPU.
+Outcome run_alone(const Case& c, Device& device) {
+  Gpt2 model(kModel);
+  SelfCommunicator comm(device);
+  Engine engine(device, comm, model, options(c, model));
+  Outcome out;
+  for (int s = 0; s < 3; ++s) {
+    const GlobalBatch global(s, 0, 1);
+    const Batch batch = global.rows(0, kB);
+    const StepResult r = engine.train_step({&batch, 1}, 1e-3f);
+    out.losses.push_back(r.loss);
+    out.grad_norms.push_back(r.grad_norm);
+    out.loss_scales.push_back(r.loss_scale);
+  }
+  const GlobalBatch eval_batch(77, 0, 1);
+  out.eval = engine.eval_loss(eval_batch.rows(0, kB));
+  for (int u = 0; u < engine.num_units(); ++u) {
+    out.params.emplace_back(model.units()[u]->layout().numel());
+    engine.read_unit_params(u, out.params.back().data());
+  }
+  return out;
+}
+
+TEST(DeviceEngine, SelfCommunicatorOnTheScrambledDeviceGivesTheCpuBits) {
+  for (Case c : {Case{0, DType::kF32, 1, false, false}, Case{1, DType::kBF16, 1, false, true},
+                 Case{2, DType::kF16, 1, true, false}, Case{3, DType::kF32, 1, false, true}}) {
+    SCOPED_TRACE(describe(c));
+    CpuDevice cpu;
+    const Outcome expected = run_alone(c, cpu);
+    ScrambledDevice device;
+    const Outcome got = run_alone(c, device);
+    EXPECT_TRUE(same_bits(got.losses, expected.losses)) << "losses";
+    EXPECT_TRUE(same_bits(got.grad_norms, expected.grad_norms)) << "grad norms";
+    EXPECT_TRUE(same_bits(got.loss_scales, expected.loss_scales)) << "loss scales";
+    EXPECT_EQ(std::memcmp(&got.eval, &expected.eval, sizeof(double)), 0)
+        << "eval loss " << got.eval << " vs " << expected.eval;
+    expect_units_equal(got.params, expected.params, "read_unit_params");
+    EXPECT_GT(device.kernel_calls(), 0);
+    EXPECT_GT(device.copies_from_host(), 0);  // the token ids went to the device
+    EXPECT_TRUE(std::isfinite(expected.losses.back()));
+  }
 }
 
 TEST(DeviceEngine, ScrambledDeviceWithHostStagingGivesTheCpuBits) {

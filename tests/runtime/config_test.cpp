@@ -379,6 +379,9 @@ TEST(ConfigRanges, OutOfRangeValuesNameKeyAndValue) {
       {"/zt/eval_batches", 0, "'zt.eval_batches' must be > 0, got 0"},
       {"/zt/seed", -1, "'zt.seed' must be >= 0, got -1"},
       {"/zt/num_threads", -2, "'zt.num_threads' must be >= 0, got -2"},
+      {"/zt/comm_timeout_s", 0, "'zt.comm_timeout_s' must be > 0, got 0"},
+      {"/zt/comm_init_timeout_s", 0, "'zt.comm_init_timeout_s' must be > 0, got 0"},
+      {"/zt/comm_init_timeout_s", -1.5, "'zt.comm_init_timeout_s' must be > 0, got -1.5"},
       {"/zt/model", {{"n_head", 0}}, "'zt.model.n_head' must be > 0, got 0"},
       {"/zt/model", {{"n_embd", 100}, {"n_head", 12}},
        "'zt.model.n_embd' 100 must be a multiple of 'zt.model.n_head' 12"},
@@ -564,6 +567,9 @@ TEST(ConfigDefaults, MinimalConfigTakesDeepSpeedDefaults) {
   EXPECT_EQ(c.zt.output_dir, "runs/default");
   EXPECT_FALSE(c.zt.shuffle);
   EXPECT_EQ(c.zt.num_threads, 0);
+  EXPECT_EQ(c.zt.comm_timeout_s, 1800.0);
+  EXPECT_EQ(c.zt.comm_init_timeout_s, 120.0);  // NCCL's init: its own deadline
+  EXPECT_EQ(parse(with(minimal(), "/zt/comm_init_timeout_s", 300)).zt.comm_init_timeout_s, 300.0);
 }
 
 TEST(ConfigDefaults, OverlapCommDefaultsOnAtStage3) {
