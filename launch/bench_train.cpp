@@ -179,14 +179,30 @@ struct CpuReferences {
   }
 };
 
-PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
-                     const std::string& precision, const Batch& batch, CpuReferences* cpu) {
-  // One device per precision: its own peak memory.
-  std::unique_ptr<Device> device_owner =
-      make_device(parse_device_kind(o.device, "--device"), 0);
-  Device& device = *device_owner;
+// One row's engine and what it computes with. Every row is built before any steps, and the rows
+// then step in turn (row 1 step 1, row 2 step 1, ..., row 1 step 2, ...), so a burst of load
+// from a neighbour on a shared machine falls on every row alike and their ratios hold.
+struct RowRun {
+  std::unique_ptr<Device> device;  // one per row: its own peak memory
+  std::unique_ptr<Gpt2> model;
+  // One profile filled by every table the engine computes with (fp32, and the compute dtype's);
+  // declared before the engine, which computes with it.
+  std::unique_ptr<OpProfile> profile;
+  std::vector<std::unique_ptr<ProfilingKernels>> profiling_tables;
+  std::unique_ptr<SelfCommunicator> comm;
+  std::unique_ptr<Engine> engine;
+  GemmProbe* gemm = nullptr;  // CPU: the library rate of this row's GEMM path
+  PrecisionRow row;
+};
+
+std::unique_ptr<RowRun> start_row(const BenchTrainOptions& o, const Gpt2Config& config,
+                                  const std::string& precision, CpuReferences* cpu) {
+  auto run = std::make_unique<RowRun>();
+  run->device = make_device(parse_device_kind(o.device, "--device"), 0);
+  Device& device = *run->device;
   if (o.allow_tf32) set_allow_tf32(device, true);
-  Gpt2 model(config);
+  run->model = std::make_unique<Gpt2>(config);
+  Gpt2& model = *run->model;
   EngineOptions eo;
   eo.optimizer.type = OptimizerOptions::Type::kAdamW;
   eo.optimizer.weight_decay = 0.1f;
@@ -197,60 +213,80 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
     for (size_t l = 0; l < model.layers().size(); ++l)
       eo.checkpoint[l] = model.layers()[l]->checkpointable();
   }
-  // Declared before the engine, which computes with it: outlives it.
-  // One profile filled by every table the engine computes with (fp32, and the compute dtype's).
-  std::unique_ptr<OpProfile> profile;
-  std::vector<std::unique_ptr<ProfilingKernels>> profiling_tables;
   if (o.profile) {
-    profile = std::make_unique<OpProfile>();
-    eo.kernels = [&](Kernels& device_table) -> Kernels& {
+    run->profile = std::make_unique<OpProfile>();
+    RowRun* r = run.get();
+    eo.kernels = [r](Kernels& device_table) -> Kernels& {
       // A GPU enqueues: each entry's time is read after its stream work completed.
       std::function<void()> sync;
-      if (!device.host_accessible()) sync = [&device] { synchronize_device(device); };
-      profiling_tables.push_back(
-          std::make_unique<ProfilingKernels>(device_table, *profile, std::move(sync)));
-      return *profiling_tables.back();
+      Device* d = r->device.get();
+      if (!d->host_accessible()) sync = [d] { synchronize_device(*d); };
+      r->profiling_tables.push_back(
+          std::make_unique<ProfilingKernels>(device_table, *r->profile, std::move(sync)));
+      return *r->profiling_tables.back();
     };
   }
-  SelfCommunicator comm(device);
-  Engine engine(device, comm, model, eo);
-  const double flops_per_token = 3.0 * model.forward_flops_per_token(batch.T);  // fwd + 2x bwd
+  run->comm = std::make_unique<SelfCommunicator>(device);
+  run->engine = std::make_unique<Engine>(device, *run->comm, model, eo);
+  run->row.name = precision;
+  run->gemm = cpu ? &cpu->for_precision(precision) : nullptr;
+  return run;
+}
+
+void warm_up(RowRun& run, const Batch& batch) {
+  const StepResult r = run.engine->train_step({&batch, 1}, 1e-4f);
+  run.row.skipped += r.skipped;
+  run.row.losses.push_back(r.loss);
+  if (run.gemm) run.gemm->run();
+}
+
+// One timed step, then on the CPU the references right after it, so both see the same machine:
+// the peak FMA rate, then the GEMM probe.
+void timed_step(RowRun& run, const Batch& batch) {
+  auto t0 = Clock::now();
+  const StepResult r = run.engine->train_step({&batch, 1}, 1e-4f);
+  run.row.step_ms.push_back(seconds_since(t0) * 1e3);
+  run.row.skipped += r.skipped;
+  run.row.losses.push_back(r.loss);
+  if (!run.gemm) return;
+  run.row.peak_rates.push_back(peak_after_step().gflops);
+  run.row.gemm_rates.push_back(run.gemm->run());
+}
+
+PrecisionRow finish_row(const BenchTrainOptions& o, RowRun& run, const Batch& batch) {
+  const double flops_per_token = 3.0 * run.model->forward_flops_per_token(batch.T);  // fwd + 2x bwd
   const double tokens = static_cast<double>(batch.B * batch.T);
-  PrecisionRow row;
-  row.name = precision;
-  GemmProbe* gemm = cpu ? &cpu->for_precision(precision) : nullptr;
-  for (int i = 0; i < o.warmup; ++i) {
-    const StepResult r = engine.train_step({&batch, 1}, 1e-4f);
-    row.skipped += r.skipped;
-    row.losses.push_back(r.loss);
-    if (gemm) gemm->run();
-  }
-  if (profile) profile->reset();
-  // Steps and references alternate, so both see the same machine (a neighbour's load comes
-  // and goes): after each step the peak FMA rate, then the GEMM probe.
-  for (int i = 0; i < o.steps; ++i) {
-    auto t0 = Clock::now();
-    const StepResult r = engine.train_step({&batch, 1}, 1e-4f);
-    row.step_ms.push_back(seconds_since(t0) * 1e3);
-    row.skipped += r.skipped;
-    row.losses.push_back(r.loss);
-    if (!cpu) continue;
-    row.peak_rates.push_back(peak_after_step().gflops);
-    row.gemm_rates.push_back(gemm->run());
-  }
+  PrecisionRow row = std::move(run.row);
   row.ms = median(row.step_ms);
   row.tokens_per_s = tokens / (row.ms / 1e3);
   row.gflops = flops_per_token * row.tokens_per_s / 1e9;
-  if (cpu) {
-    row.gemm_name = gemm->name();
+  if (run.gemm) {
+    row.gemm_name = run.gemm->name();
     row.gemm = median(row.gemm_rates);
     row.peak = median(row.peak_rates);
     row.fraction = row.peak > 0 ? row.gflops / row.peak : 0.0;
   }
   row.mfu = row.gflops / (o.peak_tflops * 1e3);
-  row.memory = device.memory();
-  if (profile) row.profile = *profile;
+  row.memory = run.device->memory();
+  if (run.profile) row.profile = *run.profile;
   return row;
+}
+
+// Every asked precision's row, the rows' steps interleaved (RowRun).
+std::vector<PrecisionRow> measure_rows(const BenchTrainOptions& o, const Gpt2Config& config,
+                                       const Batch& batch, CpuReferences* cpu) {
+  std::vector<std::unique_ptr<RowRun>> runs;
+  for (const std::string& precision : o.precisions)
+    runs.push_back(start_row(o, config, precision, cpu));
+  for (int i = 0; i < o.warmup; ++i)
+    for (auto& run : runs) warm_up(*run, batch);
+  for (auto& run : runs)
+    if (run->profile) run->profile->reset();
+  for (int i = 0; i < o.steps; ++i)
+    for (auto& run : runs) timed_step(*run, batch);
+  std::vector<PrecisionRow> rows;
+  for (auto& run : runs) rows.push_back(finish_row(o, *run, batch));
+  return rows;
 }
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
@@ -344,9 +380,7 @@ int bench_train(const BenchTrainOptions& o) {
               onednn_isa_name(),
               bf16 ? "; bf16 matmul implementations: " + cpu->bf16->implementations() : "");
   }
-  std::vector<PrecisionRow> rows;
-  for (const std::string& precision : o.precisions)
-    rows.push_back(measure(o, config, precision, batch, cpu.get()));
+  const std::vector<PrecisionRow> rows = measure_rows(o, config, batch, cpu.get());
   if (gpu) {
     log.rank0("{:>10} {:>10} {:>10} {:>10} {:>7} | peak MiB: {:>8} {:>8} {:>8} {:>8} {:>8} "
               "{:>8}",
@@ -403,7 +437,8 @@ int bench_train(const BenchTrainOptions& o) {
       log.rank0("{:>10} {} of {} steps skipped on fp16 overflow", "", r.skipped,
                 o.warmup + o.steps);
   }
-  log.rank0("model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps",
+  log.rank0("model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps, "
+            "the rows stepping in turn",
             flops_per_token, o.steps);
   log.rank0("'of peak': the row's GFLOP/s over 'peak GF/s', the median of the cores' fp32 FMA "
             "rate measured right after each step ({}, {} loop, {} threads). 'GEMM GF/s': the "

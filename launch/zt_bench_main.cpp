@@ -43,8 +43,8 @@ int train_main(int argc, char** argv) {
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first")
       ("checkpoint", po::bool_switch(&o.checkpoint), "activation checkpointing of every block")
       ("precision", po::value<std::string>()->default_value("fp32"),
-       "comma-separated list measured in turn: fp32, bf16, fp16 (mixed, fp32 master), "
-       "bf16-pure, fp16-pure (no master), or all")
+       "comma-separated list, every row built first and stepping in turn: fp32, bf16, fp16 "
+       "(mixed, fp32 master), bf16-pure, fp16-pure (no master), or all")
       ("device", po::value(&o.device)->default_value(o.device), "cpu or cuda (GPU 0)")
       ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops),
        "cuda: the GPU's dense 16-bit peak, for MFU")
