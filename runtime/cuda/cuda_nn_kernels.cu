@@ -6,8 +6,9 @@
 // tests/runtime/cuda_nn_kernels_test.cpp checks parity against them.
 //
 // Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
-// whose shape depends only on compile-time constants (kColumnRowGroups, warp size, block sizes),
-// never on the GPU's SM count, so each op gives the same bits run to run.
+// whose shape depends only on compile-time constants (kColumnRowGroups, kColumnChunkRows, warp
+// size, block sizes) and the problem's size, never on the GPU's SM count or launch timing, so
+// each op gives the same bits run to run.
 //
 // Row-major vs cuBLAS: cuBLAS is column-major. A row-major (R,S) matrix with row stride ld is,
 // to cuBLAS, a column-major (S,R) matrix with leading dimension ld: its transpose. So a row-major
@@ -119,28 +120,6 @@ __global__ void broadcast_rows_kernel(float* out, const typename S::Elem* bias, 
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * N) return;
   out[i] = bias ? S::to_fp32(bias[i % N]) : 0.0f;
-}
-
-// dbias (N) += column sums of dout (M,N). Block: kColumnsPerBlock columns × kColumnRowGroups
-// row groups; group g sums rows g, g+8, g+16, ... in order, then the 8 group sums are added in
-// group order. The order depends on the constants only. dbias is stored as S: the old value
-// widened, the sum added in fp32, the result rounded once (fp32: a plain +=).
-template <class S>
-__global__ void column_sums_kernel(typename S::Elem* dbias, const float* dout, int64_t M,
-                                   int64_t N) {
-  __shared__ float partial[kColumnRowGroups][kColumnsPerBlock];
-  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
-  const int g = threadIdx.y;
-  float acc = 0.0f;
-  if (col < N)
-    for (int64_t r = g; r < M; r += kColumnRowGroups) acc += dout[r * N + col];
-  partial[g][threadIdx.x] = acc;
-  __syncthreads();
-  if (g == 0 && col < N) {
-    float sum = 0.0f;
-    for (int j = 0; j < kColumnRowGroups; ++j) sum += partial[j][threadIdx.x];
-    dbias[col] = S::from_fp32(S::to_fp32(dbias[col]) + sum);
-  }
 }
 
 // out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (positions null: t), the tables stored
@@ -262,39 +241,6 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
   }
 }
 
-// dweight (C) += Σ_rows dout·norm, dbias (C) += Σ_rows dout: the column-sum blocking of
-// column_sums_kernel (fixed order). dweight and dbias are stored as SW and SB: old value widened,
-// sum added in fp32, rounded once (fp32: a plain +=).
-template <class SW, class SB>
-__global__ void layernorm_backward_params_kernel(typename SW::Elem* dweight,
-                                                 typename SB::Elem* dbias, const float* dout,
-                                                 const float* inp, const float* mean,
-                                                 const float* rstd, int64_t N, int64_t C) {
-  __shared__ float partial_w[kColumnRowGroups][kColumnsPerBlock];
-  __shared__ float partial_b[kColumnRowGroups][kColumnsPerBlock];
-  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
-  const int g = threadIdx.y;
-  float acc_w = 0.0f, acc_b = 0.0f;
-  if (col < C)
-    for (int64_t r = g; r < N; r += kColumnRowGroups) {
-      const float dy = dout[r * C + col];
-      acc_w += dy * ((inp[r * C + col] - mean[r]) * rstd[r]);
-      acc_b += dy;
-    }
-  partial_w[g][threadIdx.x] = acc_w;
-  partial_b[g][threadIdx.x] = acc_b;
-  __syncthreads();
-  if (g == 0 && col < C) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int j = 0; j < kColumnRowGroups; ++j) {
-      sw += partial_w[j][threadIdx.x];
-      sb += partial_b[j][threadIdx.x];
-    }
-    dweight[col] = SW::from_fp32(SW::to_fp32(dweight[col]) + sw);
-    dbias[col] = SB::from_fp32(SB::to_fp32(dbias[col]) + sb);
-  }
-}
-
 // RMSNorm, one warp per row of C: rstd = 1/sqrt(mean(x²) + eps), out = x·rstd·w, as the CPU's
 // rmsnorm_forward_row. weight stored as W.
 template <class W>
@@ -334,26 +280,113 @@ __global__ void rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, con
   }
 }
 
-// dweight (C) += Σ_rows dout·x·rstd, with layernorm_backward_params_kernel's fixed blocking;
-// stored as S: widened, summed in fp32, rounded once.
-template <class S>
-__global__ void rmsnorm_backward_weight_kernel(typename S::Elem* dweight, const float* dout,
-                                               const float* inp, const float* rstd, int64_t N,
-                                               int64_t C) {
-  __shared__ float partial[kColumnRowGroups][kColumnsPerBlock];
-  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
-  const int g = threadIdx.y;
-  float acc = 0.0f;
-  if (col < C)
-    for (int64_t r = g; r < N; r += kColumnRowGroups)
-      acc += dout[r * C + col] * (inp[r * C + col] * rstd[r]);
-  partial[g][threadIdx.x] = acc;
-  __syncthreads();
-  if (g == 0 && col < C) {
-    float sum = 0.0f;
-    for (int j = 0; j < kColumnRowGroups; ++j) sum += partial[j][threadIdx.x];
-    dweight[col] = S::from_fp32(S::to_fp32(dweight[col]) + sum);
+// ---------------------------------------------------------------------------------------------
+// Column reductions (bias, layer-norm and RMSNorm parameter gradients): dst (N) += Σ over the M
+// rows of per-element terms, in two stages, so the GPU fills with blocks whatever N is:
+//   stage 1: block (x, y) owns kColumnsPerBlock columns of the row chunk y = [y·256, y·256 +
+//            256); its kColumnRowGroups row groups sum rows g, g+8, ... of the chunk in order,
+//            then the group sums are added in group order, into partials[value][y][column]
+//            (a tracked scratch);
+//   stage 2: one thread per column adds the chunks' partials in chunk order, then adds that to
+//            the stored value with one rounding (S's: widened, fp32 sum, narrowed once).
+// Every order depends on the constants and M only, never on the GPU or launch timing; no float
+// atomics. Not the CPU's order (it sums rows in order): the tests compare within a tolerance.
+
+constexpr int64_t kColumnChunkRows = 256;
+
+int64_t column_chunks(int64_t M) { return (M + kColumnChunkRows - 1) / kColumnChunkRows; }
+
+// The terms of the bias gradient: dout[r, c].
+struct BiasTerms {
+  static constexpr int kValues = 1;
+  const float* dout;
+  int64_t N;
+  __device__ void operator()(int64_t r, int64_t c, float* v) const { v[0] = dout[r * N + c]; }
+};
+
+// Layer norm's parameter gradients: dweight += dout·norm, dbias += dout, norm = (x - mean)·rstd.
+struct LayerNormTerms {
+  static constexpr int kValues = 2;
+  const float *dout, *inp, *mean, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t r, int64_t c, float* v) const {
+    const float dy = dout[r * C + c];
+    v[0] = dy * ((inp[r * C + c] - mean[r]) * rstd[r]);
+    v[1] = dy;
   }
+};
+
+// RMSNorm's weight gradient: dweight += dout·x·rstd.
+struct RmsNormTerms {
+  static constexpr int kValues = 1;
+  const float *dout, *inp, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t r, int64_t c, float* v) const {
+    v[0] = dout[r * C + c] * (inp[r * C + c] * rstd[r]);
+  }
+};
+
+// Stage 1. partials: (Terms::kValues, chunks, N) fp32.
+template <class Terms>
+__global__ void column_partials_kernel(float* partials, Terms terms, int64_t M, int64_t N) {
+  constexpr int V = Terms::kValues;
+  __shared__ float shared[V][kColumnRowGroups][kColumnsPerBlock];
+  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
+  const int64_t chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t r0 = chunk * kColumnChunkRows;
+  const int64_t r1 = r0 + kColumnChunkRows < M ? r0 + kColumnChunkRows : M;
+  const int g = threadIdx.y;
+  float acc[V];
+  for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+  if (col < N)
+    for (int64_t r = r0 + g; r < r1; r += kColumnRowGroups) {
+      float v[V];
+      terms(r, col, v);
+      for (int j = 0; j < V; ++j) acc[j] += v[j];
+    }
+  for (int j = 0; j < V; ++j) shared[j][g][threadIdx.x] = acc[j];
+  __syncthreads();
+  if (g == 0 && col < N)
+    for (int j = 0; j < V; ++j) {
+      float sum = 0.0f;
+      for (int i = 0; i < kColumnRowGroups; ++i) sum += shared[j][i][threadIdx.x];
+      partials[(j * chunks + chunk) * N + col] = sum;
+    }
+}
+
+// Stage 2: dst[c] = S(float(dst[c]) + Σ_chunk partials[chunk, c]), the chunks in order.
+template <class S>
+__global__ void column_finish_kernel(typename S::Elem* dst, const float* partials, int64_t chunks,
+                                     int64_t N) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= N) return;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) sum += partials[c * N + col];
+  dst[col] = S::from_fp32(S::to_fp32(dst[col]) + sum);
+}
+
+// Stage 1 on `stream` into partials (Terms::kValues · column_chunks(M) · N floats).
+template <class Terms>
+void column_partials(float* partials, const Terms& terms, int64_t M, int64_t N,
+                     cudaStream_t stream) {
+  const int64_t chunks = column_chunks(M);
+  ZT_CUDA_ASSERT(chunks <= 65535, "column reduction: too many rows for the grid's y extent");
+  column_partials_kernel<Terms>
+      <<<dim3(blocks_for(N, kColumnsPerBlock), unsigned(chunks)),
+         dim3(kColumnsPerBlock, kColumnRowGroups), 0, stream>>>(partials, terms, M, N);
+  check_launch();
+}
+
+// Stage 2 into dst (skipped when null) from one value's partials (column_chunks(M) · N floats).
+void column_finish(Operand dst, const float* partials, int64_t M, int64_t N,
+                   cudaStream_t stream) {
+  if (!dst) return;
+  visit_storage(dst.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    column_finish_kernel<S><<<blocks_for(N, kElementThreads), kElementThreads, 0, stream>>>(
+        elems<S>(dst), partials, column_chunks(M), N);
+  });
+  check_launch();
 }
 
 // The first key of a row of att (row index (b·NH + h)·T + t): t - positions[b,t], the start of
@@ -540,14 +573,10 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
                      K * N);
     }
   }
-  if (dbias) {
-    const dim3 block(kColumnsPerBlock, kColumnRowGroups);
-    visit_storage(dbias.dtype, [&](auto tag) {
-      using S = decltype(tag);
-      column_sums_kernel<S><<<blocks_for(N, kColumnsPerBlock), block, 0, stream_>>>(
-          elems<S>(dbias), dout, M, N);
-    });
-    check_launch();
+  if (dbias) {  // dbias (N) += column sums of dout, two stages
+    Buffer partials = scratch(BiasTerms::kValues * column_chunks(M) * N);
+    column_partials(partials.as<float>(), BiasTerms{dout, N}, M, N, stream_);
+    column_finish(dbias, partials.as<float>(), M, N, stream_);
   }
 }
 
@@ -635,16 +664,13 @@ void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias
   });
   check_launch();
   round_act(dinp, N * C);
-  visit_storage(dweight.dtype, [&](auto weight_tag) {
-    visit_storage(dbias.dtype, [&](auto bias_tag) {
-      using SW = decltype(weight_tag);
-      using SB = decltype(bias_tag);
-      layernorm_backward_params_kernel<SW, SB>
-          <<<blocks_for(C, kColumnsPerBlock), dim3(kColumnsPerBlock, kColumnRowGroups), 0,
-             stream_>>>(elems<SW>(dweight), elems<SB>(dbias), dout, inp, mean, rstd, N, C);
-    });
-  });
-  check_launch();
+  if (!dweight && !dbias) return;
+  // dweight += Σ dout·norm, dbias += Σ dout: two-stage column reductions (values 0 and 1).
+  const int64_t chunks = column_chunks(N);
+  Buffer partials = scratch(LayerNormTerms::kValues * chunks * C);
+  column_partials(partials.as<float>(), LayerNormTerms{dout, inp, mean, rstd, C}, N, C, stream_);
+  column_finish(dweight, partials.as<float>(), N, C, stream_);
+  column_finish(dbias, partials.as<float>() + chunks * C, N, C, stream_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -676,13 +702,10 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
   check_launch();
   round_act(dinp, N * C);
   if (!dweight) return;
-  visit_storage(dweight.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    rmsnorm_backward_weight_kernel<S>
-        <<<blocks_for(C, kColumnsPerBlock), dim3(kColumnsPerBlock, kColumnRowGroups), 0,
-           stream_>>>(elems<S>(dweight), dout, inp, rstd, N, C);
-  });
-  check_launch();
+  // dweight += Σ dout·x·rstd: a two-stage column reduction.
+  Buffer partials = scratch(RmsNormTerms::kValues * column_chunks(N) * C);
+  column_partials(partials.as<float>(), RmsNormTerms{dout, inp, rstd, C}, N, C, stream_);
+  column_finish(dweight, partials.as<float>(), N, C, stream_);
 }
 
 // ---------------------------------------------------------------------------------------------

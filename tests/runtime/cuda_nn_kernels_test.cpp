@@ -427,6 +427,15 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyMatchesCpu) {
 // gradients add the same terms in the same order on both: bitwise. Wrong dtype reads or a
 // missing rounding give O(1) errors or unrepresentable values.
 
+// x rounded to t (t's values, as activations of a t table hold).
+std::vector<float> rounded_to(std::vector<float> x, DType t) {
+  for (float& v : x) {
+    if (t == DType::kF16) v = fp16_to_fp32(fp32_to_fp16(v));
+    if (t == DType::kBF16) v = bf16_to_fp32(fp32_to_bf16(v));
+  }
+  return x;
+}
+
 // Every element of x is a value of dtype t.
 void expect_representable(const std::vector<float>& x, DType t, const std::string& what) {
   int failures = 0;
@@ -859,6 +868,120 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyIgnoresNegativeTargets) {
         const float want = dloss == 0.0f ? host_logits[r * Vp + i] : 0.0f;
         ASSERT_TRUE(same_bits({grad[r * Vp + i]}, {want})) << what << " row " << r << " col " << i;
       }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Two-stage column reductions, every dtype (issue 11): the table of activation dtype t with
+// weights, biases and gradients stored as t, against the CPU's table of the same dtype. Inputs
+// hold t's values (kernels.h).
+// Per-element tolerance: the error bound of two fp32 summations of the same terms in different
+// orders, 2·(terms + 2)·2⁻²⁴·Σ|term| (Σ over the products, the starting value and the bias), plus
+// one unit in the last place of t at the result (two results within the bound may round to
+// neighbouring t values). A layout or transpose mistake gives O(Σ|term|) errors.
+
+// The relative spacing of t's values (one ulp at 1): 2⁻²³, 2⁻¹⁰, 2⁻⁷.
+double ulp_of(DType t) {
+  return t == DType::kF32 ? 0x1p-23 : t == DType::kF16 ? 0x1p-10 : 0x1p-7;
+}
+
+// |gpu - cpu| <= ulp_of(t)·max(|gpu|, |cpu|) + 2·(terms + 2)·2⁻²⁴·abs_sum[i] per element.
+void expect_within_sum_bound(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                             const std::vector<double>& abs_sum, int64_t terms, DType t,
+                             const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  ASSERT_EQ(gpu.size(), abs_sum.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < gpu.size() && failures < 5; ++i) {
+    const double g = gpu[i], c = cpu[i];
+    const double tol = ulp_of(t) * std::max(std::abs(g), std::abs(c)) +
+                       2.0 * double(terms + 2) * 0x1p-24 * abs_sum[i];
+    if (!(std::abs(g - c) <= tol)) {
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << g << ", cpu " << c << " (error "
+                    << std::abs(g - c) << ", tolerance " << tol << ")";
+      ++failures;
+    }
+  }
+}
+
+// The two-stage column reductions over many rows (several 256-row chunks and a partial one),
+// every dtype: the bias gradient, layer norm's weight and bias gradients, RMSNorm's weight
+// gradient, against the CPU; and the same bits twice on the GPU.
+TEST_F(CudaNnKernelsTest, ColumnReductionsOverManyRowsMatchCpuForEveryDtype) {
+  const int64_t M = 1337, N = 45;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const std::string type = " " + std::string(dtype_name(t));
+    Kernels& ck = cpu_dev_.kernels_for(t);
+    Kernels& gk = gpu_dev_->kernels_for(t);
+    const std::vector<float> dout = rounded_to(random_floats(M * N, 1), t);
+    const std::vector<float> inp = rounded_to(random_floats(M * N, 2, -2.0f, 3.0f), t);
+    const std::vector<float> start = rounded_to(random_floats(N, 3), t);
+    Mirror dout_m = mirror(dout);
+    Mirror inp_m = mirror(inp);
+    // The per-column Σ|term| bounds, from host statistics of the CPU's.
+    auto bound_of = [&](const std::function<double(int64_t, int64_t)>& term) {
+      std::vector<double> b(N);
+      for (int64_t c = 0; c < N; ++c) {
+        b[c] = std::abs(double(start[c]));
+        for (int64_t r = 0; r < M; ++r) b[c] += std::abs(term(r, c));
+      }
+      return b;
+    };
+    {  // bias gradient
+      Mirror db = mirror_as(start, t);
+      Mirror w = mirror_as(rounded_to(random_floats(N, 4), t), t);
+      ck.matmul_backward(nullptr, nullptr, db.co(t), dout_m.c(), inp_m.c(), w.co(t), M, 1, N,
+                         WeightLayout::kInOut);
+      gk.matmul_backward(nullptr, nullptr, db.go(t), dout_m.g(), inp_m.g(), w.go(t), M, 1, N,
+                         WeightLayout::kInOut);
+      expect_within_sum_bound(db.gpu_as(t), db.cpu_as(t),
+                              bound_of([&](int64_t r, int64_t c) { return dout[r * N + c]; }), M,
+                              t, "dbias" + type);
+      Mirror again = mirror_as(start, t);
+      gk.matmul_backward(nullptr, nullptr, again.go(t), dout_m.g(), inp_m.g(), w.go(t), M, 1, N,
+                         WeightLayout::kInOut);
+      EXPECT_TRUE(same_bits(again.gpu_as(t), db.gpu_as(t))) << "dbias twice" << type;
+    }
+    // Layer norm and RMSNorm: statistics from the CPU's forward, shared by both devices.
+    Mirror w = mirror_as(rounded_to(random_floats(N, 5, 0.5f, 1.5f), t), t);
+    Mirror b = mirror_as(rounded_to(random_floats(N, 6), t), t);
+    Mirror out = mirror(random_floats(M * N, 7));
+    Mirror mean = mirror(random_floats(M, 8));
+    Mirror rstd = mirror(random_floats(M, 9));
+    ck.layernorm_forward(out.c(), mean.c(), rstd.c(), inp_m.c(), w.co(t), b.co(t), M, N);
+    mean.reset_gpu(mean.cpu());
+    rstd.reset_gpu(rstd.cpu());
+    const std::vector<float> mu = mean.cpu(), rs = rstd.cpu();
+    {
+      Mirror dinp = mirror(std::vector<float>(M * N, 0.0f));
+      Mirror dw = mirror_as(start, t);
+      Mirror dbias = mirror_as(start, t);
+      ck.layernorm_backward(dinp.c(), dw.co(t), dbias.co(t), dout_m.c(), inp_m.c(), w.co(t),
+                            mean.c(), rstd.c(), M, N);
+      gk.layernorm_backward(dinp.g(), dw.go(t), dbias.go(t), dout_m.g(), inp_m.g(), w.go(t),
+                            mean.g(), rstd.g(), M, N);
+      expect_within_sum_bound(dw.gpu_as(t), dw.cpu_as(t), bound_of([&](int64_t r, int64_t c) {
+                                return double(dout[r * N + c]) *
+                                       ((double(inp[r * N + c]) - mu[r]) * rs[r]);
+                              }),
+                              M + 4, t, "layernorm dweight" + type);
+      expect_within_sum_bound(dbias.gpu_as(t), dbias.cpu_as(t),
+                              bound_of([&](int64_t r, int64_t c) { return dout[r * N + c]; }), M,
+                              t, "layernorm dbias" + type);
+    }
+    ck.rmsnorm_forward(out.c(), rstd.c(), inp_m.c(), w.co(t), M, N, 1e-5f);
+    rstd.reset_gpu(rstd.cpu());
+    const std::vector<float> rms = rstd.cpu();
+    {
+      Mirror dinp = mirror(std::vector<float>(M * N, 0.0f));
+      Mirror dw = mirror_as(start, t);
+      ck.rmsnorm_backward(dinp.c(), dw.co(t), dout_m.c(), inp_m.c(), w.co(t), rstd.c(), M, N);
+      gk.rmsnorm_backward(dinp.g(), dw.go(t), dout_m.g(), inp_m.g(), w.go(t), rstd.g(), M, N);
+      expect_within_sum_bound(dw.gpu_as(t), dw.cpu_as(t), bound_of([&](int64_t r, int64_t c) {
+                                return double(dout[r * N + c]) * double(inp[r * N + c]) * rms[r];
+                              }),
+                              M + 4, t, "rmsnorm dweight" + type);
     }
   }
 }
