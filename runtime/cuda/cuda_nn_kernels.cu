@@ -1,14 +1,16 @@
-// CudaKernels, the neural-network ops: matmul (cuBLAS GEMMs), embedding, layer norm, RMSNorm,
-// attention, multi-head and grouped-query (cuBLAS strided-batched GEMMs around our causal softmax
-// kernels), softmax cross-entropy. Every
-// call is enqueued on stream_ (the cuBLAS handle is bound to it) and returns before the work is
-// done. Same math as runtime/cpu/cpu_nn_kernels.cpp and cpu_attention_kernels.cpp;
+// CudaKernels, the neural-network ops: matmul (cuBLASLt tensor-core GEMMs for 16-bit operands,
+// cuBLAS fp32 GEMMs otherwise), embedding, layer norm, RMSNorm, attention, multi-head and
+// grouped-query (cuBLAS strided-batched GEMMs around our causal softmax kernels), softmax
+// cross-entropy. Every call is enqueued on stream_ (the cuBLAS handle is bound to it, cuBLASLt
+// is called with it) and returns before the work is done. Same math as
+// runtime/cpu/cpu_nn_kernels.cpp, cpu_matmul_kernels.cpp and cpu_attention_kernels.cpp;
 // tests/runtime/cuda_nn_kernels_test.cpp checks parity against them.
 //
 // Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
 // whose shape depends only on compile-time constants (kColumnRowGroups, kColumnChunkRows, warp
 // size, block sizes) and the problem's size, never on the GPU's SM count or launch timing, so
-// each op gives the same bits run to run.
+// each op gives the same bits run to run. The cuBLASLt GEMMs run the algorithm cached for their
+// problem (cuda_lt_gemm.h), with no in-place split-K reduction.
 //
 // Row-major vs cuBLAS: cuBLAS is column-major. A row-major (R,S) matrix with row stride ld is,
 // to cuBLAS, a column-major (S,R) matrix with leading dimension ld: its transpose. So a row-major
@@ -17,13 +19,13 @@
 // product it computes.
 //
 // Precision (cuda_kernels.h). Activations written here are rounded to the table's activation
-// dtype after the kernel that wrote them (round_act): matmul out / dinp, embedding out, layer-norm
-// and RMSNorm out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
+// dtype: by the matmul itself (the 16-bit forward's cuBLASLt epilogue, see "Matmul" below) or by
+// round_act after the kernel that wrote them: matmul dinp, embedding out, layer-norm and RMSNorm
+// out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
 // logits gradient when dloss != 0 (losses stay fp32). 16-bit parameters and parameter gradients
-// are read and written in their dtype by our kernels (templated on the storage type: a gradient
-// element is widened, accumulated in fp32 and narrowed once); the GEMMs widen a 16-bit weight
-// into an fp32 scratch and compute a 16-bit weight gradient into one, added into the stored
-// values with one rounding (add's bits), until issue 11's tensor-core GEMMs.
+// are read and written in their dtype: by our kernels (templated on the storage type: a gradient
+// element is widened, accumulated in fp32 and narrowed once), and by the 16-bit GEMMs, whose
+// operands are 16-bit and whose accumulate-into-gradient is one rounding (C = D, beta = 1).
 //
 // Not here: the element-wise ops, optimizers and flat reductions (cuda_kernels.cu).
 #include <cuda_runtime.h>
@@ -503,14 +505,107 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
 
 // ---------------------------------------------------------------------------------------------
 // Matmul
+//
+// Which GEMM runs (the table's activation dtype `act`, the operands' stored dtypes):
+//   - 16-bit tensor cores (cuBLASLt, A and B in act's 16-bit type, fp32 accumulation) where the
+//     16-bit operands are act-typed: forward and dinp when the weight is act-typed, dweight when
+//     the table is 16-bit and dweight is act-typed or fp32. The activation operand (inp, dout)
+//     is narrowed into a tracked scratch first: exact, it holds act's values (kernels.h).
+//       forward  D = act(inp·W + bias): cuBLASLt writes a 16-bit D, the bias added by its BIAS
+//                epilogue in fp32 before the one rounding; then widened into out (exact). A
+//                bias of another dtype: out = bias rows, += the product (fp32 D), then rounded.
+//       dinp     dinp = act(dinp + dout·Wᵀ): fp32 C = D = dinp (beta = 1), then rounded by
+//                round_act (dinp holds act values; the sum is fp32, one rounding).
+//       dweight  dW = type(dW + inpᵀ·dout): C = D = dW in its own dtype, beta = 1, fp32
+//                compute, one rounding on the store (split-K reductions are kept in fp32:
+//                cuda_lt_gemm.h). The bits contract of kernels.h.
+//   - otherwise cublasGemmEx in fp32 (TF32 when allowed), a weight of another 16-bit dtype
+//     widened into an fp32 scratch, a 16-bit dweight of another dtype computed into an fp32
+//     scratch and added with one rounding (add's bits).
+
+namespace {
+
+LtType lt_type(DType t) {
+  switch (t) {
+    case DType::kF32: return LtType::kF32;
+    case DType::kF16: return LtType::kF16;
+    case DType::kBF16: return LtType::kBF16;
+  }
+  ZT_CUDA_ASSERT(false, "unknown DType");
+  return LtType::kF32;
+}
+
+// The plan key of column-major D (m,n) = op(A) (m,k) · op(B) (k,n) over these pointers.
+LtGemmKey lt_key(DType ab, DType cd, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                 int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* d,
+                 int64_t ldd, const void* bias) {
+  LtGemmKey key;
+  key.ab = lt_type(ab);
+  key.cd = lt_type(cd);
+  key.trans_a = trans_a;
+  key.trans_b = trans_b;
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.lda = lda;
+  key.ldb = ldb;
+  key.ldd = ldd;
+  key.bias = bias != nullptr;
+  key.align_a = lt_alignment(a);
+  key.align_b = lt_alignment(b);
+  key.align_d = lt_alignment(d);
+  key.align_bias = lt_alignment(bias);
+  return key;
+}
+
+}  // namespace
 
 void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weight_op,
                                  ConstOperand bias, int64_t M, int64_t K, int64_t N,
                                  WeightLayout layout) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_forward: negative dimension");
   if (M == 0 || N == 0) return;
-  // With a bias, out starts as bias rows and the product is added (beta = 1); with K = 0 the
-  // product is empty and out is the bias (or 0).
+  ZT_CUDA_ASSERT(out && (K == 0 || (inp && weight_op)), "matmul_forward: null operand");
+  const bool in_out = layout == WeightLayout::kInOut;
+  // Column-major outᵀ (N,M) = op(W) (N,K) · inpᵀ (K,M). inp row-major (M,K) is inpᵀ with
+  // ld K. kInOut: W row-major (K,N) is Wᵀ (N,K) ld N, used as is. kOutIn: W row-major (N,K)
+  // is the column-major (K,N) ld K, transposed.
+  if (K > 0 && act_ != DType::kF32 && weight_op.dtype == act_) {
+    Buffer inp16;
+    const void* a = narrowed_to_act(inp, M * K, inp16);
+    if (!bias || bias.dtype == act_) {
+      // out = act(inp·W + bias): one rounding in the epilogue, then widened (exact). cuBLASLt
+      // has no alignment preference for the bias vector: one less than 16-byte aligned is
+      // copied to an aligned scratch (N elements) rather than trusted to every kernel.
+      Buffer bias_copy;
+      const void* bias_ptr = bias.data;
+      if (bias && lt_alignment(bias_ptr) < 16) {
+        bias_copy = scratch(N, act_);
+        cast(bias_copy.data(), act_, bias_ptr, act_, N);
+        bias_ptr = bias_copy.data();
+      }
+      Buffer out16 = scratch(M * N, act_);
+      const LtGemmKey key = lt_key(act_, act_, !in_out, false, N, M, K, weight_op.data,
+                                   in_out ? N : K, a, K, out16.data(), N, bias_ptr);
+      impl_->lt_gemm->run(key, weight_op.data, a, out16.data(), bias_ptr, 1.0f, 0.0f, stream_);
+      cast(out, DType::kF32, out16.data(), act_, M * N);
+      return;
+    }
+    // A bias of another dtype: out = bias rows, then += the product in fp32, then rounded.
+    visit_storage(bias.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0,
+                                 stream_>>>(out, elems<S>(bias), M, N);
+    });
+    check_launch();
+    const LtGemmKey key = lt_key(act_, DType::kF32, !in_out, false, N, M, K, weight_op.data,
+                                 in_out ? N : K, a, K, out, N, nullptr);
+    impl_->lt_gemm->run(key, weight_op.data, a, out, nullptr, 1.0f, 1.0f, stream_);
+    round_act(out, M * N);
+    return;
+  }
+  // fp32 GEMM. With a bias, out starts as bias rows and the product is added (beta = 1); with
+  // K = 0 the product is empty and out is the bias (or 0).
   if (bias || K == 0) {
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
@@ -520,12 +615,8 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
     check_launch();
   }
   if (K > 0) {
-    Buffer weight_fp32;  // a 16-bit weight widened (K·N floats), until issue 11's GEMMs
+    Buffer weight_fp32;  // a weight of another 16-bit dtype than the table's, widened (K·N)
     const float* weight = widened(weight_op, K * N, weight_fp32);
-    // Column-major outᵀ (N,M) = op(W) (N,K) · inpᵀ (K,M). inp row-major (M,K) is inpᵀ with
-    // ld K. kInOut: W row-major (K,N) is Wᵀ (N,K) ld N, used as is. kOutIn: W row-major (N,K)
-    // is the column-major (K,N) ld K, transposed.
-    const bool in_out = layout == WeightLayout::kInOut;
     gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M,
          K, 1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
   }
@@ -537,21 +628,51 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
                                   int64_t N, WeightLayout layout) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
   if (M == 0 || N == 0) return;
+  ZT_CUDA_ASSERT(dout, "matmul_backward: null dout");
   const bool in_out = layout == WeightLayout::kInOut;
-  if (K > 0) {
-    if (dinp) {
-      Buffer weight_fp32;  // a 16-bit weight widened (K·N floats), until issue 11's GEMMs
+  const bool act16 = act_ != DType::kF32;
+  const bool lt_dinp = K > 0 && dinp && act16 && weight_op.dtype == act_;
+  const bool lt_dweight = K > 0 && dweight && act16 &&
+                          (dweight.dtype == act_ || dweight.dtype == DType::kF32);
+  Buffer dout16;  // dout (M,N) narrowed to act, shared by both tensor-core products
+  const void* d16 = (lt_dinp || lt_dweight) ? narrowed_to_act(dout, M * N, dout16) : nullptr;
+  if (K > 0 && dinp) {
+    ZT_CUDA_ASSERT(weight_op, "matmul_backward: dinp without a weight");
+    // dinp (M,K) += dout · Wᵀ. Column-major dinpᵀ (K,M) += op(W) (K,N) · doutᵀ (N,M).
+    // kInOut: W stored as the column-major (N,K) ld N, transposed. kOutIn: stored as the
+    // column-major (K,N) ld K, as is.
+    if (lt_dinp) {
+      const LtGemmKey key = lt_key(act_, DType::kF32, in_out, false, K, M, N, weight_op.data,
+                                   in_out ? N : K, d16, N, dinp, K, nullptr);
+      impl_->lt_gemm->run(key, weight_op.data, d16, dinp, nullptr, 1.0f, 1.0f, stream_);
+    } else {
+      Buffer weight_fp32;  // a weight of another dtype than a 16-bit table's, widened (K·N)
       const float* weight = widened(weight_op, K * N, weight_fp32);
-      // dinp (M,K) += dout · Wᵀ. Column-major dinpᵀ (K,M) += op(W) (K,N) · doutᵀ (N,M).
-      // kInOut: W stored as the column-major (N,K) ld N, transposed. kOutIn: stored as the
-      // column-major (K,N) ld K, as is.
       gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K,
            M, N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
-      round_act(dinp, M * K);
     }
-    if (dweight) {
-      // fp32: the GEMM accumulates into dweight (beta = 1). 16 bits: the product goes to an fp32
-      // scratch (beta = 0: cuBLAS does not read C, so the scratch needs no zeroing), then
+    round_act(dinp, M * K);
+  }
+  if (K > 0 && dweight) {
+    ZT_CUDA_ASSERT(inp, "matmul_backward: dweight without an input");
+    // kInOut: dW (K,N) += inpᵀ · dout. Column-major dWᵀ (N,K) += doutᵀ (N,M) · inp (M,K), inp
+    // being the column-major (K,M) ld K transposed.
+    // kOutIn: dW (N,K) += doutᵀ · inp. Column-major dWᵀ (K,N) += inpᵀ (K,M) · dout (M,N), dout
+    // being the column-major (N,M) ld N transposed.
+    if (lt_dweight) {
+      Buffer inp16;
+      const void* i16 = narrowed_to_act(inp, M * K, inp16);
+      const void* a = in_out ? d16 : i16;
+      const void* b = in_out ? i16 : d16;
+      const LtGemmKey key =
+          in_out ? lt_key(act_, dweight.dtype, false, true, N, K, M, a, N, b, K, dweight.data, N,
+                          nullptr)
+                 : lt_key(act_, dweight.dtype, false, true, K, N, M, a, K, b, N, dweight.data, K,
+                          nullptr);
+      impl_->lt_gemm->run(key, a, b, dweight.data, nullptr, 1.0f, 1.0f, stream_);
+    } else {
+      // fp32: the GEMM accumulates into dweight (beta = 1). 16 bits: the product goes to an
+      // fp32 scratch (beta = 0: cuBLAS does not read C, so the scratch needs no zeroing), then
       // dweight = dtype(float(dweight) + product), one rounding (add's bits).
       const bool fp32 = dweight.dtype == DType::kF32;
       Buffer product;
@@ -559,13 +680,9 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
       float* dw = fp32 ? static_cast<float*>(dweight.data) : product.as<float>();
       const float beta = fp32 ? 1.0f : 0.0f;
       if (in_out) {
-        // dW (K,N) += inpᵀ · dout. Column-major dWᵀ (N,K) += doutᵀ (N,M) · inp (M,K), inp being
-        // the column-major (K,M) ld K transposed.
         gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, N, K, M, 1.0f, dout, N,
              inp, K, beta, dw, N);
       } else {
-        // dW (N,K) += doutᵀ · inp. Column-major dWᵀ (K,N) += inpᵀ (K,M) · dout (M,N), dout being
-        // the column-major (N,M) ld N transposed.
         gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, 1.0f, inp, K,
              dout, N, beta, dw, K);
       }
