@@ -201,11 +201,14 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
   if (o.profile) {
     profile = std::make_unique<OpProfile>();
     eo.kernels = [&](Kernels& device_table) -> Kernels& {
-      // A GPU enqueues: each entry's time is read after its stream work completed.
-      std::function<void()> sync;
-      if (!device.host_accessible()) sync = [&device] { synchronize_device(device); };
-      profiling_tables.push_back(
-          std::make_unique<ProfilingKernels>(device_table, *profile, std::move(sync)));
+      // A GPU enqueues: its entries are timed by events on its stream (a StreamTimer), read
+      // back once per step (flush_profile); the CPU computes before returning: the host clock.
+      std::unique_ptr<StreamTimer> timer = device.make_stream_timer();
+      if (timer)
+        profiling_tables.push_back(
+            std::make_unique<ProfilingKernels>(device_table, *profile, std::move(timer)));
+      else
+        profiling_tables.push_back(std::make_unique<ProfilingKernels>(device_table, *profile));
       return *profiling_tables.back();
     };
   }
@@ -216,8 +219,13 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
   PrecisionRow row;
   row.name = precision;
   GemmProbe* gemm = cpu ? &cpu->for_precision(precision) : nullptr;
+  // The profiled tables' stream times, read once a step, after it (a no-op on the CPU).
+  auto flush_profile = [&] {
+    for (auto& table : profiling_tables) table->flush();
+  };
   for (int i = 0; i < o.warmup; ++i) {
     row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
+    flush_profile();
     if (gemm) gemm->run();
   }
   if (profile) profile->reset();
@@ -227,6 +235,7 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
     auto t0 = Clock::now();
     row.skipped += engine.train_step({&batch, 1}, 1e-4f).skipped;
     row.step_ms.push_back(seconds_since(t0) * 1e3);
+    flush_profile();
     if (!cpu) continue;
     row.peak_rates.push_back(peak_after_step().gflops);
     row.gemm_rates.push_back(gemm->run());

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/kernels.h"
 #include "runtime/memory_tracker.h"
@@ -22,6 +23,19 @@
 namespace zt {
 
 class Device;
+
+// Times spans of the work a device queues on its compute stream, without waiting for it: start()
+// and stop() mark where the span's work begins and ends in the queue (a GPU records an event
+// there); collect() waits for the last marked work once and returns every span's seconds, in
+// start order, then forgets them. One caller thread; spans do not nest. (ProfilingKernels uses
+// it for zt-bench train --profile: one collect per step, no stall per entry.)
+class StreamTimer {
+ public:
+  virtual ~StreamTimer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;  // ends the span start() began
+  virtual std::vector<double> collect() = 0;
+};
 
 // One tracked allocation; move-only; freed (and untracked) on destruction.
 class Buffer {
@@ -78,6 +92,10 @@ class Device {
   // exactly does not. Buffers already live are kept when the limit is lowered below them.
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
   size_t memory_limit() const { return memory_limit_; }
+
+  // A timer of this device's queued work (StreamTimer), or null where the host clock around a
+  // call already measures it (the CPU device computes before returning).
+  virtual std::unique_ptr<StreamTimer> make_stream_timer() { return nullptr; }
 
   // Host <-> device copies (the CPU device copies with memcpy).
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;

@@ -32,6 +32,9 @@ class CudaDevice final : public Device {
   std::string name() const override;  // "cuda:0 (NVIDIA H200)"
   Kernels& kernels_for(DType activations) override;
   bool host_accessible() const override { return false; }
+  // CUDA events on the compute stream (cuda_stream_timer.h).
+  std::unique_ptr<StreamTimer> make_stream_timer() override;
+
   // The fp32 table (set_allow_tf32 on it applies to all three).
   CudaKernels& cuda_kernels();
 

@@ -11,7 +11,8 @@
 // embeddings) and ignored targets (kIgnoreTarget) against the CPU. Last, issue 11's paths for
 // every dtype on awkward shapes, within the error bound of fp32 sums: the tensor-core matmul
 // (cuBLASLt; both layouts, with and without bias, dweight accumulated in 16 bits and in fp32),
-// the two-stage column reductions, and their determinism.
+// the two-stage column reductions, and their determinism; and the CUDA event timer behind
+// zt-bench train --profile (Device::make_stream_timer).
 // Written against Device / Kernels only (no CUDA headers), so it compiles with or without CUDA;
 // every test skips when no GPU is usable. Not here: TF32 (CudaKernels::set_allow_tf32 needs the
 // CUDA headers), the element-wise ops and optimizers (cuda_kernels.cu), performance.
@@ -1177,6 +1178,27 @@ TEST_F(CudaNnKernelsTest, SixteenBitMatmulIsDeterministic) {
       EXPECT_TRUE(same_bits(dinps[0], dinps[1])) << what << " dinp";
       EXPECT_TRUE(same_bits(dws[0], dws[1])) << what << " dweight";
     }
+}
+
+// Per-entry times from CUDA events (Device::make_stream_timer): one span per start/stop pair,
+// each non-negative, read back in one collect; a second collect starts empty.
+TEST_F(CudaNnKernelsTest, StreamTimerTimesEachSpanOnTheStream) {
+  std::unique_ptr<StreamTimer> timer = gpu_dev_->make_stream_timer();
+  ASSERT_TRUE(timer);
+  const GemmCase g{256, 256, 256};
+  Mirror inp = mirror(random_floats(g.M * g.K, 1));
+  Mirror w = mirror(random_floats(g.K * g.N, 2));
+  Mirror out = mirror(random_floats(g.M * g.N, 3));
+  for (int i = 0; i < 3; ++i) {
+    timer->start();
+    gpu().matmul_forward(out.g(), inp.g(), w.g(), nullptr, g.M, g.K, g.N, WeightLayout::kInOut);
+    timer->stop();
+  }
+  const std::vector<double> seconds = timer->collect();
+  ASSERT_EQ(seconds.size(), 3u);
+  for (double s : seconds) EXPECT_GE(s, 0.0);
+  EXPECT_TRUE(timer->collect().empty());
+  EXPECT_FALSE(cpu_dev_.make_stream_timer()) << "the CPU times with the host clock";
 }
 
 }  // namespace
