@@ -184,6 +184,7 @@ PrecisionRow measure(const BenchTrainOptions& o, const Gpt2Config& config,
   Device& device = *device_owner;
   if (o.allow_tf32) set_allow_tf32(device, true);
   Gpt2 model(config);
+  model.set_chunk_budget_bytes(device.chunk_budget_bytes());  // the LM head's logits chunk
   EngineOptions eo;
   eo.optimizer.type = OptimizerOptions::Type::kAdamW;
   eo.optimizer.weight_decay = 0.1f;

@@ -50,6 +50,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   cudaDeviceProp prop{};
   ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
   device_name_ = prop.name;
+  chunk_budget_ = gpu_chunk_budget_bytes(static_cast<int64_t>(prop.totalGlobalMem));
   try {
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));

@@ -12,7 +12,7 @@
 // every dtype on awkward shapes, within the error bound of fp32 sums: the tensor-core matmul
 // (cuBLASLt; both layouts, with and without bias, dweight accumulated in 16 bits and in fp32),
 // the two-stage column reductions, and their determinism; and the CUDA event timer behind
-// zt-bench train --profile (Device::make_stream_timer).
+// zt-bench train --profile (Device::make_stream_timer) and the GPU's chunk budget.
 // Written against Device / Kernels only (no CUDA headers), so it compiles with or without CUDA;
 // every test skips when no GPU is usable. Not here: TF32 (CudaKernels::set_allow_tf32 needs the
 // CUDA headers), the element-wise ops and optimizers (cuda_kernels.cu), performance.
@@ -1178,6 +1178,13 @@ TEST_F(CudaNnKernelsTest, SixteenBitMatmulIsDeterministic) {
       EXPECT_TRUE(same_bits(dinps[0], dinps[1])) << what << " dinp";
       EXPECT_TRUE(same_bits(dws[0], dws[1])) << what << " dweight";
     }
+}
+
+// The chunk budget a GPU gives the LM head (Device::chunk_budget_bytes): a fraction of its
+// memory, never below the CPU's.
+TEST_F(CudaNnKernelsTest, GpuChunkBudgetIsAtLeastTheCpus) {
+  EXPECT_GE(gpu_dev_->chunk_budget_bytes(), cpu_dev_.chunk_budget_bytes());
+  EXPECT_EQ(cpu_dev_.chunk_budget_bytes(), Device::kCpuChunkBudgetBytes);
 }
 
 // Per-entry times from CUDA events (Device::make_stream_timer): one span per start/stop pair,

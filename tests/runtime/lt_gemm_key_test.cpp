@@ -1,11 +1,13 @@
-// The host-side logic of the CUDA back end's GEMM plans, runnable without a GPU: LtGemmKey
-// (runtime/cuda/lt_gemm_key.h: a plan per problem, types and pointer alignment).
+// The host-side logic of the CUDA back end's GEMM plans and chunking, runnable without a GPU:
+// LtGemmKey (runtime/cuda/lt_gemm_key.h: a plan per problem, types and pointer alignment) and
+// gpu_chunk_budget_bytes (runtime/device.h: the LM head's chunk budget on a GPU).
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
 
 #include "runtime/cuda/lt_gemm_key.h"
+#include "runtime/device.h"
 
 namespace zt {
 namespace {
@@ -55,6 +57,15 @@ TEST(LtGemmKey, ProblemsDifferingInAnyFieldGetTheirOwnPlan) {
   EXPECT_EQ(plans.at(base), 0);  // the same problem finds its plan again
   LtGemmKey same = base;
   EXPECT_TRUE(same == base);
+}
+
+TEST(GpuChunkBudget, IsAFractionOfTheGpusMemoryNeverBelowTheCpus) {
+  const int64_t h200 = int64_t{143771} << 20;  // 140.4 GiB, as cudaDeviceProp reports an H200
+  EXPECT_EQ(gpu_chunk_budget_bytes(h200), h200 / 32);
+  // GPT-2's logits for 16 x 1024 tokens (Vp 50304, fp32) fit one chunk on an H200.
+  EXPECT_GE(gpu_chunk_budget_bytes(h200), int64_t{16} * 1024 * 50304 * 4);
+  EXPECT_EQ(gpu_chunk_budget_bytes(int64_t{256} << 20), Device::kCpuChunkBudgetBytes);
+  EXPECT_EQ(gpu_chunk_budget_bytes(0), Device::kCpuChunkBudgetBytes);
 }
 
 }  // namespace
