@@ -203,6 +203,7 @@ std::unique_ptr<RowRun> start_row(const BenchTrainOptions& o, const Gpt2Config& 
   if (o.allow_tf32) set_allow_tf32(device, true);
   run->model = std::make_unique<Gpt2>(config);
   Gpt2& model = *run->model;
+  model.set_chunk_budget_bytes(device.chunk_budget_bytes());  // the LM head's logits chunk
   EngineOptions eo;
   eo.optimizer.type = OptimizerOptions::Type::kAdamW;
   eo.optimizer.weight_decay = 0.1f;
@@ -217,12 +218,15 @@ std::unique_ptr<RowRun> start_row(const BenchTrainOptions& o, const Gpt2Config& 
     run->profile = std::make_unique<OpProfile>();
     RowRun* r = run.get();
     eo.kernels = [r](Kernels& device_table) -> Kernels& {
-      // A GPU enqueues: each entry's time is read after its stream work completed.
-      std::function<void()> sync;
-      Device* d = r->device.get();
-      if (!d->host_accessible()) sync = [d] { synchronize_device(*d); };
-      r->profiling_tables.push_back(
-          std::make_unique<ProfilingKernels>(device_table, *r->profile, std::move(sync)));
+      // A GPU enqueues: its entries are timed by events on its stream (a StreamTimer), read
+      // back once per step (flush_profile); the CPU computes before returning: the host clock.
+      std::unique_ptr<StreamTimer> timer = r->device->make_stream_timer();
+      if (timer)
+        r->profiling_tables.push_back(
+            std::make_unique<ProfilingKernels>(device_table, *r->profile, std::move(timer)));
+      else
+        r->profiling_tables.push_back(
+            std::make_unique<ProfilingKernels>(device_table, *r->profile));
       return *r->profiling_tables.back();
     };
   }
@@ -233,8 +237,14 @@ std::unique_ptr<RowRun> start_row(const BenchTrainOptions& o, const Gpt2Config& 
   return run;
 }
 
+// The profiled tables' stream times, read once a step, after it (a no-op on the CPU).
+void flush_profile(RowRun& run) {
+  for (auto& table : run.profiling_tables) table->flush();
+}
+
 void warm_up(RowRun& run, const Batch& batch) {
   const StepResult r = run.engine->train_step({&batch, 1}, 1e-4f);
+  flush_profile(run);
   run.row.skipped += r.skipped;
   run.row.losses.push_back(r.loss);
   if (run.gemm) run.gemm->run();
@@ -246,6 +256,7 @@ void timed_step(RowRun& run, const Batch& batch) {
   auto t0 = Clock::now();
   const StepResult r = run.engine->train_step({&batch, 1}, 1e-4f);
   run.row.step_ms.push_back(seconds_since(t0) * 1e3);
+  flush_profile(run);
   run.row.skipped += r.skipped;
   run.row.losses.push_back(r.loss);
   if (!run.gemm) return;

@@ -450,6 +450,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   try {
     model_slot = build_model(model_config);
     Model& built = *model_slot;
+    built.set_chunk_budget_bytes(device.chunk_budget_bytes());  // the LM head's logits chunk
     EngineOptions engine_opts = engine_options(config, built);
     const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
     const OffloadConfig& op = config.zero_optimization.offload_param;

@@ -192,8 +192,8 @@ class BlockLayer final : public Layer {
 // into d ln_f-output and d wte, so the head keeps (N, C) floats instead of (N, Vp).
 class HeadLayer final : public Layer {
  public:
-  HeadLayer(const Gpt2Config& c, TableUnit& root, const int64_t& chunk_rows)
-      : c_(c), root_(root), chunk_rows_(chunk_rows) {}
+  HeadLayer(const Gpt2Config& c, TableUnit& root, const LogitsChunking& chunking)
+      : c_(c), root_(root), chunking_(chunking) {}
   int unit_index() const override { return 0; }
   bool checkpointable() const override { return false; }
 
@@ -246,17 +246,10 @@ class HeadLayer final : public Layer {
   }
 
  private:
-  int64_t chunk_rows(int64_t N) const {
-    if (chunk_rows_ > 0) return std::min(chunk_rows_, N);
-    // Split N rows into the fewest equal chunks whose logits fit in 32 MiB.
-    const int64_t budget_rows =
-        std::max<int64_t>(1, (int64_t{32} << 20) / (c_.padded_vocab_size() * 4));
-    const int64_t chunks = (N + budget_rows - 1) / budget_rows;
-    return (N + chunks - 1) / chunks;
-  }
+  int64_t chunk_rows(int64_t N) const { return chunking_.rows_for(N, c_.padded_vocab_size()); }
   Gpt2Config c_;
   TableUnit& root_;
-  const int64_t& chunk_rows_;
+  const LogitsChunking& chunking_;
 };
 
 }  // namespace
@@ -299,7 +292,7 @@ Gpt2::Gpt2(const Gpt2Config& config) : config_(config) {
     layers_.push_back(std::make_unique<BlockLayer>(config, *block, l + 1));
     units_.push_back(std::move(block));
   }
-  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunk_rows_));
+  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunking_));
   for (auto& u : units_) unit_ptrs_.push_back(u.get());
   for (auto& l : layers_) layer_ptrs_.push_back(l.get());
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model_zoo/logits_chunking.h"
 #include "runtime/model.h"
 
 namespace zt {
@@ -43,11 +44,12 @@ class Gpt2 final : public Model {
   double forward_flops_per_token(int64_t T) const override;
   const Gpt2Config& config() const { return config_; }
   // Rows of logits computed at once by the head (bounds the head's activation memory).
-  void set_logits_chunk_rows(int64_t rows) { logits_chunk_rows_ = rows; }
+  void set_logits_chunk_rows(int64_t rows) { logits_chunking_.rows = rows; }
+  void set_chunk_budget_bytes(int64_t bytes) override { logits_chunking_.budget_bytes = bytes; }
 
  private:
   Gpt2Config config_;
-  int64_t logits_chunk_rows_ = 0;  // 0: chosen from a 32 MiB budget
+  LogitsChunking logits_chunking_;  // the head's rows per chunk (logits_chunking.h)
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Unit*> unit_ptrs_;

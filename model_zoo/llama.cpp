@@ -240,9 +240,9 @@ class DecoderLayer final : public Layer {
 // d logits becomes d norm-output and d head weight at once.
 class HeadLayer final : public Layer {
  public:
-  HeadLayer(const LlamaConfig& c, TableUnit& root, const int64_t& chunk_rows)
+  HeadLayer(const LlamaConfig& c, TableUnit& root, const LogitsChunking& chunking)
       : c_(c), root_(root), head_(c.tie_word_embeddings ? kEmbed : kLmHead),
-        chunk_rows_(chunk_rows) {}
+        chunking_(chunking) {}
   int unit_index() const override { return 0; }
   bool checkpointable() const override { return false; }
 
@@ -291,17 +291,11 @@ class HeadLayer final : public Layer {
   }
 
  private:
-  int64_t chunk_rows(int64_t N) const {
-    if (chunk_rows_ > 0) return std::min(chunk_rows_, N);
-    // Split N rows into the fewest equal chunks whose logits fit in 32 MiB.
-    const int64_t budget_rows = std::max<int64_t>(1, (int64_t{32} << 20) / (c_.vocab_size * 4));
-    const int64_t chunks = (N + budget_rows - 1) / budget_rows;
-    return (N + chunks - 1) / chunks;
-  }
+  int64_t chunk_rows(int64_t N) const { return chunking_.rows_for(N, c_.vocab_size); }
   LlamaConfig c_;
   TableUnit& root_;
   int head_;  // kEmbed (tied) or kLmHead
-  const int64_t& chunk_rows_;
+  const LogitsChunking& chunking_;
 };
 
 }  // namespace
@@ -414,7 +408,7 @@ Llama::Llama(const LlamaConfig& config) : config_(config) {
     layers_.push_back(std::make_unique<DecoderLayer>(config, *block, at, l + 1));
     units_.push_back(std::move(block));
   }
-  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunk_rows_));
+  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunking_));
   for (auto& u : units_) unit_ptrs_.push_back(u.get());
   for (auto& l : layers_) layer_ptrs_.push_back(l.get());
 }

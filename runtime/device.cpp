@@ -113,4 +113,8 @@ void Device::release(void* data, size_t bytes, MemCategory category) {
   raw_free(data, bytes);
 }
 
+int64_t gpu_chunk_budget_bytes(int64_t total_memory_bytes) {
+  return std::max(Device::kCpuChunkBudgetBytes, total_memory_bytes / 32);
+}
+
 }  // namespace zt

@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/kernels.h"
 #include "runtime/memory_tracker.h"
@@ -22,6 +24,19 @@
 namespace zt {
 
 class Device;
+
+// Times spans of the work a device queues on its compute stream, without waiting for it: start()
+// and stop() mark where the span's work begins and ends in the queue (a GPU records an event
+// there); collect() waits for the last marked work once and returns every span's seconds, in
+// start order, then forgets them. One caller thread; spans do not nest. (ProfilingKernels uses
+// it for zt-bench train --profile: one collect per step, no stall per entry.)
+class StreamTimer {
+ public:
+  virtual ~StreamTimer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;  // ends the span start() began
+  virtual std::vector<double> collect() = 0;
+};
 
 // One tracked allocation; move-only; freed (and untracked) on destruction.
 class Buffer {
@@ -51,6 +66,11 @@ class Buffer {
   MemCategory category_ = MemCategory::kOther;
 };
 
+// The chunk budget (Device::chunk_budget_bytes) of a GPU with `total_memory_bytes`: 1/32 of it
+// (4.4 GB on an H200: GPT-2's logits for 16 x 1024 tokens, 3.3 GB, in one chunk, with room for
+// the 16-bit GEMM operands beside them), never below the CPU's budget. Pure arithmetic.
+int64_t gpu_chunk_budget_bytes(int64_t total_memory_bytes);
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -78,6 +98,18 @@ class Device {
   // exactly does not. Buffers already live are kept when the limit is lowered below them.
   void set_memory_limit(size_t bytes) { memory_limit_ = bytes; }
   size_t memory_limit() const { return memory_limit_; }
+
+  // A timer of this device's queued work (StreamTimer), or null where the host clock around a
+  // call already measures it (the CPU device computes before returning).
+  virtual std::unique_ptr<StreamTimer> make_stream_timer() { return nullptr; }
+
+  // Bytes of fp32 a layer may allocate at once for one chunk of a chunked computation (the LM
+  // head's logits, model_zoo/gpt2.cpp and llama.cpp), the chunk sized to it. A property of the
+  // device, not of its free memory at the time, so every run (and the memory planner) chunks
+  // the same way: the CPU keeps 32 MiB, a size its caches stream well; a GPU allows a fraction
+  // of its memory, so a whole batch's logits fit in one chunk (one large GEMM, not ~100 small).
+  virtual int64_t chunk_budget_bytes() const { return kCpuChunkBudgetBytes; }
+  static constexpr int64_t kCpuChunkBudgetBytes = int64_t{32} << 20;
 
   // Host <-> device copies (the CPU device copies with memcpy).
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;

@@ -11,7 +11,9 @@ namespace zt {
 
 // kWorkspace: transient fp32 copies a back end that computes in fp32 makes of 16-bit values
 // (the CPU back end under mixed precision: a unit's parameters while in use, its gradient
-// while produced, a shard's gradient during the optimizer step). Not model state.
+// while produced, a shard's gradient during the optimizer step), and a kernel's transient
+// operands (the CUDA back end: 16-bit copies of a GEMM's activation operand and output, column
+// reductions' partial sums). Not model state.
 enum class MemCategory {
   kParams, kGrads, kOptimizer, kActivations, kCommBuffers, kWorkspace, kOther
 };

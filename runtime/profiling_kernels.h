@@ -3,11 +3,13 @@
 // per entry name, total seconds and calls. zt-bench train --profile hands it to the engine
 // through EngineOptions::kernels and prints time per entry per step.
 //
-// Time is host wall time (std::chrono::steady_clock) around each call. The CPU back end
-// computes before returning, so that is the kernel's time. A back end that enqueues (CUDA)
-// passes `synchronize` (a stream synchronize), called before each clock read so a call's time
-// is its own; later, events on the stream instead, which cost no host stall. Not thread-safe:
-// one caller thread, as the engine's.
+// Two clocks. The host clock (std::chrono::steady_clock) around each call: the CPU back end
+// computes before returning, so that is the kernel's time; an optional `synchronize` is called
+// before each clock read (a back end that enqueues could pass a stream synchronize, at the cost
+// of serializing the host with the device). Or a StreamTimer (runtime/device.h; a GPU's CUDA
+// events on the compute stream, Device::make_stream_timer): each call's queued work is marked
+// as a span without waiting, and flush() (once per step, after the step) reads the spans back
+// into the profile. Not thread-safe: one caller thread, as the engine's.
 #pragma once
 
 #include <chrono>
@@ -17,6 +19,10 @@
 #include <string>
 #include <type_traits>
 
+#include <memory>
+#include <vector>
+
+#include "runtime/device.h"
 #include "runtime/kernels.h"
 
 namespace zt {
@@ -43,6 +49,13 @@ class ProfilingKernels final : public Kernels {
   // engine's fp32 table and its table for the compute dtype).
   ProfilingKernels(Kernels& base, OpProfile& profile, std::function<void()> synchronize = {})
       : base_(base), profile_(profile), synchronize_(std::move(synchronize)) {}
+  // Timed by `timer` (not null): the profile receives the times at flush().
+  ProfilingKernels(Kernels& base, OpProfile& profile, std::unique_ptr<StreamTimer> timer)
+      : base_(base), profile_(profile), timer_(std::move(timer)) {}
+
+  // With a StreamTimer: waits for the spans of the calls so far and adds them to the profile
+  // (a call that threw is left out). Without one: nothing (the profile is already current).
+  void flush();
 
   OpProfile& profile() { return profile_; }
   const OpProfile& profile() const { return profile_; }
@@ -115,6 +128,7 @@ class ProfilingKernels final : public Kernels {
   // returns what call() returned. A call that throws is not recorded.
   template <typename Call>
   std::invoke_result_t<Call> timed(const char* name, Call&& call) {
+    if (timer_) return stream_timed(name, call);
     const Clock::time_point t0 = now();
     if constexpr (std::is_void_v<std::invoke_result_t<Call>>) {
       call();
@@ -126,9 +140,33 @@ class ProfilingKernels final : public Kernels {
     }
   }
 
+  // call() inside a StreamTimer span, its name kept for flush() (null: the call threw).
+  template <typename Call>
+  std::invoke_result_t<Call> stream_timed(const char* name, Call& call) {
+    timer_->start();
+    try {
+      if constexpr (std::is_void_v<std::invoke_result_t<Call>>) {
+        call();
+        timer_->stop();
+        span_names_.push_back(name);
+      } else {
+        auto result = call();
+        timer_->stop();
+        span_names_.push_back(name);
+        return result;
+      }
+    } catch (...) {
+      timer_->stop();
+      span_names_.push_back(nullptr);
+      throw;
+    }
+  }
+
   Kernels& base_;
   OpProfile& profile_;
   std::function<void()> synchronize_;
+  std::unique_ptr<StreamTimer> timer_;
+  std::vector<const char*> span_names_;  // the timer's spans since the last flush, in order
 };
 
 }  // namespace zt

@@ -19,6 +19,7 @@
 #include "runtime/byte_count.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_stream_timer.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -49,6 +50,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   cudaDeviceProp prop{};
   ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
   device_name_ = prop.name;
+  chunk_budget_ = gpu_chunk_budget_bytes(static_cast<int64_t>(prop.totalGlobalMem));
   try {
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
@@ -116,6 +118,10 @@ void CudaDevice::copy(void* dst, const void* src, size_t bytes) {
 void CudaDevice::zero(void* dst, size_t bytes) {
   if (bytes == 0) return;
   ZT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_));
+}
+
+std::unique_ptr<StreamTimer> CudaDevice::make_stream_timer() {
+  return std::make_unique<CudaStreamTimer>(ordinal_, compute_);
 }
 
 void CudaDevice::synchronize() {

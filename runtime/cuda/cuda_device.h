@@ -32,6 +32,10 @@ class CudaDevice final : public Device {
   std::string name() const override;  // "cuda:0 (NVIDIA H200)"
   Kernels& kernels_for(DType activations) override;
   bool host_accessible() const override { return false; }
+  // CUDA events on the compute stream (cuda_stream_timer.h).
+  std::unique_ptr<StreamTimer> make_stream_timer() override;
+  // gpu_chunk_budget_bytes(total memory) (runtime/device.h).
+  int64_t chunk_budget_bytes() const override { return chunk_budget_; }
   // The fp32 table (set_allow_tf32 on it applies to all three).
   CudaKernels& cuda_kernels();
 
@@ -59,6 +63,7 @@ class CudaDevice final : public Device {
 
   int ordinal_;
   std::string device_name_;                  // cudaDeviceProp::name
+  int64_t chunk_budget_ = 0;                 // chunk_budget_bytes()
   cudaStream_t compute_ = nullptr;
   cudaStream_t comm_ = nullptr;
   std::unique_ptr<CudaKernels> kernels_[3];  // by DType: fp32, fp16, bf16

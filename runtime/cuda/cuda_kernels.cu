@@ -309,6 +309,7 @@ __global__ void sum_in_order_kernel(double* partials, int64_t blocks) {
 // Frees whatever of impl is held, ignoring errors (the last table's destructor and the failed
 // constructor path).
 void release(CudaKernels::Impl& impl) noexcept {
+  impl.lt_gemm.reset();  // its plans before the handle they were made with
   if (impl.cublas) cublasDestroy(impl.cublas);
   if (impl.lt) cublasLtDestroy(impl.lt);
   if (impl.lt_workspace) cudaFree(impl.lt_workspace);
@@ -343,6 +344,7 @@ CudaKernels::CudaKernels(Device& device, cudaStream_t stream)
     ZT_CUBLAS_CHECK(cublasLtCreate(&impl.lt));
     ZT_CUDA_CHECK(cudaMalloc(&impl.lt_workspace, kLtWorkspaceBytes));
     impl.lt_workspace_bytes = kLtWorkspaceBytes;
+    impl.lt_gemm = std::make_unique<LtGemm>(impl.lt, impl.lt_workspace, impl.lt_workspace_bytes);
     ZT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&impl.host_result), sizeof(double)));
   } catch (...) {
     release(impl);  // the deleter then finds nothing held
@@ -357,9 +359,16 @@ CudaKernels::~CudaKernels() {
   cudaStreamSynchronize(stream_);  // no kernel of ours may still use the shared scratch
 }
 
-Buffer CudaKernels::scratch(int64_t n) {
+Buffer CudaKernels::scratch(int64_t n, DType dtype) {
   ZT_CUDA_ASSERT(n >= 0, "negative scratch size");
-  return device_.alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kWorkspace);
+  return device_.alloc(static_cast<size_t>(n) * dtype_size(dtype), MemCategory::kWorkspace);
+}
+
+const void* CudaKernels::narrowed_to_act(const float* x, int64_t n, Buffer& holder) {
+  ZT_CUDA_ASSERT(act_ != DType::kF32, "narrowed_to_act on the fp32 table");
+  holder = scratch(n, act_);
+  cast(holder.data(), act_, x, DType::kF32, n);
+  return holder.data();
 }
 
 const float* CudaKernels::widened(ConstOperand op, int64_t n, Buffer& holder) {

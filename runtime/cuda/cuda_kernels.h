@@ -1,25 +1,32 @@
 // CudaKernels: the Kernels table on one GPU, every call enqueued on the device's compute stream
-// (returning before the work is done, except the two that return a value). GEMMs through cuBLAS
-// (cuBLASLt where it helps), TF32 only when set_allow_tf32(true) (zt.allow_tf32); the other ops
-// are our kernels. The Kernels contracts hold as on the CPU: backward kernels accumulate,
-// element-wise kernels give an element the same bits wherever it sits in a buffer, and
-// reductions (sum_squares, bias and layer-norm weight gradients, embedding gradients) use a fixed
-// order independent of launch geometry, so results are deterministic run to run.
+// (returning before the work is done, except the two that return a value). GEMMs through
+// cuBLASLt (16-bit operands, tensor cores) and cuBLAS (fp32, TF32 only when
+// set_allow_tf32(true), zt.allow_tf32); the other ops are our kernels. The Kernels contracts
+// hold as on the CPU: backward kernels accumulate, element-wise kernels give an element the same
+// bits wherever it sits in a buffer, and reductions (sum_squares, bias and norm weight gradients
+// in two stages, embedding gradients) use a fixed order independent of launch geometry and
+// timing, so results are deterministic run to run. Never yet run on a GPU: built and
+// parity-tested against the CPU back end by tests that skip without one.
 //
 // Precision (kernels.h). A device has three tables, one per activation dtype, sharing one
-// stream, one set of cuBLAS handles and workspaces, and one TF32 setting; a table rounds every
-// activation it writes to its dtype with round_to's kernel right after the kernel that wrote it
-// (the list is in cuda_nn_kernels.cu and cuda_kernels.cu, entry by entry). 16-bit operands:
-// our own kernels (embedding, layer norm, bias sums, optimizers, sum_squares) read and write
-// them in their dtype with templated loads and stores (fp32 inside, one rounding per stored
-// gradient element). The GEMMs do not yet: a 16-bit weight is widened into an fp32 scratch
-// (tracked as kWorkspace) and a 16-bit weight gradient is computed into an fp32 scratch, then
-// added into the stored values with one rounding. Correct, not fast; native tensor-core
-// bf16/fp16 GEMMs are issue 11's work.
+// stream, one set of cuBLAS handles, workspaces and cuBLASLt plans, and one TF32 setting; a
+// table rounds every activation it writes to its dtype, in the op's own last step (a GEMM's
+// epilogue, or round_to's kernel right after the kernel that wrote it: the list is in
+// cuda_nn_kernels.cu and cuda_kernels.cu, entry by entry). 16-bit operands: our own kernels
+// (embedding, layer norm, bias sums, optimizers, sum_squares) read and write them in their dtype
+// with templated loads and stores (fp32 inside, one rounding per stored gradient element). The
+// GEMMs of a 16-bit table whose weight (or weight gradient) has the table's dtype run on tensor
+// cores through cuBLASLt: A and B 16-bit, fp32 accumulation (CUBLAS_COMPUTE_32F), the
+// activation operand narrowed (exactly) into a tracked 16-bit scratch (kWorkspace); the forward
+// writes a 16-bit D with the bias added by the epilogue before its one rounding, and a 16-bit
+// weight gradient accumulates as C = D = dW, beta = 1, rounded once (cuda_nn_kernels.cu,
+// "Matmul", has the whole list). Operands of any other mix fall back to fp32 GEMMs on widened
+// copies (correct, not fast).
 //
 // The methods are split over cuda_kernels.cu (construction, element-wise, optimizers,
 // reductions) and cuda_nn_kernels.cu (matmul, embedding, layer norm, attention, cross-entropy);
-// both share CudaKernels::Impl from cuda_kernels_impl.h.
+// both share CudaKernels::Impl from cuda_kernels_impl.h; cuda_lt_gemm.h holds the cuBLASLt
+// plans.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -107,10 +114,13 @@ class CudaKernels final : public Kernels {
   void round_act(float* x, int64_t n) {
     if (act_ != DType::kF32) round_to(x, act_, n);
   }
-  // An fp32 scratch of n floats from the device's allocator (kWorkspace), contents unspecified.
-  // Freed by the caller when the entry returns: the block's next user enqueues on this same
-  // stream, after the kernels that read it (cuda_device.cpp's stream-ordered reuse).
-  Buffer scratch(int64_t n);
+  // A scratch of n elements of `dtype` from the device's allocator (kWorkspace), contents
+  // unspecified. Freed by the caller when the entry returns: the block's next user enqueues on
+  // this same stream, after the kernels that read it (cuda_device.cpp's stream-ordered reuse).
+  Buffer scratch(int64_t n, DType dtype = DType::kF32);
+  // x[0, n) (activations: values of the table's 16-bit dtype) stored as that dtype in a new
+  // scratch held by `holder`: exact, the GEMMs' 16-bit operand.
+  const void* narrowed_to_act(const float* x, int64_t n, Buffer& holder);
   // `op` (n elements) as fp32: its own pointer when fp32 (or null), else widened into a new
   // scratch held by `holder`.
   const float* widened(ConstOperand op, int64_t n, Buffer& holder);

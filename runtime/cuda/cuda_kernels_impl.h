@@ -11,9 +11,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_lt_gemm.h"
 
 #define ZT_CUBLAS_CHECK(call)                                                              \
   do {                                                                                     \
@@ -37,6 +39,7 @@ struct CudaKernels::Impl {
   cublasLtHandle_t lt = nullptr;
   void* lt_workspace = nullptr;        // cuBLASLt workspace (device)
   size_t lt_workspace_bytes = 0;
+  std::unique_ptr<LtGemm> lt_gemm;     // cuBLASLt plans per problem, over lt and lt_workspace
   bool allow_tf32 = false;
   // The reduction that returns to the host (sum_squares): device partials and a pinned host
   // landing slot.

@@ -1,13 +1,16 @@
-// CudaKernels, the neural-network ops: matmul (cuBLAS GEMMs), embedding, layer norm, RMSNorm,
-// attention, multi-head and grouped-query (cuBLAS strided-batched GEMMs around our causal softmax
-// kernels), softmax cross-entropy. Every
-// call is enqueued on stream_ (the cuBLAS handle is bound to it) and returns before the work is
-// done. Same math as runtime/cpu/cpu_nn_kernels.cpp and cpu_attention_kernels.cpp;
+// CudaKernels, the neural-network ops: matmul (cuBLASLt tensor-core GEMMs for 16-bit operands,
+// cuBLAS fp32 GEMMs otherwise), embedding, layer norm, RMSNorm, attention, multi-head and
+// grouped-query (cuBLAS strided-batched GEMMs around our causal softmax kernels), softmax
+// cross-entropy. Every call is enqueued on stream_ (the cuBLAS handle is bound to it, cuBLASLt
+// is called with it) and returns before the work is done. Same math as
+// runtime/cpu/cpu_nn_kernels.cpp, cpu_matmul_kernels.cpp and cpu_attention_kernels.cpp;
 // tests/runtime/cuda_nn_kernels_test.cpp checks parity against them.
 //
 // Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
-// whose shape depends only on compile-time constants (kColumnRowGroups, warp size, block sizes),
-// never on the GPU's SM count, so each op gives the same bits run to run.
+// whose shape depends only on compile-time constants (kColumnRowGroups, kColumnChunkRows, warp
+// size, block sizes) and the problem's size, never on the GPU's SM count or launch timing, so
+// each op gives the same bits run to run. The cuBLASLt GEMMs run the algorithm cached for their
+// problem (cuda_lt_gemm.h), with no in-place split-K reduction.
 //
 // Row-major vs cuBLAS: cuBLAS is column-major. A row-major (R,S) matrix with row stride ld is,
 // to cuBLAS, a column-major (S,R) matrix with leading dimension ld: its transpose. So a row-major
@@ -16,13 +19,13 @@
 // product it computes.
 //
 // Precision (cuda_kernels.h). Activations written here are rounded to the table's activation
-// dtype after the kernel that wrote them (round_act): matmul out / dinp, embedding out, layer-norm
-// and RMSNorm out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
+// dtype: by the matmul itself (the 16-bit forward's cuBLASLt epilogue, see "Matmul" below) or by
+// round_act after the kernel that wrote them: matmul dinp, embedding out, layer-norm and RMSNorm
+// out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
 // logits gradient when dloss != 0 (losses stay fp32). 16-bit parameters and parameter gradients
-// are read and written in their dtype by our kernels (templated on the storage type: a gradient
-// element is widened, accumulated in fp32 and narrowed once); the GEMMs widen a 16-bit weight
-// into an fp32 scratch and compute a 16-bit weight gradient into one, added into the stored
-// values with one rounding (add's bits), until issue 11's tensor-core GEMMs.
+// are read and written in their dtype: by our kernels (templated on the storage type: a gradient
+// element is widened, accumulated in fp32 and narrowed once), and by the 16-bit GEMMs, whose
+// operands are 16-bit and whose accumulate-into-gradient is one rounding (C = D, beta = 1).
 //
 // Not here: the element-wise ops, optimizers and flat reductions (cuda_kernels.cu).
 #include <cuda_runtime.h>
@@ -119,28 +122,6 @@ __global__ void broadcast_rows_kernel(float* out, const typename S::Elem* bias, 
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * N) return;
   out[i] = bias ? S::to_fp32(bias[i % N]) : 0.0f;
-}
-
-// dbias (N) += column sums of dout (M,N). Block: kColumnsPerBlock columns × kColumnRowGroups
-// row groups; group g sums rows g, g+8, g+16, ... in order, then the 8 group sums are added in
-// group order. The order depends on the constants only. dbias is stored as S: the old value
-// widened, the sum added in fp32, the result rounded once (fp32: a plain +=).
-template <class S>
-__global__ void column_sums_kernel(typename S::Elem* dbias, const float* dout, int64_t M,
-                                   int64_t N) {
-  __shared__ float partial[kColumnRowGroups][kColumnsPerBlock];
-  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
-  const int g = threadIdx.y;
-  float acc = 0.0f;
-  if (col < N)
-    for (int64_t r = g; r < M; r += kColumnRowGroups) acc += dout[r * N + col];
-  partial[g][threadIdx.x] = acc;
-  __syncthreads();
-  if (g == 0 && col < N) {
-    float sum = 0.0f;
-    for (int j = 0; j < kColumnRowGroups; ++j) sum += partial[j][threadIdx.x];
-    dbias[col] = S::from_fp32(S::to_fp32(dbias[col]) + sum);
-  }
 }
 
 // out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (positions null: t), the tables stored
@@ -262,39 +243,6 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
   }
 }
 
-// dweight (C) += Σ_rows dout·norm, dbias (C) += Σ_rows dout: the column-sum blocking of
-// column_sums_kernel (fixed order). dweight and dbias are stored as SW and SB: old value widened,
-// sum added in fp32, rounded once (fp32: a plain +=).
-template <class SW, class SB>
-__global__ void layernorm_backward_params_kernel(typename SW::Elem* dweight,
-                                                 typename SB::Elem* dbias, const float* dout,
-                                                 const float* inp, const float* mean,
-                                                 const float* rstd, int64_t N, int64_t C) {
-  __shared__ float partial_w[kColumnRowGroups][kColumnsPerBlock];
-  __shared__ float partial_b[kColumnRowGroups][kColumnsPerBlock];
-  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
-  const int g = threadIdx.y;
-  float acc_w = 0.0f, acc_b = 0.0f;
-  if (col < C)
-    for (int64_t r = g; r < N; r += kColumnRowGroups) {
-      const float dy = dout[r * C + col];
-      acc_w += dy * ((inp[r * C + col] - mean[r]) * rstd[r]);
-      acc_b += dy;
-    }
-  partial_w[g][threadIdx.x] = acc_w;
-  partial_b[g][threadIdx.x] = acc_b;
-  __syncthreads();
-  if (g == 0 && col < C) {
-    float sw = 0.0f, sb = 0.0f;
-    for (int j = 0; j < kColumnRowGroups; ++j) {
-      sw += partial_w[j][threadIdx.x];
-      sb += partial_b[j][threadIdx.x];
-    }
-    dweight[col] = SW::from_fp32(SW::to_fp32(dweight[col]) + sw);
-    dbias[col] = SB::from_fp32(SB::to_fp32(dbias[col]) + sb);
-  }
-}
-
 // RMSNorm, one warp per row of C: rstd = 1/sqrt(mean(x²) + eps), out = x·rstd·w, as the CPU's
 // rmsnorm_forward_row. weight stored as W.
 template <class W>
@@ -334,26 +282,113 @@ __global__ void rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, con
   }
 }
 
-// dweight (C) += Σ_rows dout·x·rstd, with layernorm_backward_params_kernel's fixed blocking;
-// stored as S: widened, summed in fp32, rounded once.
-template <class S>
-__global__ void rmsnorm_backward_weight_kernel(typename S::Elem* dweight, const float* dout,
-                                               const float* inp, const float* rstd, int64_t N,
-                                               int64_t C) {
-  __shared__ float partial[kColumnRowGroups][kColumnsPerBlock];
-  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
-  const int g = threadIdx.y;
-  float acc = 0.0f;
-  if (col < C)
-    for (int64_t r = g; r < N; r += kColumnRowGroups)
-      acc += dout[r * C + col] * (inp[r * C + col] * rstd[r]);
-  partial[g][threadIdx.x] = acc;
-  __syncthreads();
-  if (g == 0 && col < C) {
-    float sum = 0.0f;
-    for (int j = 0; j < kColumnRowGroups; ++j) sum += partial[j][threadIdx.x];
-    dweight[col] = S::from_fp32(S::to_fp32(dweight[col]) + sum);
+// ---------------------------------------------------------------------------------------------
+// Column reductions (bias, layer-norm and RMSNorm parameter gradients): dst (N) += Σ over the M
+// rows of per-element terms, in two stages, so the GPU fills with blocks whatever N is:
+//   stage 1: block (x, y) owns kColumnsPerBlock columns of the row chunk y = [y·256, y·256 +
+//            256); its kColumnRowGroups row groups sum rows g, g+8, ... of the chunk in order,
+//            then the group sums are added in group order, into partials[value][y][column]
+//            (a tracked scratch);
+//   stage 2: one thread per column adds the chunks' partials in chunk order, then adds that to
+//            the stored value with one rounding (S's: widened, fp32 sum, narrowed once).
+// Every order depends on the constants and M only, never on the GPU or launch timing; no float
+// atomics. Not the CPU's order (it sums rows in order): the tests compare within a tolerance.
+
+constexpr int64_t kColumnChunkRows = 256;
+
+int64_t column_chunks(int64_t M) { return (M + kColumnChunkRows - 1) / kColumnChunkRows; }
+
+// The terms of the bias gradient: dout[r, c].
+struct BiasTerms {
+  static constexpr int kValues = 1;
+  const float* dout;
+  int64_t N;
+  __device__ void operator()(int64_t r, int64_t c, float* v) const { v[0] = dout[r * N + c]; }
+};
+
+// Layer norm's parameter gradients: dweight += dout·norm, dbias += dout, norm = (x - mean)·rstd.
+struct LayerNormTerms {
+  static constexpr int kValues = 2;
+  const float *dout, *inp, *mean, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t r, int64_t c, float* v) const {
+    const float dy = dout[r * C + c];
+    v[0] = dy * ((inp[r * C + c] - mean[r]) * rstd[r]);
+    v[1] = dy;
   }
+};
+
+// RMSNorm's weight gradient: dweight += dout·x·rstd.
+struct RmsNormTerms {
+  static constexpr int kValues = 1;
+  const float *dout, *inp, *rstd;
+  int64_t C;
+  __device__ void operator()(int64_t r, int64_t c, float* v) const {
+    v[0] = dout[r * C + c] * (inp[r * C + c] * rstd[r]);
+  }
+};
+
+// Stage 1. partials: (Terms::kValues, chunks, N) fp32.
+template <class Terms>
+__global__ void column_partials_kernel(float* partials, Terms terms, int64_t M, int64_t N) {
+  constexpr int V = Terms::kValues;
+  __shared__ float shared[V][kColumnRowGroups][kColumnsPerBlock];
+  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
+  const int64_t chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t r0 = chunk * kColumnChunkRows;
+  const int64_t r1 = r0 + kColumnChunkRows < M ? r0 + kColumnChunkRows : M;
+  const int g = threadIdx.y;
+  float acc[V];
+  for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+  if (col < N)
+    for (int64_t r = r0 + g; r < r1; r += kColumnRowGroups) {
+      float v[V];
+      terms(r, col, v);
+      for (int j = 0; j < V; ++j) acc[j] += v[j];
+    }
+  for (int j = 0; j < V; ++j) shared[j][g][threadIdx.x] = acc[j];
+  __syncthreads();
+  if (g == 0 && col < N)
+    for (int j = 0; j < V; ++j) {
+      float sum = 0.0f;
+      for (int i = 0; i < kColumnRowGroups; ++i) sum += shared[j][i][threadIdx.x];
+      partials[(j * chunks + chunk) * N + col] = sum;
+    }
+}
+
+// Stage 2: dst[c] = S(float(dst[c]) + Σ_chunk partials[chunk, c]), the chunks in order.
+template <class S>
+__global__ void column_finish_kernel(typename S::Elem* dst, const float* partials, int64_t chunks,
+                                     int64_t N) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= N) return;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) sum += partials[c * N + col];
+  dst[col] = S::from_fp32(S::to_fp32(dst[col]) + sum);
+}
+
+// Stage 1 on `stream` into partials (Terms::kValues · column_chunks(M) · N floats).
+template <class Terms>
+void column_partials(float* partials, const Terms& terms, int64_t M, int64_t N,
+                     cudaStream_t stream) {
+  const int64_t chunks = column_chunks(M);
+  ZT_CUDA_ASSERT(chunks <= 65535, "column reduction: too many rows for the grid's y extent");
+  column_partials_kernel<Terms>
+      <<<dim3(blocks_for(N, kColumnsPerBlock), unsigned(chunks)),
+         dim3(kColumnsPerBlock, kColumnRowGroups), 0, stream>>>(partials, terms, M, N);
+  check_launch();
+}
+
+// Stage 2 into dst (skipped when null) from one value's partials (column_chunks(M) · N floats).
+void column_finish(Operand dst, const float* partials, int64_t M, int64_t N,
+                   cudaStream_t stream) {
+  if (!dst) return;
+  visit_storage(dst.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    column_finish_kernel<S><<<blocks_for(N, kElementThreads), kElementThreads, 0, stream>>>(
+        elems<S>(dst), partials, column_chunks(M), N);
+  });
+  check_launch();
 }
 
 // The first key of a row of att (row index (b·NH + h)·T + t): t - positions[b,t], the start of
@@ -470,14 +505,107 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
 
 // ---------------------------------------------------------------------------------------------
 // Matmul
+//
+// Which GEMM runs (the table's activation dtype `act`, the operands' stored dtypes):
+//   - 16-bit tensor cores (cuBLASLt, A and B in act's 16-bit type, fp32 accumulation) where the
+//     16-bit operands are act-typed: forward and dinp when the weight is act-typed, dweight when
+//     the table is 16-bit and dweight is act-typed or fp32. The activation operand (inp, dout)
+//     is narrowed into a tracked scratch first: exact, it holds act's values (kernels.h).
+//       forward  D = act(inp·W + bias): cuBLASLt writes a 16-bit D, the bias added by its BIAS
+//                epilogue in fp32 before the one rounding; then widened into out (exact). A
+//                bias of another dtype: out = bias rows, += the product (fp32 D), then rounded.
+//       dinp     dinp = act(dinp + dout·Wᵀ): fp32 C = D = dinp (beta = 1), then rounded by
+//                round_act (dinp holds act values; the sum is fp32, one rounding).
+//       dweight  dW = type(dW + inpᵀ·dout): C = D = dW in its own dtype, beta = 1, fp32
+//                compute, one rounding on the store (split-K reductions are kept in fp32:
+//                cuda_lt_gemm.h). The bits contract of kernels.h.
+//   - otherwise cublasGemmEx in fp32 (TF32 when allowed), a weight of another 16-bit dtype
+//     widened into an fp32 scratch, a 16-bit dweight of another dtype computed into an fp32
+//     scratch and added with one rounding (add's bits).
+
+namespace {
+
+LtType lt_type(DType t) {
+  switch (t) {
+    case DType::kF32: return LtType::kF32;
+    case DType::kF16: return LtType::kF16;
+    case DType::kBF16: return LtType::kBF16;
+  }
+  ZT_CUDA_ASSERT(false, "unknown DType");
+  return LtType::kF32;
+}
+
+// The plan key of column-major D (m,n) = op(A) (m,k) · op(B) (k,n) over these pointers.
+LtGemmKey lt_key(DType ab, DType cd, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                 int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* d,
+                 int64_t ldd, const void* bias) {
+  LtGemmKey key;
+  key.ab = lt_type(ab);
+  key.cd = lt_type(cd);
+  key.trans_a = trans_a;
+  key.trans_b = trans_b;
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.lda = lda;
+  key.ldb = ldb;
+  key.ldd = ldd;
+  key.bias = bias != nullptr;
+  key.align_a = lt_alignment(a);
+  key.align_b = lt_alignment(b);
+  key.align_d = lt_alignment(d);
+  key.align_bias = lt_alignment(bias);
+  return key;
+}
+
+}  // namespace
 
 void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weight_op,
                                  ConstOperand bias, int64_t M, int64_t K, int64_t N,
                                  WeightLayout layout) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_forward: negative dimension");
   if (M == 0 || N == 0) return;
-  // With a bias, out starts as bias rows and the product is added (beta = 1); with K = 0 the
-  // product is empty and out is the bias (or 0).
+  ZT_CUDA_ASSERT(out && (K == 0 || (inp && weight_op)), "matmul_forward: null operand");
+  const bool in_out = layout == WeightLayout::kInOut;
+  // Column-major outᵀ (N,M) = op(W) (N,K) · inpᵀ (K,M). inp row-major (M,K) is inpᵀ with
+  // ld K. kInOut: W row-major (K,N) is Wᵀ (N,K) ld N, used as is. kOutIn: W row-major (N,K)
+  // is the column-major (K,N) ld K, transposed.
+  if (K > 0 && act_ != DType::kF32 && weight_op.dtype == act_) {
+    Buffer inp16;
+    const void* a = narrowed_to_act(inp, M * K, inp16);
+    if (!bias || bias.dtype == act_) {
+      // out = act(inp·W + bias): one rounding in the epilogue, then widened (exact). cuBLASLt
+      // has no alignment preference for the bias vector: one less than 16-byte aligned is
+      // copied to an aligned scratch (N elements) rather than trusted to every kernel.
+      Buffer bias_copy;
+      const void* bias_ptr = bias.data;
+      if (bias && lt_alignment(bias_ptr) < 16) {
+        bias_copy = scratch(N, act_);
+        cast(bias_copy.data(), act_, bias_ptr, act_, N);
+        bias_ptr = bias_copy.data();
+      }
+      Buffer out16 = scratch(M * N, act_);
+      const LtGemmKey key = lt_key(act_, act_, !in_out, false, N, M, K, weight_op.data,
+                                   in_out ? N : K, a, K, out16.data(), N, bias_ptr);
+      impl_->lt_gemm->run(key, weight_op.data, a, out16.data(), bias_ptr, 1.0f, 0.0f, stream_);
+      cast(out, DType::kF32, out16.data(), act_, M * N);
+      return;
+    }
+    // A bias of another dtype: out = bias rows, then += the product in fp32, then rounded.
+    visit_storage(bias.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0,
+                                 stream_>>>(out, elems<S>(bias), M, N);
+    });
+    check_launch();
+    const LtGemmKey key = lt_key(act_, DType::kF32, !in_out, false, N, M, K, weight_op.data,
+                                 in_out ? N : K, a, K, out, N, nullptr);
+    impl_->lt_gemm->run(key, weight_op.data, a, out, nullptr, 1.0f, 1.0f, stream_);
+    round_act(out, M * N);
+    return;
+  }
+  // fp32 GEMM. With a bias, out starts as bias rows and the product is added (beta = 1); with
+  // K = 0 the product is empty and out is the bias (or 0).
   if (bias || K == 0) {
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
@@ -487,12 +615,8 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
     check_launch();
   }
   if (K > 0) {
-    Buffer weight_fp32;  // a 16-bit weight widened (K·N floats), until issue 11's GEMMs
+    Buffer weight_fp32;  // a weight of another 16-bit dtype than the table's, widened (K·N)
     const float* weight = widened(weight_op, K * N, weight_fp32);
-    // Column-major outᵀ (N,M) = op(W) (N,K) · inpᵀ (K,M). inp row-major (M,K) is inpᵀ with
-    // ld K. kInOut: W row-major (K,N) is Wᵀ (N,K) ld N, used as is. kOutIn: W row-major (N,K)
-    // is the column-major (K,N) ld K, transposed.
-    const bool in_out = layout == WeightLayout::kInOut;
     gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M,
          K, 1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
   }
@@ -504,21 +628,51 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
                                   int64_t N, WeightLayout layout) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
   if (M == 0 || N == 0) return;
+  ZT_CUDA_ASSERT(dout, "matmul_backward: null dout");
   const bool in_out = layout == WeightLayout::kInOut;
-  if (K > 0) {
-    if (dinp) {
-      Buffer weight_fp32;  // a 16-bit weight widened (K·N floats), until issue 11's GEMMs
+  const bool act16 = act_ != DType::kF32;
+  const bool lt_dinp = K > 0 && dinp && act16 && weight_op.dtype == act_;
+  const bool lt_dweight = K > 0 && dweight && act16 &&
+                          (dweight.dtype == act_ || dweight.dtype == DType::kF32);
+  Buffer dout16;  // dout (M,N) narrowed to act, shared by both tensor-core products
+  const void* d16 = (lt_dinp || lt_dweight) ? narrowed_to_act(dout, M * N, dout16) : nullptr;
+  if (K > 0 && dinp) {
+    ZT_CUDA_ASSERT(weight_op, "matmul_backward: dinp without a weight");
+    // dinp (M,K) += dout · Wᵀ. Column-major dinpᵀ (K,M) += op(W) (K,N) · doutᵀ (N,M).
+    // kInOut: W stored as the column-major (N,K) ld N, transposed. kOutIn: stored as the
+    // column-major (K,N) ld K, as is.
+    if (lt_dinp) {
+      const LtGemmKey key = lt_key(act_, DType::kF32, in_out, false, K, M, N, weight_op.data,
+                                   in_out ? N : K, d16, N, dinp, K, nullptr);
+      impl_->lt_gemm->run(key, weight_op.data, d16, dinp, nullptr, 1.0f, 1.0f, stream_);
+    } else {
+      Buffer weight_fp32;  // a weight of another dtype than a 16-bit table's, widened (K·N)
       const float* weight = widened(weight_op, K * N, weight_fp32);
-      // dinp (M,K) += dout · Wᵀ. Column-major dinpᵀ (K,M) += op(W) (K,N) · doutᵀ (N,M).
-      // kInOut: W stored as the column-major (N,K) ld N, transposed. kOutIn: stored as the
-      // column-major (K,N) ld K, as is.
       gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K,
            M, N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
-      round_act(dinp, M * K);
     }
-    if (dweight) {
-      // fp32: the GEMM accumulates into dweight (beta = 1). 16 bits: the product goes to an fp32
-      // scratch (beta = 0: cuBLAS does not read C, so the scratch needs no zeroing), then
+    round_act(dinp, M * K);
+  }
+  if (K > 0 && dweight) {
+    ZT_CUDA_ASSERT(inp, "matmul_backward: dweight without an input");
+    // kInOut: dW (K,N) += inpᵀ · dout. Column-major dWᵀ (N,K) += doutᵀ (N,M) · inp (M,K), inp
+    // being the column-major (K,M) ld K transposed.
+    // kOutIn: dW (N,K) += doutᵀ · inp. Column-major dWᵀ (K,N) += inpᵀ (K,M) · dout (M,N), dout
+    // being the column-major (N,M) ld N transposed.
+    if (lt_dweight) {
+      Buffer inp16;
+      const void* i16 = narrowed_to_act(inp, M * K, inp16);
+      const void* a = in_out ? d16 : i16;
+      const void* b = in_out ? i16 : d16;
+      const LtGemmKey key =
+          in_out ? lt_key(act_, dweight.dtype, false, true, N, K, M, a, N, b, K, dweight.data, N,
+                          nullptr)
+                 : lt_key(act_, dweight.dtype, false, true, K, N, M, a, K, b, N, dweight.data, K,
+                          nullptr);
+      impl_->lt_gemm->run(key, a, b, dweight.data, nullptr, 1.0f, 1.0f, stream_);
+    } else {
+      // fp32: the GEMM accumulates into dweight (beta = 1). 16 bits: the product goes to an
+      // fp32 scratch (beta = 0: cuBLAS does not read C, so the scratch needs no zeroing), then
       // dweight = dtype(float(dweight) + product), one rounding (add's bits).
       const bool fp32 = dweight.dtype == DType::kF32;
       Buffer product;
@@ -526,13 +680,9 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
       float* dw = fp32 ? static_cast<float*>(dweight.data) : product.as<float>();
       const float beta = fp32 ? 1.0f : 0.0f;
       if (in_out) {
-        // dW (K,N) += inpᵀ · dout. Column-major dWᵀ (N,K) += doutᵀ (N,M) · inp (M,K), inp being
-        // the column-major (K,M) ld K transposed.
         gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, N, K, M, 1.0f, dout, N,
              inp, K, beta, dw, N);
       } else {
-        // dW (N,K) += doutᵀ · inp. Column-major dWᵀ (K,N) += inpᵀ (K,M) · dout (M,N), dout being
-        // the column-major (N,M) ld N transposed.
         gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, 1.0f, inp, K,
              dout, N, beta, dw, K);
       }
@@ -540,14 +690,10 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
                      K * N);
     }
   }
-  if (dbias) {
-    const dim3 block(kColumnsPerBlock, kColumnRowGroups);
-    visit_storage(dbias.dtype, [&](auto tag) {
-      using S = decltype(tag);
-      column_sums_kernel<S><<<blocks_for(N, kColumnsPerBlock), block, 0, stream_>>>(
-          elems<S>(dbias), dout, M, N);
-    });
-    check_launch();
+  if (dbias) {  // dbias (N) += column sums of dout, two stages
+    Buffer partials = scratch(BiasTerms::kValues * column_chunks(M) * N);
+    column_partials(partials.as<float>(), BiasTerms{dout, N}, M, N, stream_);
+    column_finish(dbias, partials.as<float>(), M, N, stream_);
   }
 }
 
@@ -635,16 +781,13 @@ void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias
   });
   check_launch();
   round_act(dinp, N * C);
-  visit_storage(dweight.dtype, [&](auto weight_tag) {
-    visit_storage(dbias.dtype, [&](auto bias_tag) {
-      using SW = decltype(weight_tag);
-      using SB = decltype(bias_tag);
-      layernorm_backward_params_kernel<SW, SB>
-          <<<blocks_for(C, kColumnsPerBlock), dim3(kColumnsPerBlock, kColumnRowGroups), 0,
-             stream_>>>(elems<SW>(dweight), elems<SB>(dbias), dout, inp, mean, rstd, N, C);
-    });
-  });
-  check_launch();
+  if (!dweight && !dbias) return;
+  // dweight += Σ dout·norm, dbias += Σ dout: two-stage column reductions (values 0 and 1).
+  const int64_t chunks = column_chunks(N);
+  Buffer partials = scratch(LayerNormTerms::kValues * chunks * C);
+  column_partials(partials.as<float>(), LayerNormTerms{dout, inp, mean, rstd, C}, N, C, stream_);
+  column_finish(dweight, partials.as<float>(), N, C, stream_);
+  column_finish(dbias, partials.as<float>() + chunks * C, N, C, stream_);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -676,13 +819,10 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
   check_launch();
   round_act(dinp, N * C);
   if (!dweight) return;
-  visit_storage(dweight.dtype, [&](auto tag) {
-    using S = decltype(tag);
-    rmsnorm_backward_weight_kernel<S>
-        <<<blocks_for(C, kColumnsPerBlock), dim3(kColumnsPerBlock, kColumnRowGroups), 0,
-           stream_>>>(elems<S>(dweight), dout, inp, rstd, N, C);
-  });
-  check_launch();
+  // dweight += Σ dout·x·rstd: a two-stage column reduction.
+  Buffer partials = scratch(RmsNormTerms::kValues * column_chunks(N) * C);
+  column_partials(partials.as<float>(), RmsNormTerms{dout, inp, rstd, C}, N, C, stream_);
+  column_finish(dweight, partials.as<float>(), N, C, stream_);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 // ProfilingKernels (runtime/profiling_kernels.h): forwards to the base table unchanged (results
 // bitwise equal to the base's on the same inputs), counts every call under the entry's name,
-// and calls `synchronize` around each call.
+// and calls `synchronize` around each call; with a StreamTimer (a GPU's events; here a fake
+// one), marks one span per call and fills the profile at flush(), calls that threw left out.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "runtime/cpu/cpu_device.h"
@@ -78,6 +80,121 @@ TEST(ProfilingKernels, ForwardsBitwiseAndCountsCalls) {
 
   profiled.profile().reset();
   EXPECT_TRUE(profiled.profile().ops().empty());
+}
+
+// A StreamTimer that hands out 1 ms, 2 ms, 3 ms, ... and counts its calls.
+class FakeTimer final : public StreamTimer {
+ public:
+  explicit FakeTimer(int& collects) : collects_(collects) {}
+  void start() override {
+    ASSERT_FALSE(open_);
+    open_ = true;
+  }
+  void stop() override {
+    ASSERT_TRUE(open_);
+    open_ = false;
+    ++spans_;
+  }
+  std::vector<double> collect() override {
+    ++collects_;
+    std::vector<double> seconds;
+    for (int i = 0; i < spans_; ++i) seconds.push_back(1e-3 * double(++next_));
+    spans_ = 0;
+    return seconds;
+  }
+
+ private:
+  int& collects_;
+  bool open_ = false;
+  int spans_ = 0, next_ = 0;
+};
+
+// A base whose fill throws (as a failed launch would).
+class ThrowingFill final : public Kernels {
+ public:
+  explicit ThrowingFill(Kernels& base) : base_(base) {}
+  void matmul_forward(float* out, const float* inp, ConstOperand weight, ConstOperand bias,
+                      int64_t M, int64_t K, int64_t N, WeightLayout layout) override {
+    base_.matmul_forward(out, inp, weight, bias, M, K, N, layout);
+  }
+  void matmul_backward(float*, Operand, Operand, const float*, const float*, ConstOperand,
+                       int64_t, int64_t, int64_t, WeightLayout) override {}
+  void embedding_forward(float*, const int32_t*, ConstOperand, ConstOperand, int64_t, int64_t,
+                         int64_t, const int32_t*) override {}
+  void embedding_backward(Operand, Operand, const float*, const int32_t*, int64_t, int64_t,
+                          int64_t, const int32_t*) override {}
+  void layernorm_forward(float*, float*, float*, const float*, ConstOperand, ConstOperand,
+                         int64_t, int64_t) override {}
+  void layernorm_backward(float*, Operand, Operand, const float*, const float*, ConstOperand,
+                          const float*, const float*, int64_t, int64_t) override {}
+  void gelu_forward(float*, const float*, int64_t) override {}
+  void gelu_backward(float*, const float*, const float*, int64_t) override {}
+  void attention_forward(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                         const int32_t*) override {}
+  void attention_backward(float*, const float*, const float*, const float*, int64_t, int64_t,
+                          int64_t, int64_t, const int32_t*) override {}
+  void gqa_attention_forward(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, const int32_t*) override {}
+  void gqa_attention_backward(float*, const float*, const float*, const float*, int64_t,
+                              int64_t, int64_t, int64_t, int64_t, const int32_t*) override {}
+  void rmsnorm_forward(float*, float*, const float*, ConstOperand, int64_t, int64_t,
+                       float) override {}
+  void rmsnorm_backward(float*, Operand, const float*, const float*, ConstOperand, const float*,
+                        int64_t, int64_t) override {}
+  void rope_forward(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeFrequencies&,
+                    const int32_t*) override {}
+  void rope_backward(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeFrequencies&,
+                     const int32_t*) override {}
+  void swiglu_forward(float*, const float*, int64_t, int64_t) override {}
+  void swiglu_backward(float*, const float*, const float*, int64_t, int64_t) override {}
+  void residual_forward(float*, const float*, const float*, int64_t) override {}
+  void accumulate(float*, const float*, int64_t) override {}
+  void softmax_cross_entropy(float*, float*, const int32_t*, int64_t, int64_t, int64_t,
+                             float) override {}
+  void adamw(float*, ConstOperand, float*, float*, int64_t, const AdamWArgs&) override {}
+  void sgd(float*, ConstOperand, float*, int64_t, const SgdArgs&) override {}
+  void cast(void*, DType, const void*, DType, int64_t) override {}
+  void round_to(float*, DType, int64_t) override {}
+  void round_rows(float*, const int32_t*, int64_t, int64_t, DType) override {}
+  void add(void*, DType, const void*, DType, const void*, DType, int64_t) override {}
+  void fill(float*, float, int64_t) override { throw std::runtime_error("launch failed"); }
+  double sum_squares(ConstOperand x, int64_t n) override { return base_.sum_squares(x, n); }
+
+ private:
+  Kernels& base_;
+};
+
+TEST(ProfilingKernels, StreamTimerSpansFillTheProfileAtFlush) {
+  const std::unique_ptr<Kernels> cpu = make_cpu_kernels();
+  ThrowingFill base(*cpu);
+  int collects = 0;
+  OpProfile profile;
+  ProfilingKernels profiled(base, profile, std::make_unique<FakeTimer>(collects));
+  const int64_t M = 3, K = 4, N = 5;
+  const auto inp = random_floats(M * K, 1), weight = random_floats(K * N, 2);
+  std::vector<float> out(M * N), want(M * N);
+  profiled.matmul_forward(out.data(), inp.data(), weight.data(), nullptr, M, K, N,
+                          WeightLayout::kInOut);                       // span 1: 1 ms
+  EXPECT_THROW(profiled.fill(out.data(), 0.0f, M * N), std::runtime_error);  // span 2: dropped
+  EXPECT_EQ(profiled.sum_squares(inp.data(), M * K), cpu->sum_squares(inp.data(), M * K));
+  EXPECT_TRUE(profile.ops().empty()) << "nothing is read before flush";
+  profiled.flush();
+  EXPECT_EQ(collects, 1);
+  ASSERT_EQ(profile.ops().size(), 2u);
+  EXPECT_EQ(profile.ops().at("matmul_forward").calls, 1);
+  EXPECT_DOUBLE_EQ(profile.ops().at("matmul_forward").seconds, 1e-3);
+  EXPECT_EQ(profile.ops().at("sum_squares").calls, 1);
+  EXPECT_DOUBLE_EQ(profile.ops().at("sum_squares").seconds, 3e-3);
+  cpu->matmul_forward(want.data(), inp.data(), weight.data(), nullptr, M, K, N,
+                      WeightLayout::kInOut);
+  EXPECT_TRUE(same_bits(out, want));
+  profiled.flush();  // nothing since: nothing added
+  EXPECT_EQ(profile.ops().at("matmul_forward").calls, 1);
+}
+
+TEST(ProfilingKernels, CpuDeviceHasNoStreamTimer) {
+  CpuDevice device;
+  EXPECT_EQ(device.make_stream_timer(), nullptr);
 }
 
 }  // namespace
