@@ -2,7 +2,7 @@
 // computes at once. The logits of a chunk are a transient (rows, width) fp32 buffer, so the
 // chunk bounds the head's activation memory; fewer, larger chunks make fewer, larger GEMMs.
 // The budget is the device's (Device::chunk_budget_bytes, handed to the model by launch/ through
-// Model::set_chunk_budget_bytes): the CPU's 32 MiB by default, a fraction of a GPU's memory.
+// Model::set_chunk_budget_bytes): the CPU's 64 MiB by default, a fraction of a GPU's memory.
 // Pure arithmetic; pinned by tests/model_zoo/logits_chunking_test.cpp.
 #pragma once
 
