@@ -16,30 +16,21 @@
 namespace zt {
 namespace {
 
-cudaDataType_t cuda_type(LtType t) {
+cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case LtType::kF32: return CUDA_R_32F;
-    case LtType::kF16: return CUDA_R_16F;
-    case LtType::kBF16: return CUDA_R_16BF;
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kBF16: return CUDA_R_16BF;
   }
   throw_internal("LtGemm: unknown element type");
-}
-
-const char* type_name(LtType t) {
-  switch (t) {
-    case LtType::kF32: return "fp32";
-    case LtType::kF16: return "fp16";
-    case LtType::kBF16: return "bf16";
-  }
-  return "?";
 }
 
 std::string describe(const LtGemmKey& k) {
   return fmt::format(
       "D ({},{}) {} = op{}(A) {} · op{}(B) {}, k {}, lda {} ldb {} ldd {}, {}{}, alignments A {} "
       "B {} D {} bias {}",
-      k.m, k.n, type_name(k.cd), k.trans_a ? "T" : "N", type_name(k.ab), k.trans_b ? "T" : "N",
-      type_name(k.ab), k.k, k.lda, k.ldb, k.ldd, k.tf32 ? "TF32" : "fp32 compute",
+      k.m, k.n, dtype_name(k.cd), k.trans_a ? "T" : "N", dtype_name(k.ab), k.trans_b ? "T" : "N",
+      dtype_name(k.ab), k.k, k.lda, k.ldb, k.ldd, k.tf32 ? "TF32" : "fp32 compute",
       k.bias ? ", bias epilogue" : "", k.align_a, k.align_b, k.align_d, k.align_bias);
 }
 
@@ -85,7 +76,7 @@ size_t LtGemm::plans() const {
 LtGemm::Plan& LtGemm::plan_for(const LtGemmKey& key) {
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   for (int64_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldd}) check_int(v, key);
-  if (key.tf32 && key.ab != LtType::kF32)
+  if (key.tf32 && key.ab != DType::kF32)
     throw_internal(fmt::format("LtGemm: TF32 asked for 16-bit operands in {}", describe(key)));
   // Stored (column-major) extents: op(A) is (m,k), so A is (m,k) or, transposed, (k,m).
   const int64_t a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;

@@ -525,23 +525,13 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
 
 namespace {
 
-LtType lt_type(DType t) {
-  switch (t) {
-    case DType::kF32: return LtType::kF32;
-    case DType::kF16: return LtType::kF16;
-    case DType::kBF16: return LtType::kBF16;
-  }
-  ZT_CUDA_ASSERT(false, "unknown DType");
-  return LtType::kF32;
-}
-
 // The plan key of column-major D (m,n) = op(A) (m,k) · op(B) (k,n) over these pointers.
 LtGemmKey lt_key(DType ab, DType cd, bool trans_a, bool trans_b, int64_t m, int64_t n,
                  int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* d,
                  int64_t ldd, const void* bias) {
   LtGemmKey key;
-  key.ab = lt_type(ab);
-  key.cd = lt_type(cd);
+  key.ab = ab;
+  key.cd = cd;
   key.trans_a = trans_a;
   key.trans_b = trans_b;
   key.m = m;

@@ -10,14 +10,13 @@
 #include <compare>
 #include <cstdint>
 
+#include "runtime/dtype.h"
+
 namespace zt {
 
-// Element types a plan uses (mapped to cudaDataType_t in cuda_lt_gemm.cpp).
-enum class LtType : uint8_t { kF32, kF16, kBF16 };
-
 struct LtGemmKey {
-  LtType ab = LtType::kF32;       // A and B
-  LtType cd = LtType::kF32;       // C and D (the GEMM writes D in place of C)
+  DType ab = DType::kF32;         // A and B (cudaDataType_t in cuda_lt_gemm.cpp)
+  DType cd = DType::kF32;         // C and D (the GEMM writes D in place of C)
   bool tf32 = false;              // CUBLAS_COMPUTE_32F_FAST_TF32 (fp32 A/B only); else 32F
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;    // D (m,n) = op(A) (m,k) · op(B) (k,n), column-major

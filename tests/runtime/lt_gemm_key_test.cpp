@@ -27,8 +27,8 @@ TEST(LtGemmKey, AlignmentIsTheLargestPowerOfTwoDividingTheAddressUpTo256) {
 
 TEST(LtGemmKey, ProblemsDifferingInAnyFieldGetTheirOwnPlan) {
   LtGemmKey base;
-  base.ab = LtType::kBF16;
-  base.cd = LtType::kBF16;
+  base.ab = DType::kBF16;
+  base.cd = DType::kBF16;
   base.m = 768;
   base.n = 8192;
   base.k = 768;
@@ -42,8 +42,8 @@ TEST(LtGemmKey, ProblemsDifferingInAnyFieldGetTheirOwnPlan) {
     change(k);
     EXPECT_TRUE(plans.emplace(k, id++).second) << "variant " << id - 1 << " shares a plan";
   };
-  variant([](LtGemmKey& k) { k.ab = LtType::kF16; });
-  variant([](LtGemmKey& k) { k.cd = LtType::kF32; });
+  variant([](LtGemmKey& k) { k.ab = DType::kF16; });
+  variant([](LtGemmKey& k) { k.cd = DType::kF32; });
   variant([](LtGemmKey& k) { k.trans_a = true; });
   variant([](LtGemmKey& k) { k.trans_b = true; });
   variant([](LtGemmKey& k) { k.m = 767; });
