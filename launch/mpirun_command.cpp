@@ -132,10 +132,6 @@ std::vector<std::string> mpirun_argv(const RunRequest& request, const LaunchHost
     if (forwarded_to_ranks(name)) forwarded.push_back(name);
   std::sort(forwarded.begin(), forwarded.end());
   forwarded.erase(std::unique(forwarded.begin(), forwarded.end()), forwarded.end());
-  if (!std::binary_search(forwarded.begin(), forwarded.end(), "OMP_WAIT_POLICY")) {
-    argv.push_back("-x");
-    argv.push_back("OMP_WAIT_POLICY=PASSIVE");
-  }
   for (const std::string& name : forwarded) {
     argv.push_back("-x");
     argv.push_back(name);

@@ -52,7 +52,7 @@ bool forwarded_to_ranks(std::string_view name);
 
 // mpirun's argv (argv[0] = "mpirun"):
 //   mpirun -np N [--hostfile F] [--allow-run-as-root] [--oversubscribe]
-//          --map-by slot --bind-to none -x OMP_WAIT_POLICY=PASSIVE [-x NAME]... PROGRAM ARGS...
+//          --map-by slot --bind-to none [-x NAME]... PROGRAM ARGS...
 // --allow-run-as-root when host.root. --oversubscribe when the ranks run on CPUs (request.cpu,
 // or no GPU visible) and N > host.slots: one rank per core is a choice, not a need, there.
 // --map-by slot fills each node's slots in order, so a node's ranks are consecutive world ranks
@@ -60,8 +60,9 @@ bool forwarded_to_ranks(std::string_view name);
 // zt-train binds each rank to its own CPUs itself, per node, after MPI_Init (launch/
 // cpu_binding.h), from the ranks it finds on the node; a launcher binding would have to know
 // every node's ranks and cores, and Open MPI's core binding fails once oversubscribed.
-// OMP_WAIT_POLICY=PASSIVE (MACHINE.md, "Threads") unless the caller set it (then -x forwards the
-// caller's value): zt-train would otherwise set it and re-execute itself on every rank.
+// No OpenMP wait policy is imposed: a rank's threads are its one pool (oneDNN runs on them), so
+// libgomp's default (a worker spins briefly after a parallel region, then sleeps) costs no other
+// pool its cores; an OMP_WAIT_POLICY the caller set is forwarded like any OMP_* variable.
 // OMP_NUM_THREADS is not set: each rank takes as many threads as it has CPUs (zt.num_threads or
 // the caller's OMP_NUM_THREADS override that, and are forwarded).
 std::vector<std::string> mpirun_argv(const RunRequest& request, const LaunchHost& host);

@@ -92,12 +92,4 @@ int agree_on_failure(const char* tool, int rank, int world, int code, const std:
   return agreed;
 }
 
-void ensure_thread_environment(int argc, char** argv) {
-  (void)argc;
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);
-  // execv failed (no /proc?): carry on with the default policy; only speed is affected.
-}
-
 }  // namespace zt

@@ -50,9 +50,4 @@ int describe_current_exception(std::string* message);
 // Call it before unwinding the stack past objects that wait for peers (the engine's CommQueue).
 [[noreturn]] void abort_job(const char* tool, int rank, const std::string& message, int code);
 
-// OpenMP workers that spin after a parallel region steal the cores OpenBLAS's threads need
-// (MACHINE.md, "Threads"). libgomp reads OMP_WAIT_POLICY once, at load, so when it is unset
-// this sets OMP_WAIT_POLICY=PASSIVE and re-executes the program once, before anything else.
-void ensure_thread_environment(int argc, char** argv);
-
 }  // namespace zt

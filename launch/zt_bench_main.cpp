@@ -345,6 +345,5 @@ int bench_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  zt::ensure_thread_environment(argc, argv);
   return zt::run_tool("zt-bench", [&] { return bench_main(argc, argv); });
 }

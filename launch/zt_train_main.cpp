@@ -77,7 +77,6 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
 
 int main(int argc, char** argv) {
   zt::block_preemption_signals();  // before any thread: see trainer.h
-  zt::ensure_thread_environment(argc, argv);
   zt::MpiSession mpi(&argc, &argv);
   const zt::ProcessGroup& group = mpi.group();
   zt::Logger log(group.rank, group.world);

@@ -32,7 +32,7 @@ expect_line() {
 
 root=""
 [ "$(id -u)" -eq 0 ] && root="--allow-run-as-root "
-common="--map-by slot --bind-to none -x OMP_WAIT_POLICY=PASSIVE -x PATH"
+common="--map-by slot --bind-to none -x PATH"
 # zt-train is not on PATH here: zt-run finds it beside itself.
 expect_line "mpirun -np 1 ${root}$common $bin/zt-train --config c.json" \
   -np 1 -- zt-train --config c.json
