@@ -106,8 +106,18 @@ class CpuKernels final : public Kernels {
   void narrow_range(Operand dst, const float* x, int64_t n);
   // `op` as fp32: its own pointer when fp32, else widened whole into `scratch` (n floats).
   const float* widened(ConstOperand op, int64_t n, float* scratch);
-  // matmul's widened path: w[0, n) = src[0, n) as fp32 across threads (cpu_matmul_kernels).
-  void widen_rows(float* w, ConstOperand src, int64_t n);
+  // A GEMM operand as it lies in memory: element (i, j) at op.at(i·row_stride + j·col_stride).
+  struct GemmMatrix {
+    ConstOperand op;
+    int64_t row_stride, col_stride;
+  };
+  // C (M,N) = A (M,K) · B (K,N) [+ C when accumulate], the products summed in fp32 registers
+  // and C rounded to the activation dtype once complete (round_act), a block at a time while in
+  // cache (cpu_gemm.cpp): matmul's forward and dinput products for 16-bit weights without a
+  // native GEMM for their dtype. A and C are fp32 (C with row stride ldc); B any dtype, widened
+  // as it is packed, with row_stride or col_stride 1.
+  void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B, float* C,
+            int64_t ldc, bool accumulate);
   // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 

@@ -1,19 +1,15 @@
 // CpuKernels, the matrix products: matmul forward and backward with the weights, the bias and
-// their gradients in their stored dtypes. Every product is a row-major GEMM run by oneDNN:
+// their gradients in their stored dtypes. Every product is a row-major GEMM:
 //   - fp32 operands: dnnl_sgemm, accumulating in place (beta = 1) where the contract adds;
 //   - bf16 weights with bf16 activations, on a CPU with native bf16 (AVX512_BF16 or AMX-BF16;
 //     native_bf16_gemm()): the activation operand is narrowed to bf16 (exact: it holds bf16
 //     values already) in row blocks, and oneDNN's bf16 matmul accumulates in fp32;
-//   - otherwise (fp16, or bf16 without native support) the weights are widened to fp32 a block
-//     of W's rows at a time (contiguous in either layout, at most kBlockBytes) and each block is
-//     an sgemm: for kInOut (W is (K,N)) blocks along K, the products summed in out and dinp
-//     written a column block at a time; for kOutIn (W is (N,K)) blocks along N. Row blocks keep
-//     the widening a plain stream and each sgemm's shape close to the whole product's (column
-//     blocks of a (K,N) weight cost 1.2x the fp32 GEMM time on GPT-2's shapes; row blocks 1.03x).
-// A 16-bit weight gradient is produced a block of its rows at a time in an fp32 scratch and
-// added into the stored gradient with one rounding; a 16-bit bias gradient is the
-// fp32 column sums added the same way. Activation outputs (out, dinp) are rounded to the table's
-// activation dtype after their product, a row block at a time.
+//   - otherwise (fp16, or bf16 without native support) the forward and dinput products are our
+//     packed GEMM (cpu_gemm.cpp), which widens the weights as it packs them and rounds its output
+//     block by block; the weight gradient is an sgemm into an fp32 scratch, a block of the
+//     gradient's rows at a time, added into the stored 16-bit gradient with one rounding.
+// A 16-bit bias gradient is the fp32 column sums added the same way. Activation outputs (out,
+// dinp) are rounded to the table's activation dtype after their product.
 // Determinism: oneDNN's GEMMs give the same bits for the same shapes and thread count (the
 // ZeRO stages' bitwise equality compares runs of one shape); nothing here depends on timing.
 #include <oneapi/dnnl/dnnl.h>
@@ -194,13 +190,6 @@ std::string cpu_gemm_description() {
                      v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
-// w[0, n) = the weight elements [0, n) of `src` as fp32, across threads (a block of W's rows:
-// contiguous in either layout).
-void CpuKernels::widen_rows(float* w, ConstOperand src, int64_t n) {
-  parallel_ranges(n, kElementGrain,
-                  [&](int64_t i0, int64_t i1) { widen_range(w + i0, src.at(i0), i1 - i0); });
-}
-
 void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weight,
                                 ConstOperand bias, int64_t M, int64_t K, int64_t N,
                                 WeightLayout layout) {
@@ -231,23 +220,10 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
                           static_cast<const uint16_t*>(weight.data), in_out ? N : K,
                           out + r0 * N, bool(bias));
     }
-  } else if (in_out) {  // W (K,N): a block of its rows (contiguous) widened at a time,
-                        // the products summed over K blocks in out (beta = 1 after the first)
-    const int64_t rows = block_size(N, 4, K);
-    float* w = thread_scratch<ScratchSlot::kOperand>(rows * N);
-    for (int64_t k0 = 0; k0 < K; k0 += rows) {
-      const int64_t kb = std::min(rows, K - k0);
-      widen_rows(w, weight.at(k0 * N), kb * N);
-      sgemm(false, false, M, N, kb, inp + k0, K, w, N, k0 == 0 ? beta : 1.0f, out, N);
-    }
-  } else {  // W (N,K): a block of its rows (output columns) widened at a time
-    const int64_t cols = block_size(K, 4, N);
-    float* w = thread_scratch<ScratchSlot::kOperand>(cols * K);
-    for (int64_t n0 = 0; n0 < N; n0 += cols) {
-      const int64_t nb = std::min(cols, N - n0);
-      widen_rows(w, weight.at(n0 * K), nb * K);
-      sgemm(false, true, M, nb, K, inp, K, w, K, beta, out + n0, N);
-    }
+  } else {  // the packed GEMM widens W as it packs it and rounds out (cpu_gemm.cpp)
+    gemm(M, N, K, {inp, K, 1}, in_out ? GemmMatrix{weight, N, 1} : GemmMatrix{weight, 1, K},
+         out, N, bool(bias));
+    return;
   }
   if (act_ != DType::kF32)
     parallel_ranges(M * N, kElementGrain, [&](int64_t i0, int64_t i1) { round_act(out, i0, i1); });
@@ -295,27 +271,11 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
         Bf16Gemm::get().run(false, in_out, M, K, nb, d16, nb,
                             static_cast<const uint16_t*>(wb.data), in_out ? N : K, dinp, true);
       }
-    } else if (in_out) {
-      // W (K,N): its rows [k0, k0 + kb) widened; dinp[:, k0:k0+kb] += dout · W[k0:k0+kb, :]ᵀ
-      const int64_t rows = block_size(N, 4, K);
-      float* w = thread_scratch<ScratchSlot::kOperand>(rows * N);
-      for (int64_t k0 = 0; k0 < K; k0 += rows) {
-        const int64_t kb = std::min(rows, K - k0);
-        widen_rows(w, weight.at(k0 * N), kb * N);
-        sgemm(false, true, M, kb, N, dout, N, w, N, 1.0f, dinp + k0, K);
-      }
-    } else {
-      // W (N,K): its rows [n0, n0 + nb) widened; dinp += dout[:, n0:n0+nb] · W[n0:n0+nb, :],
-      // the blocks of the reduction summed in fp32 in dinp.
-      const int64_t rows = block_size(K, 4, N);
-      float* w = thread_scratch<ScratchSlot::kOperand>(rows * K);
-      for (int64_t n0 = 0; n0 < N; n0 += rows) {
-        const int64_t nb = std::min(rows, N - n0);
-        widen_rows(w, weight.at(n0 * K), nb * K);
-        sgemm(false, false, M, K, nb, dout + n0, N, w, K, 1.0f, dinp, K);
-      }
+    } else {  // the packed GEMM over Wᵀ's elements (n, k), rounding dinp itself
+      gemm(M, K, N, {dout, N, 1}, in_out ? GemmMatrix{weight, 1, N} : GemmMatrix{weight, K, 1},
+           dinp, K, true);
     }
-    if (act_ != DType::kF32)
+    if (act_ != DType::kF32 && (weight.dtype == DType::kF32 || native))
       parallel_ranges(M * K, kElementGrain,
                       [&](int64_t i0, int64_t i1) { round_act(dinp, i0, i1); });
   }
@@ -342,8 +302,6 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
                           DType::kBF16);
     return;
   }
-  // A 16-bit gradient otherwise: blocks of its rows summed in an fp32 scratch, then added into
-  // the stored values with one rounding each.
   if (!native && in_out) {  // acc (kb, N) = inp[:, k0:k0+kb]ᵀ (kb,M) · dout (M,N)
     const int64_t rows = block_size(N, 4, K);
     float* acc = thread_scratch<ScratchSlot::kCall>(rows * N);
@@ -356,31 +314,35 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
     }
     return;
   }
+  if (!native) {  // acc (nb, K) = dout[:, n0:n0+nb]ᵀ (nb, M) · inp (M, K)
+    const int64_t rows = block_size(K, 4, N);
+    float* acc = thread_scratch<ScratchSlot::kCall>(rows * K);
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+      const int64_t nb = std::min(rows, N - n0);
+      sgemm(true, false, nb, K, M, dout + n0, N, inp, K, 0.0f, acc, K);
+      parallel_ranges(nb * K, kElementGrain, [&](int64_t i0, int64_t i1) {
+        add_range(dweight.at(n0 * K + i0), acc + i0, i1 - i0);
+      });
+    }
+    return;
+  }
+  // Native bf16 products into an fp32 scratch, a block of the gradient's rows (kOutIn) or
+  // columns (kInOut) at a time, added into the stored values with one rounding each.
   const int64_t block = block_size(K, 4, N);
   float* acc = thread_scratch<ScratchSlot::kCall>(block * K);
-  uint16_t* inp16 = nullptr;
-  uint16_t* d16 = nullptr;
-  if (native) {
-    inp16 = bf16_scratch(M * K + M * block);
-    d16 = inp16 + M * K;
-    narrow_rows_bf16(inp16, inp, M, K, K);
-  }
+  uint16_t* inp16 = bf16_scratch(M * K + M * block);
+  uint16_t* d16 = inp16 + M * K;
+  narrow_rows_bf16(inp16, inp, M, K, K);
   for (int64_t n0 = 0; n0 < N; n0 += block) {
     const int64_t nb = std::min(block, N - n0);
-    if (native) narrow_rows_bf16(d16, dout + n0, M, nb, N);  // dout[:, n0:n0+nb] as (M, nb)
+    narrow_rows_bf16(d16, dout + n0, M, nb, N);  // dout[:, n0:n0+nb] as (M, nb)
     if (in_out) {  // acc (K, nb) = inpᵀ (K,M) · dout[:, n0:n0+nb] (M, nb)
-      if (native)
-        Bf16Gemm::get().run(true, false, K, nb, M, inp16, K, d16, nb, acc, false);
-      else
-        sgemm(true, false, K, nb, M, inp, K, dout + n0, N, 0.0f, acc, nb);
+      Bf16Gemm::get().run(true, false, K, nb, M, inp16, K, d16, nb, acc, false);
       parallel_ranges(K, 16, [&](int64_t k0, int64_t k1) {
         for (int64_t k = k0; k < k1; ++k) add_range(dweight.at(k * N + n0), acc + k * nb, nb);
       });
     } else {  // acc (nb, K) = dout[:, n0:n0+nb]ᵀ (nb, M) · inp (M, K)
-      if (native)
-        Bf16Gemm::get().run(true, false, nb, K, M, d16, nb, inp16, K, acc, false);
-      else
-        sgemm(true, false, nb, K, M, dout + n0, N, inp, K, 0.0f, acc, K);
+      Bf16Gemm::get().run(true, false, nb, K, M, d16, nb, inp16, K, acc, false);
       parallel_ranges(nb * K, kElementGrain, [&](int64_t i0, int64_t i1) {
         add_range(dweight.at(n0 * K + i0), acc + i0, i1 - i0);
       });

@@ -1,0 +1,390 @@
+// CpuKernels::gemm, the packed GEMM behind matmul's forward and dinput products with 16-bit
+// weights on a CPU without a native GEMM for their dtype (fp16 anywhere; bf16 without
+// AVX512_BF16). It reads the 16-bit weight where a GEMM reads its operands anyway, in the
+// packing of B: each panel is widened to fp32 as it is laid out for the microkernel, so the
+// weights are read once, in their stored 2 bytes, and no widened copy of a block of them is
+// written and read back (the blocked oneDNN sgemm path it replaces paid that pass on every
+// forward and dinput product). The output, an activation, is rounded to the table's activation
+// dtype a block at a time while the block is in cache. (The weight gradient stays an oneDNN
+// sgemm into an fp32 block added into the 16-bit gradient: on GPT-2's shapes it measured faster
+// than this GEMM, whose A operand there is a transposed activation.)
+//
+// Structure (the classic one, as BLIS and oneDNN's own kernels use): C is cut into column
+// ranges, one per thread, so threads share nothing and never wait for each other; each thread
+// walks its columns in chunks of kNc, the rows in blocks of kMc and the reduction in blocks of
+// kKc, packing the A block (kMc x kKc, MR rows interleaved) and the B panel (kKc x kNc, NR
+// columns interleaved, widened) into its own scratch; the microkernel keeps an MR x NR tile of
+// C in registers over a kKc block: AVX-512 8 x 48 (24 accumulators), AVX2 6 x 16 (12), SSE2
+// 4 x 8 (8, multiply and add: SSE2 has no FMA).
+// Determinism: every element of C is the same chain of fused multiply-adds over k in increasing
+// order, blocks of kKc summed in order, whatever the thread count or the column range a thread
+// got; a different instruction set (FMA or not) may give different bits, as oneDNN's do.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_parallel.h"
+#include "runtime/status.h"
+
+namespace zt {
+using namespace cpu;
+namespace {
+
+constexpr int64_t kKc = 512;  // reduction block: an A micro-panel (MR x kKc) in L1, a B strip in L2
+constexpr int64_t kMc = 256;  // rows of C per block (rounded down to a multiple of MR)
+constexpr int64_t kNc = 384;  // columns of C per chunk: the B panel (kKc x kNc, 768 KiB) in L2
+constexpr int64_t kAWholeFloats = int64_t(1) << 20;  // A packed whole up to 4 MiB per thread
+
+// The microkernel's shape per instruction set.
+struct Tile {
+  int64_t mr, nr;
+};
+Tile tile_of(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return {8, 48};
+    case Isa::kAvx2: return {6, 16};
+    case Isa::kSse2: break;
+  }
+  return {4, 8};
+}
+
+// C (mr x nr tile, row stride ldc) = [C +] Ap (kc x MR, k-major) · Bp (kc x NR, k-major).
+__attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* Ap,
+                                                        const float* Bp, float* C, int64_t ldc,
+                                                        bool load) {
+  constexpr int MR = 8, NV = 3;
+  __m512 c[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j)
+      c[i][j] = load ? _mm512_loadu_ps(C + i * ldc + 16 * j) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b[NV];
+    for (int j = 0; j < NV; ++j) b[j] = _mm512_load_ps(Bp + 16 * j);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 a = _mm512_set1_ps(Ap[i]);
+      for (int j = 0; j < NV; ++j) c[i][j] = _mm512_fmadd_ps(a, b[j], c[i][j]);
+    }
+    Ap += MR;
+    Bp += 16 * NV;
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, c[i][j]);
+}
+
+__attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* Ap, const float* Bp,
+                                                   float* C, int64_t ldc, bool load) {
+  constexpr int MR = 6, NV = 2;
+  __m256 c[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j)
+      c[i][j] = load ? _mm256_loadu_ps(C + i * ldc + 8 * j) : _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(Ap + i);
+      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    }
+    Ap += MR;
+    Bp += 8 * NV;
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(C + i * ldc + 8 * j, c[i][j]);
+}
+
+void micro_sse2(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc, bool load) {
+  constexpr int MR = 4, NV = 2;
+  __m128 c[MR][NV];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j)
+      c[i][j] = load ? _mm_loadu_ps(C + i * ldc + 4 * j) : _mm_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m128 b0 = _mm_load_ps(Bp), b1 = _mm_load_ps(Bp + 4);
+    for (int i = 0; i < MR; ++i) {
+      const __m128 a = _mm_set1_ps(Ap[i]);
+      c[i][0] = _mm_add_ps(c[i][0], _mm_mul_ps(a, b0));
+      c[i][1] = _mm_add_ps(c[i][1], _mm_mul_ps(a, b1));
+    }
+    Ap += MR;
+    Bp += 4 * NV;
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NV; ++j) _mm_storeu_ps(C + i * ldc + 4 * j, c[i][j]);
+}
+
+using Micro = void (*)(int64_t, const float*, const float*, float*, int64_t, bool);
+Micro micro_of(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return micro_avx512;
+    case Isa::kAvx2: return micro_avx2;
+    case Isa::kSse2: break;
+  }
+  return micro_sse2;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing. The fast paths use AVX2 (and F16C for fp16): eight values of B's dtype widened in a
+// register, and 8 x 8 transposes for the operands whose packed order crosses their memory order.
+
+// Eight elements of dtype T at p, widened to fp32 (exact; fp16 by VCVTPH2PS).
+template <DType T>
+__attribute__((target("avx2,f16c"))) inline __m256 load8(const void* p) {
+  if constexpr (T == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(p));
+  } else if constexpr (T == DType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+  } else {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+}
+
+template <DType T>
+inline float load1(const void* p) {
+  if constexpr (T == DType::kF32)
+    return *static_cast<const float*>(p);
+  else if constexpr (T == DType::kF16)
+    return F16Codec::widen(*static_cast<const uint16_t*>(p));
+  else
+    return BF16Codec::widen(*static_cast<const uint16_t*>(p));
+}
+
+// r[0..8) (rows) transposed in place: r[j][i] = old r[i][j].
+__attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+template <DType T>
+using Stored = std::conditional_t<T == DType::kF32, float, uint16_t>;
+
+// Bp = B[k0, k0 + kc) x [n0, n0 + nc) as strips of NR columns, each kc x NR (k-major), columns
+// past nc zero. `b` points at B(k0, n0); element (k, n) at b + (k·rs + n·cs) elements of T,
+// with rs == 1 or cs == 1. Portable loops; pack_b_avx2 below is the same with AVX2.
+template <DType T>
+void pack_b_portable(float* Bp, const void* b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,
+                     int64_t NR) {
+  const Stored<T>* base = static_cast<const Stored<T>*>(b);
+  for (int64_t j0 = 0; j0 < nc; j0 += NR, Bp += kc * NR) {
+    const int64_t nr = std::min(NR, nc - j0);
+    for (int64_t k = 0; k < kc; ++k) {
+      float* dst = Bp + k * NR;
+      for (int64_t c = 0; c < nr; ++c) dst[c] = load1<T>(base + k * rs + (j0 + c) * cs);
+      std::fill(dst + nr, dst + NR, 0.0f);
+    }
+  }
+}
+
+template <DType T>
+__attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, int64_t rs,
+                                                     int64_t cs, int64_t kc, int64_t nc,
+                                                     int64_t NR) {
+  using S = Stored<T>;
+  const S* base = static_cast<const S*>(b);
+  constexpr bool fast = true;
+  for (int64_t j0 = 0; j0 < nc; j0 += NR, Bp += kc * NR) {
+    const int64_t nr = std::min(NR, nc - j0);
+    if (nr < NR)
+      for (int64_t k = 0; k < kc; ++k) std::fill(Bp + k * NR + nr, Bp + (k + 1) * NR, 0.0f);
+    if (cs == 1) {  // a row of B is contiguous: widened straight into its slot
+      for (int64_t k = 0; k < kc; ++k) {
+        const S* src = base + k * rs + j0;
+        float* dst = Bp + k * NR;
+        int64_t c = 0;
+        if (fast)
+          for (; c + 8 <= nr; c += 8) _mm256_store_ps(dst + c, load8<T>(src + c));
+        for (; c < nr; ++c) dst[c] = load1<T>(src + c);
+      }
+      continue;
+    }
+    // A column of B is contiguous along k (B is a weight read as Wᵀ): 8 columns x 8 k at a
+    // time, transposed in registers.
+    int64_t c0 = 0;
+    if (fast)
+      for (; c0 + 8 <= nr; c0 += 8) {
+        const S* col = base + (j0 + c0) * cs;
+        int64_t k = 0;
+        for (; k + 8 <= kc; k += 8) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i) r[i] = load8<T>(col + i * cs + k);
+          transpose8(r);
+          for (int i = 0; i < 8; ++i) _mm256_storeu_ps(Bp + (k + i) * NR + c0, r[i]);
+        }
+        for (; k < kc; ++k)
+          for (int i = 0; i < 8; ++i) Bp[k * NR + c0 + i] = load1<T>(col + i * cs + k);
+      }
+    for (int64_t c = c0; c < nr; ++c) {
+      const S* col = base + (j0 + c) * cs;
+      for (int64_t k = 0; k < kc; ++k) Bp[k * NR + c] = load1<T>(col + k);
+    }
+  }
+}
+
+// Ap = A[0, mc) x [0, kc) (fp32, element (i, k) at a[i·rs + k·cs], rs == 1 or cs == 1) as
+// strips of MR rows, each kc x MR (k-major), rows past mc zero. Portable loops; pack_a_avx2
+// below transposes 8 x 8 blocks in registers where A's rows are contiguous.
+void pack_a_portable(float* Ap, const float* a, int64_t rs, int64_t cs, int64_t mc, int64_t kc,
+                     int64_t MR) {
+  for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += kc * MR) {
+    const int64_t mr = std::min(MR, mc - i0);
+    for (int64_t k = 0; k < kc; ++k) {
+      float* dst = Ap + k * MR;
+      for (int64_t r = 0; r < mr; ++r) dst[r] = a[(i0 + r) * rs + k * cs];
+      for (int64_t r = mr; r < MR; ++r) dst[r] = 0.0f;
+    }
+  }
+}
+
+__attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int64_t rs,
+                                                 int64_t cs, int64_t mc, int64_t kc, int64_t MR) {
+  constexpr bool fast = true;
+  for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += kc * MR) {
+    const int64_t mr = std::min(MR, mc - i0);
+    if (cs != 1) {  // A transposed: a k's rows are adjacent
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = a + i0 * rs + k * cs;
+        float* dst = Ap + k * MR;
+        for (int64_t r = 0; r < mr; ++r) dst[r] = src[r * rs];
+        for (int64_t r = mr; r < MR; ++r) dst[r] = 0.0f;
+      }
+      continue;
+    }
+    int64_t k = 0;
+    if (fast && MR == 8 && mr == 8)  // rows contiguous along k: 8 rows x 8 k transposed
+      for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(a + (i0 + i) * rs + k);
+        transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_store_ps(Ap + (k + i) * 8, r[i]);
+      }
+    for (; k < kc; ++k) {
+      float* dst = Ap + k * MR;
+      for (int64_t r = 0; r < mr; ++r) dst[r] = a[(i0 + r) * rs + k];
+      for (int64_t r = mr; r < MR; ++r) dst[r] = 0.0f;
+    }
+  }
+}
+
+}  // namespace
+
+void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
+                      float* C, int64_t ldc, bool accumulate) {
+  ZT_ASSERT(A.op.dtype == DType::kF32, "gemm: A in {}", dtype_name(A.op.dtype));
+  ZT_ASSERT(B.row_stride == 1 || B.col_stride == 1, "gemm: B strides {} x {}", B.row_stride,
+            B.col_stride);
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // C = 0, or C unchanged (it holds activation values already)
+    if (!accumulate)
+      for (int64_t r = 0; r < M; ++r) std::fill_n(C + r * ldc, N, 0.0f);
+    return;
+  }
+  const Tile tile = tile_of(isa_);
+  const Micro micro = micro_of(isa_);
+  const int64_t MR = tile.mr, NR = tile.nr;
+  const int64_t mc_max = std::max(MR, kMc / MR * MR), nc_max = kNc / NR * NR;
+  const auto* a = static_cast<const float*>(A.op.data);
+  const bool fast = isa_ != Isa::kSse2 && (B.op.dtype != DType::kF16 || f16c_);
+  using PackB = void (*)(float*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t);
+  PackB pack_b = nullptr;
+  switch (B.op.dtype) {
+    case DType::kF32: pack_b = fast ? pack_b_avx2<DType::kF32> : pack_b_portable<DType::kF32>; break;
+    case DType::kF16: pack_b = fast ? pack_b_avx2<DType::kF16> : pack_b_portable<DType::kF16>; break;
+    case DType::kBF16: pack_b = fast ? pack_b_avx2<DType::kBF16> : pack_b_portable<DType::kBF16>; break;
+  }
+  const auto pack_a = isa_ != Isa::kSse2 ? pack_a_avx2 : pack_a_portable;
+
+  // Columns of C in strips of NR, split over the threads in contiguous ranges.
+  const int64_t strips = (N + NR - 1) / NR;
+  const int threads = static_cast<int>(std::min<int64_t>(strips, omp_get_max_threads()));
+  // A row block's A, packed once for the whole reduction when it fits, serves every column
+  // chunk; otherwise it is packed again per chunk and reduction block.
+  const int64_t k_blocks = (K + kKc - 1) / kKc, a_block_floats = mc_max * kKc;
+  const bool a_whole = a_block_floats * k_blocks <= kAWholeFloats;
+  const int64_t ap_floats = a_whole ? a_block_floats * k_blocks : a_block_floats;
+  const int64_t bp_floats = kKc * nc_max;
+  const auto body = [&](int t) {
+    float* scratch = thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + 16);
+    // 64-byte aligned panels (the microkernels' aligned loads of B).
+    float* Ap = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
+                                         ~uintptr_t(63));
+    float* Bp = Ap + ap_floats;
+    alignas(64) float edge[8 * 48];
+    const int64_t n_lo = std::min(N, strips * t / threads * NR);
+    const int64_t n_hi = std::min(N, strips * (t + 1) / threads * NR);
+    if (n_lo >= n_hi) return;
+    for (int64_t m0 = 0; m0 < M; m0 += mc_max) {
+      const int64_t mc = std::min(mc_max, M - m0);
+      const auto pack_a_block = [&](float* dst, int64_t k0) {
+        pack_a(dst, a + m0 * A.row_stride + k0 * A.col_stride, A.row_stride, A.col_stride, mc,
+               std::min(kKc, K - k0), MR);
+      };
+      if (a_whole)
+        for (int64_t kb = 0; kb < k_blocks; ++kb) pack_a_block(Ap + kb * a_block_floats, kb * kKc);
+      for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max) {
+        const int64_t nc = std::min(nc_max, n_hi - n0);
+        for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+          const int64_t kc = std::min(kKc, K - k0);
+          const float* Ab = Ap;
+          if (a_whole)
+            Ab = Ap + (k0 / kKc) * a_block_floats;
+          else
+            pack_a_block(Ap, k0);
+          pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride,
+                 B.col_stride, kc, nc, NR);
+          const bool load = k0 > 0 || accumulate;
+          float* target = C + m0 * ldc + n0;
+          const int64_t ld = ldc;
+          for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+            const int64_t nr = std::min(NR, nc - j0);
+            for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+              const int64_t mr = std::min(MR, mc - i0);
+              const float* ap = Ab + i0 * kc;
+              const float* bp = Bp + j0 * kc;
+              float* ct = target + i0 * ld + j0;
+              if (mr == MR && nr == NR) {
+                micro(kc, ap, bp, ct, ld, load);
+                continue;
+              }
+              if (load)
+                for (int64_t r = 0; r < mr; ++r) std::memcpy(edge + r * NR, ct + r * ld, nr * 4);
+              micro(kc, ap, bp, edge, NR, load);
+              for (int64_t r = 0; r < mr; ++r) std::memcpy(ct + r * ld, edge + r * NR, nr * 4);
+            }
+          }
+        }
+        // The block is complete: rounded to the activation dtype while in cache.
+        for (int64_t r = 0; r < mc; ++r) {
+          const int64_t at = (m0 + r) * ldc + n0;
+          round_act(C, at, at + nc);
+        }
+      }
+    }
+  };
+  if (threads <= 1) {
+    body(0);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  body(omp_get_thread_num());
+}
+
+}  // namespace zt
