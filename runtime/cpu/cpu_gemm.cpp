@@ -57,21 +57,27 @@ __attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float
                                                         bool load) {
   constexpr int MR = 8, NV = 3;
   __m512 c[MR][NV];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NV; ++j)
       c[i][j] = load ? _mm512_loadu_ps(C + i * ldc + 16 * j) : _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     __m512 b[NV];
+#pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) b[j] = _mm512_load_ps(Bp + 16 * j);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m512 a = _mm512_set1_ps(Ap[i]);
+#pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) c[i][j] = _mm512_fmadd_ps(a, b[j], c[i][j]);
     }
     Ap += MR;
     Bp += 16 * NV;
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, c[i][j]);
 }
 
@@ -79,7 +85,9 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* Ap,
                                                    float* C, int64_t ldc, bool load) {
   constexpr int MR = 6, NV = 2;
   __m256 c[MR][NV];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NV; ++j)
       c[i][j] = load ? _mm256_loadu_ps(C + i * ldc + 8 * j) : _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
@@ -93,18 +101,23 @@ __attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* Ap,
     Ap += MR;
     Bp += 8 * NV;
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) _mm256_storeu_ps(C + i * ldc + 8 * j, c[i][j]);
 }
 
 void micro_sse2(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc, bool load) {
   constexpr int MR = 4, NV = 2;
   __m128 c[MR][NV];
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NV; ++j)
       c[i][j] = load ? _mm_loadu_ps(C + i * ldc + 4 * j) : _mm_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     const __m128 b0 = _mm_load_ps(Bp), b1 = _mm_load_ps(Bp + 4);
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) {
       const __m128 a = _mm_set1_ps(Ap[i]);
       c[i][0] = _mm_add_ps(c[i][0], _mm_mul_ps(a, b0));
@@ -113,7 +126,9 @@ void micro_sse2(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t 
     Ap += MR;
     Bp += 4 * NV;
   }
+#pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) _mm_storeu_ps(C + i * ldc + 4 * j, c[i][j]);
 }
 
