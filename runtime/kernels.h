@@ -223,9 +223,11 @@ class Kernels {
                                      int64_t N, int64_t V, int64_t Vp, float dloss) = 0;
 
   // Optimizers over a contiguous range (a parameter view or a shard of one): fp32 parameters
-  // and state, the gradient in its stored dtype (widened as it is read).
+  // and state, the gradient in its stored dtype (widened as it is read). `working` (may be
+  // null): after the update, working[i] = working.dtype(param[i]) in the same pass, the bits of
+  // cast (a mixed-precision working copy refreshed without reading the fp32 master again).
   virtual void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-                     const AdamWArgs& args) = 0;
+                     const AdamWArgs& args, Operand working = nullptr) = 0;
   virtual void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
                    const SgdArgs& args) = 0;  // momentum_buf may be null when momentum == 0
 

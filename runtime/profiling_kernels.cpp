@@ -125,8 +125,8 @@ void ProfilingKernels::softmax_cross_entropy(float* losses, float* logits,
   ZT_TIMED(softmax_cross_entropy, losses, logits, targets, N, V, Vp, dloss);
 }
 void ProfilingKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-                             const AdamWArgs& args) {
-  ZT_TIMED(adamw, param, grad, m, v, n, args);
+                             const AdamWArgs& args, Operand working) {
+  ZT_TIMED(adamw, param, grad, m, v, n, args, working);
 }
 void ProfilingKernels::sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
                            const SgdArgs& args) {

@@ -727,7 +727,12 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
   Kernels& k = kernels_;
   const ConstOperand grads(g.grad_master(), g.grad_dtype());  // widened by the kernels
   if (master) {
-    optimizer_->step_part(u, 0, n, master, grads, lr, grad_scale, step_);
+    // Mixed precision: the working copy is the master rounded, written in the update's own
+    // pass (fp32: master and working parameters are one buffer).
+    const Operand working = options_.precision.has_master()
+                                ? Operand(g.working_master_range(), dtype)
+                                : Operand();
+    optimizer_->step_part(u, 0, n, master, grads, lr, grad_scale, step_, working);
   } else {
     // Pure 16-bit: the update computed in fp32 from the working values, a chunk at a time (the
     // update is element-wise, so the bits are those of one pass), and rounded back.
@@ -740,7 +745,6 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
       k.cast(working, dtype, params, DType::kF32, count);
     });
   }
-  g.sync_working(k);  // mixed: working = master rounded; fp32: they are one buffer
 }
 
 double Engine::eval_loss(const Batch& batch, int64_t* targets_out) {

@@ -97,23 +97,37 @@ void Optimizer::step_part_host(int range, int64_t begin, int64_t end, float* mas
 
 
 void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
-                          ConstOperand grads, float lr, float grad_scale, int64_t step) {
+                          ConstOperand grads, float lr, float grad_scale, int64_t step,
+                          Operand working) {
   Kernels& k = kernels_;
   float* m = first_[range].as<float>();
   float* v = second_[range].as<float>();
+  const bool sgd = options_.type == OptimizerOptions::Type::kSgd;
+  // Elements [lo, hi) (relative to the range's start) copied into `working` as they are: what
+  // no update writes (padding between and after tensors; everything after SGD).
+  auto cast_unchanged = [&](int64_t lo, int64_t hi) {
+    if (working && lo < hi)
+      k.cast(working.at(lo - begin).data, working.dtype, params + (lo - begin), DType::kF32,
+             hi - lo);
+  };
+  int64_t done = begin;  // elements before it are in `working`
   for (const DecayRange& r : ranges_[range]) {
     const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
     if (lo >= hi) continue;
     const int64_t n = hi - lo;
     float* p = params + (lo - begin);
     const ConstOperand g = grads.at(lo - begin);
-    if (options_.type == OptimizerOptions::Type::kSgd) {
+    if (sgd) {
       const float wd = r.decay == Decay::kYes ? options_.weight_decay : 0.0f;
       k.sgd(p, g, m ? m + lo : nullptr, n, SgdArgs{lr, options_.momentum, wd, grad_scale});
     } else {
-      k.adamw(p, g, m + lo, v + lo, n, adam_args(r, lr, grad_scale, step));
+      cast_unchanged(done, lo);
+      k.adamw(p, g, m + lo, v + lo, n, adam_args(r, lr, grad_scale, step),
+              working ? working.at(lo - begin) : Operand());
+      done = hi;
     }
   }
+  cast_unchanged(sgd ? begin : done, end);
 }
 
 std::vector<float*> Optimizer::state(int range) {

@@ -231,12 +231,6 @@ void* ParamGroup::begin_working_update() {
 
 void ParamGroup::finish_working_update() { param_tier_->finish_write(param_slot_); }
 
-void ParamGroup::sync_working(Kernels& k) {
-  ZT_ASSERT(!offload_, "unit {}: sync_working with an offloaded master", name());
-  if (!precision_.has_master()) return;
-  k.cast(working_master_range(), compute_, master_.data(), DType::kF32, master_size());
-}
-
 CommHandle ParamGroup::begin_refresh(CommQueue& queue) {
   if (params_sharded_ || !policy_.shard_optimizer) return CommHandle();
   void* full = params_.data();

@@ -123,9 +123,6 @@ class ParamGroup {
   // shard, under stage 3), until finish_working_update stores them in the parameter tier.
   void* begin_working_update();
   void finish_working_update();
-  // Mixed precision, after the optimizer updated master(): the working range = master rounded.
-  // Not for an offloaded master (the engine streams it back through host staging).
-  void sync_working(Kernels& k);
   // After the optimizer step: refresh full parameters from every rank's master (all_gather in
   // place, compute dtype) when parameters are full but the optimizer is sharded.
   CommHandle begin_refresh(CommQueue& queue);

@@ -81,7 +81,7 @@ class CpuKernels final : public Kernels {
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
                              int64_t V, int64_t Vp, float dloss) override;
   void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-             const AdamWArgs& args) override;
+             const AdamWArgs& args, Operand working = nullptr) override;
   void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
            const SgdArgs& args) override;
   void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;

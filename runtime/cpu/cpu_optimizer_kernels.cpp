@@ -59,7 +59,7 @@ const float* CpuKernels::grad_range(ConstOperand grad, int64_t i0, int64_t i1, f
 }
 
 void CpuKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-                       const AdamWArgs& args) {
+                       const AdamWArgs& args, Operand working) {
   ZT_ASSERT(args.step >= 1, "adamw step must be >= 1; got {}", args.step);
   const AdamScalars a = adam_scalars(args);
   const int64_t chunks = (n + kElementGrain - 1) / kElementGrain;
@@ -73,6 +73,7 @@ void CpuKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int6
       else
         adamw_range<V, false>(param + i0, g, m + i0, v + i0, a, 0, i1 - i0);
     });
+    if (working) narrow_range(working.at(i0), param + i0, i1 - i0);  // the chunk still in cache
   });
 }
 

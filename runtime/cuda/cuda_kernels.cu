@@ -190,9 +190,10 @@ __global__ void fill_kernel(float* x, float value, int64_t n) {
 
 // Scalars of one AdamW call, computed once on the host exactly as the CPU computes them. The
 // gradient is read in its stored dtype G (widened exactly).
-template <bool kDecoupled, class G>
+// W: the working copy's dtype, written from the updated parameter when `working` is not null.
+template <bool kDecoupled, class G, class W>
 __global__ void adamw_kernel(float* param, const typename G::Elem* grad, float* m, float* v,
-                             int64_t n, AdamScalars a) {
+                             int64_t n, AdamScalars a, typename W::Elem* working) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     float p = param[i];
     float g = __fmul_rn(G::to_fp32(grad[i]), a.grad_scale);
@@ -211,6 +212,7 @@ __global__ void adamw_kernel(float* param, const typename G::Elem* grad, float* 
       p = __fsub_rn(p, __fmul_rn(a.lr, step));
     }
     param[i] = p;
+    if (working) working[i] = W::from_fp32(p);
   }
 }
 
@@ -455,19 +457,23 @@ void CudaKernels::accumulate(float* y, const float* x, int64_t n) {
 }
 
 void CudaKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-                        const AdamWArgs& args) {
+                        const AdamWArgs& args, Operand working) {
   ZT_CUDA_ASSERT(args.step >= 1, "adamw step must be >= 1");
   if (n <= 0) return;
   const AdamScalars a = adam_scalars(args);  // the CPU back end's scalars
   visit_storage(grad.dtype, [&](auto tag) {
-    using G = decltype(tag);
-    if (args.decoupled) {
-      adamw_kernel<true, G><<<grid_for(n), kThreads, 0, stream_>>>(param, elems<G>(grad), m, v,
-                                                                   n, a);
-    } else {
-      adamw_kernel<false, G><<<grid_for(n), kThreads, 0, stream_>>>(param, elems<G>(grad), m, v,
-                                                                    n, a);
-    }
+    visit_storage(working.dtype, [&](auto working_tag) {
+      using G = decltype(tag);
+      using W = decltype(working_tag);
+      typename W::Elem* w = elems<W>(working);
+      if (args.decoupled) {
+        adamw_kernel<true, G, W>
+            <<<grid_for(n), kThreads, 0, stream_>>>(param, elems<G>(grad), m, v, n, a, w);
+      } else {
+        adamw_kernel<false, G, W>
+            <<<grid_for(n), kThreads, 0, stream_>>>(param, elems<G>(grad), m, v, n, a, w);
+      }
+    });
   });
   check_launch();
 }

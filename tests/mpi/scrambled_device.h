@@ -87,7 +87,7 @@ class ScrambledKernels final : public Kernels {
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
                              int64_t V, int64_t Vp, float dloss) override;
   void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-             const AdamWArgs& args) override;
+             const AdamWArgs& args, Operand working = nullptr) override;
   void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
            const SgdArgs& args) override;
   void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
@@ -422,9 +422,9 @@ inline void ScrambledKernels::softmax_cross_entropy(float* losses, float* logits
   base_.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
 }
 inline void ScrambledKernels::adamw(float* param, ConstOperand grad, float* m, float* v,
-                                    int64_t n, const AdamWArgs& args) {
-  ZT_SCRAMBLED(adamw, param, operand(grad, n), m, v);
-  base_.adamw(param, grad, m, v, n, args);
+                                    int64_t n, const AdamWArgs& args, Operand working) {
+  ZT_SCRAMBLED(adamw, param, operand(grad, n), m, v, operand(working, n));
+  base_.adamw(param, grad, m, v, n, args, working);
 }
 inline void ScrambledKernels::sgd(float* param, ConstOperand grad, float* momentum_buf,
                                   int64_t n, const SgdArgs& args) {

@@ -215,6 +215,24 @@ TEST_F(CudaDeviceTest, OptimizersRead16BitGradientsLikeCpu) {
   }
 }
 
+// The working copy adamw writes in its pass: the CPU's bits, fp16 and bf16.
+TEST_F(CudaDeviceTest, AdamWWorkingCopyIsBitwiseEqualToCpu) {
+  const int64_t n = 100003;
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    std::vector<float> p = normal_floats(n, 17), m(static_cast<size_t>(n), 0.0f), v = m;
+    const std::vector<float> g = normal_floats(n, 18);
+    std::vector<uint16_t> working(static_cast<size_t>(n));
+    Buffer dp = upload(p), dm = upload(m), dv = upload(v), dg = upload(g);
+    Buffer dw = upload(working);
+    AdamWArgs args;
+    args.lr = 1e-2f;
+    gk().adamw(dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(), n, args,
+               Operand(dw.data(), t));
+    ck().adamw(p.data(), g.data(), m.data(), v.data(), n, args, Operand(working.data(), t));
+    EXPECT_EQ(download<uint16_t>(dw, n), working) << type_name(t);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Casts, rounding and add: bit for bit.
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "runtime/dtype.h"
@@ -49,6 +50,32 @@ TEST_F(KernelsTest, AdamWMatchesReference) {
     expect_close(p, rp, 1e-6, 1e-5, decoupled ? "adamw param" : "adam (L2) param");
     expect_close(m, rm, 1e-6, 1e-5, "adamw m");
     expect_close(v, rv, 1e-7, 1e-5, "adamw v");
+  }
+}
+
+// The working copy written in the update's pass is cast's rounding of the updated parameters,
+// bit for bit, for both 16-bit types, and the update itself is unchanged by it. fp32 values past
+// fp16's range round to inf as cast's do.
+TEST_F(KernelsTest, AdamWWritesTheWorkingCopyAsCastWould) {
+  const int64_t n = 70001;  // several chunks, a ragged last one
+  AdamWArgs args;
+  args.lr = 1e-2f;
+  args.weight_decay = 0.1f;
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    auto p = random_floats(n, 75, -3.0f, 3.0f), m = std::vector<float>(n, 0.0f), v = m;
+    p[5] = 1e6f;  // past fp16's largest finite value
+    auto p_plain = p, m_plain = m, v_plain = v;
+    const auto g = random_floats(n, 76);
+    std::vector<uint16_t> working(n, 0xffff), want(n);
+    k_.adamw(p.data(), g.data(), m.data(), v.data(), n, args, Operand(working.data(), t));
+    k_.adamw(p_plain.data(), g.data(), m_plain.data(), v_plain.data(), n, args);
+    k_.cast(want.data(), t, p_plain.data(), DType::kF32, n);
+    EXPECT_EQ(std::memcmp(p.data(), p_plain.data(), n * sizeof(float)), 0) << dtype_name(t);
+    EXPECT_EQ(std::memcmp(m.data(), m_plain.data(), n * sizeof(float)), 0) << dtype_name(t);
+    EXPECT_EQ(std::memcmp(working.data(), want.data(), n * 2), 0) << dtype_name(t);
+    if (t == DType::kF16) {
+      EXPECT_TRUE(std::isinf(fp16_to_fp32(working[5])));
+    }
   }
 }
 

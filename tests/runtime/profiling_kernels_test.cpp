@@ -151,7 +151,7 @@ class ThrowingFill final : public Kernels {
   void accumulate(float*, const float*, int64_t) override {}
   void softmax_cross_entropy(float*, float*, const int32_t*, int64_t, int64_t, int64_t,
                              float) override {}
-  void adamw(float*, ConstOperand, float*, float*, int64_t, const AdamWArgs&) override {}
+  void adamw(float*, ConstOperand, float*, float*, int64_t, const AdamWArgs&, Operand) override {}
   void sgd(float*, ConstOperand, float*, int64_t, const SgdArgs&) override {}
   void cast(void*, DType, const void*, DType, int64_t) override {}
   void round_to(float*, DType, int64_t) override {}
