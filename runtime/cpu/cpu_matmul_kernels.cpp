@@ -171,7 +171,7 @@ const char* onednn_isa_name() {
 
 std::string cpu_gemm_description() {
   const dnnl_version_t* v = dnnl_version();
-  std::string bf16 = "bf16 GEMMs widened to fp32 in blocks (no native bf16)";
+  std::string bf16 = "bf16 GEMMs as fp16's (no native bf16)";
   if (native_bf16_gemm()) {
     bf16 = "bf16 GEMMs native";
     try {  // the implementation oneDNN picks for a representative shape
@@ -186,8 +186,10 @@ std::string cpu_gemm_description() {
     } catch (const dnnl::error&) {
     }
   }
-  return fmt::format("oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs widened to fp32 in blocks",
-                     v->major, v->minor, v->patch, onednn_isa_name(), bf16);
+  return fmt::format(
+      "oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs: forward and dinput on our packed GEMM "
+      "(weights widened as they are packed), weight gradients on sgemm",
+      v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
 void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weight,
