@@ -215,7 +215,6 @@ __attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, 
                                                      int64_t NR) {
   using S = Stored<T>;
   const S* base = static_cast<const S*>(b);
-  constexpr bool fast = true;
   for (int64_t j0 = 0; j0 < nc; j0 += NR, Bp += kc * NR) {
     const int64_t nr = std::min(NR, nc - j0);
     if (nr < NR)
@@ -225,8 +224,7 @@ __attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, 
         const S* src = base + k * rs + j0;
         float* dst = Bp + k * NR;
         int64_t c = 0;
-        if (fast)
-          for (; c + 8 <= nr; c += 8) _mm256_store_ps(dst + c, load8<T>(src + c));
+        for (; c + 8 <= nr; c += 8) _mm256_store_ps(dst + c, load8<T>(src + c));
         for (; c < nr; ++c) dst[c] = load1<T>(src + c);
       }
       continue;
@@ -234,19 +232,18 @@ __attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, 
     // A column of B is contiguous along k (B is a weight read as Wᵀ): 8 columns x 8 k at a
     // time, transposed in registers.
     int64_t c0 = 0;
-    if (fast)
-      for (; c0 + 8 <= nr; c0 += 8) {
-        const S* col = base + (j0 + c0) * cs;
-        int64_t k = 0;
-        for (; k + 8 <= kc; k += 8) {
-          __m256 r[8];
-          for (int i = 0; i < 8; ++i) r[i] = load8<T>(col + i * cs + k);
-          transpose8(r);
-          for (int i = 0; i < 8; ++i) _mm256_storeu_ps(Bp + (k + i) * NR + c0, r[i]);
-        }
-        for (; k < kc; ++k)
-          for (int i = 0; i < 8; ++i) Bp[k * NR + c0 + i] = load1<T>(col + i * cs + k);
+    for (; c0 + 8 <= nr; c0 += 8) {
+      const S* col = base + (j0 + c0) * cs;
+      int64_t k = 0;
+      for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) r[i] = load8<T>(col + i * cs + k);
+        transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(Bp + (k + i) * NR + c0, r[i]);
       }
+      for (; k < kc; ++k)
+        for (int i = 0; i < 8; ++i) Bp[k * NR + c0 + i] = load1<T>(col + i * cs + k);
+    }
     for (int64_t c = c0; c < nr; ++c) {
       const S* col = base + (j0 + c) * cs;
       for (int64_t k = 0; k < kc; ++k) Bp[k * NR + c] = load1<T>(col + k);
@@ -271,7 +268,6 @@ void pack_a_portable(float* Ap, const float* a, int64_t rs, int64_t cs, int64_t 
 
 __attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int64_t rs,
                                                  int64_t cs, int64_t mc, int64_t kc, int64_t MR) {
-  constexpr bool fast = true;
   for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += kc * MR) {
     const int64_t mr = std::min(MR, mc - i0);
     if (cs != 1) {  // A transposed: a k's rows are adjacent
@@ -283,13 +279,23 @@ __attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int6
       }
       continue;
     }
+    // Rows contiguous along k: up to 8 rows x 8 k transposed in registers (rows past mr zero),
+    // each k's MR values stored (masked when MR < 8: AVX2's 6-row tile).
     int64_t k = 0;
-    if (fast && MR == 8 && mr == 8)  // rows contiguous along k: 8 rows x 8 k transposed
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(MR)), lanes);
+    if (MR <= 8)
       for (; k + 8 <= kc; k += 8) {
         __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(a + (i0 + i) * rs + k);
+        for (int i = 0; i < 8; ++i)
+          r[i] = i < mr ? _mm256_loadu_ps(a + (i0 + i) * rs + k) : _mm256_setzero_ps();
         transpose8(r);
-        for (int i = 0; i < 8; ++i) _mm256_store_ps(Ap + (k + i) * 8, r[i]);
+        for (int i = 0; i < 8; ++i) {
+          if (MR == 8)
+            _mm256_store_ps(Ap + (k + i) * 8, r[i]);
+          else
+            _mm256_maskstore_ps(Ap + (k + i) * MR, keep, r[i]);
+        }
       }
     for (; k < kc; ++k) {
       float* dst = Ap + k * MR;
@@ -330,11 +336,18 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   // Columns of C in strips of NR, split over the threads in contiguous ranges.
   const int64_t strips = (N + NR - 1) / NR;
   const int threads = static_cast<int>(std::min<int64_t>(strips, omp_get_max_threads()));
-  // A row block's A, packed once for the whole reduction when it fits, serves every column
-  // chunk; otherwise it is packed again per chunk and reduction block.
+  // A row block's A, packed once for the whole reduction when it fits in each thread's scratch,
+  // serves every column chunk. A larger A (a long reduction: the LM head's dinput product) is
+  // packed one reduction block at a time into one buffer shared by the threads, each packing
+  // its share of the strips, so no thread packs what another packs too.
   const int64_t k_blocks = (K + kKc - 1) / kKc, a_block_floats = mc_max * kKc;
   const bool a_whole = a_block_floats * k_blocks <= kAWholeFloats;
-  const int64_t ap_floats = a_whole ? a_block_floats * k_blocks : a_block_floats;
+  float* a_shared = nullptr;
+  if (!a_whole)
+    a_shared = reinterpret_cast<float*>(
+        (reinterpret_cast<uintptr_t>(thread_scratch<ScratchSlot::kCall>(a_block_floats + 16)) +
+         63) & ~uintptr_t(63));
+  const int64_t ap_floats = a_whole ? a_block_floats * k_blocks : 0;
   const int64_t bp_floats = kKc * nc_max;
   const auto body = [&](int t) {
     float* scratch = thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + 16);
@@ -345,52 +358,59 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     alignas(64) float edge[8 * 48];
     const int64_t n_lo = std::min(N, strips * t / threads * NR);
     const int64_t n_hi = std::min(N, strips * (t + 1) / threads * NR);
-    if (n_lo >= n_hi) return;
+    // C[m0, m0 + mc) x [n0, n0 + nc) += the packed A block Ab (mc x kc) · B's panel at k0.
+    const auto product = [&](const float* Ab, int64_t m0, int64_t mc, int64_t k0, int64_t kc,
+                             int64_t n0, int64_t nc) {
+      pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride,
+             B.col_stride, kc, nc, NR);
+      const bool load = k0 > 0 || accumulate;
+      float* target = C + m0 * ldc + n0;
+      for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+        const int64_t nr = std::min(NR, nc - j0);
+        for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+          const int64_t mr = std::min(MR, mc - i0);
+          const float* ap = Ab + i0 * kc;
+          const float* bp = Bp + j0 * kc;
+          float* ct = target + i0 * ldc + j0;
+          if (mr == MR && nr == NR) {
+            micro(kc, ap, bp, ct, ldc, load);
+            continue;
+          }
+          if (load)
+            for (int64_t r = 0; r < mr; ++r) std::memcpy(edge + r * NR, ct + r * ldc, nr * 4);
+          micro(kc, ap, bp, edge, NR, load);
+          for (int64_t r = 0; r < mr; ++r) std::memcpy(ct + r * ldc, edge + r * NR, nr * 4);
+        }
+      }
+      if (k0 + kc == K)  // the block is complete: rounded to the activation dtype in cache
+        for (int64_t r = 0; r < mc; ++r) round_act(C, (m0 + r) * ldc + n0, (m0 + r) * ldc + n0 + nc);
+    };
     for (int64_t m0 = 0; m0 < M; m0 += mc_max) {
       const int64_t mc = std::min(mc_max, M - m0);
-      const auto pack_a_block = [&](float* dst, int64_t k0) {
-        pack_a(dst, a + m0 * A.row_stride + k0 * A.col_stride, A.row_stride, A.col_stride, mc,
-               std::min(kKc, K - k0), MR);
+      // A[m0, m0 + mc) x [k0, k0 + kc) into dst, strips [s0, s1) of it.
+      const auto pack_a_strips = [&](float* dst, int64_t k0, int64_t s0, int64_t s1) {
+        const int64_t kc = std::min(kKc, K - k0), r0 = s0 * MR, rows = std::min(mc, s1 * MR) - r0;
+        if (rows > 0)
+          pack_a(dst + r0 * kc, a + (m0 + r0) * A.row_stride + k0 * A.col_stride, A.row_stride,
+                 A.col_stride, rows, kc, MR);
       };
-      if (a_whole)
-        for (int64_t kb = 0; kb < k_blocks; ++kb) pack_a_block(Ap + kb * a_block_floats, kb * kKc);
-      for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max) {
-        const int64_t nc = std::min(nc_max, n_hi - n0);
-        for (int64_t k0 = 0; k0 < K; k0 += kKc) {
-          const int64_t kc = std::min(kKc, K - k0);
-          const float* Ab = Ap;
-          if (a_whole)
-            Ab = Ap + (k0 / kKc) * a_block_floats;
-          else
-            pack_a_block(Ap, k0);
-          pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride,
-                 B.col_stride, kc, nc, NR);
-          const bool load = k0 > 0 || accumulate;
-          float* target = C + m0 * ldc + n0;
-          const int64_t ld = ldc;
-          for (int64_t j0 = 0; j0 < nc; j0 += NR) {
-            const int64_t nr = std::min(NR, nc - j0);
-            for (int64_t i0 = 0; i0 < mc; i0 += MR) {
-              const int64_t mr = std::min(MR, mc - i0);
-              const float* ap = Ab + i0 * kc;
-              const float* bp = Bp + j0 * kc;
-              float* ct = target + i0 * ld + j0;
-              if (mr == MR && nr == NR) {
-                micro(kc, ap, bp, ct, ld, load);
-                continue;
-              }
-              if (load)
-                for (int64_t r = 0; r < mr; ++r) std::memcpy(edge + r * NR, ct + r * ld, nr * 4);
-              micro(kc, ap, bp, edge, NR, load);
-              for (int64_t r = 0; r < mr; ++r) std::memcpy(ct + r * ld, edge + r * NR, nr * 4);
-            }
-          }
-        }
-        // The block is complete: rounded to the activation dtype while in cache.
-        for (int64_t r = 0; r < mc; ++r) {
-          const int64_t at = (m0 + r) * ldc + n0;
-          round_act(C, at, at + nc);
-        }
+      const int64_t a_strips = (mc + MR - 1) / MR;
+      if (a_whole) {
+        if (n_lo >= n_hi) continue;
+        for (int64_t kb = 0; kb < k_blocks; ++kb)
+          pack_a_strips(Ap + kb * a_block_floats, kb * kKc, 0, a_strips);
+        for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max)
+          for (int64_t k0 = 0; k0 < K; k0 += kKc)
+            product(Ap + (k0 / kKc) * a_block_floats, m0, mc, k0, std::min(kKc, K - k0), n0,
+                    std::min(nc_max, n_hi - n0));
+        continue;
+      }
+      for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+        pack_a_strips(a_shared, k0, a_strips * t / threads, a_strips * (t + 1) / threads);
+#pragma omp barrier
+        for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max)
+          product(a_shared, m0, mc, k0, std::min(kKc, K - k0), n0, std::min(nc_max, n_hi - n0));
+#pragma omp barrier
       }
     }
   };

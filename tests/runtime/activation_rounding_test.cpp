@@ -18,6 +18,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/cpu/cpu_device.h"
@@ -253,40 +254,44 @@ TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsAcrossBlocks) {
     SCOPED_TRACE(std::string("capped at ") + level);
     expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 3, 1100, 1000);
     expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 300, 40, 70);
+    // dinput's reduction over N = 5000: A packed a block at a time, shared by the threads.
+    expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 9, 40, 5000);
   }
 }
 
 // The packed GEMM splits C's columns over the threads; each element is the same chain of
 // products whichever thread computed it, so 1, 2 and 3 threads give the same bits (the ZeRO
 // stages compare runs bit for bit). Capped at AVX2, where both dtypes take the packed GEMM;
-// K = 600 crosses a reduction block.
+// K = 600 crosses a reduction block, and N = 5000 makes dinput's A shared by the threads.
 TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsDoesNotDependOnThreadCount) {
-  const int64_t M = 20, K = 600, N = 517;
   const auto packed = test::kernels_capped_at("avx2", dtype());
-  const auto inp = random_values(M * K, 40), dout = random_values(M * N, 41);
-  const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 42), dtype());
-  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
-    std::vector<std::vector<float>> results;
-    for (int threads : {1, 2, 3}) {
-      std::vector<float> out(M * N), dinp(M * K, 0.5f);
-      std::vector<uint16_t> dw16(K * N, 0);
-      test::with_threads(threads, [&] {
-        packed->matmul_forward(out.data(), inp.data(), {w16.data(), dtype()}, nullptr, M, K, N,
-                               layout);
-        packed->matmul_backward(dinp.data(), {dw16.data(), dtype()}, nullptr, dout.data(),
-                                inp.data(), {w16.data(), dtype()}, M, K, N, layout);
-      });
-      const std::vector<float> dw = widened(dw16, dtype());
-      out.insert(out.end(), dinp.begin(), dinp.end());
-      out.insert(out.end(), dw.begin(), dw.end());
-      results.push_back(out);
+  using Shape = std::tuple<int64_t, int64_t, int64_t>;
+  for (const auto& [M, K, N] : {Shape{20, 600, 517}, Shape{20, 40, 5000}}) {
+    const auto inp = random_values(M * K, 40), dout = random_values(M * N, 41);
+    const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 42), dtype());
+    for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> out(M * N), dinp(M * K, 0.5f);
+        std::vector<uint16_t> dw16(K * N, 0);
+        test::with_threads(threads, [&] {
+          packed->matmul_forward(out.data(), inp.data(), {w16.data(), dtype()}, nullptr, M, K, N,
+                                 layout);
+          packed->matmul_backward(dinp.data(), {dw16.data(), dtype()}, nullptr, dout.data(),
+                                  inp.data(), {w16.data(), dtype()}, M, K, N, layout);
+        });
+        const std::vector<float> dw = widened(dw16, dtype());
+        out.insert(out.end(), dinp.begin(), dinp.end());
+        out.insert(out.end(), dw.begin(), dw.end());
+        results.push_back(out);
+      }
+      EXPECT_TRUE(same_bits(results[0], results[1]));
+      EXPECT_TRUE(same_bits(results[0], results[2]));
+      // Without a bias the first reduction block writes out and the second adds to it.
+      const std::vector<float> out(results[0].begin(), results[0].begin() + M * N);
+      expect_within(out, matmul_ref(inp, widened(w16, dtype()), {}, M, K, N, layout),
+                    relative_ulp(dtype()), 1e-5, "out");
     }
-    EXPECT_TRUE(same_bits(results[0], results[1]));
-    EXPECT_TRUE(same_bits(results[0], results[2]));
-    // Without a bias the first reduction block writes out and the second adds to it.
-    const std::vector<float> out(results[0].begin(), results[0].begin() + M * N);
-    expect_within(out, matmul_ref(inp, widened(w16, dtype()), {}, M, K, N, layout),
-                  relative_ulp(dtype()), 1e-5, "out");
   }
 }
 
