@@ -10,12 +10,14 @@
 // than this GEMM, whose A operand there is a transposed activation.)
 //
 // Structure (the classic one, as BLIS and oneDNN's own kernels use): C is cut into column
-// ranges, one per thread, so threads share nothing and never wait for each other; each thread
-// walks its columns in chunks of kNc, the rows in blocks of kMc and the reduction in blocks of
-// kKc, packing the A block (kMc x kKc, MR rows interleaved) and the B panel (kKc x kNc, NR
-// columns interleaved, widened) into its own scratch; the microkernel keeps an MR x NR tile of
-// C in registers over a kKc block: AVX-512 8 x 48 (24 accumulators), AVX2 6 x 16 (12), SSE2
-// 4 x 8 (8, multiply and add: SSE2 has no FMA).
+// ranges, one per thread; each thread walks its columns in chunks of kNc, the rows in blocks of
+// kMc and the reduction in blocks of kKc, packing the B panel (kKc x kNc, NR columns
+// interleaved, widened) into its own scratch. A (MR rows interleaved) is packed per row block
+// for the whole reduction into each thread's scratch, where the threads then never wait for
+// each other; an A too large for that (a long reduction) is packed a reduction block at a time
+// into one buffer the threads fill together between two barriers. The microkernel keeps an
+// MR x NR tile of C in registers over a kKc block: AVX-512 8 x 48 (24 accumulators), AVX2
+// 6 x 16 (12), SSE2 4 x 8 (8, multiply and add: SSE2 has no FMA).
 // Determinism: every element of C is the same chain of fused multiply-adds over k in increasing
 // order, blocks of kKc summed in order, whatever the thread count or the column range a thread
 // got; a different instruction set (FMA or not) may give different bits, as oneDNN's do.
