@@ -304,26 +304,20 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
                           DType::kBF16);
     return;
   }
-  if (!native && in_out) {  // acc (kb, N) = inp[:, k0:k0+kb]ᵀ (kb,M) · dout (M,N)
-    const int64_t rows = block_size(N, 4, K);
-    float* acc = thread_scratch<ScratchSlot::kCall>(rows * N);
-    for (int64_t k0 = 0; k0 < K; k0 += rows) {
-      const int64_t kb = std::min(rows, K - k0);
-      sgemm(true, false, kb, N, M, inp + k0, K, dout, N, 0.0f, acc, N);
-      parallel_ranges(kb * N, kElementGrain, [&](int64_t i0, int64_t i1) {
-        add_range(dweight.at(k0 * N + i0), acc + i0, i1 - i0);
-      });
-    }
-    return;
-  }
-  if (!native) {  // acc (nb, K) = dout[:, n0:n0+nb]ᵀ (nb, M) · inp (M, K)
-    const int64_t rows = block_size(K, 4, N);
-    float* acc = thread_scratch<ScratchSlot::kCall>(rows * K);
-    for (int64_t n0 = 0; n0 < N; n0 += rows) {
-      const int64_t nb = std::min(rows, N - n0);
-      sgemm(true, false, nb, K, M, dout + n0, N, inp, K, 0.0f, acc, K);
-      parallel_ranges(nb * K, kElementGrain, [&](int64_t i0, int64_t i1) {
-        add_range(dweight.at(n0 * K + i0), acc + i0, i1 - i0);
+  if (!native) {
+    // dW (R,S) += Xᵀ (R,M) · Y (M,S), with (X, Y) = (inp, dout) for kInOut and (dout, inp) for
+    // kOutIn: a block of dW's rows at a time, an sgemm into an fp32 scratch added into the
+    // 16-bit gradient with one rounding.
+    const float* X = in_out ? inp : dout;
+    const float* Y = in_out ? dout : inp;
+    const int64_t R = in_out ? K : N, S = in_out ? N : K;
+    const int64_t rows = block_size(S, 4, R);
+    float* acc = thread_scratch<ScratchSlot::kCall>(rows * S);
+    for (int64_t r0 = 0; r0 < R; r0 += rows) {
+      const int64_t rb = std::min(rows, R - r0);
+      sgemm(true, false, rb, S, M, X + r0, R, Y, S, 0.0f, acc, S);
+      parallel_ranges(rb * S, kElementGrain, [&](int64_t i0, int64_t i1) {
+        add_range(dweight.at(r0 * S + i0), acc + i0, i1 - i0);
       });
     }
     return;
