@@ -14,6 +14,7 @@
 // The methods are split by op family, as the CUDA back end's are:
 //   cpu_kernels.cpp              construction, the instruction-set choice, make_cpu_kernels
 //   cpu_matmul_kernels.cpp       matmul forward and backward (oneDNN), typed weights
+//   cpu_gemm.cpp                 the packed GEMM for 16-bit weights without a native GEMM
 //   cpu_nn_kernels.cpp           embedding, layer norm, RMSNorm, GELU, SwiGLU, rotary embedding,
 //                                softmax cross-entropy
 //   cpu_attention_kernels.cpp    causal attention, multi-head and grouped-query
@@ -30,8 +31,9 @@
 namespace zt {
 
 // Operands in 16 bits are widened where they are read, in blocks of at most a few MiB (a
-// whole small vector such as a bias; a GEMM's weights in column or row blocks), and outputs are
-// rounded in the task that wrote them while still in cache (kernels.h, Precision).
+// whole small vector such as a bias; a GEMM's weights panel by panel as the packed GEMM packs
+// them), and outputs are rounded in the task that wrote them while still in cache (kernels.h,
+// Precision).
 class CpuKernels final : public Kernels {
  public:
   // `activations`: the dtype every activation written is rounded to (kernels.h).
