@@ -56,8 +56,20 @@ AdamWArgs Optimizer::adam_args(const DecayRange& r, float lr, float grad_scale,
 void Optimizer::step_part_host(int range, int64_t begin, int64_t end, float* master,
                                ConstOperand grads, Operand working, float lr, float grad_scale,
                                int64_t step, float* const* state) {
+  update(range, begin, end, master, grads, working, lr, grad_scale, step, state, true);
+}
+
+void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
+                          ConstOperand grads, float lr, float grad_scale, int64_t step,
+                          Operand working) {
+  update(range, begin, end, params, grads, working, lr, grad_scale, step, nullptr, false);
+}
+
+void Optimizer::update(int range, int64_t begin, int64_t end, float* master, ConstOperand grads,
+                       Operand working, float lr, float grad_scale, int64_t step,
+                       float* const* state, bool host) {
   // Elements [lo, hi) of the range (relative to its start) copied into `working` as they are:
-  // padding between and after tensors, which no update touches.
+  // padding between and after tensors, which no update touches (everything, after SGD).
   auto copy_unchanged = [&](int64_t lo, int64_t hi) {
     if (working && lo < hi)
       kernels_.cast(working.at(lo - begin).data, working.dtype, master + (lo - begin),
@@ -87,47 +99,17 @@ void Optimizer::step_part_host(int range, int64_t begin, int64_t end, float* mas
     const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
     if (lo >= hi) continue;
     copy_unchanged(done, lo);
-    cpu_adam_.step(master + (lo - begin), grads.at(lo - begin), state_at(0, lo), state_at(1, lo),
-                   working ? working.at(lo - begin) : Operand(), hi - lo,
-                   adam_args(r, lr, grad_scale, step));
+    float* p = master + (lo - begin);
+    const ConstOperand g = grads.at(lo - begin);
+    const Operand w = working ? working.at(lo - begin) : Operand();
+    const AdamWArgs args = adam_args(r, lr, grad_scale, step);
+    if (host)
+      cpu_adam_.step(p, g, state_at(0, lo), state_at(1, lo), w, hi - lo, args);
+    else
+      kernels_.adamw(p, g, state_at(0, lo), state_at(1, lo), hi - lo, args, w);
     done = hi;
   }
   copy_unchanged(done, end);
-}
-
-
-void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
-                          ConstOperand grads, float lr, float grad_scale, int64_t step,
-                          Operand working) {
-  Kernels& k = kernels_;
-  float* m = first_[range].as<float>();
-  float* v = second_[range].as<float>();
-  const bool sgd = options_.type == OptimizerOptions::Type::kSgd;
-  // Elements [lo, hi) (relative to the range's start) copied into `working` as they are: what
-  // no update writes (padding between and after tensors; everything after SGD).
-  auto cast_unchanged = [&](int64_t lo, int64_t hi) {
-    if (working && lo < hi)
-      k.cast(working.at(lo - begin).data, working.dtype, params + (lo - begin), DType::kF32,
-             hi - lo);
-  };
-  int64_t done = begin;  // elements before it are in `working`
-  for (const DecayRange& r : ranges_[range]) {
-    const int64_t lo = std::max(r.begin, begin), hi = std::min(r.end, end);
-    if (lo >= hi) continue;
-    const int64_t n = hi - lo;
-    float* p = params + (lo - begin);
-    const ConstOperand g = grads.at(lo - begin);
-    if (sgd) {
-      const float wd = r.decay == Decay::kYes ? options_.weight_decay : 0.0f;
-      k.sgd(p, g, m ? m + lo : nullptr, n, SgdArgs{lr, options_.momentum, wd, grad_scale});
-    } else {
-      cast_unchanged(done, lo);
-      k.adamw(p, g, m + lo, v + lo, n, adam_args(r, lr, grad_scale, step),
-              working ? working.at(lo - begin) : Operand());
-      done = hi;
-    }
-  }
-  cast_unchanged(sgd ? begin : done, end);
 }
 
 std::vector<float*> Optimizer::state(int range) {

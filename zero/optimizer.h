@@ -73,6 +73,11 @@ class Optimizer {
  private:
   // The arguments of one decay run's update.
   AdamWArgs adam_args(const DecayRange& r, float lr, float grad_scale, int64_t step) const;
+  // step_part (host false: Kernels::adamw) and step_part_host (host true: CpuAdam): each decay
+  // run updated, `working` written by Adam's pass and cast where no Adam pass writes it.
+  void update(int range, int64_t begin, int64_t end, float* master, ConstOperand grads,
+              Operand working, float lr, float grad_scale, int64_t step, float* const* state,
+              bool host);
   Device& device_;
   Kernels& kernels_;
   CpuAdam cpu_adam_;  // step_part_host's fused Adam
