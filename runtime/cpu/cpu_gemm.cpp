@@ -26,9 +26,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_parallel.h"
+#include "runtime/dtype.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -148,27 +150,18 @@ Micro micro_of(Isa isa) {
 // Packing. The fast paths use AVX2 (and F16C for fp16): eight values of B's dtype widened in a
 // register, and 8 x 8 transposes for the operands whose packed order crosses their memory order.
 
-// Eight elements of dtype T at p, widened to fp32 (exact; fp16 by VCVTPH2PS).
-template <DType T>
-__attribute__((target("avx2,f16c"))) inline __m256 load8(const void* p) {
-  if constexpr (T == DType::kF32) {
-    return _mm256_loadu_ps(static_cast<const float*>(p));
-  } else if constexpr (T == DType::kF16) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+// Eight elements of codec C (runtime/dtype.h) at p, widened to fp32 (exact; fp16 by VCVTPH2PS).
+template <class C>
+__attribute__((target("avx2,f16c"))) inline __m256 load8(const typename C::Storage* p) {
+  if constexpr (std::is_same_v<C, F32Codec>) {
+    return _mm256_loadu_ps(p);
+  } else if constexpr (std::is_same_v<C, F16Codec>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   } else {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
-}
-
-template <DType T>
-inline float load1(const void* p) {
-  if constexpr (T == DType::kF32)
-    return *static_cast<const float*>(p);
-  else if constexpr (T == DType::kF16)
-    return F16Codec::widen(*static_cast<const uint16_t*>(p));
-  else
-    return BF16Codec::widen(*static_cast<const uint16_t*>(p));
 }
 
 // r[0..8) (rows) transposed in place: r[j][i] = old r[i][j].
@@ -191,31 +184,28 @@ __attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
   r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-template <DType T>
-using Stored = std::conditional_t<T == DType::kF32, float, uint16_t>;
-
 // Bp = B[k0, k0 + kc) x [n0, n0 + nc) as strips of NR columns, each kc x NR (k-major), columns
-// past nc zero. `b` points at B(k0, n0); element (k, n) at b + (k·rs + n·cs) elements of T,
+// past nc zero. `b` points at B(k0, n0); element (k, n) at b + (k·rs + n·cs) elements of C,
 // with rs == 1 or cs == 1. Portable loops; pack_b_avx2 below is the same with AVX2.
-template <DType T>
+template <class C>
 void pack_b_portable(float* Bp, const void* b, int64_t rs, int64_t cs, int64_t kc, int64_t nc,
                      int64_t NR) {
-  const Stored<T>* base = static_cast<const Stored<T>*>(b);
+  const auto* base = static_cast<const typename C::Storage*>(b);
   for (int64_t j0 = 0; j0 < nc; j0 += NR, Bp += kc * NR) {
     const int64_t nr = std::min(NR, nc - j0);
     for (int64_t k = 0; k < kc; ++k) {
       float* dst = Bp + k * NR;
-      for (int64_t c = 0; c < nr; ++c) dst[c] = load1<T>(base + k * rs + (j0 + c) * cs);
+      for (int64_t c = 0; c < nr; ++c) dst[c] = C::widen(base[k * rs + (j0 + c) * cs]);
       std::fill(dst + nr, dst + NR, 0.0f);
     }
   }
 }
 
-template <DType T>
+template <class C>
 __attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, int64_t rs,
                                                      int64_t cs, int64_t kc, int64_t nc,
                                                      int64_t NR) {
-  using S = Stored<T>;
+  using S = typename C::Storage;
   const S* base = static_cast<const S*>(b);
   for (int64_t j0 = 0; j0 < nc; j0 += NR, Bp += kc * NR) {
     const int64_t nr = std::min(NR, nc - j0);
@@ -226,8 +216,8 @@ __attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, 
         const S* src = base + k * rs + j0;
         float* dst = Bp + k * NR;
         int64_t c = 0;
-        for (; c + 8 <= nr; c += 8) _mm256_store_ps(dst + c, load8<T>(src + c));
-        for (; c < nr; ++c) dst[c] = load1<T>(src + c);
+        for (; c + 8 <= nr; c += 8) _mm256_store_ps(dst + c, load8<C>(src + c));
+        for (; c < nr; ++c) dst[c] = C::widen(src[c]);
       }
       continue;
     }
@@ -239,16 +229,16 @@ __attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, 
       int64_t k = 0;
       for (; k + 8 <= kc; k += 8) {
         __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = load8<T>(col + i * cs + k);
+        for (int i = 0; i < 8; ++i) r[i] = load8<C>(col + i * cs + k);
         transpose8(r);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(Bp + (k + i) * NR + c0, r[i]);
       }
       for (; k < kc; ++k)
-        for (int i = 0; i < 8; ++i) Bp[k * NR + c0 + i] = load1<T>(col + i * cs + k);
+        for (int i = 0; i < 8; ++i) Bp[k * NR + c0 + i] = C::widen(col[i * cs + k]);
     }
     for (int64_t c = c0; c < nr; ++c) {
       const S* col = base + (j0 + c) * cs;
-      for (int64_t k = 0; k < kc; ++k) Bp[k * NR + c] = load1<T>(col + k);
+      for (int64_t k = 0; k < kc; ++k) Bp[k * NR + c] = C::widen(col[k]);
     }
   }
 }
@@ -328,11 +318,10 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   const bool fast = isa_ != Isa::kSse2 && (B.op.dtype != DType::kF16 || f16c_);
   using PackB = void (*)(float*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t);
   PackB pack_b = nullptr;
-  switch (B.op.dtype) {
-    case DType::kF32: pack_b = fast ? pack_b_avx2<DType::kF32> : pack_b_portable<DType::kF32>; break;
-    case DType::kF16: pack_b = fast ? pack_b_avx2<DType::kF16> : pack_b_portable<DType::kF16>; break;
-    case DType::kBF16: pack_b = fast ? pack_b_avx2<DType::kBF16> : pack_b_portable<DType::kBF16>; break;
-  }
+  visit_codec(B.op.dtype, [&](auto codec) {
+    using C = decltype(codec);
+    pack_b = fast ? pack_b_avx2<C> : pack_b_portable<C>;
+  });
   const auto pack_a = isa_ != Isa::kSse2 ? pack_a_avx2 : pack_a_portable;
 
   // Columns of C in strips of NR, split over the threads in contiguous ranges.

@@ -32,8 +32,8 @@ namespace zt {
 using namespace cpu;
 namespace {
 
-// Scratch bound of one blocked operand (a widened weight block, a narrowed activation block, an
-// fp32 gradient block): a few MiB, so blocks stay in the L2/L3 the GEMM streams from.
+// Scratch bound of one blocked operand (a narrowed activation block, an fp32 gradient block): a
+// few MiB, so blocks stay in the L2/L3 the GEMM streams from.
 constexpr int64_t kBlockBytes = int64_t(4) << 20;
 
 void check_gemm_dims(int64_t M, int64_t K, int64_t N) {

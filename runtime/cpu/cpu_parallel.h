@@ -36,7 +36,7 @@ void parallel_ranges(int64_t n, int64_t grain, const F& f) {
 // backward pass. Per thread, because OpenMP workers and concurrent callers each need their own.
 // Slots: kCall for a buffer the calling thread shares with its workers during one call,
 // kWorker for each worker's private buffer, kOperand for 16-bit operands widened (or narrowed)
-// by the calling thread for its workers to read (a bias, a block of GEMM weights).
+// by the calling thread for its workers to read (a bias, a GEMM's activations narrowed to bf16).
 enum class ScratchSlot { kCall, kWorker, kOperand };
 template <ScratchSlot kSlot>
 float* thread_scratch(int64_t floats) {
