@@ -35,7 +35,9 @@ CollectiveWatchdog::CollectiveWatchdog(double timeout_s, WatchdogHandler handler
     throw_input(fmt::format("zt.comm_timeout_s must be a positive number of seconds; got {}",
                             timeout_s_));
   ZT_ASSERT(static_cast<bool>(handler_), "a collective watchdog needs a handler");
-  thread_ = std::thread([this] { run(); });
+  // The thread's first wake is measured from here: a stop before it was first scheduled counts.
+  const double created_s = now_s();
+  thread_ = std::thread([this, created_s] { run(created_s); });
 }
 
 CollectiveWatchdog::~CollectiveWatchdog() {
@@ -78,18 +80,29 @@ bool CollectiveWatchdog::due(double now, CollectiveTimeout* report) {
   return true;
 }
 
-void CollectiveWatchdog::run() {
+void CollectiveWatchdog::run(double last_s) {
   // A tenth of the timeout, within [10 ms, 1 s]: a timeout is reported at most that late.
-  const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 10, 0.01, 1.0));
+  const double period_s = std::clamp(timeout_s_ / 10, 0.01, 1.0);
+  const auto period = std::chrono::duration<double>(period_s);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     wake_.wait_for(lock, period, [this] { return stopping_; });
     if (stopping_) return;
+    const double now = now_s();
+    // A wake far later than the period means this process did not run in between: it was
+    // stopped (SIGSTOP, a debugger, a paused VM), not its peers. That time is not held against
+    // them, so a rank resumed only for mpirun to end it (SIGCONT, then SIGTERM) does not report
+    // a timeout of its own beside the rank that saw the real one. The slack keeps a thread that
+    // was merely scheduled late from moving the deadline.
+    const double lost_s = now - last_s - period_s;
+    if (lost_s > kSuspendedAfterS && running_) started_s_ += lost_s;
+    last_s = now;
     CollectiveTimeout report;
-    if (!due(now_s(), &report)) continue;
+    if (!due(now, &report)) continue;
     lock.unlock();
     handler_(report);  // may end the process; if it returns, this collective stays reported
     lock.lock();
+    last_s = now_s();
   }
 }
 

@@ -40,6 +40,9 @@ struct CollectiveTimeout {
 class CollectiveWatchdog {
  public:
   // timeout_s > 0 and finite, else kInput; handler non-empty, else kInternal. Starts the thread.
+  // Time the process spent stopped (SIGSTOP, a paused VM: seen as a watchdog wake more than
+  // kSuspendedAfterS late) does not count towards a collective's timeout: a stopped rank is not
+  // waiting for its peers.
   CollectiveWatchdog(double timeout_s, WatchdogHandler handler, int rank);
   // Stops the thread. A collective still marked running is not reported.
   ~CollectiveWatchdog();
@@ -57,9 +60,13 @@ class CollectiveWatchdog {
   double timeout_s() const { return timeout_s_; }
 
  private:
-  void run();
+  void run(double last_s);  // last_s: when the watchdog was made, steady clock
   // Copies the running collective's description if it is due; under mutex_.
   bool due(double now_s, CollectiveTimeout* report);
+
+  // A watchdog wake this much later than due is taken for a suspension of the process, whose
+  // length is then not counted in the running collective's wait (run()).
+  static constexpr double kSuspendedAfterS = 1.0;
 
   const double timeout_s_;
   const WatchdogHandler handler_;
