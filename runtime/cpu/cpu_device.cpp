@@ -1,15 +1,18 @@
 // CpuDevice allocation and copies.
 #include "runtime/cpu/cpu_device.h"
 
+#include <immintrin.h>
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 #include "runtime/byte_count.h"
+#include "runtime/cpu/cpu_simd.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -17,6 +20,50 @@ namespace zt {
 namespace {
 constexpr size_t kAlignment = 64;
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Zeroing large buffers. One thread's memset reads every line before it writes it and reached
+// about 10 GB/s on the Xeon VM of 2026-12-02 (50 ms for a 124M model's fp32 gradients, each
+// step); streaming stores from every thread write without reading and reached 45 GB/s. They
+// also leave the buffer out of the caches, which suits a gradient store that backward fills
+// much later; a buffer below kStreamZeroBytes is memset, warm for its next use.
+constexpr size_t kStreamZeroBytes = size_t(1) << 20;
+
+// [p, p + bytes), p 64-byte aligned, bytes a multiple of 64.
+__attribute__((target("avx512f"))) void stream_zero_avx512(char* p, size_t bytes) {
+  const __m512i z = _mm512_setzero_si512();
+  for (size_t i = 0; i < bytes; i += 64) _mm512_stream_si512(reinterpret_cast<__m512i*>(p + i), z);
+  _mm_sfence();
+}
+void stream_zero_sse2(char* p, size_t bytes) {
+  const __m128i z = _mm_setzero_si128();
+  for (size_t i = 0; i < bytes; i += 64)
+    for (size_t j = 0; j < 64; j += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(p + i + j), z);
+  _mm_sfence();
+}
+
+void parallel_stream_zero(void* dst, size_t bytes) {
+  char* p = static_cast<char*>(dst);
+  const size_t head = std::min(bytes, round_up(reinterpret_cast<uintptr_t>(p), 64) -
+                                          reinterpret_cast<uintptr_t>(p));
+  std::memset(p, 0, head);
+  char* body = p + head;
+  const size_t lines = (bytes - head) / 64;
+  std::memset(body + lines * 64, 0, bytes - head - lines * 64);
+  const bool avx512 = cpu::choose_isa() == cpu::Isa::kAvx512;
+#pragma omp parallel
+  {
+    const size_t threads = static_cast<size_t>(omp_get_num_threads());
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const size_t first = lines * t / threads, last = lines * (t + 1) / threads;
+    if (last > first) {
+      char* q = body + first * 64;
+      if (avx512)
+        stream_zero_avx512(q, (last - first) * 64);
+      else
+        stream_zero_sse2(q, (last - first) * 64);
+    }
+  }
+}
 }  // namespace
 
 CpuDevice::CpuDevice() {
@@ -96,7 +143,12 @@ void CpuDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) {
   if (dst != src) std::memcpy(dst, src, bytes);
 }
-void CpuDevice::zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
+void CpuDevice::zero(void* dst, size_t bytes) {
+  if (bytes < kStreamZeroBytes)
+    std::memset(dst, 0, bytes);
+  else
+    parallel_stream_zero(dst, bytes);
+}
 
 void set_cpu_threads(int threads) {
   ZT_ASSERT(threads > 0, "threads={}", threads);

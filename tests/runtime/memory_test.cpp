@@ -3,7 +3,9 @@
 // FlatLayout offsets and ActivationStore packing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -56,6 +58,30 @@ TEST(Device, BuffersAreTrackedAndReleased) {
   Buffer c = device.alloc(1000, MemCategory::kParams);
   EXPECT_EQ(device.memory().current(MemCategory::kParams), 1000u);
   EXPECT_FALSE(device.alloc(0, MemCategory::kOther));
+}
+
+// Large zeroing runs on every thread with streaming stores (cpu_device.cpp), small zeroing is a
+// memset: either way exactly [dst, dst + bytes) becomes zero, at any alignment and length, on the
+// AVX-512 and the SSE2 path.
+TEST(Device, ZeroClearsExactlyTheRangeAtAnyOffsetAndLength) {
+  CpuDevice device;
+  const size_t mib = size_t(1) << 20;
+  std::vector<unsigned char> buffer(5 * mib);
+  const std::vector<std::pair<size_t, size_t>> ranges = {
+      {0, mib}, {3, mib + 5}, {61, 2 * mib + 63}, {64, 3 * mib}, {1, 100}, {7, mib - 1}, {9, 0}};
+  for (const char* simd : {"", "sse2"}) {
+    if (*simd) setenv("ZT_CPU_SIMD", simd, 1);
+    for (const auto& [offset, bytes] : ranges) {
+      std::fill(buffer.begin(), buffer.end(), 0xAB);
+      device.zero(buffer.data() + offset, bytes);
+      size_t wrong = 0;
+      for (size_t i = 0; i < buffer.size(); ++i)
+        wrong += buffer[i] != (i >= offset && i < offset + bytes ? 0 : 0xAB);
+      EXPECT_EQ(wrong, 0u) << "offset " << offset << ", " << bytes << " bytes, ZT_CPU_SIMD='"
+                           << simd << "'";
+    }
+    if (*simd) unsetenv("ZT_CPU_SIMD");
+  }
 }
 
 // The kOutOfMemory error `alloc` throws (ADD_FAILURE and "" when none); it must be one line.
