@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "runtime/cpu/cpu_adam_update.h"
+#include "runtime/cpu/cpu_adam_fused.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_parallel.h"
 #include "runtime/cpu/cpu_simd.h"
@@ -15,21 +15,6 @@
 namespace zt {
 using namespace cpu;
 namespace {
-
-// AdamW (or classic Adam) over [begin, end): cpu_adam_update.h's arithmetic, the scalars computed
-// once per call so every element does identical arithmetic.
-template <class V, bool kDecoupled>
-void adamw_range(float* param, const float* grad, float* m, float* v, const AdamScalars& a,
-                 int64_t begin, int64_t end) {
-  simd_loop<V>(begin, end, [&](auto lanes, int64_t i) {
-    using T = typename decltype(lanes)::type;
-    T p = load<T>(param + i), mi = load<T>(m + i), vi = load<T>(v + i);
-    adam_update<kDecoupled>(p, load<T>(grad + i), mi, vi, a);
-    store<T>(m + i, mi);
-    store<T>(v + i, vi);
-    store<T>(param + i, p);
-  });
-}
 
 // PyTorch's SGD: g += wd·p; with momentum buf = momentum·buf + g and the step uses buf.
 template <class V, bool kDecay, bool kMomentum>
@@ -62,18 +47,12 @@ void CpuKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int6
                        const AdamWArgs& args, Operand working) {
   ZT_ASSERT(args.step >= 1, "adamw step must be >= 1; got {}", args.step);
   const AdamScalars a = adam_scalars(args);
-  const int64_t chunks = (n + kElementGrain - 1) / kElementGrain;
-  parallel_with_scratch(chunks, kElementGrain, [&](int64_t c, float* scratch) {
-    const int64_t i0 = c * kElementGrain, i1 = std::min(n, i0 + kElementGrain);
-    const float* g = grad_range(grad, i0, i1, scratch);
-    run_isa(isa_, [&](auto lanes) {
-      using V = typename decltype(lanes)::type;
-      if (args.decoupled)
-        adamw_range<V, true>(param + i0, g, m + i0, v + i0, a, 0, i1 - i0);
-      else
-        adamw_range<V, false>(param + i0, g, m + i0, v + i0, a, 0, i1 - i0);
-    });
-    if (working) narrow_range(working.at(i0), param + i0, i1 - i0);  // the chunk still in cache
+  const Isa isa = fused_adam_isa(isa_);
+  // One pass per chunk: a 16-bit gradient widened and the working copy rounded in registers
+  // (cpu_adam_fused.h, the loop offload's CpuAdam runs).
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    fused_adam(isa, param + i0, grad.at(i0), m + i0, v + i0,
+               working ? working.at(i0) : Operand(), a, args.decoupled, i1 - i0);
   });
 }
 
