@@ -20,7 +20,8 @@
 //   cpu_attention_kernels.cpp    causal attention, multi-head and grouped-query
 //   cpu_elementwise_kernels.cpp  residual, accumulate, cast, round_to, round_rows, add, fill,
 //                                sum_squares
-//   cpu_optimizer_kernels.cpp    AdamW, SGD
+//   cpu_optimizer_kernels.cpp    AdamW (cpu_adam_fused.h's loop, shared with offload's
+//                                CpuAdam), SGD
 // sharing the vector helpers of cpu_simd.h and the threading of cpu_parallel.h. Private to
 // runtime/cpu: the rest of the tree gets the table from make_cpu_kernels (cpu_device.h).
 #pragma once
