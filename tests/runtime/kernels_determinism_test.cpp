@@ -5,6 +5,7 @@
 // (kernels_nn_test.cpp and the other kernels_*_test.cpp files).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <functional>
@@ -121,6 +122,46 @@ TEST_F(KernelsTest, SumSquaresMatchesReferenceAndDoesNotDependOnThreadCount) {
   EXPECT_EQ(k_.sum_squares(x.data(), 0), 0.0);
   EXPECT_EQ(k_.sum_squares(x.data(), 3),
             double(x[0]) * x[0] + double(x[1]) * x[1] + double(x[2]) * x[2]);
+}
+
+// sum_squares' documented structure, spelled out in scalar code: blocks of 16384 elements, in a
+// block element i added to double lane i % 8 in order, the 8 lanes added in a fixed tree, the
+// block sums added in block order. Every instruction-set path and thread count gives exactly
+// those bits, for fp32 and 16-bit operands, over enough blocks that the paths interleave blocks
+// (4 at a time with AVX2 and AVX-512, 2 with SSE2) and a ragged last block.
+TEST_F(KernelsTest, SumSquaresIsItsBlockStructureOnEveryPathAndThreadCount) {
+  constexpr int64_t kBlock = 16384;
+  const int64_t n = 9 * kBlock + 777;
+  const auto values = random_floats(n, 111, -3.0f, 3.0f);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> narrow(n);
+    std::vector<float> x = values;
+    for (int64_t i = 0; i < n; ++i) {
+      if (t == DType::kF16) x[i] = fp16_to_fp32(narrow[i] = fp32_to_fp16(values[i]));
+      if (t == DType::kBF16) x[i] = bf16_to_fp32(narrow[i] = fp32_to_bf16(values[i]));
+    }
+    double expected = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+      double lanes[8] = {};
+      for (int64_t i = b0; i < std::min(n, b0 + kBlock); ++i)
+        lanes[(i - b0) % 8] += double(x[i]) * double(x[i]);
+      for (int w = 4; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+      expected += lanes[0];
+    }
+    const ConstOperand operand =
+        t == DType::kF32 ? ConstOperand(x.data(), t) : ConstOperand(narrow.data(), t);
+    for (const char* level : simd_levels()) {
+      auto k = kernels_capped_at(level);
+      for (int threads : {1, 3}) {
+        double got = 0;
+        with_threads(threads, [&] { got = k->sum_squares(operand, n); });
+        EXPECT_EQ(std::bit_cast<uint64_t>(got), std::bit_cast<uint64_t>(expected))
+            << dtype_name(t) << ", path " << level << ", " << threads << " threads: " << got
+            << " against " << expected;
+      }
+    }
+  }
 }
 
 TEST_F(KernelsTest, ScatterAndAttentionGradientsDoNotDependOnThreadCount) {
