@@ -107,6 +107,9 @@ class CpuKernels final : public Kernels {
   void add_range(Operand dst, const float* x, int64_t n);
   // dst[0, n) = dst.dtype(x[i]) (round to nearest even), calling thread.
   void narrow_range(Operand dst, const float* x, int64_t n);
+  // fp32 -> fp16 of src[i0, i1) into dst[i0, i1) by the conversion instructions (f16c_ holds):
+  // AVX-512's 16 lanes where isa_ has them, else F16C's 8.
+  void narrow_fp16_range(uint16_t* dst, const float* src, int64_t i0, int64_t i1) const;
   // `op` as fp32: its own pointer when fp32, else widened whole into `scratch` (n floats).
   const float* widened(ConstOperand op, int64_t n, float* scratch);
   // A GEMM operand as it lies in memory: element (i, j) at op.at(i·row_stride + j·col_stride).
