@@ -160,27 +160,6 @@ void fused_range(float* master, const typename G::Storage* grad, float* m, float
   });
 }
 
-// f(Lanes<V>) compiled for the instruction set: cpu_simd.h's run_isa, but with F16C beside AVX2
-// (the fp16 conversions are F16C instructions there; AVX-512F has its own).
-template <class F>
-__attribute__((target("avx2,f16c"), flatten)) void run_avx2_f16c(const F& f) {
-  f(Lanes<F8>{});
-}
-template <class F>
-inline void run_fused_isa(Isa isa, const F& f) {
-  switch (isa) {
-    case Isa::kAvx512:
-      run_avx512(f);
-      break;
-    case Isa::kAvx2:
-      run_avx2_f16c(f);
-      break;
-    case Isa::kSse2:
-      run_sse2(f);
-      break;
-  }
-}
-
 // The instruction set the fused loop runs for `isa`: the AVX2 path needs F16C beside it (every
 // AVX2 CPU so far has it); without it, SSE2.
 inline Isa fused_adam_isa(Isa isa) {
@@ -202,7 +181,7 @@ inline void fused_adam(Isa isa, float* master, ConstOperand grad, float* m, floa
       typename W::Storage* w = nullptr;
       if constexpr (!std::is_same_v<W, NoWorking>)
         w = static_cast<typename W::Storage*>(working.data);
-      run_fused_isa(isa, [&](auto lanes) {
+      run_isa_f16c(isa, [&](auto lanes) {
         using V = typename decltype(lanes)::type;
         if (decoupled)
           fused_range<V, true, G, W>(master, g, m, v, w, a, n);

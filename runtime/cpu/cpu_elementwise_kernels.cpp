@@ -45,14 +45,65 @@ struct DoubleLanes<F16> {
   typedef F8 H;
 };
 
-// Sums of x² over kBlocks blocks of n elements each (block b at x[b]), in double, out[b] the
-// block's sum: element i of a block goes to lane i % 8 (held as native double vectors), each
-// lane summed in element order, the lanes added in a fixed tree. So a block's sum is the same
-// bits whichever blocks it runs beside. The blocks are interleaved because one block's lanes
-// form a single chain of dependent additions, which left sum_squares at half the memory's read
-// rate (zt-bench train's gradient norm: 19 ms a step for 124M fp32 gradients on the Xeon VM).
-template <class V, int kBlocks>
-void blocks_sum_squares(const float* const* x, int64_t n, double* out) {
+// The kPerPart values of S's storage at p as floats (H): fp32 loaded, bf16 shifted into the top
+// half, fp16 by F16C's VCVTPH2PS (the AVX2 and AVX-512 paths run with F16C: run_isa_f16c; it
+// equals fp16_to_fp32 on every non-NaN pattern and keeps a NaN a NaN, so x² is the same), and
+// lane by lane with dtype.h on SSE2.
+__attribute__((target("avx2,f16c"))) inline F8 widen8_fp16(const uint16_t* p) {
+  return (F8)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+__attribute__((target("f16c"))) inline F4 widen4_fp16(const uint16_t* p) {
+  return (F4)_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// 16-bit and 32-bit unsigned vectors of kCount lanes.
+template <int kCount>
+struct BitLanes;
+template <>
+struct BitLanes<2> {
+  typedef uint16_t Half __attribute__((vector_size(4)));
+  typedef uint32_t Word __attribute__((vector_size(8)));
+};
+template <>
+struct BitLanes<4> {
+  typedef uint16_t Half __attribute__((vector_size(8)));
+  typedef uint32_t Word __attribute__((vector_size(16)));
+};
+template <>
+struct BitLanes<8> {
+  typedef uint16_t Half __attribute__((vector_size(16)));
+  typedef uint32_t Word __attribute__((vector_size(32)));
+};
+template <class H, class S>
+inline H load_as_float(const typename S::Storage* p) {
+  constexpr int kCount = sizeof(H) / sizeof(float);
+  if constexpr (std::is_same_v<S, F32Codec>) {
+    H f;
+    std::memcpy(&f, p, sizeof f);
+    return f;
+  } else if constexpr (std::is_same_v<S, BF16Codec>) {
+    typename BitLanes<kCount>::Half h;
+    std::memcpy(&h, p, sizeof h);
+    return (H)(__builtin_convertvector(h, typename BitLanes<kCount>::Word) << 16);
+  } else if constexpr (kCount == 8) {
+    return widen8_fp16(p);
+  } else if constexpr (kCount == 4) {
+    return widen4_fp16(p);
+  } else {
+    H f;
+    for (int l = 0; l < kCount; ++l) f[l] = S::widen(p[l]);
+    return f;
+  }
+}
+
+// Sums of x² over kBlocks blocks of n elements each (block b at x[b], stored as S), in double,
+// out[b] the block's sum: element i of a block goes to lane i % 8 (held as native double
+// vectors), each lane summed in element order, the lanes added in a fixed tree. So a block's sum
+// is the same bits whichever blocks it runs beside and whatever dtype held the values. 16-bit
+// values are widened in registers. The blocks are interleaved because one block's lanes form a
+// single chain of dependent additions, which left sum_squares at half the memory's read rate
+// (zt-bench train's gradient norm: 19 ms a step for 124M fp32 gradients on the Xeon VM).
+template <class V, int kBlocks, class S>
+void blocks_sum_squares(const typename S::Storage* const* x, int64_t n, double* out) {
   using D = typename DoubleLanes<V>::D;
   using H = typename DoubleLanes<V>::H;
   constexpr int64_t kPerPart = sizeof(D) / sizeof(double), kParts = 8 / kPerPart;
@@ -65,9 +116,7 @@ void blocks_sum_squares(const float* const* x, int64_t n, double* out) {
     for (int b = 0; b < kBlocks; ++b)
 #pragma GCC unroll 4
       for (int64_t p = 0; p < kParts; ++p) {
-        H f;
-        std::memcpy(&f, x[b] + i + p * kPerPart, sizeof f);
-        const D d = __builtin_convertvector(f, D);
+        const D d = __builtin_convertvector(load_as_float<H, S>(x[b] + i + p * kPerPart), D);
         acc[b][p] += d * d;
       }
   }
@@ -75,7 +124,7 @@ void blocks_sum_squares(const float* const* x, int64_t n, double* out) {
     double lanes[8];
     std::memcpy(lanes, acc[b], sizeof lanes);
     for (int64_t k = i, j = 0; k < n; ++k, ++j) {
-      const double d = x[b][k];
+      const double d = S::widen(x[b][k]);
       lanes[j] += d * d;
     }
     out[b] = tree_sum(lanes);
@@ -466,32 +515,30 @@ double CpuKernels::sum_squares(ConstOperand x, int64_t n) {
   if (n <= 0) return 0.0;
   const int64_t blocks = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
   std::vector<double> block_sums(static_cast<size_t>(blocks));
+  // fp16 is widened by F16C's instructions, lane by lane on SSE2 or a CPU without F16C.
+  const Isa isa = x.dtype == DType::kF16 && !f16c_ ? Isa::kSse2 : isa_;
   // Groups of 4 blocks (the most any instruction set interleaves); a group's full blocks go
   // through blocks_sum_squares together, a short last block alone.
   constexpr int64_t kGroup = 4;
   const int64_t groups = (blocks + kGroup - 1) / kGroup;
-  parallel_with_scratch(groups, kGroup * kSumSquaresBlock, [&](int64_t grp, float* scratch) {
-    const int64_t b0 = grp * kGroup, b1 = std::min(blocks, b0 + kGroup);
-    const float* v[kGroup];
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t i0 = b * kSumSquaresBlock, i1 = std::min(n, i0 + kSumSquaresBlock);
-      v[b - b0] = static_cast<const float*>(x.data) + i0;
-      if (x.dtype != DType::kF32) {
-        float* w = scratch + (b - b0) * kSumSquaresBlock;
-        widen_range(w, x.at(i0), i1 - i0);
-        v[b - b0] = w;
-      }
-    }
-    const int64_t full = std::min(b1, n / kSumSquaresBlock) - b0;  // blocks of the full length
-    run_isa(isa_, [&](auto lanes) {
-      using V = typename decltype(lanes)::type;
-      constexpr int kK = kInterleavedBlocks<V>;
-      int64_t b = 0;
-      for (; b + kK <= full; b += kK)
-        blocks_sum_squares<V, kK>(v + b, kSumSquaresBlock, &block_sums[b0 + b]);
-      for (; b < b1 - b0; ++b)
-        blocks_sum_squares<V, 1>(v + b, std::min(n - (b0 + b) * kSumSquaresBlock, kSumSquaresBlock),
-                                 &block_sums[b0 + b]);
+  visit_codec(x.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    parallel_for(groups, [&](int64_t grp) {
+      const int64_t b0 = grp * kGroup, b1 = std::min(blocks, b0 + kGroup);
+      const typename S::Storage* v[kGroup];
+      for (int64_t b = b0; b < b1; ++b) v[b - b0] = elems<S>(x.data, b * kSumSquaresBlock);
+      const int64_t full = std::min(b1, n / kSumSquaresBlock) - b0;  // blocks of full length
+      run_isa_f16c(isa, [&](auto lanes) {
+        using V = typename decltype(lanes)::type;
+        constexpr int kK = kInterleavedBlocks<V>;
+        int64_t b = 0;
+        for (; b + kK <= full; b += kK)
+          blocks_sum_squares<V, kK, S>(v + b, kSumSquaresBlock, &block_sums[b0 + b]);
+        for (; b < b1 - b0; ++b)
+          blocks_sum_squares<V, 1, S>(
+              v + b, std::min(n - (b0 + b) * kSumSquaresBlock, kSumSquaresBlock),
+              &block_sums[b0 + b]);
+      });
     });
   });
   double total = 0.0;

@@ -279,4 +279,30 @@ inline void run_isa(Isa isa, const F& f) {
   }
 }
 
+// run_isa with F16C allowed beside AVX2 and AVX-512F, for loops that convert fp16 with its
+// instructions (AVX-512F's zmm forms need no F16C; its ymm and xmm forms do). The caller makes
+// sure the CPU has F16C when isa is not kSse2.
+template <class F>
+__attribute__((target("avx2,f16c"), flatten)) void run_avx2_f16c(const F& f) {
+  f(Lanes<F8>{});
+}
+template <class F>
+__attribute__((target("avx512f,f16c"), flatten)) void run_avx512_f16c(const F& f) {
+  f(Lanes<F16>{});
+}
+template <class F>
+inline void run_isa_f16c(Isa isa, const F& f) {
+  switch (isa) {
+    case Isa::kAvx512:
+      run_avx512_f16c(f);
+      break;
+    case Isa::kAvx2:
+      run_avx2_f16c(f);
+      break;
+    case Isa::kSse2:
+      run_sse2(f);
+      break;
+  }
+}
+
 }  // namespace zt::cpu
