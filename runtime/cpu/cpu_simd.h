@@ -292,17 +292,12 @@ __attribute__((target("avx512f,f16c"), flatten)) void run_avx512_f16c(const F& f
 }
 template <class F>
 inline void run_isa_f16c(Isa isa, const F& f) {
-  switch (isa) {
-    case Isa::kAvx512:
-      run_avx512_f16c(f);
-      break;
-    case Isa::kAvx2:
-      run_avx2_f16c(f);
-      break;
-    case Isa::kSse2:
-      run_sse2(f);
-      break;
-  }
+  if (isa == Isa::kAvx512)
+    run_avx512_f16c(f);
+  else if (isa == Isa::kAvx2)
+    run_avx2_f16c(f);
+  else
+    run_sse2(f);
 }
 
 }  // namespace zt::cpu
