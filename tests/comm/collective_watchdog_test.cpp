@@ -92,6 +92,20 @@ TEST(CollectiveWatchdog, TimeTheProcessWasStoppedDoesNotCount) {
     _exit(4);
   }
   close(to_parent[1]);
+  // However the test ends, the child does not outlive it (stopped or sleeping).
+  int status = -1;
+  struct Reap {
+    pid_t pid;
+    int fd;
+    int* status;
+    ~Reap() {
+      if (*status == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, status, 0);
+      }
+      close(fd);
+    }
+  } reap{child, to_parent[0], &status};
   char began = 0;
   ASSERT_EQ(read(to_parent[0], &began, 1), 1);
   ASSERT_EQ(kill(child, SIGSTOP), 0);
@@ -100,11 +114,8 @@ TEST(CollectiveWatchdog, TimeTheProcessWasStoppedDoesNotCount) {
   ASSERT_EQ(kill(child, SIGCONT), 0);
   double report[2] = {0, 0};
   const ssize_t got = read(to_parent[0], report, sizeof report);
-  int status = 0;
-  if (got != sizeof report) kill(child, SIGKILL);
-  waitpid(child, &status, 0);
-  close(to_parent[0]);
   ASSERT_EQ(got, ssize_t(sizeof report)) << "the child's watchdog never reported";
+  waitpid(child, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   // steady_clock is system-wide, so the child's clock reading compares with ours.
   const double after_resume_s = report[0] - resumed_s;
