@@ -357,6 +357,20 @@ TrainSetup prepare_training(const std::string& config_path,
     reader->check_model(model_checkpoint_units(*build_model(model)));
     resume_point(*reader);
   }
+  // Each rank writes its swap files under an nvme block's path on its own node, so every rank
+  // checks it (the swap store's own check, offload/swap_store.cpp, cannot name the file or key).
+  const auto check_nvme_path = [&](const char* key, OffloadDevice device, const std::string& path) {
+    std::error_code ec;
+    if (device == OffloadDevice::kNvme && !std::filesystem::is_directory(path, ec))
+      throw_input(fmt::format("{}: '{}' is '{}', which is not an existing directory on this "
+                              "node (each rank writes its swap files under it)",
+                              config.source, key, path));
+  };
+  const auto& zero = config.zero_optimization;
+  check_nvme_path("zero_optimization.offload_optimizer.nvme_path", zero.offload_optimizer.device,
+                  zero.offload_optimizer.nvme_path);
+  check_nvme_path("zero_optimization.offload_param.nvme_path", zero.offload_param.device,
+                  zero.offload_param.nvme_path);
   if (rank == 0) {
     std::error_code ec;
     std::filesystem::create_directories(config.zt.output_dir, ec);

@@ -92,5 +92,9 @@ expect "\"auto\" only the Hugging Face Trainer can fill" "auto\.json.*'gradient_
 write_config "$tmp/window.json" '"fp16": {"enabled": true, "loss_scale_window": 0},'
 expect "fp16 loss_scale_window 0" "window\.json.*loss_scale_window" --config "$tmp/window.json"
 
+write_config "$tmp/nvme.json" '"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "'"$tmp"'/no_such_dir"}},'
+expect "nvme_path not a directory" "nvme\.json.*zero_optimization\.offload_optimizer\.nvme_path.*no_such_dir.*not an existing directory" \
+  --config "$tmp/nvme.json"
+[ -e "$tmp/no_such_dir" ] && { echo "FAIL nvme_path: the missing directory was created"; failures=$((failures + 1)); }
 [ "$failures" -eq 0 ] || { echo "$failures bad-input case(s) failed"; exit 1; }
 echo "all bad-input cases exit 2 with one clear line"
