@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_lane_codecs.h"
 #include "runtime/cpu/cpu_parallel.h"
 #include "runtime/cpu/cpu_simd.h"
 #include "runtime/dtype.h"
@@ -45,34 +46,13 @@ struct DoubleLanes<F16> {
   typedef F8 H;
 };
 
-// The kPerPart values of S's storage at p as floats (H): fp32 loaded, bf16 shifted into the top
-// half, fp16 by F16C's VCVTPH2PS (the AVX2 and AVX-512 paths run with F16C: run_isa_f16c; it
-// equals fp16_to_fp32 on every non-NaN pattern and keeps a NaN a NaN, so x² is the same), and
-// lane by lane with dtype.h on SSE2.
-__attribute__((target("avx2,f16c"))) inline F8 widen8_fp16(const uint16_t* p) {
-  return (F8)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+// The kPerPart values of S's storage at p as floats (H): cpu_lane_codecs.h's in-register
+// widening (the AVX2 and AVX-512 paths run with F16C: run_isa_f16c; VCVTPH2PS keeps a NaN a NaN,
+// so x² is the same), with two cases it leaves out: AVX2's 4 fp16 lanes by F16C, and SSE2's 2
+// lanes (no conversion instruction) one by one with dtype.h.
 __attribute__((target("f16c"))) inline F4 widen4_fp16(const uint16_t* p) {
   return (F4)_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-// 16-bit and 32-bit unsigned vectors of kCount lanes.
-template <int kCount>
-struct BitLanes;
-template <>
-struct BitLanes<2> {
-  typedef uint16_t Half __attribute__((vector_size(4)));
-  typedef uint32_t Word __attribute__((vector_size(8)));
-};
-template <>
-struct BitLanes<4> {
-  typedef uint16_t Half __attribute__((vector_size(8)));
-  typedef uint32_t Word __attribute__((vector_size(16)));
-};
-template <>
-struct BitLanes<8> {
-  typedef uint16_t Half __attribute__((vector_size(16)));
-  typedef uint32_t Word __attribute__((vector_size(32)));
-};
 template <class H, class S>
 inline H load_as_float(const typename S::Storage* p) {
   constexpr int kCount = sizeof(H) / sizeof(float);
@@ -80,18 +60,12 @@ inline H load_as_float(const typename S::Storage* p) {
     H f;
     std::memcpy(&f, p, sizeof f);
     return f;
-  } else if constexpr (std::is_same_v<S, BF16Codec>) {
-    typename BitLanes<kCount>::Half h;
-    std::memcpy(&h, p, sizeof h);
-    return (H)(__builtin_convertvector(h, typename BitLanes<kCount>::Word) << 16);
-  } else if constexpr (kCount == 8) {
-    return widen8_fp16(p);
-  } else if constexpr (kCount == 4) {
+  } else if constexpr (kCount == 2) {
+    return H{S::widen(p[0]), S::widen(p[1])};
+  } else if constexpr (kCount == 4 && std::is_same_v<S, F16Codec>) {
     return widen4_fp16(p);
   } else {
-    H f;
-    for (int l = 0; l < kCount; ++l) f[l] = S::widen(p[l]);
-    return f;
+    return load_widened<H, S>(p);
   }
 }
 
@@ -318,13 +292,6 @@ __attribute__((target("avx512f"))) void round_to_fp16_avx512(float* x, int64_t i
   round_to_fp16_f16c(x, i, i1);
 }
 
-__attribute__((target("avx512f"))) void fp16_to_fp32_avx512(float* dst, const uint16_t* src,
-                                                           int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load16_fp16(src + i));
-  block_as_fp32<F16Codec>(dst + i, src + i, n - i);
-}
-
 // fp16 -> fp32 with exactly fp16_to_fp32's bits, a signalling NaN kept signalling (cast's
 // contract, which VCVTPH2PS alone would break by quieting it): a group whose result holds a NaN
 // is redone by dtype.h.
@@ -397,7 +364,7 @@ void CpuKernels::widen_range(float* dst, ConstOperand src, int64_t n) {
   if (f16c_ && src.dtype == DType::kF16) {
     const auto* h = static_cast<const uint16_t*>(src.data);
     if (isa_ == Isa::kAvx512)
-      fp16_to_fp32_avx512(dst, h, n);
+      fp16_to_fp32_exact_avx512(dst, h, 0, n);
     else
       block_as_fp32<F16Codec>(dst, h, n);
     return;
