@@ -286,8 +286,8 @@ __attribute__((target("avx512f"))) void round_to_fp16_avx512(float* x, int64_t i
       for (int64_t j = i; j < i + 16; ++j) x[j] = fp16_to_fp32(fp32_to_fp16(x[j]));
       continue;
     }
-    _mm512_storeu_ps(x + i, _mm512_maskz_cvtph_ps(
-                                0xffff, _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT)));
+    const __m256i h = _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT);
+    _mm512_storeu_ps(x + i, _mm512_maskz_cvtph_ps(0xffff, h));
   }
   round_to_fp16_f16c(x, i, i1);
 }
