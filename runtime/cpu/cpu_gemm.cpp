@@ -1,26 +1,30 @@
-// CpuKernels::gemm, the packed GEMM behind matmul's forward and dinput products with 16-bit
-// weights on a CPU without a native GEMM for their dtype (fp16 anywhere; bf16 without
-// AVX512_BF16). It reads the 16-bit weight where a GEMM reads its operands anyway, in the
-// packing of B: each panel is widened to fp32 as it is laid out for the microkernel, so the
-// weights are read once, in their stored 2 bytes, and no widened copy of a block of them is
-// written and read back (the blocked oneDNN sgemm path it replaces paid that pass on every
-// forward and dinput product). The output, an activation, is rounded to the table's activation
-// dtype a block at a time while the block is in cache. (The weight gradient stays an oneDNN
-// sgemm into an fp32 block added into the 16-bit gradient: on GPT-2's shapes it measured faster
-// than this GEMM, whose A operand there is a transposed activation.)
+// CpuKernels::gemm, the packed GEMM behind matmul's products with 16-bit weights on a CPU
+// without a native GEMM for their dtype (fp16 anywhere; bf16 without AVX512_BF16). It reads the
+// 16-bit weight where a GEMM reads its operands anyway, in the packing of B: each panel is
+// widened to fp32 as it is laid out for the microkernel, so the weights are read once, in their
+// stored 2 bytes, and no widened copy of a block of them is written and read back (the blocked
+// oneDNN sgemm path it replaced paid that pass on every forward and dinput product). The
+// output, an activation, is rounded to the table's activation dtype a block at a time while the
+// block is in cache. The weight gradient is a GEMM into the 16-bit gradient: each block of it
+// summed in fp32 in the thread's scratch, then added with one rounding while in cache (an sgemm
+// into an fp32 block and a separate adding pass, which this replaced, took about 40 ms more
+// over GPT-2 124M's weight gradients at B=4, T=64: that pass read and wrote every gradient
+// again).
 //
 // Structure (the classic one, as BLIS and oneDNN's own kernels use): C is cut into column
-// ranges, one per thread; each thread walks its columns in chunks of kNc, the rows in blocks of
-// kMc and the reduction in blocks of kKc, packing the B panel (kKc x kNc, NR columns
-// interleaved, widened) into its own scratch. A (MR rows interleaved) is packed per row block
+// ranges, one per thread (row ranges for a C with more rows than columns: a tall weight's
+// gradient); each thread walks its rows in blocks of kMc, its columns in chunks of kNc (more
+// for a reduction shorter than kKc, the panel's bytes the same) and the reduction in blocks of
+// kKc, packing the B panel (kKc x kNc, NR columns interleaved, widened) into its own scratch
+// unless it holds that panel already. A (MR rows interleaved) is packed per row block
 // for the whole reduction into each thread's scratch, where the threads then never wait for
 // each other; an A too large for that (a long reduction) is packed a reduction block at a time
 // into one buffer the threads fill together between two barriers. The microkernel keeps an
 // MR x NR tile of C in registers over a kKc block: AVX-512 8 x 48 (24 accumulators), AVX2
 // 6 x 16 (12), SSE2 4 x 8 (8, multiply and add: SSE2 has no FMA).
 // Determinism: every element of C is the same chain of fused multiply-adds over k in increasing
-// order, blocks of kKc summed in order, whatever the thread count or the column range a thread
-// got; a different instruction set (FMA or not) may give different bits, as oneDNN's do.
+// order, blocks of kKc summed in order, whatever the thread count or the rows or columns a
+// thread got; a different instruction set (FMA or not) may give different bits, as oneDNN's do.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -299,21 +303,33 @@ __attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int6
 
 }  // namespace
 
+bool CpuKernels::gemm_takes_16bit_c(int64_t K) const {
+  const int64_t mr = tile_of(isa_).mr;
+  return std::max(mr, kMc / mr * mr) * ((K + kKc - 1) / kKc) * kKc <= kAWholeFloats;
+}
+
 void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
-                      float* C, int64_t ldc, bool accumulate) {
+                      Operand c, int64_t ldc, bool accumulate) {
   ZT_ASSERT(A.op.dtype == DType::kF32, "gemm: A in {}", dtype_name(A.op.dtype));
   ZT_ASSERT(B.row_stride == 1 || B.col_stride == 1, "gemm: B strides {} x {}", B.row_stride,
             B.col_stride);
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) {  // C = 0, or C unchanged (it holds activation values already)
-    if (!accumulate)
-      for (int64_t r = 0; r < M; ++r) std::fill_n(C + r * ldc, N, 0.0f);
+  const bool c16 = c.dtype != DType::kF32;
+  ZT_ASSERT(!c16 || (accumulate && gemm_takes_16bit_c(K)),
+            "gemm: a {} C is accumulated into, with K={} within one packed A", dtype_name(c.dtype),
+            K);
+  if (M <= 0 || N <= 0 || (K <= 0 && accumulate)) return;  // C unchanged
+  float* C = c16 ? nullptr : static_cast<float*>(c.data);
+  if (K <= 0) {  // C = 0
+    for (int64_t r = 0; r < M; ++r) std::fill_n(C + r * ldc, N, 0.0f);
     return;
   }
   const Tile tile = tile_of(isa_);
   const Micro micro = micro_of(isa_);
   const int64_t MR = tile.mr, NR = tile.nr;
-  const int64_t mc_max = std::max(MR, kMc / MR * MR), nc_max = kNc / NR * NR;
+  // A short reduction (a weight gradient's, over the tokens) widens the B panel to the same
+  // bytes, so a thread's columns more often fit one panel, packed once for every row block.
+  const int64_t mc_max = std::max(MR, kMc / MR * MR);
+  const int64_t nc_max = std::max(NR, kKc * kNc / std::min(K, kKc) / NR * NR);
   const auto* a = static_cast<const float*>(A.op.data);
   const bool fast = isa_ != Isa::kSse2 && (B.op.dtype != DType::kF16 || f16c_);
   using PackB = void (*)(float*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t);
@@ -324,15 +340,19 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   });
   const auto pack_a = isa_ != Isa::kSse2 ? pack_a_avx2 : pack_a_portable;
 
-  // Columns of C in strips of NR, split over the threads in contiguous ranges.
-  const int64_t strips = (N + NR - 1) / NR;
-  const int threads = static_cast<int>(std::min<int64_t>(strips, omp_get_max_threads()));
   // A row block's A, packed once for the whole reduction when it fits in each thread's scratch,
   // serves every column chunk. A larger A (a long reduction: the LM head's dinput product) is
   // packed one reduction block at a time into one buffer shared by the threads, each packing
   // its share of the strips, so no thread packs what another packs too.
   const int64_t k_blocks = (K + kKc - 1) / kKc, a_block_floats = mc_max * kKc;
   const bool a_whole = a_block_floats * k_blocks <= kAWholeFloats;
+  // The threads split C's columns in strips of NR, in contiguous ranges; a C with at least as
+  // many rows as columns (a weight gradient over a tall weight) is split by rows in strips of
+  // MR instead, where each thread packs only its own rows of A (A packed whole: the shared A
+  // of a long reduction needs every thread on every row block).
+  const bool by_rows = a_whole && M >= N;
+  const int64_t strips = by_rows ? (M + MR - 1) / MR : (N + NR - 1) / NR;
+  const int threads = static_cast<int>(std::min<int64_t>(strips, omp_get_max_threads()));
   float* a_shared = nullptr;
   if (!a_whole)
     a_shared = reinterpret_cast<float*>(
@@ -340,44 +360,68 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
          63) & ~uintptr_t(63));
   const int64_t ap_floats = a_whole ? a_block_floats * k_blocks : 0;
   const int64_t bp_floats = kKc * nc_max;
+  // A 16-bit C's block (mc x nc) is summed in fp32 here, then added in with one rounding.
+  const int64_t cb_floats = c16 ? mc_max * nc_max : 0;
   const auto body = [&](int t) {
-    float* scratch = thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + 16);
+    float* scratch =
+        thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + cb_floats + 16);
     // 64-byte aligned panels (the microkernels' aligned loads of B).
     float* Ap = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
                                          ~uintptr_t(63));
     float* Bp = Ap + ap_floats;
+    float* Cb = Bp + bp_floats;
+    // The panel Bp holds (its first k and n; -1: none yet): one B panel serves every row block
+    // when the thread's columns and the reduction each fit one (a weight gradient's B, an
+    // activation or an output gradient, beside a tall A).
+    int64_t packed_k0 = -1, packed_n0 = -1;
     alignas(64) float edge[8 * 48];
-    const int64_t n_lo = std::min(N, strips * t / threads * NR);
-    const int64_t n_hi = std::min(N, strips * (t + 1) / threads * NR);
+    const int64_t s_lo = strips * t / threads, s_hi = strips * (t + 1) / threads;
+    const int64_t m_lo = by_rows ? std::min(M, s_lo * MR) : 0;
+    const int64_t m_hi = by_rows ? std::min(M, s_hi * MR) : M;
+    const int64_t n_lo = by_rows ? 0 : std::min(N, s_lo * NR);
+    const int64_t n_hi = by_rows ? N : std::min(N, s_hi * NR);
     // C[m0, m0 + mc) x [n0, n0 + nc) += the packed A block Ab (mc x kc) · B's panel at k0.
     const auto product = [&](const float* Ab, int64_t m0, int64_t mc, int64_t k0, int64_t kc,
                              int64_t n0, int64_t nc) {
-      pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride,
-             B.col_stride, kc, nc, NR);
-      const bool load = k0 > 0 || accumulate;
-      float* target = C + m0 * ldc + n0;
-      for (int64_t j0 = 0; j0 < nc; j0 += NR) {
-        const int64_t nr = std::min(NR, nc - j0);
-        for (int64_t i0 = 0; i0 < mc; i0 += MR) {
-          const int64_t mr = std::min(MR, mc - i0);
+      if (k0 != packed_k0 || n0 != packed_n0) {
+        pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride,
+               B.col_stride, kc, nc, NR);
+        packed_k0 = k0;
+        packed_n0 = n0;
+      }
+      const bool load = k0 > 0 || (accumulate && !c16);
+      const int64_t ldt = c16 ? nc : ldc;
+      float* target = c16 ? Cb : C + m0 * ldc + n0;
+      for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+        const int64_t mr = std::min(MR, mc - i0);
+        for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+          const int64_t nr = std::min(NR, nc - j0);
           const float* ap = Ab + i0 * kc;
           const float* bp = Bp + j0 * kc;
-          float* ct = target + i0 * ldc + j0;
+          float* ct = target + i0 * ldt + j0;
           if (mr == MR && nr == NR) {
-            micro(kc, ap, bp, ct, ldc, load);
+            micro(kc, ap, bp, ct, ldt, load);
             continue;
           }
           if (load)
-            for (int64_t r = 0; r < mr; ++r) std::memcpy(edge + r * NR, ct + r * ldc, nr * 4);
+            for (int64_t r = 0; r < mr; ++r) std::memcpy(edge + r * NR, ct + r * ldt, nr * 4);
           micro(kc, ap, bp, edge, NR, load);
-          for (int64_t r = 0; r < mr; ++r) std::memcpy(ct + r * ldc, edge + r * NR, nr * 4);
+          for (int64_t r = 0; r < mr; ++r) std::memcpy(ct + r * ldt, edge + r * NR, nr * 4);
         }
       }
-      if (k0 + kc == K)  // the block is complete: rounded to the activation dtype in cache
-        for (int64_t r = 0; r < mc; ++r) round_act(C, (m0 + r) * ldc + n0, (m0 + r) * ldc + n0 + nc);
+      if (k0 + kc < K) return;
+      // The block is complete, and in cache: a 16-bit C takes its sums with one rounding (add's
+      // bits); an fp32 C is rounded to the activation dtype.
+      for (int64_t r = 0; r < mc; ++r) {
+        const int64_t at = (m0 + r) * ldc + n0;
+        if (c16)
+          add_range(c.at(at), Cb + r * nc, nc);
+        else
+          round_act(C, at, at + nc);
+      }
     };
-    for (int64_t m0 = 0; m0 < M; m0 += mc_max) {
-      const int64_t mc = std::min(mc_max, M - m0);
+    for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_max) {
+      const int64_t mc = std::min(mc_max, m_hi - m0);
       // A[m0, m0 + mc) x [k0, k0 + kc) into dst, strips [s0, s1) of it.
       const auto pack_a_strips = [&](float* dst, int64_t k0, int64_t s0, int64_t s1) {
         const int64_t kc = std::min(kKc, K - k0), r0 = s0 * MR, rows = std::min(mc, s1 * MR) - r0;

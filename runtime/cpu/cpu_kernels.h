@@ -14,7 +14,8 @@
 // The methods are split by op family, as the CUDA back end's are:
 //   cpu_kernels.cpp              construction, the instruction-set choice, make_cpu_kernels
 //   cpu_matmul_kernels.cpp       matmul forward and backward (oneDNN), typed weights
-//   cpu_gemm.cpp                 the packed GEMM for 16-bit weights without a native GEMM
+//   cpu_gemm.cpp                 the packed GEMM for 16-bit weights without a native GEMM,
+//                                their gradients included
 //   cpu_nn_kernels.cpp           embedding, layer norm, RMSNorm, GELU, SwiGLU, rotary embedding,
 //                                softmax cross-entropy
 //   cpu_attention_kernels.cpp    causal attention, multi-head and grouped-query
@@ -119,12 +120,17 @@ class CpuKernels final : public Kernels {
     int64_t row_stride, col_stride;
   };
   // C (M,N) = A (M,K) · B (K,N) [+ C when accumulate], the products summed in fp32 registers
-  // and C rounded to the activation dtype once complete (round_act), a block at a time while in
-  // cache (cpu_gemm.cpp): matmul's forward and dinput products for 16-bit weights without a
-  // native GEMM for their dtype. A and C are fp32 (C with row stride ldc); B any dtype, widened
-  // as it is packed, with row_stride or col_stride 1.
-  void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B, float* C,
-            int64_t ldc, bool accumulate);
+  // and C finished a block at a time while in cache (cpu_gemm.cpp): an fp32 C rounded to the
+  // activation dtype once complete (round_act); a 16-bit C (accumulate only, and
+  // gemm_takes_16bit_c(K)) becomes dtype(float(C) + the block's fp32 sums), one rounding, as
+  // add_range gives. matmul's products for 16-bit weights without a native GEMM for their
+  // dtype: forward and dinput (fp32 C) and the weight gradient (16-bit C). A is fp32; B any
+  // dtype, widened as it is packed, with row_stride or col_stride 1; C has row stride ldc.
+  void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
+            Operand C, int64_t ldc, bool accumulate);
+  // Whether gemm takes a 16-bit C for reduction length K: its row block's A packed whole for
+  // the reduction (a few MiB), so each block of C is summed to the end before it is added in.
+  bool gemm_takes_16bit_c(int64_t K) const;
   // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 

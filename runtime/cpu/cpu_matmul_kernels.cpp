@@ -4,10 +4,11 @@
 //   - bf16 weights with bf16 activations, on a CPU with native bf16 (AVX512_BF16 or AMX-BF16;
 //     native_bf16_gemm()): the activation operand is narrowed to bf16 (exact: it holds bf16
 //     values already) in row blocks, and oneDNN's bf16 matmul accumulates in fp32;
-//   - otherwise (fp16, or bf16 without native support) the forward and dinput products are our
-//     packed GEMM (cpu_gemm.cpp), which widens the weights as it packs them and rounds its output
-//     block by block; the weight gradient is an sgemm into an fp32 scratch, a block of the
-//     gradient's rows at a time, added into the stored 16-bit gradient with one rounding.
+//   - otherwise (fp16, or bf16 without native support) every product is our packed GEMM
+//     (cpu_gemm.cpp): forward and dinput widen the weights as they are packed and round their
+//     output block by block; the weight gradient's fp32 sums are added into the stored 16-bit
+//     gradient with one rounding, a block at a time while in cache (a reduction over more
+//     tokens than the GEMM packs at once: an sgemm into an fp32 scratch, then the add).
 // A 16-bit bias gradient is the fp32 column sums added the same way. Activation outputs (out,
 // dinp) are rounded to the table's activation dtype after their product.
 // Determinism: oneDNN's GEMMs give the same bits for the same shapes and thread count (the
@@ -187,8 +188,8 @@ std::string cpu_gemm_description() {
     }
   }
   return fmt::format(
-      "oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs: forward and dinput on our packed GEMM "
-      "(weights widened as they are packed), weight gradients on sgemm",
+      "oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs on our packed GEMM (weights widened "
+      "as they are packed, weight gradients added into the 16-bit gradient in its store)",
       v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
@@ -306,11 +307,17 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   }
   if (!native) {
     // dW (R,S) += Xᵀ (R,M) · Y (M,S), with (X, Y) = (inp, dout) for kInOut and (dout, inp) for
-    // kOutIn: a block of dW's rows at a time, an sgemm into an fp32 scratch added into the
-    // 16-bit gradient with one rounding.
+    // kOutIn, each block of dW summed in fp32 and added into the 16-bit gradient with one
+    // rounding: in the packed GEMM, a block at a time while in cache; for a reduction too long
+    // for it (M tokens past a few thousand), a block of dW's rows at a time, an sgemm into an
+    // fp32 scratch, then the add.
     const float* X = in_out ? inp : dout;
     const float* Y = in_out ? dout : inp;
     const int64_t R = in_out ? K : N, S = in_out ? N : K;
+    if (gemm_takes_16bit_c(M)) {
+      gemm(R, S, M, {X, 1, R}, {Y, S, 1}, dweight, S, true);
+      return;
+    }
     const int64_t rows = block_size(S, 4, R);
     float* acc = thread_scratch<ScratchSlot::kCall>(rows * S);
     for (int64_t r0 = 0; r0 < R; r0 += rows) {

@@ -243,9 +243,11 @@ TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsIsWithinAnUlpOfTheWidenedPr
 }
 
 // Shapes past every block of the packed GEMM (cpu_gemm.cpp: reduction blocks of 512, column
-// chunks of 384, row blocks of 256, ragged edge tiles), of the weight gradient's blocks of rows
-// (M = 300: two of the dinput product's row blocks) and of the native bf16 path's activation
-// blocks. Each table: as the CPU runs it, and capped at AVX2
+// chunks of 384, row blocks of 256, ragged edge tiles), of the weight gradient's (a GEMM into
+// the 16-bit gradient: M = 300 is two of the dinput product's row blocks, M = 600 two of the
+// weight gradient's reduction blocks summed in fp32 before the one rounding, and M = 4100 a
+// reduction too long for it, where an sgemm into fp32 blocks and an add take over) and of the
+// native bf16 path's activation blocks. Each table: as the CPU runs it, and capped at AVX2
 // and at SSE2 (each its own microkernel; both widen bf16 too: no native bf16 below AVX-512).
 TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsAcrossBlocks) {
   expect_16bit_matmul_within_an_ulp(act_, f32_, dtype(), 3, 1100, 1000);
@@ -254,19 +256,23 @@ TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsAcrossBlocks) {
     SCOPED_TRACE(std::string("capped at ") + level);
     expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 3, 1100, 1000);
     expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 300, 40, 70);
+    expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 600, 40, 70);
+    expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 4100, 8, 24);
     // dinput's reduction over N = 5000: A packed a block at a time, shared by the threads.
     expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 9, 40, 5000);
   }
 }
 
-// The packed GEMM splits C's columns over the threads; each element is the same chain of
-// products whichever thread computed it, so 1, 2 and 3 threads give the same bits (the ZeRO
-// stages compare runs bit for bit). Capped at AVX2, where both dtypes take the packed GEMM;
-// K = 600 crosses a reduction block, and N = 5000 makes dinput's A shared by the threads.
+// The packed GEMM splits C's columns (or, for a C with more rows than columns, its rows) over
+// the threads; each element is the same chain of products whichever thread computed it, so 1,
+// 2 and 3 threads give the same bits (the ZeRO stages compare runs bit for bit). Capped at
+// AVX2, where both dtypes take the packed GEMM; K = 600 crosses a reduction block, N = 5000
+// makes dinput's A shared by the threads, and M = 600 crosses the weight gradient's reduction
+// block; each layout gives the weight gradient a wide C and a tall one.
 TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsDoesNotDependOnThreadCount) {
   const auto packed = test::kernels_capped_at("avx2", dtype());
   using Shape = std::tuple<int64_t, int64_t, int64_t>;
-  for (const auto& [M, K, N] : {Shape{20, 600, 517}, Shape{20, 40, 5000}}) {
+  for (const auto& [M, K, N] : {Shape{20, 600, 517}, Shape{20, 40, 5000}, Shape{600, 30, 90}}) {
     const auto inp = random_values(M * K, 40), dout = random_values(M * N, 41);
     const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 42), dtype());
     for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
