@@ -84,6 +84,21 @@ TEST(Device, ZeroClearsExactlyTheRangeAtAnyOffsetAndLength) {
   }
 }
 
+// Buffers of 2 MiB and more start on a 2 MiB boundary, where transparent huge pages can back
+// them (cpu_device.cpp); smaller ones keep the 64-byte alignment.
+TEST(Device, LargeBuffersStartOnAHugePageBoundary) {
+  CpuDevice device;
+  const size_t mib = size_t(1) << 20;
+  for (size_t bytes : {2 * mib, 3 * mib + 5, 64 * mib}) {
+    Buffer b = device.alloc(bytes, MemCategory::kParams);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % (2 * mib), 0u) << bytes << " bytes";
+    device.zero(b.data(), bytes);
+    EXPECT_EQ(static_cast<unsigned char*>(b.data())[bytes - 1], 0) << bytes << " bytes";
+  }
+  Buffer small = device.alloc(1000, MemCategory::kParams);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+}
+
 // The kOutOfMemory error `alloc` throws (ADD_FAILURE and "" when none); it must be one line.
 std::string out_of_memory(const std::function<void()>& alloc) {
   try {
