@@ -42,7 +42,7 @@ using namespace cpu;
 namespace {
 
 constexpr int64_t kKc = 512;  // reduction block: an A micro-panel (MR x kKc) in L1, a B strip in L2
-constexpr int64_t kMc = 256;  // rows of C per block (rounded down to a multiple of MR)
+constexpr int64_t kMc = 256;  // rows of C per block at most (then rounded up to a multiple of MR)
 constexpr int64_t kNc = 384;  // columns of C per chunk: the B panel (kKc x kNc, 768 KiB) in L2
 constexpr int64_t kAWholeFloats = int64_t(1) << 20;  // A packed whole up to 4 MiB per thread
 
@@ -305,7 +305,7 @@ __attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int6
 
 bool CpuKernels::gemm_takes_16bit_c(int64_t K) const {
   const int64_t mr = tile_of(isa_).mr;
-  return std::max(mr, kMc / mr * mr) * ((K + kKc - 1) / kKc) * kKc <= kAWholeFloats;
+  return (kMc + mr - 1) / mr * mr * ((K + kKc - 1) / kKc) * kKc <= kAWholeFloats;
 }
 
 void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
@@ -328,7 +328,10 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   const int64_t MR = tile.mr, NR = tile.nr;
   // A short reduction (a weight gradient's, over the tokens) widens the B panel to the same
   // bytes, so a thread's columns more often fit one panel, packed once for every row block.
-  const int64_t mc_max = std::max(MR, kMc / MR * MR);
+  // Rows per block: a thread's rows cut into the fewest blocks of at most kMc, balanced, each a
+  // multiple of MR (256 rows on a 6-row tile are one block of 258, not 252 and a sliver of 4
+  // that would pack B again for 4 rows), so at most kMc rounded up to MR.
+  const int64_t mc_max = (kMc + MR - 1) / MR * MR;
   const int64_t nc_max = std::max(NR, kKc * kNc / std::min(K, kKc) / NR * NR);
   const auto* a = static_cast<const float*>(A.op.data);
   const bool fast = isa_ != Isa::kSse2 && (B.op.dtype != DType::kF16 || f16c_);
@@ -420,8 +423,10 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
           round_act(C, at, at + nc);
       }
     };
-    for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_max) {
-      const int64_t mc = std::min(mc_max, m_hi - m0);
+    const int64_t m_blocks = std::max<int64_t>(1, (m_hi - m_lo + kMc - 1) / kMc);
+    const int64_t mc_step = ((m_hi - m_lo + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
+    for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step) {
+      const int64_t mc = std::min(mc_step, m_hi - m0);
       // A[m0, m0 + mc) x [k0, k0 + kc) into dst, strips [s0, s1) of it.
       const auto pack_a_strips = [&](float* dst, int64_t k0, int64_t s0, int64_t s1) {
         const int64_t kc = std::min(kKc, K - k0), r0 = s0 * MR, rows = std::min(mc, s1 * MR) - r0;
