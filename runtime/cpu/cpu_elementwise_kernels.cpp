@@ -449,6 +449,15 @@ void CpuKernels::round_range(float* x, DType dtype, int64_t i0, int64_t i1) {
       round_to_fp16_f16c(x, i0, i1);
     return;
   }
+  if (dtype == DType::kBF16) {  // on integer lanes (round_n's loop measured 2x slower in cache)
+    run_isa(isa_, [&](auto lanes) {
+      simd_loop<typename decltype(lanes)::type>(i0, i1, [&](auto l, int64_t i) {
+        using T = typename decltype(l)::type;
+        store<T>(x + i, round_bf16(load<T>(x + i)));
+      });
+    });
+    return;
+  }
   run_isa(isa_, [&](auto) {
     visit_codec(dtype, [&](auto s) { round_n<decltype(s)>(x + i0, i1 - i0); });
   });

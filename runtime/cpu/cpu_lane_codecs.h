@@ -108,6 +108,23 @@ inline typename Words<T>::U bf16_bits(T p) {
   return (b & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
 }
 
+// p rounded to bf16 and widened back, lane by lane: float(bf16(p)) with dtype.h's bits.
+// (bf16_bits's arithmetic kept in the top halves; the NaN test a signed compare, which AVX2
+// has and an unsigned one it would emulate.)
+template <class T>
+inline T round_bf16(T p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return bf16_to_fp32(fp32_to_bf16(p));
+  } else {
+    using U = typename Words<T>::U;
+    typedef int32_t I __attribute__((vector_size(sizeof(T))));
+    const U b = (U)p;
+    const U rounded = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    const U quiet_nan = (b | 0x400000u) & 0xffff0000u;
+    return (T)((I)(b & 0x7fffffffu) > 0x7f800000 ? quiet_nan : rounded);
+  }
+}
+
 // The working copy's lanes at w = p rounded to W's dtype.
 template <class T, class W>
 inline void store_narrowed(typename W::Storage* w, T p) {
