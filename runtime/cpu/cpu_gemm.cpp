@@ -46,6 +46,15 @@ constexpr int64_t kMc = 256;  // rows of C per block at most (then rounded up to
 constexpr int64_t kNc = 384;  // columns of C per chunk: the B panel (kKc x kNc, 768 KiB) in L2
 constexpr int64_t kAWholeFloats = int64_t(1) << 20;  // A packed whole up to 4 MiB per thread
 
+// The most rows of a row block on an MR-row tile: kMc rounded up to MR (gemm balances the
+// blocks, each a multiple of MR).
+int64_t max_block_rows(int64_t MR) { return (kMc + MR - 1) / MR * MR; }
+// Whether a row block's A is packed whole for a reduction of length K (else a reduction block
+// at a time, shared by the threads).
+bool a_packed_whole(int64_t MR, int64_t K) {
+  return max_block_rows(MR) * ((K + kKc - 1) / kKc) * kKc <= kAWholeFloats;
+}
+
 // The microkernel's shape per instruction set.
 struct Tile {
   int64_t mr, nr;
@@ -303,10 +312,7 @@ __attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int6
 
 }  // namespace
 
-bool CpuKernels::gemm_takes_16bit_c(int64_t K) const {
-  const int64_t mr = tile_of(isa_).mr;
-  return (kMc + mr - 1) / mr * mr * ((K + kKc - 1) / kKc) * kKc <= kAWholeFloats;
-}
+bool CpuKernels::gemm_takes_16bit_c(int64_t K) const { return a_packed_whole(tile_of(isa_).mr, K); }
 
 void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
                       Operand c, int64_t ldc, bool accumulate) {
@@ -331,7 +337,7 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   // Rows per block: a thread's rows cut into the fewest blocks of at most kMc, balanced, each a
   // multiple of MR (256 rows on a 6-row tile are one block of 258, not 252 and a sliver of 4
   // that would pack B again for 4 rows), so at most kMc rounded up to MR.
-  const int64_t mc_max = (kMc + MR - 1) / MR * MR;
+  const int64_t mc_max = max_block_rows(MR);
   const int64_t nc_max = std::max(NR, kKc * kNc / std::min(K, kKc) / NR * NR);
   const auto* a = static_cast<const float*>(A.op.data);
   const bool fast = isa_ != Isa::kSse2 && (B.op.dtype != DType::kF16 || f16c_);
@@ -348,7 +354,7 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   // packed one reduction block at a time into one buffer shared by the threads, each packing
   // its share of the strips, so no thread packs what another packs too.
   const int64_t k_blocks = (K + kKc - 1) / kKc, a_block_floats = mc_max * kKc;
-  const bool a_whole = a_block_floats * k_blocks <= kAWholeFloats;
+  const bool a_whole = a_packed_whole(MR, K);
   // The threads split C's columns in strips of NR, in contiguous ranges; a C with at least as
   // many rows as columns (a weight gradient over a tall weight) is split by rows in strips of
   // MR instead, where each thread packs only its own rows of A (A packed whole: the shared A

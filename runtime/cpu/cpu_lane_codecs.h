@@ -98,31 +98,25 @@ inline T load_widened(const typename G::Storage* g) {
   }
 }
 
-// bf16 bits of every lane of p in the low halves of U's lanes: dtype.h's fp32_to_bf16.
+// bf16 bits of every lane of p in the low halves of U's lanes: dtype.h's fp32_to_bf16. (The
+// NaN test is a signed compare, which AVX2 has; an unsigned one it would emulate.)
 template <class T>
 inline typename Words<T>::U bf16_bits(T p) {
   using U = typename Words<T>::U;
+  typedef int32_t I __attribute__((vector_size(sizeof(T))));
   const U b = (U)p;
   const U rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
   const U quiet_nan = (b >> 16) | 0x40u;
-  return (b & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+  return (I)(b & 0x7fffffffu) > 0x7f800000 ? quiet_nan : rounded;
 }
 
 // p rounded to bf16 and widened back, lane by lane: float(bf16(p)) with dtype.h's bits.
-// (bf16_bits's arithmetic kept in the top halves; the NaN test a signed compare, which AVX2
-// has and an unsigned one it would emulate.)
 template <class T>
 inline T round_bf16(T p) {
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float>)
     return bf16_to_fp32(fp32_to_bf16(p));
-  } else {
-    using U = typename Words<T>::U;
-    typedef int32_t I __attribute__((vector_size(sizeof(T))));
-    const U b = (U)p;
-    const U rounded = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-    const U quiet_nan = (b | 0x400000u) & 0xffff0000u;
-    return (T)((I)(b & 0x7fffffffu) > 0x7f800000 ? quiet_nan : rounded);
-  }
+  else
+    return (T)(bf16_bits(p) << 16);
 }
 
 // The working copy's lanes at w = p rounded to W's dtype.
