@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_parallel.h"
@@ -28,29 +29,37 @@ namespace {
 // increasing index), so the blocking and the lane type never change its bits.
 
 constexpr int kQueryBlock = 4;
+// Columns past T in each row of a transposed K or V copy: block_dot's last vector reads them.
+constexpr int64_t kTransposedPad = 16;
 
 struct AttentionShape {
   int64_t T, NH, NKV, hs;  // hs: head_dim
   int64_t G;               // NH / NKV: query heads per key/value head
   int64_t R;               // (NH + 2·NKV)·hs: row stride of qkv (q heads, k heads, v heads)
   int64_t HD;              // NH·hs: row stride of out and dout
+  int64_t Tt;              // T + kTransposedPad: row stride of a transposed K or V copy
   float scale;             // 1/sqrt(hs)
 };
 
-// Copies T rows of hs floats, src rows `stride` apart: dst (T, hs), or dst (hs, T) transposed.
-inline void gather_head(float* dst, const float* src, int64_t stride, int64_t T, int64_t hs,
-                        bool transpose) {
+// Copies T rows of hs floats, src rows `stride` apart, to dst (T, hs).
+inline void gather_rows(float* dst, const float* src, int64_t stride, int64_t T, int64_t hs) {
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t d = 0; d < hs; ++d) {
-      if (transpose)
-        dst[d * T + t] = src[t * stride + d];
-      else
-        dst[t * hs + d] = src[t * stride + d];
-    }
+    std::memcpy(dst + t * hs, src + t * stride, static_cast<size_t>(hs) * sizeof(float));
+}
+
+// Copies T rows of hs floats, src rows `stride` apart, to dst (hs, ldd) transposed; columns
+// T .. ldd-1 of each row are zeroed (the padding block_dot reads past its last column).
+inline void gather_transposed(float* dst, int64_t ldd, const float* src, int64_t stride,
+                              int64_t T, int64_t hs) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < hs; ++d) dst[d * ldd + t] = src[t * stride + d];
+  for (int64_t d = 0; d < hs; ++d) std::fill(dst + d * ldd + T, dst + (d + 1) * ldd, 0.0f);
 }
 
 // y[q·ldy + j] = scale · sum_{d < hs} a[q·lda + d]·bt[d·ldb + j], for q < Q, j < n.
-// (bt is K or V transposed; a holds Q query rows or Q output-gradient rows.)
+// (bt is K or V transposed; a holds Q query rows or Q output-gradient rows.) Columns go in
+// vectors of W with the Q sums interleaved, so no chain waits on itself; the last vector reads
+// up to W - 1 columns past n (bt's rows must have them: kTransposedPad) and stores n - j lanes.
 template <class V, int Q>
 inline void block_dot(float* y, int64_t ldy, const float* a, int64_t lda, const float* bt,
                       int64_t ldb, int64_t hs, int64_t n, float scale) {
@@ -79,14 +88,20 @@ inline void block_dot(float* y, int64_t ldy, const float* a, int64_t lda, const 
       store<V>(y + q * ldy + j + W, s1[q] * scale);
     }
   }
-  simd_loop<V>(j, n, [&](auto lanes, int64_t jj) {
-    using T = typename decltype(lanes)::type;
-    for (int q = 0; q < Q; ++q) {
-      T sq = a[q * lda] * load<T>(bt + jj);
-      for (int64_t d = 1; d < hs; ++d) sq = sq + a[q * lda + d] * load<T>(bt + d * ldb + jj);
-      store<T>(y + q * ldy + jj, sq * scale);
+  for (; j < n; j += W) {
+    V s0[Q];
+    const V b0 = load<V>(bt + j);
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) s0[q] = a[q * lda] * b0;
+    for (int64_t d = 1; d < hs; ++d) {
+      const V c0 = load<V>(bt + d * ldb + j);
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) s0[q] = s0[q] + a[q * lda + d] * c0;
     }
-  });
+    const int64_t m = std::min(W, n - j);
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) store_first<V>(y + q * ldy + j, s0[q] * scale, m);
+  }
 }
 
 // y[q·ldy + d] (+)= sum_{j < n0 + q} c[q·ldc + j]·rows[j·ldr + d], for q < Q, d < hs (n0 >= 1:
@@ -200,22 +215,24 @@ inline void block_rank_update(float* z, int64_t ldz, const float* c, int64_t ldc
   });
 }
 
-// p[0, n) = softmax(p[0, n)); p[n, T) = 0.
+// p[0, n) = softmax(p[0, n)); p[n, T) = 0. Rows are short (n <= T), so the exponentials and
+// the scaling run in whole vectors, the last one partial, rather than leave a scalar tail.
 template <class V>
 inline void softmax_causal_row(float* p, int64_t n, int64_t T) {
+  constexpr int64_t W = kWidth<V>;
   const float mx = row_max<V>(p, n);
-  simd_loop<V>(0, n, [&](auto lanes, int64_t j) {
-    using T_ = typename decltype(lanes)::type;
-    store<T_>(p + j, exp_bounded<T_>(load<T_>(p + j) - mx));
-  });
+  for (int64_t j = 0; j < n; j += W) {
+    const int64_t m = std::min(W, n - j);
+    store_first<V>(p + j, exp_bounded<V>(load_first<V>(p + j, m) - mx), m);
+  }
   const float inv_sum = 1.0f / lane_sum<V>(n, [&](auto lanes, int64_t j) {
                           using T_ = typename decltype(lanes)::type;
                           return load<T_>(p + j);
                         });
-  simd_loop<V>(0, n, [&](auto lanes, int64_t j) {
-    using T_ = typename decltype(lanes)::type;
-    store<T_>(p + j, load<T_>(p + j) * inv_sum);
-  });
+  for (int64_t j = 0; j < n; j += W) {
+    const int64_t m = std::min(W, n - j);
+    store_first<V>(p + j, load_first<V>(p + j, m) * inv_sum, m);
+  }
   std::fill(p + n, p + T, 0.0f);
 }
 
@@ -235,9 +252,11 @@ inline int64_t att_offset(int64_t b, int64_t h, const AttentionShape& s) {
   return (b * s.NH + h) * s.T * s.T;
 }
 
-constexpr int64_t attention_forward_scratch(int64_t T, int64_t hs) { return 2 * hs * T; }
+constexpr int64_t attention_forward_scratch(int64_t T, int64_t hs) {
+  return hs * (T + kTransposedPad) + hs * T;
+}
 constexpr int64_t attention_backward_scratch(int64_t T, int64_t hs) {
-  return 4 * hs * T + 2 * kQueryBlock * T;
+  return hs * (T + kTransposedPad) + 3 * hs * T + 2 * kQueryBlock * T;
 }
 
 // The end of the document that starts at token `start` of a row: the next token at position 0,
@@ -256,7 +275,7 @@ void attention_forward_queries(float* out, float* att, const HeadView& hv, const
                                const float* vc, int64_t w, int64_t t0, const AttentionShape& s) {
   const int64_t T = s.T, n0 = t0 - w + 1;
   float* p = att + t0 * T;
-  block_dot<V, Q>(p + w, T, hv.q + t0 * s.R, s.R, kt + w, T, s.hs, n0 + Q - 1, s.scale);
+  block_dot<V, Q>(p + w, T, hv.q + t0 * s.R, s.R, kt + w, s.Tt, s.hs, n0 + Q - 1, s.scale);
   for (int q = 0; q < Q; ++q) {
     std::fill(p + q * T, p + q * T + w, 0.0f);
     softmax_causal_row<V>(p + q * T + w, n0 + q, T - w);
@@ -264,10 +283,10 @@ void attention_forward_queries(float* out, float* att, const HeadView& hv, const
   block_combine<V, Q, false>(out + t0 * s.HD, s.HD, p + w, T, vc + w * s.hs, s.hs, n0, s.hs);
 }
 
-// The pair's K and V, gathered once for its group: kt (hs, T) transposed, vc (T, hs).
+// The pair's K and V, gathered once for its group: kt (hs, Tt) transposed, vc (T, hs).
 inline void gather_kv(float* kt, float* vc, const HeadView& hv, const AttentionShape& s) {
-  gather_head(kt, hv.k, s.R, s.T, s.hs, true);
-  gather_head(vc, hv.v, s.R, s.T, s.hs, false);
+  gather_transposed(kt, s.Tt, hv.k, s.R, s.T, s.hs);
+  gather_rows(vc, hv.v, s.R, s.T, s.hs);
 }
 
 // kt, vc: the pair's K and V as gather_kv leaves them. out points at (b, 0, h·hs), att at the
@@ -301,7 +320,7 @@ void attention_backward_queries(const HeadGrads& g, const HeadView& hv, const fl
   const int64_t T = s.T, n0 = t0 - w + 1;
   const float* p = att + t0 * T + w;
   const float* dy = g.dy + t0 * s.HD;
-  block_dot<V, Q>(dp, T, dy, s.HD, vt + w, T, s.hs, n0 + Q - 1, 1.0f);
+  block_dot<V, Q>(dp, T, dy, s.HD, vt + w, s.Tt, s.hs, n0 + Q - 1, 1.0f);
   for (int q = 0; q < Q; ++q) {
     const int64_t n = n0 + q;
     const float* pq = p + q * T;
@@ -342,8 +361,8 @@ void attention_backward_head(const HeadGrads& g, const HeadView& hv, const float
 AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
   ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0,
             "attention: NH={} is not a positive multiple of NKV={} (head_dim {})", NH, NKV, hs);
-  return AttentionShape{T, NH, NKV, hs, NH / NKV, (NH + 2 * NKV) * hs, NH * hs,
-                        1.0f / std::sqrt(static_cast<float>(hs))};
+  return AttentionShape{T,       NH,      NKV, hs, NH / NKV, (NH + 2 * NKV) * hs,
+                        NH * hs, T + kTransposedPad, 1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
 }  // namespace
@@ -370,8 +389,8 @@ void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
   check_positions(positions, B, T, "attention");
   parallel_with_scratch(pairs, attention_forward_scratch(T, s.hs), [&](int64_t bj, float* scratch) {
     const int64_t b = bj / NKV, j = bj % NKV;
-    float* kt = scratch;          // (hs, T): K transposed
-    float* vc = kt + s.hs * s.T;  // (T, hs)
+    float* kt = scratch;           // (hs, Tt): K transposed
+    float* vc = kt + s.hs * s.Tt;  // (T, hs)
     gather_kv(kt, vc, HeadView(qkv, b, j * s.G, s), s);
     for (int64_t h = j * s.G; h < (j + 1) * s.G; ++h) {
       const HeadView hv(qkv, b, h, s);
@@ -401,15 +420,15 @@ void CpuKernels::gqa_attention_backward(float* dqkv, const float* dout, const fl
   const int64_t hs = s.hs;
   parallel_with_scratch(pairs, attention_backward_scratch(T, hs), [&](int64_t bj, float* scratch) {
     const int64_t b = bj / NKV, j = bj % NKV;
-    float* vt = scratch;      // (hs, T): V transposed
-    float* kc = vt + hs * T;  // (T, hs)
-    float* dk = kc + hs * T;  // (T, hs), summed over the group here, added to dqkv at the end
-    float* dv = dk + hs * T;  // (T, hs)
-    float* dp = dv + hs * T;  // (kQueryBlock, T)
+    float* vt = scratch;         // (hs, Tt): V transposed
+    float* kc = vt + hs * s.Tt;  // (T, hs)
+    float* dk = kc + hs * T;     // (T, hs), summed over the group here, added to dqkv at the end
+    float* dv = dk + hs * T;     // (T, hs)
+    float* dp = dv + hs * T;     // (kQueryBlock, T)
     float* ds = dp + kQueryBlock * T;
     const HeadView first(qkv, b, j * s.G, s);
-    gather_head(vt, first.v, s.R, T, hs, true);
-    gather_head(kc, first.k, s.R, T, hs, false);
+    gather_transposed(vt, s.Tt, first.v, s.R, T, hs);
+    gather_rows(kc, first.k, s.R, T, hs);
     std::fill(dk, dk + 2 * hs * T, 0.0f);
     float* dqkv_b = dqkv + b * T * s.R;
     const int32_t* positions_b = positions ? positions + b * T : nullptr;
