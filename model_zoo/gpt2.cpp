@@ -37,6 +37,7 @@ std::vector<ParamSpec> root_specs(const Gpt2Config& c) {
       bias("ln_f.bias", c.n_embd),                                     // (C)
   };
   specs[kWte].used_rows = c.vocab_size;
+  specs[kWte].grad_written_whole = true;  // by the LM head's product, before the embedding's rows
   static_assert(kRootParamCount == 4);
   return specs;
 }
@@ -61,6 +62,7 @@ std::vector<ParamSpec> block_specs(const Gpt2Config& c, int layer) {
       bias(p + "mlp.c_proj.bias", C),                    // (C)
   };
   ZT_ASSERT(specs.size() == kBlockParamCount, "block table has {} entries", specs.size());
+  for (int i : {kAttnW, kAttnProjW, kFcW, kFcProjW}) specs[i].grad_written_whole = true;
   return specs;
 }
 

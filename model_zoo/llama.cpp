@@ -50,6 +50,9 @@ std::vector<ParamSpec> root_specs(const LlamaConfig& c) {
       zoo::norm_weight_spec("model.norm.weight", C),                    // (C)
   };
   if (!c.tie_word_embeddings) specs.push_back(zoo::weight_spec("lm_head.weight", {V, C}, kInitStd));
+  // The LM head's product writes its weight's gradient first (tied: before the embedding adds
+  // its rows; untied, the embedding table's rows are only added, so it starts zeroed).
+  (c.tie_word_embeddings ? specs.front() : specs.back()).grad_written_whole = true;
   return specs;
 }
 
@@ -82,6 +85,9 @@ std::vector<ParamSpec> block_specs(const LlamaConfig& c, int layer, BlockIndex& 
   }
   add(at.down, zoo::weight_spec(p + "mlp.down_proj.weight", {d.C, d.F}, kInitStd));    // (C, F)
   if (c.mlp_bias) add(at.down_bias, zoo::bias_spec(p + "mlp.down_proj.bias", d.C));  // (C)
+  // Written whole by their products; k, v and up are written by the fused products through
+  // q's and gate's views, so they start zeroed instead (never handed out themselves).
+  for (int i : {at.q, at.o, at.gate, at.down}) specs[i].grad_written_whole = true;
   return specs;
 }
 

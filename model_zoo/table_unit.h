@@ -3,6 +3,8 @@
 // tables share. Shared by the zoo's models (gpt2.cpp, llama.cpp). Holds no tensor memory.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@ class TableUnit final : public Unit {
       : name_(std::move(name)), layout_(std::move(specs)) {
     params_.assign(layout_.entries().size(), Operand());
     grads_.assign(layout_.entries().size(), Operand());
+    fresh_.assign(layout_.entries().size(), 0);
   }
   const std::string& name() const override { return name_; }
   const FlatLayout& layout() const override { return layout_; }
@@ -27,14 +30,30 @@ class TableUnit final : public Unit {
       grads_[i] = grads ? grads.at(entries[i].offset) : Operand();
     }
   }
+  void start_fresh_grads() override {
+    auto entries = layout_.entries();
+    for (size_t i = 0; i < entries.size(); ++i) fresh_[i] = entries[i].spec.grad_written_whole;
+  }
+  void end_fresh_grads() override { std::fill(fresh_.begin(), fresh_.end(), 0); }
+  bool grad_fresh(size_t i) const override { return fresh_.at(i) != 0; }
   ConstOperand param(int i) const { return params_[i]; }
-  Operand grad(int i) const { return grads_[i]; }
+  // Tensor i's gradient view, for a kernel to write: fresh the first time of a step when the
+  // tensor starts so (start_fresh_grads), the view handed out then being the one that writes.
+  Operand grad(int i) const {
+    Operand g = grads_[i];
+    if (g && fresh_[i]) {
+      g.fresh = true;
+      fresh_[i] = 0;
+    }
+    return g;
+  }
 
  private:
   std::string name_;
   FlatLayout layout_;
   std::vector<Operand> params_;
   std::vector<Operand> grads_;
+  mutable std::vector<uint8_t> fresh_;  // per tensor: not yet handed out since start_fresh_grads
 };
 
 // A matrix or embedding table: decayed, normal init of `std`.

@@ -26,6 +26,10 @@ struct ParamSpec {
   // Rows of dim 0 that hold real values; the rest is padding kept at zero and left out of
   // exported weights (the vocabulary padded to a multiple of 128). -1: all rows.
   int64_t used_rows = -1;
+  // The first kernel to write this tensor's gradient in a pass writes all of it (a matmul's
+  // weight gradient; the tied LM head's over wte, before the embedding adds its rows): a step
+  // hands it out fresh (kernels.h, model.h's Unit) instead of zeroing it first.
+  bool grad_written_whole = false;
 
   int64_t numel() const;
   int64_t exported_rows() const { return used_rows < 0 ? shape.at(0) : used_rows; }

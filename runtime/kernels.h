@@ -5,7 +5,9 @@
 //   - pointers are device memory of the back end that implements the table; sizes in elements;
 //   - backward kernels ACCUMULATE (+=) into every gradient they write, activation gradients
 //     included (llm.c's convention): callers zero activation-gradient buffers, parameter
-//     gradients accumulate across micro-batches by design;
+//     gradients accumulate across micro-batches by design. The one exception is a weight
+//     gradient handed to matmul_backward `fresh` (Operand::fresh): it holds no values yet and
+//     is written as if it held zeros, so a step's first contribution needs no zeroing pass;
 //   - element-wise kernels give an element the same bits wherever it sits in a buffer (no
 //     fast-math, the same operations in vector body and tail): shards of a buffer updated
 //     separately equal the buffer updated whole (the ZeRO stages' bitwise equality rests on it);
@@ -50,18 +52,22 @@ struct ConstOperand {
 };
 
 // A writable operand in device memory and its element type. fp32 pointers convert implicitly.
+// `fresh`: the memory holds no values yet (a parameter gradient's first hand-out of a step,
+// model.h); it reads as zeros, so a kernel that would add into it writes it instead. Only
+// matmul_backward's dweight takes a fresh operand.
 struct Operand {
   void* data = nullptr;
   DType dtype = DType::kF32;
+  bool fresh = false;
 
   Operand() = default;
   Operand(std::nullptr_t) {}
   Operand(float* p) : data(p) {}
-  Operand(void* p, DType t) : data(p), dtype(t) {}
+  Operand(void* p, DType t, bool fresh_ = false) : data(p), dtype(t), fresh(fresh_) {}
   explicit operator bool() const { return data != nullptr; }
   operator ConstOperand() const { return {data, dtype}; }
   Operand at(int64_t elements) const {
-    return {static_cast<char*>(data) + elements * int64_t(dtype_size(dtype)), dtype};
+    return {static_cast<char*>(data) + elements * int64_t(dtype_size(dtype)), dtype, fresh};
   }
 };
 
@@ -117,7 +123,9 @@ class Kernels {
                               ConstOperand bias, int64_t M, int64_t K, int64_t N,
                               WeightLayout layout) = 0;
   // dinp (M,K) += dout · Wᵀ (skipped when null); dweight (W's shape) += inpᵀ·dout (or its
-  // transpose for kOutIn); dbias (N) += column sums of dout (skipped when null).
+  // transpose for kOutIn), or = when dweight is fresh (every element written, zeros when
+  // M == 0: the bits of adding into zeros); dbias (N) += column sums of dout (skipped when
+  // null).
   virtual void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                                const float* inp, ConstOperand weight, int64_t M, int64_t K,
                                int64_t N, WeightLayout layout) = 0;

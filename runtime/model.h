@@ -47,6 +47,16 @@ class Unit {
   // elements, each in its own dtype (the working params' and the produced gradients'), which
   // the views pass to the kernels as they are (grads may be null for forward-only use).
   virtual void bind(Operand params, Operand grads) = 0;
+  // The gradient buffer (this and later bindings) holds no values yet in the tensors whose
+  // spec has grad_written_whole, and zeros elsewhere: until handed to a kernel, each such
+  // tensor's gradient view is fresh (kernels.h), so its first kernel writes it. A view taken
+  // must reach a kernel that writes it (matmul_backward's dweight); one never taken in the
+  // pass is zeroed by the engine when the unit's gradient is complete (grad_fresh), which then
+  // ends the fresh state (end_fresh_grads).
+  virtual void start_fresh_grads() = 0;
+  virtual void end_fresh_grads() = 0;
+  // Whether tensor i (layout order) is still fresh.
+  virtual bool grad_fresh(size_t i) const = 0;
 };
 
 // What a layer reads and writes. Hidden states are (B, T, C) fp32 on the device.

@@ -462,6 +462,7 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
     layers[l]->backward(k, io, pass.acts(l), scratch);
     pass.acts(l).release();
     if (last_backward_layer_[u] == l) {  // the unit's gradient of this micro-batch is complete
+      g.settle_fresh_grads();
       if (gradient_hook_) gradient_hook_(u, g.full_grads(), g.shard().numel);
       g.finish_grads(kernels_, reduce_now);
       if (reduce_now) reducer.add(g);

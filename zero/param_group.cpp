@@ -239,11 +239,39 @@ CommHandle ParamGroup::begin_refresh(CommQueue& queue) {
 }
 
 void ParamGroup::zero_grads() {
-  device_.zero(grads_.data(), grads_.bytes());
   // The store is zero: a full store in the compute dtype takes the first micro-batch's gradient
   // directly, bitwise what producing it apart and adding it to zero would store.
   produce_in_store_ = precision_.mixed() && !policy_.shard_grads && grad_dtype_ == compute_;
+  if (separate_grads_ && !produce_in_store_) {
+    device_.zero(grads_.data(), grads_.bytes());
+  } else {
+    // The backward writes the store: the ranges between tensors written whole are zeroed (the
+    // padding included), those tensors are handed out fresh.
+    ZT_ASSERT(grads_range_.size == shard_.padded, "unit {}: a partial store written whole",
+              name());
+    int64_t zero_from = 0;
+    auto zero_to = [&](int64_t end) {
+      if (end > zero_from)
+        device_.zero(offset_by(grads_.data(), zero_from, grad_dtype_), grad_bytes(end - zero_from));
+    };
+    for (const FlatLayout::Entry& e : unit_.layout().entries()) {
+      if (!e.spec.grad_written_whole) continue;
+      zero_to(e.offset);
+      zero_from = e.offset + e.numel;
+    }
+    zero_to(grads_range_.size);
+    unit_.start_fresh_grads();
+  }
   bind();
+}
+
+void ParamGroup::settle_fresh_grads() {
+  const auto entries = unit_.layout().entries();
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (unit_.grad_fresh(i))
+      device_.zero(offset_by(grads_.data(), entries[i].offset, grad_dtype_),
+                   grad_bytes(entries[i].numel));
+  unit_.end_fresh_grads();
 }
 
 void ParamGroup::ensure_grads() {

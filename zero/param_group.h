@@ -128,7 +128,13 @@ class ParamGroup {
   CommHandle begin_refresh(CommQueue& queue);
 
   // ---- gradients ----
-  void zero_grads();                  // start of a step
+  // Start of a step. Where the kernels write the store itself (not sharded, and fp32 or a
+  // compute-dtype store), tensors written whole by their first kernel (ParamSpec) are left as
+  // they are and handed out fresh (model.h); everything else is zeroed.
+  void zero_grads();
+  // The unit's gradient of this micro-batch is complete: a tensor still fresh (its backward
+  // never wrote it) is zeroed, and none is fresh any more. Before anything reads the gradient.
+  void settle_fresh_grads();
   void ensure_grads();                // the produced-gradient buffer exists (allocated zeroed)
   // The full gradient the unit's backward accumulates into (after ensure_grads()), in the
   // compute dtype (fp32 training: fp32).

@@ -320,13 +320,13 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   ZT_ASSERT(B.row_stride == 1 || B.col_stride == 1, "gemm: B strides {} x {}", B.row_stride,
             B.col_stride);
   const bool c16 = c.dtype != DType::kF32;
-  ZT_ASSERT(!c16 || (accumulate && gemm_takes_16bit_c(K)),
-            "gemm: a {} C is accumulated into, with K={} within one packed A", dtype_name(c.dtype),
-            K);
+  ZT_ASSERT(!c16 || gemm_takes_16bit_c(K),
+            "gemm: a {} C needs K={} within one packed A", dtype_name(c.dtype), K);
   if (M <= 0 || N <= 0 || (K <= 0 && accumulate)) return;  // C unchanged
   float* C = c16 ? nullptr : static_cast<float*>(c.data);
-  if (K <= 0) {  // C = 0
-    for (int64_t r = 0; r < M; ++r) std::fill_n(C + r * ldc, N, 0.0f);
+  if (K <= 0) {  // C = 0 (zero bits in every dtype)
+    const size_t row_bytes = static_cast<size_t>(N) * dtype_size(c.dtype);
+    for (int64_t r = 0; r < M; ++r) std::memset(c.at(r * ldc).data, 0, row_bytes);
     return;
   }
   const Tile tile = tile_of(isa_);
@@ -420,13 +420,16 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
       }
       if (k0 + kc < K) return;
       // The block is complete, and in cache: a 16-bit C takes its sums with one rounding (add's
-      // bits); an fp32 C is rounded to the activation dtype.
+      // bits, or the sums rounded when C is not accumulated into); an fp32 C is rounded to the
+      // activation dtype.
       for (int64_t r = 0; r < mc; ++r) {
         const int64_t at = (m0 + r) * ldc + n0;
-        if (c16)
+        if (!c16)
+          round_act(C, at, at + nc);
+        else if (accumulate)
           add_range(c.at(at), Cb + r * nc, nc);
         else
-          round_act(C, at, at + nc);
+          narrow_range(c.at(at), Cb + r * nc, nc);
       }
     };
     const int64_t m_blocks = std::max<int64_t>(1, (m_hi - m_lo + kMc - 1) / kMc);

@@ -129,6 +129,18 @@ uint16_t* bf16_scratch(int64_t elements) {
   return reinterpret_cast<uint16_t*>(thread_scratch<ScratchSlot::kOperand>((elements + 1) / 2));
 }
 
+// A fresh gradient (kernels.h) of n elements, for a path that adds into it: zeroed first (zero
+// bits in every dtype), then no longer fresh. The paths that write it directly keep it fresh.
+Operand zeroed_if_fresh(Operand g, int64_t n) {
+  if (!g.fresh) return g;
+  const size_t bytes = static_cast<size_t>(n) * dtype_size(g.dtype);
+  parallel_ranges(static_cast<int64_t>(bytes), int64_t(1) << 20, [&](int64_t b0, int64_t b1) {
+    std::memset(static_cast<char*>(g.data) + b0, 0, static_cast<size_t>(b1 - b0));
+  });
+  g.fresh = false;
+  return g;
+}
+
 // dbias (N) += column sums of dout (M,N), each column summed over rows in order.
 void column_sums(float* dbias, const float* dout, int64_t M, int64_t N) {
   parallel_ranges(N, kColumnBlock, [&](int64_t c0, int64_t c1) {
@@ -236,6 +248,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
                                  const float* inp, ConstOperand weight, int64_t M, int64_t K,
                                  int64_t N, WeightLayout layout) {
   check_gemm_dims(M, K, N);
+  ZT_ASSERT(!dbias.fresh, "matmul_backward: a fresh bias gradient (only dweight may be)");
   if (dbias && M > 0 && N > 0) {
     if (dbias.dtype == DType::kF32) {
       column_sums(static_cast<float*>(dbias.data), dout, M, N);
@@ -247,6 +260,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
                       [&](int64_t i0, int64_t i1) { add_range(dbias.at(i0), sums + i0, i1 - i0); });
     }
   }
+  if (dweight && M == 0) dweight = zeroed_if_fresh(dweight, K * N);
   if (M == 0 || N == 0 || K == 0) return;
   const bool in_out = layout == WeightLayout::kInOut;
   const bool native = act_ == DType::kBF16 && native_bf16_ &&
@@ -284,12 +298,14 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   }
 
   if (!dweight) return;
+  // A fresh dweight is written, not added into (beta = 0): the products are the same sums.
+  const bool add = !dweight.fresh;
   if (dweight.dtype == DType::kF32) {
     float* dw = static_cast<float*>(dweight.data);
     if (in_out)  // dW (K,N) += inpᵀ (K,M) · dout (M,N)
-      sgemm(true, false, K, N, M, inp, K, dout, N, 1.0f, dw, N);
+      sgemm(true, false, K, N, M, inp, K, dout, N, add ? 1.0f : 0.0f, dw, N);
     else  // dW (N,K) += doutᵀ (N,M) · inp (M,K)
-      sgemm(true, false, N, K, M, dout, N, inp, K, 1.0f, dw, K);
+      sgemm(true, false, N, K, M, dout, N, inp, K, add ? 1.0f : 0.0f, dw, K);
     return;
   }
   if (native && dweight.dtype == DType::kBF16) {  // one GEMM into the bf16 gradient
@@ -298,10 +314,10 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
     if (!dout_narrowed) narrow_rows_bf16(d16, dout, M, N, N);
     narrow_rows_bf16(inp16, inp, M, K, K);
     if (in_out)  // dW (K,N) = bf16(dW + inpᵀ (K,M) · dout (M,N))
-      Bf16Gemm::get().run(true, false, K, N, M, inp16, K, d16, N, dweight.data, true,
+      Bf16Gemm::get().run(true, false, K, N, M, inp16, K, d16, N, dweight.data, add,
                           DType::kBF16);
     else  // dW (N,K) = bf16(dW + doutᵀ (N,M) · inp (M,K))
-      Bf16Gemm::get().run(true, false, N, K, M, d16, N, inp16, K, dweight.data, true,
+      Bf16Gemm::get().run(true, false, N, K, M, d16, N, inp16, K, dweight.data, add,
                           DType::kBF16);
     return;
   }
@@ -315,9 +331,10 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
     const float* Y = in_out ? dout : inp;
     const int64_t R = in_out ? K : N, S = in_out ? N : K;
     if (gemm_takes_16bit_c(M)) {
-      gemm(R, S, M, {X, 1, R}, {Y, S, 1}, dweight, S, true);
+      gemm(R, S, M, {X, 1, R}, {Y, S, 1}, dweight, S, add);
       return;
     }
+    dweight = zeroed_if_fresh(dweight, R * S);
     const int64_t rows = block_size(S, 4, R);
     float* acc = thread_scratch<ScratchSlot::kCall>(rows * S);
     for (int64_t r0 = 0; r0 < R; r0 += rows) {
@@ -331,6 +348,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   }
   // Native bf16 products into an fp32 scratch, a block of the gradient's rows (kOutIn) or
   // columns (kInOut) at a time, added into the stored values with one rounding each.
+  dweight = zeroed_if_fresh(dweight, K * N);
   const int64_t block = block_size(K, 4, N);
   float* acc = thread_scratch<ScratchSlot::kCall>(block * K);
   uint16_t* inp16 = bf16_scratch(M * K + M * block);

@@ -300,6 +300,7 @@ void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOpera
 void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C,
                                     const int32_t* positions) {
+  ZT_ASSERT(!dwte.fresh && !dwpe.fresh, "embedding_backward: a fresh gradient (kernels.h)");
   const int64_t BT = B * T;
   if (dwte && dwte.dtype == DType::kF32) {
     float* table = static_cast<float*>(dwte.data);
@@ -381,6 +382,7 @@ void CpuKernels::layernorm_forward(float* out, float* mean, float* rstd, const f
 void CpuKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                                     const float* inp, ConstOperand weight_op, const float* mean,
                                     const float* rstd, int64_t N, int64_t C) {
+  ZT_ASSERT(!dweight.fresh && !dbias.fresh, "layernorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
   const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
   // Pass 1, per block of kLayerNormRowBlock rows: dinp, and the block's dweight/dbias
@@ -456,6 +458,7 @@ void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
 void CpuKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
                                   const float* inp, ConstOperand weight_op, const float* rstd,
                                   int64_t N, int64_t C) {
+  ZT_ASSERT(!dweight.fresh, "rmsnorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
   const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
   const int64_t blocks = (N + kLayerNormRowBlock - 1) / kLayerNormRowBlock;

@@ -96,14 +96,14 @@ inline void store(float* p, V v) {
 // converse, lanes 0..m-1 stored to p[0, m). A short row's last, partial vector goes through
 // these, so it runs the vector code instead of a scalar tail.
 template <class V>
-inline V load_first(const float* p, int64_t m) {
+__attribute__((always_inline)) inline V load_first(const float* p, int64_t m) {
   if (m == kWidth<V>) return load<V>(p);
   V v{};
   std::memcpy(&v, p, static_cast<size_t>(m) * sizeof(float));
   return v;
 }
 template <class V>
-inline void store_first(float* p, V v, int64_t m) {
+__attribute__((always_inline)) inline void store_first(float* p, V v, int64_t m) {
   if (m == kWidth<V>) return store<V>(p, v);
   std::memcpy(p, &v, static_cast<size_t>(m) * sizeof(float));
 }

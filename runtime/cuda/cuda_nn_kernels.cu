@@ -617,6 +617,12 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
                                   const float* inp, ConstOperand weight_op, int64_t M, int64_t K,
                                   int64_t N, WeightLayout layout) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
+  ZT_CUDA_ASSERT(!dbias.fresh, "matmul_backward: a fresh bias gradient (only dweight may be)");
+  if (dweight.fresh) {  // holds no values yet (kernels.h): zeroed, then added into
+    ZT_CUDA_CHECK(cudaMemsetAsync(dweight.data, 0,
+                                  static_cast<size_t>(K * N) * dtype_size(dweight.dtype), stream_));
+    dweight.fresh = false;
+  }
   if (M == 0 || N == 0) return;
   ZT_CUDA_ASSERT(dout, "matmul_backward: null dout");
   const bool in_out = layout == WeightLayout::kInOut;
@@ -713,6 +719,7 @@ void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOper
 void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
                                      const int32_t* tokens, int64_t B, int64_t T, int64_t C,
                                      const int32_t* positions) {
+  ZT_CUDA_ASSERT(!dwte.fresh && !dwpe.fresh, "embedding_backward: a fresh gradient (kernels.h)");
   const int64_t BT = B * T;
   if (BT <= 0 || C <= 0) return;
   ZT_CUDA_ASSERT(BT <= std::numeric_limits<int>::max(), "embedding_backward: B*T too large");
@@ -762,6 +769,8 @@ void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias
                                      const float* dout, const float* inp, ConstOperand weight,
                                      const float* mean, const float* rstd, int64_t N,
                                      int64_t C) {
+  ZT_CUDA_ASSERT(!dweight.fresh && !dbias.fresh,
+                 "layernorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
   visit_storage(weight.dtype, [&](auto tag) {
     using W = decltype(tag);
@@ -799,6 +808,7 @@ void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, Con
 void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
                                    const float* inp, ConstOperand weight, const float* rstd,
                                    int64_t N, int64_t C) {
+  ZT_CUDA_ASSERT(!dweight.fresh, "rmsnorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
   visit_storage(weight.dtype, [&](auto tag) {
     using W = decltype(tag);

@@ -24,6 +24,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/dtype.h"
 #include "runtime/kernels.h"
+#include "runtime/status.h"
 
 #include "kernels_test_util.h"
 #include "random_data.h"
@@ -453,6 +454,49 @@ TEST_P(ActivationRoundingTest, AttentionRoundsOutputProbabilitiesAndGradient) {
   act_.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, nullptr);
   EXPECT_TRUE(has_unrounded(dqkv_f32, dtype()));
   EXPECT_TRUE(same_bits(dqkv, rounded(dqkv_f32, dtype())));
+}
+
+// A fresh weight gradient (kernels.h: a step's first contribution) holds garbage and is written
+// with the bits of adding into zeros: on every path of the weight gradient (fp32 sgemm; native
+// bf16; the packed GEMM into the 16-bit gradient, over one and two reduction blocks; the sgemm
+// and add past it, M = 4100) and with no tokens at all (M = 0: zeros). A fresh bias gradient
+// is refused.
+TEST_P(ActivationRoundingTest, AFreshWeightGradientIsWrittenAsIfAddedIntoZeros) {
+  const auto avx2 = test::kernels_capped_at("avx2", dtype());
+  const auto sse2 = test::kernels_capped_at("sse2", dtype());
+  using Shape = std::tuple<int64_t, int64_t, int64_t>;
+  for (Kernels* k : {&act_, avx2.get(), sse2.get(), &f32_}) {
+    for (DType gt : {dtype(), DType::kF32}) {
+      for (const auto& [M, K, N] :
+           {Shape{9, 37, 21}, Shape{600, 40, 70}, Shape{4100, 8, 24}, Shape{0, 5, 7}}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(gt) << " gradient, M=" << M);
+        const auto inp = random_values(M * K, 50), dout = random_values(M * N, 51);
+        const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 52), dtype());
+        const std::vector<float> w32 = widened(w16, dtype());
+        const ConstOperand weight = k == &f32_ ? ConstOperand(w32.data())
+                                               : ConstOperand(w16.data(), dtype());
+        for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+          const size_t bytes = static_cast<size_t>(K * N) * dtype_size(gt);
+          std::vector<uint8_t> added(bytes, 0), fresh(bytes, 0xff);  // 0xff..: NaN in each
+          std::vector<float> dinp_added(M * K, 0.0f), dinp_fresh(M * K, 0.0f);
+          k->matmul_backward(dinp_added.data(), Operand(added.data(), gt), nullptr, dout.data(),
+                             inp.data(), weight, M, K, N, layout);
+          k->matmul_backward(dinp_fresh.data(), Operand(fresh.data(), gt, true), nullptr,
+                             dout.data(), inp.data(), weight, M, K, N, layout);
+          EXPECT_EQ(fresh, added) << (layout == WeightLayout::kInOut ? "kInOut" : "kOutIn");
+          EXPECT_TRUE(same_bits(dinp_fresh, dinp_added));
+          if (M > 0) {
+            EXPECT_NE(added, std::vector<uint8_t>(bytes, 0));
+          }
+        }
+      }
+    }
+  }
+  std::vector<float> db(4);
+  const auto x = random_values(8, 53);
+  EXPECT_THROW(act_.matmul_backward(nullptr, nullptr, Operand(db.data(), DType::kF32, true),
+                                    x.data(), x.data(), x.data(), 2, 4, 4, WeightLayout::kInOut),
+               Error);
 }
 
 TEST_P(ActivationRoundingTest, ElementwiseOutputsAreRounded) {
