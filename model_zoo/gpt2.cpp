@@ -151,8 +151,9 @@ class BlockLayer final : public Layer {
   void backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
                 ActivationStore& scratch) override {
     const int64_t B = io.batch->B, T = io.batch->T, C = c_.n_embd, NH = c_.n_head, N = B * T;
-    // Activation gradients accumulate (Kernels contract), so scratch starts at zero; the
-    // residual branch's gradient starts as a copy of d_output.
+    // The products write their dinp (GradOutput::kWrite: each has no other writer); GELU's and
+    // attention's gradients accumulate (Kernels contract) into zeroed buffers; the residual
+    // branch's gradient starts as a copy of d_output.
     float* d_res2 = scratch.alloc_floats(N * C);
     float* d_gelu = scratch.alloc_floats(N * 4 * C);
     float* d_fc = scratch.alloc_floats(N * 4 * C);
@@ -161,24 +162,25 @@ class BlockLayer final : public Layer {
     float* d_qkv = scratch.alloc_floats(N * 3 * C);
     float* d_ln1 = scratch.alloc_floats(N * C);
     k.cast(d_res2, DType::kF32, io.d_output, DType::kF32, N * C);
-    for (auto [p, n] : {std::pair{d_gelu, 4 * N * C}, {d_fc, 4 * N * C}, {d_ln2, N * C},
-                        {d_atty, N * C}, {d_qkv, 3 * N * C}, {d_ln1, N * C}})
-      k.fill(p, 0.0f, n);
+    k.fill(d_fc, 0.0f, 4 * N * C);
+    k.fill(d_qkv, 0.0f, 3 * N * C);
+    constexpr GradOutput kWrite = GradOutput::kWrite;
 
     k.matmul_backward(d_gelu, u_.grad(kFcProjW), u_.grad(kFcProjB), io.d_output,
-                      acts.at(kGelu), u_.param(kFcProjW), N, 4 * C, C, WeightLayout::kInOut);
+                      acts.at(kGelu), u_.param(kFcProjW), N, 4 * C, C, WeightLayout::kInOut,
+                      kWrite);
     k.gelu_backward(d_fc, acts.at(kFc), d_gelu, N * 4 * C);
     k.matmul_backward(d_ln2, u_.grad(kFcW), u_.grad(kFcB), d_fc, acts.at(kLn2), u_.param(kFcW),
-                      N, C, 4 * C, WeightLayout::kInOut);
+                      N, C, 4 * C, WeightLayout::kInOut, kWrite);
     k.layernorm_backward(d_res2, u_.grad(kLn2W), u_.grad(kLn2B), d_ln2, acts.at(kRes2),
                          u_.param(kLn2W), acts.at(kLn2Mean), acts.at(kLn2Rstd), N, C);
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
     k.matmul_backward(d_atty, u_.grad(kAttnProjW), u_.grad(kAttnProjB), d_res2, acts.at(kAtty),
-                      u_.param(kAttnProjW), N, C, C, WeightLayout::kInOut);
+                      u_.param(kAttnProjW), N, C, C, WeightLayout::kInOut, kWrite);
     k.attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, C, NH,
                          io.batch->positions);
     k.matmul_backward(d_ln1, u_.grad(kAttnW), u_.grad(kAttnB), d_qkv, acts.at(kLn1),
-                      u_.param(kAttnW), N, C, 3 * C, WeightLayout::kInOut);
+                      u_.param(kAttnW), N, C, 3 * C, WeightLayout::kInOut, kWrite);
     k.layernorm_backward(io.d_input, u_.grad(kLn1W), u_.grad(kLn1B), d_ln1, io.input,
                          u_.param(kLn1W), acts.at(kLn1Mean), acts.at(kLn1Rstd), N, C);
   }
@@ -211,10 +213,7 @@ class HeadLayer final : public Layer {
                         root_.param(kLnfB), N, C);
     const bool training = io.dloss != 0.0f;
     float* d_lnf = nullptr;
-    if (training) {
-      d_lnf = acts.alloc_floats(N * C);  // (N, C)
-      k.fill(d_lnf, 0.0f, N * C);
-    }
+    if (training) d_lnf = acts.alloc_floats(N * C);  // (N, C), each chunk's rows written once
     const int64_t rows = chunk_rows(N);
     ActivationStore chunk(acts.device());
     float* logits = chunk.alloc_floats(rows * Vp);  // (rows, Vp)
@@ -226,7 +225,7 @@ class HeadLayer final : public Layer {
                               io.dloss);
       if (training)
         k.matmul_backward(d_lnf + r0 * C, root_.grad(kWte), nullptr, logits, lnf + r0 * C,
-                          root_.param(kWte), n, C, Vp, WeightLayout::kOutIn);
+                          root_.param(kWte), n, C, Vp, WeightLayout::kOutIn, GradOutput::kWrite);
     }
   }
 

@@ -194,8 +194,9 @@ class DecoderLayer final : public Layer {
                 ActivationStore& scratch) override {
     const int64_t B = io.batch->B, T = io.batch->T, N = B * T;
     const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
-    // Activation gradients accumulate (Kernels contract), so scratch starts at zero; the
-    // residual branch's gradient starts as a copy of d_output.
+    // The products write their dinp (GradOutput::kWrite: each has no other writer); SwiGLU's
+    // and attention's gradients accumulate (Kernels contract) into zeroed buffers; the residual
+    // branch's gradient starts as a copy of d_output.
     float* d_res2 = scratch.alloc_floats(N * C);
     float* d_swiglu = scratch.alloc_floats(N * F);
     float* d_gate_up = scratch.alloc_floats(N * 2 * F);
@@ -204,20 +205,20 @@ class DecoderLayer final : public Layer {
     float* d_qkv = scratch.alloc_floats(N * d_.R);
     float* d_ln1 = scratch.alloc_floats(N * C);
     k.cast(d_res2, DType::kF32, io.d_output, DType::kF32, N * C);
-    for (auto [p, n] : {std::pair{d_swiglu, N * F}, {d_gate_up, 2 * N * F}, {d_ln2, N * C},
-                        {d_atty, N * d_.Q}, {d_qkv, N * d_.R}, {d_ln1, N * C}})
-      k.fill(p, 0.0f, n);
+    k.fill(d_gate_up, 0.0f, 2 * N * F);
+    k.fill(d_qkv, 0.0f, N * d_.R);
+    constexpr GradOutput kWrite = GradOutput::kWrite;
 
     k.matmul_backward(d_swiglu, grad(at_.down), grad(at_.down_bias), io.d_output,
-                      acts.at(kSwiglu), param(at_.down), N, F, C, WeightLayout::kOutIn);
+                      acts.at(kSwiglu), param(at_.down), N, F, C, WeightLayout::kOutIn, kWrite);
     k.swiglu_backward(d_gate_up, acts.at(kGateUp), d_swiglu, N, F);
     k.matmul_backward(d_ln2, grad(at_.gate), grad(at_.gate_bias), d_gate_up, acts.at(kLn2),
-                      param(at_.gate), N, C, 2 * F, WeightLayout::kOutIn);
+                      param(at_.gate), N, C, 2 * F, WeightLayout::kOutIn, kWrite);
     k.rmsnorm_backward(d_res2, grad(at_.ln2), d_ln2, acts.at(kRes2), param(at_.ln2),
                        acts.at(kLn2Rstd), N, C);
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
     k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty),
-                      param(at_.o), N, d_.Q, C, WeightLayout::kOutIn);
+                      param(at_.o), N, d_.Q, C, WeightLayout::kOutIn, kWrite);
     k.gqa_attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, NH, NKV, hd,
                              io.batch->positions);
     // d_qkv now holds the gradient w.r.t. the rotated q and k; rotated back in place, it is the
@@ -225,7 +226,7 @@ class DecoderLayer final : public Layer {
     k.rope_backward(d_qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
                     io.batch->positions);
     k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q),
-                      N, C, d_.R, WeightLayout::kOutIn);
+                      N, C, d_.R, WeightLayout::kOutIn, kWrite);
     k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),
                        acts.at(kLn1Rstd), N, C);
   }
@@ -261,10 +262,7 @@ class HeadLayer final : public Layer {
     k.rmsnorm_forward(normed, rstd, io.input, root_.param(kNorm), N, C, c_.rms_norm_eps);
     const bool training = io.dloss != 0.0f;
     float* d_normed = nullptr;
-    if (training) {
-      d_normed = acts.alloc_floats(N * C);  // (N, C)
-      k.fill(d_normed, 0.0f, N * C);
-    }
+    if (training) d_normed = acts.alloc_floats(N * C);  // (N, C), each chunk's rows written once
     const int64_t rows = chunk_rows(N);
     ActivationStore chunk(acts.device());
     float* logits = chunk.alloc_floats(rows * V);  // (rows, V)
@@ -276,7 +274,7 @@ class HeadLayer final : public Layer {
                               io.dloss);
       if (training)
         k.matmul_backward(d_normed + r0 * C, root_.grad(head_), nullptr, logits, normed + r0 * C,
-                          root_.param(head_), n, C, V, WeightLayout::kOutIn);
+                          root_.param(head_), n, C, V, WeightLayout::kOutIn, GradOutput::kWrite);
     }
   }
 

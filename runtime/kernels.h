@@ -5,9 +5,10 @@
 //   - pointers are device memory of the back end that implements the table; sizes in elements;
 //   - backward kernels ACCUMULATE (+=) into every gradient they write, activation gradients
 //     included (llm.c's convention): callers zero activation-gradient buffers, parameter
-//     gradients accumulate across micro-batches by design. The one exception is a weight
-//     gradient handed to matmul_backward `fresh` (Operand::fresh): it holds no values yet and
-//     is written as if it held zeros, so a step's first contribution needs no zeroing pass;
+//     gradients accumulate across micro-batches by design. The exceptions, each written as if
+//     it held zeros so that it needs no zeroing pass: a weight gradient handed to
+//     matmul_backward `fresh` (Operand::fresh), and matmul_backward's dinp when asked
+//     (GradOutput::kWrite, the buffer's one writer in a layer's backward);
 //   - element-wise kernels give an element the same bits wherever it sits in a buffer (no
 //     fast-math, the same operations in vector body and tail): shards of a buffer updated
 //     separately equal the buffer updated whole (the ZeRO stages' bitwise equality rests on it);
@@ -71,6 +72,10 @@ struct Operand {
   }
 };
 
+// How matmul_backward treats dinp: adds into it (the contract), or writes it as if it held
+// zeros (it holds no values yet; the layer's backward has no other writer of it).
+enum class GradOutput { kAdd, kWrite };
+
 enum class WeightLayout {
   kInOut,  // (K, N): Hugging Face GPT-2's Conv1D layout, out = inp · W
   kOutIn,  // (N, K): nn.Linear / the tied LM head over wte, out = inp · Wᵀ
@@ -122,13 +127,14 @@ class Kernels {
   virtual void matmul_forward(float* out, const float* inp, ConstOperand weight,
                               ConstOperand bias, int64_t M, int64_t K, int64_t N,
                               WeightLayout layout) = 0;
-  // dinp (M,K) += dout · Wᵀ (skipped when null); dweight (W's shape) += inpᵀ·dout (or its
-  // transpose for kOutIn), or = when dweight is fresh (every element written, zeros when
-  // M == 0: the bits of adding into zeros); dbias (N) += column sums of dout (skipped when
-  // null).
+  // dinp (M,K) += dout · Wᵀ, or = with kWrite (zeros when N == 0; skipped when null);
+  // dweight (W's shape) += inpᵀ·dout (or its transpose for kOutIn), or = when dweight is fresh
+  // (zeros when M == 0); each "=" gives the bits of adding into zeros. dbias (N) += column
+  // sums of dout (skipped when null).
   virtual void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                                const float* inp, ConstOperand weight, int64_t M, int64_t K,
-                               int64_t N, WeightLayout layout) = 0;
+                               int64_t N, WeightLayout layout,
+                               GradOutput dinp_output = GradOutput::kAdd) = 0;
 
   // out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (wpe null: no position embedding,
   // Llama's). tokens are already validated (< V). positions (B,T), model.h's Batch::positions,

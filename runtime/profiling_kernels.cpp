@@ -38,8 +38,10 @@ void ProfilingKernels::matmul_forward(float* out, const float* inp, ConstOperand
 }
 void ProfilingKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias,
                                        const float* dout, const float* inp, ConstOperand weight,
-                                       int64_t M, int64_t K, int64_t N, WeightLayout layout) {
-  ZT_TIMED(matmul_backward, dinp, dweight, dbias, dout, inp, weight, M, K, N, layout);
+                                       int64_t M, int64_t K, int64_t N, WeightLayout layout,
+                                       GradOutput dinp_output) {
+  ZT_TIMED(matmul_backward, dinp, dweight, dbias, dout, inp, weight, M, K, N, layout,
+           dinp_output);
 }
 void ProfilingKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
                                          ConstOperand wpe, int64_t B, int64_t T, int64_t C,

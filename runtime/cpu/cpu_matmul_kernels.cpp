@@ -246,8 +246,11 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
 
 void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                                  const float* inp, ConstOperand weight, int64_t M, int64_t K,
-                                 int64_t N, WeightLayout layout) {
+                                 int64_t N, WeightLayout layout, GradOutput dinp_output) {
   check_gemm_dims(M, K, N);
+  // dinp written, not added into: its products' first (or only) block overwrites it.
+  const bool add_dinp = dinp_output == GradOutput::kAdd;
+  if (dinp && !add_dinp && N == 0) fill(dinp, 0.0f, M * K);
   ZT_ASSERT(!dbias.fresh, "matmul_backward: a fresh bias gradient (only dweight may be)");
   if (dbias && M > 0 && N > 0) {
     if (dbias.dtype == DType::kF32) {
@@ -273,7 +276,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
     if (weight.dtype == DType::kF32) {
       sgemm(false, in_out, M, K, N, dout, N, static_cast<const float*>(weight.data),
-            in_out ? N : K, 1.0f, dinp, K);
+            in_out ? N : K, add_dinp ? 1.0f : 0.0f, dinp, K);
     } else if (native) {
       // Blocks along N, the reduction dimension, summed in fp32 in dinp: a block of dout's
       // columns narrowed to bf16, times Wᵀ's rows [n0, n0 + nb) (W's columns for kInOut, row
@@ -286,11 +289,12 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
         const ConstOperand wb = weight.at(in_out ? n0 : n0 * K);
         narrow_rows_bf16(d16, dout + n0, M, nb, N);
         Bf16Gemm::get().run(false, in_out, M, K, nb, d16, nb,
-                            static_cast<const uint16_t*>(wb.data), in_out ? N : K, dinp, true);
+                            static_cast<const uint16_t*>(wb.data), in_out ? N : K, dinp,
+                            add_dinp || n0 > 0);
       }
     } else {  // the packed GEMM over Wᵀ's elements (n, k), rounding dinp itself
       gemm(M, K, N, {dout, N, 1}, in_out ? GemmMatrix{weight, 1, N} : GemmMatrix{weight, K, 1},
-           dinp, K, true);
+           dinp, K, add_dinp);
     }
     if (act_ != DType::kF32 && (weight.dtype == DType::kF32 || native))
       parallel_ranges(M * K, kElementGrain,

@@ -56,7 +56,7 @@ class CudaKernels final : public Kernels {
                       int64_t M, int64_t K, int64_t N, WeightLayout layout) override;
   void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                        const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
-                       WeightLayout layout) override;
+                       WeightLayout layout, GradOutput dinp_output = GradOutput::kAdd) override;
   void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
                          int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,

@@ -615,8 +615,10 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
 
 void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                                   const float* inp, ConstOperand weight_op, int64_t M, int64_t K,
-                                  int64_t N, WeightLayout layout) {
+                                  int64_t N, WeightLayout layout, GradOutput dinp_output) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
+  if (dinp && dinp_output == GradOutput::kWrite)  // written as if it held zeros: zeroed, added
+    ZT_CUDA_CHECK(cudaMemsetAsync(dinp, 0, static_cast<size_t>(M * K) * sizeof(float), stream_));
   ZT_CUDA_ASSERT(!dbias.fresh, "matmul_backward: a fresh bias gradient (only dweight may be)");
   if (dweight.fresh) {  // holds no values yet (kernels.h): zeroed, then added into
     ZT_CUDA_CHECK(cudaMemsetAsync(dweight.data, 0,

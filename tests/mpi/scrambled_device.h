@@ -48,7 +48,7 @@ class ScrambledKernels final : public Kernels {
                       int64_t M, int64_t K, int64_t N, WeightLayout layout) override;
   void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                        const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
-                       WeightLayout layout) override;
+                       WeightLayout layout, GradOutput dinp_output = GradOutput::kAdd) override;
   void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
                          int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
   void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
@@ -303,10 +303,11 @@ inline void ScrambledKernels::matmul_forward(float* out, const float* inp, Const
 inline void ScrambledKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias,
                                               const float* dout, const float* inp,
                                               ConstOperand weight, int64_t M, int64_t K,
-                                              int64_t N, WeightLayout layout) {
+                                              int64_t N, WeightLayout layout,
+                                              GradOutput dinp_output) {
   ZT_SCRAMBLED(matmul_backward, dinp, operand(dweight, K * N), operand(dbias, N), dout, inp,
                operand(weight, K * N));
-  base_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, K, N, layout);
+  base_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, K, N, layout, dinp_output);
 }
 // wte and dwte are (V, C) with V not an argument: only their pointers are checked.
 inline void ScrambledKernels::embedding_forward(float* out, const int32_t* tokens,

@@ -456,37 +456,44 @@ TEST_P(ActivationRoundingTest, AttentionRoundsOutputProbabilitiesAndGradient) {
   EXPECT_TRUE(same_bits(dqkv, rounded(dqkv_f32, dtype())));
 }
 
-// A fresh weight gradient (kernels.h: a step's first contribution) holds garbage and is written
-// with the bits of adding into zeros: on every path of the weight gradient (fp32 sgemm; native
-// bf16; the packed GEMM into the 16-bit gradient, over one and two reduction blocks; the sgemm
-// and add past it, M = 4100) and with no tokens at all (M = 0: zeros). A fresh bias gradient
-// is refused.
-TEST_P(ActivationRoundingTest, AFreshWeightGradientIsWrittenAsIfAddedIntoZeros) {
+// A fresh weight gradient (kernels.h: a step's first contribution) and a dinp asked to be
+// written (GradOutput::kWrite) hold garbage and are written with the bits of adding into zeros:
+// on every path of the weight gradient (fp32 sgemm; native bf16; the packed GEMM into the
+// 16-bit gradient, over one and two reduction blocks; the sgemm and add past it, M = 4100) and
+// of dinp (sgemm; native bf16 in one and in two blocks of dout's columns, N = 5000; the packed
+// GEMM), and with nothing to sum (M = 0: dweight zeros; N = 0: dinp zeros). A fresh bias
+// gradient is refused.
+TEST_P(ActivationRoundingTest, FreshGradientsAreWrittenAsIfAddedIntoZeros) {
   const auto avx2 = test::kernels_capped_at("avx2", dtype());
   const auto sse2 = test::kernels_capped_at("sse2", dtype());
   using Shape = std::tuple<int64_t, int64_t, int64_t>;
+  const Shape shapes[] = {{9, 37, 21}, {600, 40, 70}, {4100, 8, 24},
+                          {600, 8, 5000}, {0, 5, 7}, {3, 5, 0}};
   for (Kernels* k : {&act_, avx2.get(), sse2.get(), &f32_}) {
     for (DType gt : {dtype(), DType::kF32}) {
-      for (const auto& [M, K, N] :
-           {Shape{9, 37, 21}, Shape{600, 40, 70}, Shape{4100, 8, 24}, Shape{0, 5, 7}}) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(gt) << " gradient, M=" << M);
+      for (const auto& [M, K, N] : shapes) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(gt) << " gradient, M=" << M << " N=" << N);
         const auto inp = random_values(M * K, 50), dout = random_values(M * N, 51);
         const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 52), dtype());
         const std::vector<float> w32 = widened(w16, dtype());
         const ConstOperand weight = k == &f32_ ? ConstOperand(w32.data())
                                                : ConstOperand(w16.data(), dtype());
         for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+          SCOPED_TRACE(layout == WeightLayout::kInOut ? "kInOut" : "kOutIn");
           const size_t bytes = static_cast<size_t>(K * N) * dtype_size(gt);
           std::vector<uint8_t> added(bytes, 0), fresh(bytes, 0xff);  // 0xff..: NaN in each
-          std::vector<float> dinp_added(M * K, 0.0f), dinp_fresh(M * K, 0.0f);
+          std::vector<float> dinp_added(M * K, 0.0f), dinp_written(M * K);
+          std::memset(dinp_written.data(), 0xff, dinp_written.size() * sizeof(float));
           k->matmul_backward(dinp_added.data(), Operand(added.data(), gt), nullptr, dout.data(),
                              inp.data(), weight, M, K, N, layout);
-          k->matmul_backward(dinp_fresh.data(), Operand(fresh.data(), gt, true), nullptr,
-                             dout.data(), inp.data(), weight, M, K, N, layout);
-          EXPECT_EQ(fresh, added) << (layout == WeightLayout::kInOut ? "kInOut" : "kOutIn");
-          EXPECT_TRUE(same_bits(dinp_fresh, dinp_added));
-          if (M > 0) {
+          k->matmul_backward(dinp_written.data(), Operand(fresh.data(), gt, true), nullptr,
+                             dout.data(), inp.data(), weight, M, K, N, layout,
+                             GradOutput::kWrite);
+          EXPECT_EQ(fresh, added);
+          EXPECT_TRUE(same_bits(dinp_written, dinp_added));
+          if (M > 0 && N > 0) {
             EXPECT_NE(added, std::vector<uint8_t>(bytes, 0));
+            EXPECT_NE(dinp_added, std::vector<float>(M * K, 0.0f));
           }
         }
       }

@@ -118,7 +118,7 @@ class ThrowingFill final : public Kernels {
     base_.matmul_forward(out, inp, weight, bias, M, K, N, layout);
   }
   void matmul_backward(float*, Operand, Operand, const float*, const float*, ConstOperand,
-                       int64_t, int64_t, int64_t, WeightLayout) override {}
+                       int64_t, int64_t, int64_t, WeightLayout, GradOutput) override {}
   void embedding_forward(float*, const int32_t*, ConstOperand, ConstOperand, int64_t, int64_t,
                          int64_t, const int32_t*) override {}
   void embedding_backward(Operand, Operand, const float*, const int32_t*, int64_t, int64_t,
