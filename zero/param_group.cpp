@@ -143,7 +143,7 @@ void ParamGroup::bind() {
   const Operand params =
       state_ == ParamState::kFull ? Operand(full_working(), compute_) : Operand();
   Operand grads(grads_.data(), grad_dtype_);
-  if (separate_grads_ && !produce_in_store_)
+  if (!kernels_write_store())
     grads = grads_full_ ? Operand(grads_full_.data(), compute_) : Operand();
   unit_.bind(params, grads);
 }
@@ -242,7 +242,7 @@ void ParamGroup::zero_grads() {
   // The store is zero: a full store in the compute dtype takes the first micro-batch's gradient
   // directly, bitwise what producing it apart and adding it to zero would store.
   produce_in_store_ = precision_.mixed() && !policy_.shard_grads && grad_dtype_ == compute_;
-  if (separate_grads_ && !produce_in_store_) {
+  if (!kernels_write_store()) {
     device_.zero(grads_.data(), grads_.bytes());
   } else {
     // The backward writes the store: the ranges between tensors written whole are zeroed (the
@@ -275,7 +275,7 @@ void ParamGroup::settle_fresh_grads() {
 }
 
 void ParamGroup::ensure_grads() {
-  if (separate_grads_ && !produce_in_store_ && !grads_full_) {
+  if (!kernels_write_store() && !grads_full_) {
     grads_full_ = device_.alloc_zeroed(param_bytes(shard_.padded),
                                        precision_.mixed() ? MemCategory::kWorkspace
                                                           : MemCategory::kCommBuffers);
@@ -284,7 +284,7 @@ void ParamGroup::ensure_grads() {
 }
 
 Operand ParamGroup::full_grads() {
-  if (!separate_grads_ || produce_in_store_) return Operand(grads_.data(), grad_dtype_);
+  if (kernels_write_store()) return Operand(grads_.data(), grad_dtype_);
   ZT_ASSERT(grads_full_, "unit {}: no full gradient buffer (ensure_grads first)", name());
   return Operand(grads_full_.data(), compute_);
 }

@@ -173,6 +173,8 @@ class ParamGroup {
   static int64_t offset_in(const FlatRange& range, const FlatRange& within);
   size_t param_bytes(int64_t n) const { return static_cast<size_t>(n) * dtype_size(compute_); }
   size_t grad_bytes(int64_t n) const { return static_cast<size_t>(n) * dtype_size(grad_dtype_); }
+  // This micro-batch's backward writes the store itself, not grads_full_.
+  bool kernels_write_store() const { return !separate_grads_ || produce_in_store_; }
 
   Device& device_;
   Device* offload_;  // the master's device when offloaded, else null

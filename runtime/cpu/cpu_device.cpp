@@ -153,12 +153,14 @@ void CpuDevice::copy_from_host(void* dst, const void* host_src, size_t bytes) {
 void CpuDevice::copy(void* dst, const void* src, size_t bytes) {
   if (dst != src) std::memcpy(dst, src, bytes);
 }
-void CpuDevice::zero(void* dst, size_t bytes) {
+void zero_host_bytes(void* dst, size_t bytes) {
   if (bytes < kStreamZeroBytes)
     std::memset(dst, 0, bytes);
   else
     parallel_stream_zero(dst, bytes);
 }
+
+void CpuDevice::zero(void* dst, size_t bytes) { zero_host_bytes(dst, bytes); }
 
 void set_cpu_threads(int threads) {
   ZT_ASSERT(threads > 0, "threads={}", threads);

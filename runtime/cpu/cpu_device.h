@@ -76,6 +76,10 @@ int cpu_threads();  // OpenMP's current maximum
 // divided among the ranks sharing it; MACHINE.md: oversubscribed ranks crawl otherwise).
 void choose_cpu_threads(int requested, int fitting);
 
+// Zeroes host memory as CpuDevice::zero does: memset below 1 MiB, else streaming stores on
+// every thread.
+void zero_host_bytes(void* dst, size_t bytes);
+
 // The CPU kernel table (CpuKernels, runtime/cpu/cpu_kernels.h) rounding activations to
 // `activations`.
 std::unique_ptr<Kernels> make_cpu_kernels(DType activations = DType::kF32);

@@ -133,10 +133,7 @@ uint16_t* bf16_scratch(int64_t elements) {
 // bits in every dtype), then no longer fresh. The paths that write it directly keep it fresh.
 Operand zeroed_if_fresh(Operand g, int64_t n) {
   if (!g.fresh) return g;
-  const size_t bytes = static_cast<size_t>(n) * dtype_size(g.dtype);
-  parallel_ranges(static_cast<int64_t>(bytes), int64_t(1) << 20, [&](int64_t b0, int64_t b1) {
-    std::memset(static_cast<char*>(g.data) + b0, 0, static_cast<size_t>(b1 - b0));
-  });
+  zero_host_bytes(g.data, static_cast<size_t>(n) * dtype_size(g.dtype));
   g.fresh = false;
   return g;
 }
