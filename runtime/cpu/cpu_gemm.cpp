@@ -275,7 +275,16 @@ __attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int6
                                                  int64_t cs, int64_t mc, int64_t kc, int64_t MR) {
   for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += kc * MR) {
     const int64_t mr = std::min(MR, mc - i0);
-    if (cs != 1) {  // A transposed: a k's rows are adjacent
+    if (cs != 1) {  // A transposed: a k's rows are adjacent, and with rs == 1 contiguous
+      if (rs == 1 && mr == 8 && MR == 8) {  // AVX-512's 8-row strip: one vector per k
+        for (int64_t k = 0; k < kc; ++k)
+          _mm256_store_ps(Ap + k * 8, _mm256_loadu_ps(a + i0 + k * cs));
+        continue;
+      }
+      if (rs == 1 && mr == 6 && MR == 6) {  // AVX2's 6-row strip
+        for (int64_t k = 0; k < kc; ++k) std::memcpy(Ap + k * 6, a + i0 + k * cs, 6 * 4);
+        continue;
+      }
       for (int64_t k = 0; k < kc; ++k) {
         const float* src = a + i0 * rs + k * cs;
         float* dst = Ap + k * MR;
