@@ -1,27 +1,29 @@
-// CpuKernels::gemm, the packed GEMM behind matmul's products with 16-bit weights on a CPU
-// without a native GEMM for their dtype (fp16 anywhere; bf16 without AVX512_BF16). It reads the
-// 16-bit weight where a GEMM reads its operands anyway, in the packing of B: each panel is
-// widened to fp32 as it is laid out for the microkernel, so the weights are read once, in their
-// stored 2 bytes, and no widened copy of a block of them is written and read back (the blocked
-// oneDNN sgemm path it replaced paid that pass on every forward and dinput product). The
-// output, an activation, is rounded to the table's activation dtype a block at a time while the
-// block is in cache. The weight gradient is a GEMM into the 16-bit gradient: each block of it
-// summed in fp32 in the thread's scratch, then added with one rounding while in cache (an sgemm
-// into an fp32 block and a separate adding pass, which this replaced, took about 40 ms more
-// over GPT-2 124M's weight gradients at B=4, T=64: that pass read and wrote every gradient
-// again).
+// CpuKernels::gemm, the GEMM behind matmul's products with 16-bit weights on a CPU without a
+// native GEMM for their dtype (fp16 anywhere; bf16 without AVX512_BF16). It reads the 16-bit
+// weight once, in its stored 2 bytes, widening it in registers where the microkernel reads it
+// (or, where it must be reordered, as its panel is packed), so no widened copy of it is written
+// and read back (the blocked oneDNN sgemm path it replaced paid that pass on every forward and
+// dinput product). The output, an activation, is rounded to the table's activation dtype a
+// block at a time while the block is in cache. The weight gradient is a GEMM into the 16-bit
+// gradient: each block of it summed in fp32 in the thread's scratch, then added with one
+// rounding while in cache (an sgemm into an fp32 block and a separate adding pass, which this
+// replaced, took about 40 ms more over GPT-2 124M's weight gradients at B=4, T=64: that pass
+// read and wrote every gradient again).
 //
 // Structure (the classic one, as BLIS and oneDNN's own kernels use): C is cut into column
 // ranges, one per thread (row ranges for a C with more rows than columns: a tall weight's
 // gradient); each thread walks its rows in blocks of kMc, its columns in chunks of kNc (more
 // for a reduction shorter than kKc, the panel's bytes the same) and the reduction in blocks of
-// kKc, packing the B panel (kKc x kNc, NR columns interleaved, widened) into its own scratch
-// unless it holds that panel already. A (MR rows interleaved) is packed per row block
-// for the whole reduction into each thread's scratch, where the threads then never wait for
-// each other; an A too large for that (a long reduction) is packed a reduction block at a time
-// into one buffer the threads fill together between two barriers. The microkernel keeps an
-// MR x NR tile of C in registers over a kKc block: AVX-512 8 x 48 (24 accumulators), AVX2
-// 6 x 16 (12), SSE2 4 x 8 (8, multiply and add: SSE2 has no FMA).
+// kKc. The microkernel keeps an MR x NR tile of C in registers over a kKc block: AVX-512 8 x 48
+// (24 accumulators), AVX2 6 x 16 (12), SSE2 4 x 8 (8, multiply and add: SSE2 has no FMA).
+// Operands the microkernel can read where they are stored are not packed (AVX-512 and AVX2): an
+// A whose rows run along k, MR rows read side by side, and a 16-bit B whose rows are contiguous,
+// NR values of a row widened in registers. The others are packed: B's panel (kKc x kNc, NR
+// columns interleaved, widened) into the thread's scratch unless it holds that panel already;
+// A (MR rows interleaved) per row block for the whole reduction into each thread's scratch, or,
+// too large for that (a long reduction), a reduction block at a time into one buffer the threads
+// fill together between two barriers; a strip narrower than the tile, alone, zeros past its
+// edge.
 // Determinism: every element of C is the same chain of fused multiply-adds over k in increasing
 // order, blocks of kKc summed in order, whatever the thread count or the rows or columns a
 // thread got; a different instruction set (FMA or not) may give different bits, as oneDNN's do.
@@ -68,101 +70,6 @@ Tile tile_of(Isa isa) {
   return {4, 8};
 }
 
-// C (mr x nr tile, row stride ldc) = [C +] Ap (kc x MR, k-major) · Bp (kc x NR, k-major).
-__attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* Ap,
-                                                        const float* Bp, float* C, int64_t ldc,
-                                                        bool load) {
-  constexpr int MR = 8, NV = 3;
-  __m512 c[MR][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j)
-      c[i][j] = load ? _mm512_loadu_ps(C + i * ldc + 16 * j) : _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    __m512 b[NV];
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) b[j] = _mm512_load_ps(Bp + 16 * j);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512 a = _mm512_set1_ps(Ap[i]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) c[i][j] = _mm512_fmadd_ps(a, b[j], c[i][j]);
-    }
-    Ap += MR;
-    Bp += 16 * NV;
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, c[i][j]);
-}
-
-__attribute__((target("avx2,fma"))) void micro_avx2(int64_t kc, const float* Ap, const float* Bp,
-                                                   float* C, int64_t ldc, bool load) {
-  constexpr int MR = 6, NV = 2;
-  __m256 c[MR][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j)
-      c[i][j] = load ? _mm256_loadu_ps(C + i * ldc + 8 * j) : _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; ++i) {
-      const __m256 a = _mm256_broadcast_ss(Ap + i);
-      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
-      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
-    }
-    Ap += MR;
-    Bp += 8 * NV;
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(C + i * ldc + 8 * j, c[i][j]);
-}
-
-void micro_sse2(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc, bool load) {
-  constexpr int MR = 4, NV = 2;
-  __m128 c[MR][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j)
-      c[i][j] = load ? _mm_loadu_ps(C + i * ldc + 4 * j) : _mm_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m128 b0 = _mm_load_ps(Bp), b1 = _mm_load_ps(Bp + 4);
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-      const __m128 a = _mm_set1_ps(Ap[i]);
-      c[i][0] = _mm_add_ps(c[i][0], _mm_mul_ps(a, b0));
-      c[i][1] = _mm_add_ps(c[i][1], _mm_mul_ps(a, b1));
-    }
-    Ap += MR;
-    Bp += 4 * NV;
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm_storeu_ps(C + i * ldc + 4 * j, c[i][j]);
-}
-
-using Micro = void (*)(int64_t, const float*, const float*, float*, int64_t, bool);
-Micro micro_of(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return micro_avx512;
-    case Isa::kAvx2: return micro_avx2;
-    case Isa::kSse2: break;
-  }
-  return micro_sse2;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Packing. The fast paths use AVX2 (and F16C for fp16): eight values of B's dtype widened in a
-// register, and 8 x 8 transposes for the operands whose packed order crosses their memory order.
-
 // Eight elements of codec C (runtime/dtype.h) at p, widened to fp32 (exact; fp16 by VCVTPH2PS).
 template <class C>
 __attribute__((target("avx2,f16c"))) inline __m256 load8(const typename C::Storage* p) {
@@ -176,6 +83,140 @@ __attribute__((target("avx2,f16c"))) inline __m256 load8(const typename C::Stora
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
 }
+
+// Sixteen elements of codec C at p, widened to fp32 (exact): the AVX-512 microkernel's row of B.
+// Zero-masked forms with every lane kept, as cpu_lane_codecs.h's (GCC 12's header trips
+// -Wmaybe-uninitialized on the plain ones).
+template <class C>
+__attribute__((target("avx512f"))) inline __m512 load16(const typename C::Storage* p) {
+  if constexpr (std::is_same_v<C, F32Codec>) {
+    return _mm512_loadu_ps(p);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (std::is_same_v<C, F16Codec>)
+      return _mm512_maskz_cvtph_ps(0xffff, h);
+    else
+      return _mm512_castsi512_ps(
+          _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
+  }
+}
+
+// C (mr x nr tile, row stride ldc) = [C +] A (mr x kc) · B (kc x NR). A is a packed strip (kc x
+// MR, k-major) or, kRowsA, MR rows where they are stored, row i at A + i·lda (an operand whose
+// rows run along k: the activation of a forward product, the output gradient of a dinput one).
+// B's row k is at B + k·ldb elements of codec Cd: a packed panel (fp32), or a 16-bit B where it
+// is stored, widened in registers. The same fused multiply-adds in the same order either way.
+template <class Cd, bool kRowsA>
+__attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* A, int64_t lda,
+                                                        const void* B, int64_t ldb, float* C,
+                                                        int64_t ldc, bool load) {
+  constexpr int MR = 8, NV = 3;
+  const auto* Bk = static_cast<const typename Cd::Storage*>(B);
+  const float* rows[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) rows[i] = A + i * lda;
+  __m512 c[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j)
+      c[i][j] = load ? _mm512_loadu_ps(C + i * ldc + 16 * j) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 b[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) b[j] = load16<Cd>(Bk + 16 * j);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 a = _mm512_set1_ps(kRowsA ? rows[i][k] : A[i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) c[i][j] = _mm512_fmadd_ps(a, b[j], c[i][j]);
+    }
+    if (!kRowsA) A += MR;
+    Bk += ldb;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, c[i][j]);
+}
+
+template <class Cd, bool kRowsA>
+__attribute__((target("avx2,fma,f16c"))) void micro_avx2(int64_t kc, const float* A, int64_t lda,
+                                                        const void* B, int64_t ldb, float* C,
+                                                        int64_t ldc, bool load) {
+  constexpr int MR = 6, NV = 2;
+  const auto* Bk = static_cast<const typename Cd::Storage*>(B);
+  const float* rows[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) rows[i] = A + i * lda;
+  __m256 c[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j)
+      c[i][j] = load ? _mm256_loadu_ps(C + i * ldc + 8 * j) : _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = load8<Cd>(Bk), b1 = load8<Cd>(Bk + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(kRowsA ? rows[i] + k : A + i);
+      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    }
+    if (!kRowsA) A += MR;
+    Bk += ldb;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(C + i * ldc + 8 * j, c[i][j]);
+}
+
+// SSE2 (no FMA): packed A and B only.
+void micro_sse2(int64_t kc, const float* Ap, int64_t /*lda*/, const void* B, int64_t ldb,
+                float* C, int64_t ldc, bool load) {
+  constexpr int MR = 4, NV = 2;
+  const float* Bp = static_cast<const float*>(B);
+  __m128 c[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j)
+      c[i][j] = load ? _mm_loadu_ps(C + i * ldc + 4 * j) : _mm_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m128 b0 = _mm_loadu_ps(Bp), b1 = _mm_loadu_ps(Bp + 4);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      const __m128 a = _mm_set1_ps(Ap[i]);
+      c[i][0] = _mm_add_ps(c[i][0], _mm_mul_ps(a, b0));
+      c[i][1] = _mm_add_ps(c[i][1], _mm_mul_ps(a, b1));
+    }
+    Ap += MR;
+    Bp += ldb;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) _mm_storeu_ps(C + i * ldc + 4 * j, c[i][j]);
+}
+
+// The microkernel for a B of codec C (fp32: packed panels; 16-bit: B where it is stored) and an
+// A packed or read in place (kRowsA). SSE2 takes packed operands only: null otherwise.
+using Micro = void (*)(int64_t, const float*, int64_t, const void*, int64_t, float*, int64_t,
+                       bool);
+template <class C, bool kRowsA>
+Micro micro_of(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return micro_avx512<C, kRowsA>;
+    case Isa::kAvx2: return micro_avx2<C, kRowsA>;
+    case Isa::kSse2: break;
+  }
+  return std::is_same_v<C, F32Codec> && !kRowsA ? micro_sse2 : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing. The fast paths use AVX2 (and F16C for fp16): eight values of B's dtype widened in a
+// register, and 8 x 8 transposes for the operands whose packed order crosses their memory order.
 
 // r[0..8) (rows) transposed in place: r[j][i] = old r[i][j].
 __attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
@@ -339,7 +380,6 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     return;
   }
   const Tile tile = tile_of(isa_);
-  const Micro micro = micro_of(isa_);
   const int64_t MR = tile.mr, NR = tile.nr;
   // A short reduction (a weight gradient's, over the tokens) widens the B panel to the same
   // bytes, so a thread's columns more often fit one panel, packed once for every row block.
@@ -357,40 +397,59 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     pack_b = fast ? pack_b_avx2<C> : pack_b_portable<C>;
   });
   const auto pack_a = isa_ != Isa::kSse2 ? pack_a_avx2 : pack_a_portable;
+  // Operands read where they are stored (AVX-512 and AVX2): an A whose rows run along k (the
+  // forward's activation, dinput's output gradient), and a 16-bit B whose rows are contiguous (a
+  // weight in the forward product, the LM head's in dinput's), widened in registers. Packing
+  // them is a pass through memory that nothing overlaps; reading them in place costs a
+  // conversion per vector of B for every strip of A (on a Zen 4 EPYC, two threads, GPT-2 124M's
+  // forward products at 256 rows with cold weights: 7-34% less time each; the LM head's 16-bit
+  // dinput 114 -> 97 ms). Only a strip narrower than the tile is packed (zeros past its edge).
+  // The same products, so the same bits.
+  const bool a_in_place = isa_ != Isa::kSse2 && A.col_stride == 1;
+  const bool b_in_place = fast && B.col_stride == 1 && B.op.dtype != DType::kF32;
+  Micro micros[2][2] = {};  // [A in place][B in place]
+  for (const bool rows_a : {false, true})
+    for (const bool direct_b : {false, true})
+      visit_codec(direct_b ? B.op.dtype : DType::kF32, [&](auto codec) {
+        using C = decltype(codec);
+        micros[rows_a][direct_b] = rows_a ? micro_of<C, true>(isa_) : micro_of<C, false>(isa_);
+      });
 
-  // A row block's A, packed once for the whole reduction when it fits in each thread's scratch,
-  // serves every column chunk. A larger A (a long reduction: the LM head's dinput product) is
-  // packed one reduction block at a time into one buffer shared by the threads, each packing
-  // its share of the strips, so no thread packs what another packs too.
+  // A packed A: a row block's, once for the whole reduction when it fits in each thread's
+  // scratch, serves every column chunk. A larger A (a long reduction) is packed one reduction
+  // block at a time into one buffer shared by the threads, each packing its share of the
+  // strips, so no thread packs what another packs too.
   const int64_t k_blocks = (K + kKc - 1) / kKc, a_block_floats = mc_max * kKc;
   const bool a_whole = a_packed_whole(MR, K);
+  const bool a_shared_blocks = !a_in_place && !a_whole;
   // The threads split C's columns in strips of NR, in contiguous ranges; a C with at least as
   // many rows as columns (a weight gradient over a tall weight) is split by rows in strips of
-  // MR instead, where each thread packs only its own rows of A (A packed whole: the shared A
-  // of a long reduction needs every thread on every row block).
-  const bool by_rows = a_whole && M >= N;
+  // MR instead, where each thread reads only its own rows of A (not with a shared A: that needs
+  // every thread on every row block).
+  const bool by_rows = !a_shared_blocks && M >= N;
   const int64_t strips = by_rows ? (M + MR - 1) / MR : (N + NR - 1) / NR;
   const int threads = static_cast<int>(std::min<int64_t>(strips, omp_get_max_threads()));
   float* a_shared = nullptr;
-  if (!a_whole)
+  if (a_shared_blocks)
     a_shared = reinterpret_cast<float*>(
         (reinterpret_cast<uintptr_t>(thread_scratch<ScratchSlot::kCall>(a_block_floats + 16)) +
          63) & ~uintptr_t(63));
-  const int64_t ap_floats = a_whole ? a_block_floats * k_blocks : 0;
+  // Per thread: the packed A (an A in place: one narrow strip), B's panel, C's block.
+  const int64_t ap_floats = a_in_place ? MR * kKc : a_whole ? a_block_floats * k_blocks : 0;
   const int64_t bp_floats = kKc * nc_max;
   // A 16-bit C's block (mc x nc) is summed in fp32 here, then added in with one rounding.
   const int64_t cb_floats = c16 ? mc_max * nc_max : 0;
   const auto body = [&](int t) {
     float* scratch =
         thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + cb_floats + 16);
-    // 64-byte aligned panels (the microkernels' aligned loads of B).
+    // 64-byte aligned panels.
     float* Ap = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
                                          ~uintptr_t(63));
     float* Bp = Ap + ap_floats;
     float* Cb = Bp + bp_floats;
     // The panel Bp holds (its first k and n; -1: none yet): one B panel serves every row block
     // when the thread's columns and the reduction each fit one (a weight gradient's B, an
-    // activation or an output gradient, beside a tall A).
+    // activation or an output gradient, beside a tall A). A B in place: its narrow last strip.
     int64_t packed_k0 = -1, packed_n0 = -1;
     alignas(64) float edge[8 * 48];
     const int64_t s_lo = strips * t / threads, s_hi = strips * (t + 1) / threads;
@@ -398,10 +457,11 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     const int64_t m_hi = by_rows ? std::min(M, s_hi * MR) : M;
     const int64_t n_lo = by_rows ? 0 : std::min(N, s_lo * NR);
     const int64_t n_hi = by_rows ? N : std::min(N, s_hi * NR);
-    // C[m0, m0 + mc) x [n0, n0 + nc) += the packed A block Ab (mc x kc) · B's panel at k0.
+    // C[m0, m0 + mc) x [n0, n0 + nc) += A[m0, m0 + mc) x [k0, k0 + kc) · B's panel at k0; Ab:
+    // that block of A packed (null for an A in place).
     const auto product = [&](const float* Ab, int64_t m0, int64_t mc, int64_t k0, int64_t kc,
                              int64_t n0, int64_t nc) {
-      if (k0 != packed_k0 || n0 != packed_n0) {
+      if (!b_in_place && (k0 != packed_k0 || n0 != packed_n0)) {
         pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride,
                B.col_stride, kc, nc, NR);
         packed_k0 = k0;
@@ -412,18 +472,43 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
       float* target = c16 ? Cb : C + m0 * ldc + n0;
       for (int64_t i0 = 0; i0 < mc; i0 += MR) {
         const int64_t mr = std::min(MR, mc - i0);
+        // A's strip: packed, or in place (row i at ap + i·lda), or a narrow strip packed here.
+        const float* ap = Ab ? Ab + i0 * kc : a + (m0 + i0) * A.row_stride + k0;
+        int64_t lda = A.row_stride;
+        const bool rows_a = !Ab && mr == MR;
+        if (!Ab && !rows_a) {
+          pack_a(Ap, ap, A.row_stride, 1, mr, kc, MR);
+          ap = Ap;
+        }
+        if (!rows_a) lda = MR;
         for (int64_t j0 = 0; j0 < nc; j0 += NR) {
           const int64_t nr = std::min(NR, nc - j0);
-          const float* ap = Ab + i0 * kc;
-          const float* bp = Bp + j0 * kc;
           float* ct = target + i0 * ldt + j0;
+          // B's strip: its packed panel's, or in place, or a narrow last strip packed once per
+          // reduction block.
+          const bool direct_b = b_in_place && nr == NR;
+          const void* bs = Bp + j0 * kc;
+          int64_t ldb = NR;
+          if (b_in_place) {
+            const void* at = B.op.at(k0 * B.row_stride + n0 + j0).data;
+            if (direct_b) {
+              bs = at;
+              ldb = B.row_stride;
+            } else if (k0 != packed_k0 || n0 + j0 != packed_n0) {
+              pack_b(Bp, at, B.row_stride, 1, kc, nr, NR);
+              packed_k0 = k0;
+              packed_n0 = n0 + j0;
+            }
+            if (!direct_b) bs = Bp;
+          }
+          const Micro run = micros[rows_a][direct_b];
           if (mr == MR && nr == NR) {
-            micro(kc, ap, bp, ct, ldt, load);
+            run(kc, ap, lda, bs, ldb, ct, ldt, load);
             continue;
           }
           if (load)
             for (int64_t r = 0; r < mr; ++r) std::memcpy(edge + r * NR, ct + r * ldt, nr * 4);
-          micro(kc, ap, bp, edge, NR, load);
+          run(kc, ap, lda, bs, ldb, edge, NR, load);
           for (int64_t r = 0; r < mr; ++r) std::memcpy(ct + r * ldt, edge + r * NR, nr * 4);
         }
       }
@@ -445,6 +530,13 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     const int64_t mc_step = ((m_hi - m_lo + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
     for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step) {
       const int64_t mc = std::min(mc_step, m_hi - m0);
+      if (!a_shared_blocks && n_lo >= n_hi) continue;
+      if (a_in_place) {
+        for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max)
+          for (int64_t k0 = 0; k0 < K; k0 += kKc)
+            product(nullptr, m0, mc, k0, std::min(kKc, K - k0), n0, std::min(nc_max, n_hi - n0));
+        continue;
+      }
       // A[m0, m0 + mc) x [k0, k0 + kc) into dst, strips [s0, s1) of it.
       const auto pack_a_strips = [&](float* dst, int64_t k0, int64_t s0, int64_t s1) {
         const int64_t kc = std::min(kKc, K - k0), r0 = s0 * MR, rows = std::min(mc, s1 * MR) - r0;
@@ -454,7 +546,6 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
       };
       const int64_t a_strips = (mc + MR - 1) / MR;
       if (a_whole) {
-        if (n_lo >= n_hi) continue;
         for (int64_t kb = 0; kb < k_blocks; ++kb)
           pack_a_strips(Ap + kb * a_block_floats, kb * kKc, 0, a_strips);
         for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max)
