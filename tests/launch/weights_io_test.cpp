@@ -34,10 +34,18 @@ struct Fixture {
   Engine engine;
 };
 
+// A file in this process's directory under temp_directory_path(), removed when the process ends.
 fs::path temp_file(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("zt_weights_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("zt_weights_" + std::to_string(::getpid()));
+    ~Dir() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  };
+  static const Dir dir;
+  fs::create_directories(dir.path);
+  return dir.path / name;
 }
 
 std::string error_of(const std::function<void()>& f) {
