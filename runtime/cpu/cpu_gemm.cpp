@@ -3,12 +3,12 @@
 // weight once, in its stored 2 bytes, widening it in registers where the microkernel reads it
 // (or, where it must be reordered, as its panel is packed), so no widened copy of it is written
 // and read back (the blocked oneDNN sgemm path it replaced paid that pass on every forward and
-// dinput product). The output, an activation, is rounded to the table's activation dtype a
-// block at a time while the block is in cache. The weight gradient is a GEMM into the 16-bit
-// gradient: each block of it summed in fp32 in the thread's scratch, then added with one
-// rounding while in cache (an sgemm into an fp32 block and a separate adding pass, which this
-// replaced, took about 40 ms more over GPT-2 124M's weight gradients at B=4, T=64: that pass
-// read and wrote every gradient again).
+// dinput product). The output, an activation, is rounded to the table's activation dtype in
+// registers, as the microkernel stores the last reduction block's tile. The weight gradient is
+// a GEMM into the 16-bit gradient: each block of it summed in fp32 in the thread's scratch, then
+// added with one rounding while in cache (an sgemm into an fp32 block and a separate adding
+// pass, which this replaced, took about 40 ms more over GPT-2 124M's weight gradients at B=4,
+// T=64: that pass read and wrote every gradient again).
 //
 // Structure (the classic one, as BLIS and oneDNN's own kernels use): C is cut into column
 // ranges, one per thread (row ranges for a C with more rows than columns: a tall weight's
@@ -101,12 +101,66 @@ __attribute__((target("avx512f"))) inline __m512 load16(const typename C::Storag
   }
 }
 
+// v rounded to codec R's dtype and widened back (F32Codec: v itself): round_act's bits, in
+// registers. fp16 by VCVTPS2PH (nearest even) and VCVTPH2PS, a vector holding a NaN redone lane
+// by lane by dtype.h, as round_range does; bf16 by dtype.h's integer rounding (bias 0x7fff plus
+// the lowest kept bit, the low half cleared; a NaN quieted), as round_bf16 does.
+template <class R>
+__attribute__((target("avx512f"))) inline __m512 round16(__m512 v) {
+  if constexpr (std::is_same_v<R, F16Codec>) {
+    if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) == 0)
+      return _mm512_maskz_cvtph_ps(
+          0xffff, _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT));
+    alignas(64) float x[16];
+    _mm512_store_ps(x, v);
+    for (float& e : x) e = fp16_to_fp32(fp32_to_fp16(e));
+    return _mm512_load_ps(x);
+  } else if constexpr (std::is_same_v<R, BF16Codec>) {
+    const __m512i b = _mm512_castps_si512(v), high = _mm512_set1_epi32(int(0xffff0000u));
+    const __m512i lsb =
+        _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, b, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_and_si512(
+        _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), high);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+        _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i quiet = _mm512_or_si512(_mm512_and_si512(b, high), _mm512_set1_epi32(0x400000));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+  } else {
+    return v;
+  }
+}
+
+template <class R>
+__attribute__((target("avx2,f16c"))) inline __m256 round8(__m256 v) {
+  if constexpr (std::is_same_v<R, F16Codec>) {
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) == 0)
+      return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    alignas(32) float x[8];
+    _mm256_store_ps(x, v);
+    for (float& e : x) e = fp16_to_fp32(fp32_to_fp16(e));
+    return _mm256_load_ps(x);
+  } else if constexpr (std::is_same_v<R, BF16Codec>) {
+    const __m256i b = _mm256_castps_si256(v), high = _mm256_set1_epi32(int(0xffff0000u));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_and_si256(
+        _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), high);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(_mm256_and_si256(b, high), _mm256_set1_epi32(0x400000));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet, nan));
+  } else {
+    return v;
+  }
+}
+
 // C (mr x nr tile, row stride ldc) = [C +] A (mr x kc) · B (kc x NR). A is a packed strip (kc x
 // MR, k-major) or, kRowsA, MR rows where they are stored, row i at A + i·lda (an operand whose
 // rows run along k: the activation of a forward product, the output gradient of a dinput one).
 // B's row k is at B + k·ldb elements of codec Cd: a packed panel (fp32), or a 16-bit B where it
 // is stored, widened in registers. The same fused multiply-adds in the same order either way.
-template <class Cd, bool kRowsA>
+// Rd: the tile is stored rounded to that codec's dtype (round16; F32Codec: as summed), for the
+// last reduction block of an activation output, which then needs no rounding pass.
+template <class Cd, bool kRowsA, class Rd>
 __attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* A, int64_t lda,
                                                         const void* B, int64_t ldb, float* C,
                                                         int64_t ldc, bool load) {
@@ -137,10 +191,10 @@ __attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, c[i][j]);
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, round16<Rd>(c[i][j]));
 }
 
-template <class Cd, bool kRowsA>
+template <class Cd, bool kRowsA, class Rd>
 __attribute__((target("avx2,fma,f16c"))) void micro_avx2(int64_t kc, const float* A, int64_t lda,
                                                         const void* B, int64_t ldb, float* C,
                                                         int64_t ldc, bool load) {
@@ -169,10 +223,10 @@ __attribute__((target("avx2,fma,f16c"))) void micro_avx2(int64_t kc, const float
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(C + i * ldc + 8 * j, c[i][j]);
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(C + i * ldc + 8 * j, round8<Rd>(c[i][j]));
 }
 
-// SSE2 (no FMA): packed A and B only.
+// SSE2 (no FMA): packed A and B only, stored as summed.
 void micro_sse2(int64_t kc, const float* Ap, int64_t /*lda*/, const void* B, int64_t ldb,
                 float* C, int64_t ldc, bool load) {
   constexpr int MR = 4, NV = 2;
@@ -200,18 +254,20 @@ void micro_sse2(int64_t kc, const float* Ap, int64_t /*lda*/, const void* B, int
     for (int j = 0; j < NV; ++j) _mm_storeu_ps(C + i * ldc + 4 * j, c[i][j]);
 }
 
-// The microkernel for a B of codec C (fp32: packed panels; 16-bit: B where it is stored) and an
-// A packed or read in place (kRowsA). SSE2 takes packed operands only: null otherwise.
+// The microkernel for a B of codec C (fp32: packed panels; 16-bit: B where it is stored), an A
+// packed or read in place (kRowsA) and a tile stored rounded to R's dtype. SSE2 takes packed
+// operands only and stores as summed: null otherwise.
 using Micro = void (*)(int64_t, const float*, int64_t, const void*, int64_t, float*, int64_t,
                        bool);
-template <class C, bool kRowsA>
+template <class C, bool kRowsA, class R>
 Micro micro_of(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return micro_avx512<C, kRowsA>;
-    case Isa::kAvx2: return micro_avx2<C, kRowsA>;
+    case Isa::kAvx512: return micro_avx512<C, kRowsA, R>;
+    case Isa::kAvx2: return micro_avx2<C, kRowsA, R>;
     case Isa::kSse2: break;
   }
-  return std::is_same_v<C, F32Codec> && !kRowsA ? micro_sse2 : nullptr;
+  return std::is_same_v<C, F32Codec> && !kRowsA && std::is_same_v<R, F32Codec> ? micro_sse2
+                                                                               : nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -407,13 +463,21 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   // The same products, so the same bits.
   const bool a_in_place = isa_ != Isa::kSse2 && A.col_stride == 1;
   const bool b_in_place = fast && B.col_stride == 1 && B.op.dtype != DType::kF32;
-  Micro micros[2][2] = {};  // [A in place][B in place]
+  // An fp32 C (an activation) is rounded to the activation dtype as the microkernel stores the
+  // last reduction block's tile (AVX-512 and AVX2; SSE2 by a pass over each finished block).
+  const bool round_in_micro = !c16 && act_ != DType::kF32 && isa_ != Isa::kSse2;
+  Micro micros[2][2][2] = {};  // [A in place][B in place][rounded]
   for (const bool rows_a : {false, true})
     for (const bool direct_b : {false, true})
-      visit_codec(direct_b ? B.op.dtype : DType::kF32, [&](auto codec) {
-        using C = decltype(codec);
-        micros[rows_a][direct_b] = rows_a ? micro_of<C, true>(isa_) : micro_of<C, false>(isa_);
-      });
+      for (const bool rounded : {false, true})
+        visit_codec(direct_b ? B.op.dtype : DType::kF32, [&](auto codec) {
+          visit_codec(rounded ? act_ : DType::kF32, [&](auto round_codec) {
+            using C = decltype(codec);
+            using R = decltype(round_codec);
+            micros[rows_a][direct_b][rounded] =
+                rows_a ? micro_of<C, true, R>(isa_) : micro_of<C, false, R>(isa_);
+          });
+        });
 
   // A packed A: a row block's, once for the whole reduction when it fits in each thread's
   // scratch, serves every column chunk. A larger A (a long reduction) is packed one reduction
@@ -468,6 +532,7 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
         packed_n0 = n0;
       }
       const bool load = k0 > 0 || (accumulate && !c16);
+      const bool last = k0 + kc >= K;
       const int64_t ldt = c16 ? nc : ldc;
       float* target = c16 ? Cb : C + m0 * ldc + n0;
       for (int64_t i0 = 0; i0 < mc; i0 += MR) {
@@ -501,7 +566,7 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
             }
             if (!direct_b) bs = Bp;
           }
-          const Micro run = micros[rows_a][direct_b];
+          const Micro run = micros[rows_a][direct_b][last && round_in_micro];
           if (mr == MR && nr == NR) {
             run(kc, ap, lda, bs, ldb, ct, ldt, load);
             continue;
@@ -512,10 +577,10 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
           for (int64_t r = 0; r < mr; ++r) std::memcpy(ct + r * ldt, edge + r * NR, nr * 4);
         }
       }
-      if (k0 + kc < K) return;
+      if (!last || round_in_micro) return;
       // The block is complete, and in cache: a 16-bit C takes its sums with one rounding (add's
-      // bits, or the sums rounded when C is not accumulated into); an fp32 C is rounded to the
-      // activation dtype.
+      // bits, or the sums rounded when C is not accumulated into); an fp32 C on SSE2 is rounded
+      // to the activation dtype.
       for (int64_t r = 0; r < mc; ++r) {
         const int64_t at = (m0 + r) * ldc + n0;
         if (!c16)

@@ -123,9 +123,10 @@ class CpuKernels final : public Kernels {
   // and C finished a block at a time while in cache (cpu_gemm.cpp): an fp32 C rounded to the
   // activation dtype once complete (round_act); a 16-bit C (gemm_takes_16bit_c(K) only)
   // becomes dtype(float(C) + the block's fp32 sums), one rounding, as add_range gives, or
-  // dtype(the sums) when not accumulated into. matmul's products for 16-bit weights without a native GEMM for their
-  // dtype: forward and dinput (fp32 C) and the weight gradient (16-bit C). A is fp32; B any
-  // dtype, widened as it is packed, with row_stride or col_stride 1; C has row stride ldc.
+  // dtype(the sums) when not accumulated into. matmul's products for 16-bit weights without a
+  // native GEMM for their dtype: forward and dinput (fp32 C) and the weight gradient (16-bit
+  // C). A is fp32; B any dtype, widened in registers as it is read (in place where its rows are
+  // contiguous, else as it is packed), with row_stride or col_stride 1; C has row stride ldc.
   void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
             Operand C, int64_t ldc, bool accumulate);
   // Whether gemm takes a 16-bit C for reduction length K: its row block's A packed whole for

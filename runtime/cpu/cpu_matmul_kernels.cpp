@@ -5,8 +5,9 @@
 //     native_bf16_gemm()): the activation operand is narrowed to bf16 (exact: it holds bf16
 //     values already) in row blocks, and oneDNN's bf16 matmul accumulates in fp32;
 //   - otherwise (fp16, or bf16 without native support) every product is our packed GEMM
-//     (cpu_gemm.cpp): forward and dinput widen the weights as they are packed and round their
-//     output block by block; the weight gradient's fp32 sums are added into the stored 16-bit
+//     (cpu_gemm.cpp): forward and dinput widen the weights in registers where they are read (or
+//     as they are packed, where a product reads them transposed) and round their output block
+//     by block; the weight gradient's fp32 sums are added into the stored 16-bit
 //     gradient with one rounding, a block at a time while in cache (a reduction over more
 //     tokens than the GEMM packs at once: an sgemm into an fp32 scratch, then the add).
 // A 16-bit bias gradient is the fp32 column sums added the same way. Activation outputs (out,
@@ -198,7 +199,8 @@ std::string cpu_gemm_description() {
   }
   return fmt::format(
       "oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs on our packed GEMM (weights widened "
-      "as they are packed, weight gradients added into the 16-bit gradient in its store)",
+      "in registers as they are read, weight gradients added into the 16-bit gradient in its "
+      "store)",
       v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
@@ -232,7 +234,7 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
                           static_cast<const uint16_t*>(weight.data), in_out ? N : K,
                           out + r0 * N, bool(bias));
     }
-  } else {  // the packed GEMM widens W as it packs it and rounds out (cpu_gemm.cpp)
+  } else {  // the packed GEMM widens W as it reads it and rounds out (cpu_gemm.cpp)
     gemm(M, N, K, {inp, K, 1}, in_out ? GemmMatrix{weight, N, 1} : GemmMatrix{weight, 1, K},
          out, N, bool(bias));
     return;

@@ -13,12 +13,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "runtime/cpu/cpu_device.h"
@@ -261,6 +264,68 @@ TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsAcrossBlocks) {
     expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 4100, 8, 24);
     // dinput's reduction over N = 5000: A packed a block at a time, shared by the threads.
     expect_16bit_matmul_within_an_ulp(*widening, f32_, dtype(), 9, 40, 5000);
+  }
+}
+
+// The packed GEMM rounds its output as the microkernel stores the last reduction block's tile
+// (cpu_gemm.cpp): each output is dtype.h's rounding of the fp32 sum, bit for bit. Inputs whose
+// sums are exact in fp32 in any order, so the expected bits are known: many halfway between two
+// values of the dtype (ties to even, down and up), a part added only in the second reduction
+// block (K = 600; rounding a block early would differ), a NaN row, and for fp16 a row that
+// overflows. 11 x 53 leaves a ragged edge on every tile. Each table that runs the packed GEMM:
+// as the CPU runs it (unless bf16 is native there: oneDNN's), capped at AVX2 and at SSE2.
+TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsRoundsItsOutputAsDtypeH) {
+  const DType t = dtype();
+  const int64_t M = 11, K = 600, N = 53;
+  const float h = t == DType::kF16 ? 0x1p-11f : 0x1p-8f;  // half an ulp at 1
+  std::vector<float> inp(M * K, 0.0f);
+  for (int64_t m = 0; m < M; ++m) {
+    inp[m * K] = t == DType::kF16 && m == 7 ? 40000.0f : 1.0f + float(2 * m + 1) * h;
+    inp[m * K + 1] = m == 4 ? std::nanf("") : 0.25f * float(m + 1);
+    inp[m * K + K - 1] = float(m % 3) * h;
+  }
+  std::vector<float> w(K * N, 0.0f);  // kInOut: (K, N)
+  for (int64_t n = 0; n < N; ++n) {
+    w[n] = float(1 + n % 2);
+    w[N + n] = float(n % 3);
+    w[(K - 1) * N + n] = 1.0f;
+  }
+  const std::vector<uint16_t> w16 = narrowed(w, t);
+  ASSERT_TRUE(same_bits(widened(w16, t), w));
+  std::vector<float> want(M * N);
+  int ties = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const float sum = inp[m * K] * w[n] + inp[m * K + 1] * w[N + n] + inp[m * K + K - 1];
+      want[m * N + n] = widen(narrow(sum, t), t);
+      ties += !std::isnan(sum) && std::abs(sum) < 16.0f &&
+              std::abs(double(want[m * N + n]) - sum) == double(h) * (sum < 2.0f ? 1 : 2);
+    }
+  EXPECT_GT(ties, 100);
+  std::vector<std::pair<std::string, std::unique_ptr<Kernels>>> tables;
+  for (const char* level : {"avx2", "sse2"})
+    tables.emplace_back(level, test::kernels_capped_at(level, t));
+  const bool native = t == DType::kBF16 && native_bf16_gemm();
+  for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
+    std::vector<uint16_t> wl = w16;
+    if (layout == WeightLayout::kOutIn)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) wl[n * K + k] = w16[k * N + n];
+    const auto run = [&](Kernels& k, const std::string& name) {
+      SCOPED_TRACE(name + (layout == WeightLayout::kInOut ? " kInOut" : " kOutIn"));
+      std::vector<float> out(M * N);
+      k.matmul_forward(out.data(), inp.data(), {wl.data(), t}, nullptr, M, K, N, layout);
+      for (int64_t i = 0; i < M * N; ++i) {
+        if (i / N == 4) {
+          EXPECT_TRUE(std::isnan(out[i]) && all_in({out[i]}, t)) << i;
+          continue;
+        }
+        EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(want[i]))
+            << "[" << i / N << ", " << i % N << "]: got " << out[i] << ", want " << want[i];
+      }
+    };
+    if (!native) run(act_, "native");
+    for (auto& [name, table] : tables) run(*table, name);
   }
 }
 
