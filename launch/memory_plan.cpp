@@ -11,6 +11,7 @@
 #include "launch/trainer.h"
 #include "runtime/byte_count.h"
 #include "runtime/data/token_data.h"
+#include "runtime/device.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -57,11 +58,18 @@ int64_t communicator_staging_bytes(bool cuda, int ranks) {
   return kCommunicators * static_cast<int64_t>(MpiCommunicator::staging_bytes(ranks));
 }
 
+int64_t logits_chunk_budget(const PlanRequest& r) {
+  if (r.cuda && r.device_memory > 0)
+    return gpu_chunk_budget_bytes(static_cast<int64_t>(r.device_memory));
+  return Device::kCpuChunkBudgetBytes;
+}
+
 std::vector<PlanRow> plan_rows(const PlanRequest& r) {
   ZT_ASSERT(r.ranks > 0 && r.nodes > 0, "ranks {} nodes {}", r.ranks, r.nodes);
   std::optional<int64_t> activations;
   ActivationOptions a;
   if (r.model) {
+    r.model->set_chunk_budget_bytes(logits_chunk_budget(r));
     a.B = r.micro_batch;
     a.T = r.seq_len;
     a.compute = r.engine.precision.compute;
@@ -157,8 +165,20 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
       "when the stage-3 parameters are offloaded there too (host par, nvme: their bytes). host\n"
       "grads: the cpu step's gradient shards (nvme: its staging chunk). DeepSpeed: estimate_zero2\n"
       "(stages 0-2) / estimate_zero3 (stage 3, zero_init) model states, GPU per rank and CPU per\n"
-      "node.\n\n",
+      "node.\n",
       s.name, s.name, s.divisor);
+  if (r.model) {
+    const int64_t budget = logits_chunk_budget(r);
+    out += fmt::format("LM head: logits in chunks of at most {} of fp32 ({}).\n",
+                       format_bytes(budget),
+                       !r.cuda ? "the CPU's budget"
+                       : r.device_memory > 0
+                           ? "a GPU's budget, 1/32 of its memory, taken as the device memory"
+                           : "the CPU's budget: a GPU's is 1/32 of its memory, not given "
+                             "(--device-memory or zt.device_memory_limit), so its logits are "
+                             "under-counted");
+  }
+  out += "\n";
   out += fmt::format("{:>5} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} | {:>11} "
                      "{:>12} | {:>12} | {:>9} {:>9}\n",
                      "stage", "offload", "params", "grads", "optim", "host par", "host grad",
@@ -216,6 +236,8 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
   j["seq_len"] = r.seq_len;
   j["precision"] = precision_name(r.engine.precision);
   if (r.device_memory > 0) j["device_memory_bytes"] = r.device_memory;
+  j["device"] = r.cuda ? "cuda" : "cpu";
+  if (r.model) j["logits_chunk_budget_bytes"] = logits_chunk_budget(r);
   const std::vector<const PlanRow*> fit = fitting_rows(r, rows);
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const PlanRow& row : rows) {
@@ -290,7 +312,8 @@ PlanRequest plan_request_from_config(const Config& config, Model& model, int ran
   r.nodes = nodes;
   r.micro_batch = config.train_micro_batch_size_per_gpu;
   r.seq_len = config.zt.seq_len;
-  r.tokens_on_device = config.zt.device == "cuda";
+  r.cuda = config.zt.device == "cuda";
+  r.tokens_on_device = r.cuda;
   r.batch_positions = is_packed_token_file(config.zt.train_data);
   r.comm_staging = communicator_staging_bytes(r.tokens_on_device, ranks);
   r.device_memory = config.zt.device_memory_limit;

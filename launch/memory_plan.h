@@ -34,6 +34,7 @@ struct PlanRequest {
   int nodes = 1;
   int64_t micro_batch = 1;
   int64_t seq_len = 1;
+  bool cuda = false;              // a GPU job (zt.device "cuda")
   bool tokens_on_device = false;  // a GPU: the token ids are copied to it
   bool batch_positions = false;   // packed instruction data: document positions copied too
   // Bytes the communicators allocate on the device once (communicator_staging_bytes).
@@ -71,6 +72,13 @@ int64_t communicator_staging_bytes(bool cuda, int ranks);
 
 const char* offload_name(OffloadDevice d);  // "none", "cpu", "nvme"
 
+// The budget of one chunk of the LM head's logits the activations are counted with: the
+// device's Device::chunk_budget_bytes as a run would set it. A GPU's is gpu_chunk_budget_bytes
+// of its memory, taken as request.device_memory; without one, the CPU's (which under-counts a
+// GPU's head: format_plan says so).
+int64_t logits_chunk_budget(const PlanRequest& request);
+
+// Sets request.model's logits chunk budget (logits_chunk_budget) before it replays the step.
 std::vector<PlanRow> plan_rows(const PlanRequest& request);
 // Every row, cheapest first: DeepSpeed's order of speed (stage 0 > 1 > 2 > 1-2 + offload > 3 >
 // 3 + offload > 3 + parameter offload; NVMe after the CPU).

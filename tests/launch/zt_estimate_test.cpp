@@ -74,4 +74,41 @@ TEST(ZtEstimate, ZooModelHasActivationsAndBadInputExitsTwo) {
   EXPECT_EQ(run_estimate("--model gpt2-huge").code, 2);
 }
 
+// A GPU job's LM head computes its logits in chunks of the GPU's budget (1/32 of its memory,
+// Device::chunk_budget_bytes), not the CPU's 64 MiB: the plan counts them so when it is given
+// the device memory, and says it under-counts them when it is not.
+TEST(ZtEstimate, GpuPlanCountsTheGpusLogitsChunk) {
+  const std::string json_path = (std::filesystem::temp_directory_path() /
+                                 ("zt_estimate_gpu_" + std::to_string(getpid()) + ".json"))
+                                    .string();
+  const auto plan = [&](const std::string& extra, std::string* out) {
+    const ToolRun r = run_estimate(std::string("--config ") + ZT_SOURCE_DIR +
+                                   "/configs/gpt2-124M.json --set train_micro_batch_size_per_gpu=16"
+                                   " --set zt.seq_len=1024 --json " + json_path + " " + extra);
+    EXPECT_EQ(r.code, 0) << r.out;
+    if (out) *out = r.out;
+    std::ifstream in(json_path);
+    nlohmann::json j = nlohmann::json::parse(in);
+    std::filesystem::remove(json_path);
+    return j;
+  };
+  const auto activations = [](const nlohmann::json& j) {
+    return j.at("choices").at(0).at("activation_bytes").get<int64_t>();
+  };
+  std::string unsized_text;
+  const nlohmann::json cpu = plan("", nullptr);
+  const nlohmann::json gpu = plan("--set zt.device=cuda --device-memory 80GiB", nullptr);
+  const nlohmann::json unsized = plan("--set zt.device=cuda", &unsized_text);
+  EXPECT_EQ(cpu.at("logits_chunk_budget_bytes").get<int64_t>(), int64_t{64} << 20);
+  EXPECT_EQ(gpu.at("logits_chunk_budget_bytes").get<int64_t>(), (int64_t{80} << 30) / 32);
+  EXPECT_EQ(gpu.at("device"), "cuda");
+  // 16 x 1024 positions of 50,304 fp32 logits are 3.3 GB: a 2.5 GiB chunk holds 13,026 rows of
+  // them where 64 MiB holds 333, so the GPU's head peak is higher (by 0.99 GB: the step's peak
+  // moves to the head). Unsized, the GPU plan differs from the CPU's only by the token ids it
+  // copies to the device (int32 inputs and targets).
+  EXPECT_GT(activations(gpu), activations(cpu) + (int64_t{512} << 20));
+  EXPECT_EQ(activations(unsized), activations(cpu) + 2 * 16 * 1024 * 4);  // inputs, targets
+  EXPECT_NE(unsized_text.find("under-counted"), std::string::npos) << unsized_text;
+}
+
 }  // namespace
