@@ -500,8 +500,20 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     a_shared = reinterpret_cast<float*>(
         (reinterpret_cast<uintptr_t>(thread_scratch<ScratchSlot::kCall>(a_block_floats + 16)) +
          63) & ~uintptr_t(63));
+  // A packed whole on a C split by columns, where a thread's columns take more than one B panel
+  // (the weight gradients of qkv and fc: 1,152 and 1,536 columns a thread, panels of 768 over
+  // 256 tokens): every row block's A is packed once, and each B panel then serves every row
+  // block (column chunks outside row blocks), where row blocks outside would pack each panel
+  // again for every row block.
+  const int64_t all_m_blocks = (M + kMc - 1) / kMc;
+  const bool a_all = !a_in_place && a_whole && !by_rows && all_m_blocks > 1 &&
+                     (N + threads - 1) / threads > nc_max &&
+                     all_m_blocks * a_block_floats * k_blocks <= kAWholeFloats;
   // Per thread: the packed A (an A in place: one narrow strip), B's panel, C's block.
-  const int64_t ap_floats = a_in_place ? MR * kKc : a_whole ? a_block_floats * k_blocks : 0;
+  const int64_t ap_floats = a_in_place ? MR * kKc
+                            : a_all    ? all_m_blocks * a_block_floats * k_blocks
+                            : a_whole  ? a_block_floats * k_blocks
+                                       : 0;
   const int64_t bp_floats = kKc * nc_max;
   // A 16-bit C's block (mc x nc) is summed in fp32 here, then added in with one rounding.
   const int64_t cb_floats = c16 ? mc_max * nc_max : 0;
@@ -595,6 +607,24 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     };
     const int64_t m_blocks = std::max<int64_t>(1, (m_hi - m_lo + kMc - 1) / kMc);
     const int64_t mc_step = ((m_hi - m_lo + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
+    if (a_all) {  // row block b's reduction block kb at Ap + (b·k_blocks + kb)·a_block_floats
+      if (n_lo >= n_hi) return;
+      int64_t b = 0;
+      for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step, ++b)
+        for (int64_t kb = 0; kb < k_blocks; ++kb)
+          pack_a(Ap + (b * k_blocks + kb) * a_block_floats,
+                 a + m0 * A.row_stride + kb * kKc * A.col_stride, A.row_stride, A.col_stride,
+                 std::min(mc_step, m_hi - m0), std::min(kKc, K - kb * kKc), MR);
+      for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max) {
+        b = 0;
+        for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step, ++b)
+          for (int64_t k0 = 0; k0 < K; k0 += kKc)
+            product(Ap + (b * k_blocks + k0 / kKc) * a_block_floats, m0,
+                    std::min(mc_step, m_hi - m0), k0, std::min(kKc, K - k0), n0,
+                    std::min(nc_max, n_hi - n0));
+      }
+      return;
+    }
     for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step) {
       const int64_t mc = std::min(mc_step, m_hi - m0);
       if (!a_shared_blocks && n_lo >= n_hi) continue;

@@ -334,11 +334,15 @@ TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsRoundsItsOutputAsDtypeH) {
 // 2 and 3 threads give the same bits (the ZeRO stages compare runs bit for bit). Capped at
 // AVX2, where both dtypes take the packed GEMM; K = 600 crosses a reduction block, N = 5000
 // makes dinput's A shared by the threads, and M = 600 crosses the weight gradient's reduction
-// block; each layout gives the weight gradient a wide C and a tall one.
+// block; each layout gives the weight gradient a wide C and a tall one. {512, 300, 800}: a
+// weight gradient of two row blocks whose columns take two B panels on 1 and 2 threads (each
+// row block's A packed once, the panels outside the row blocks) and one on 3 (row blocks
+// outside): the two loop orders give the same bits.
 TEST_P(ActivationRoundingTest, MatmulWith16BitWeightsDoesNotDependOnThreadCount) {
   const auto packed = test::kernels_capped_at("avx2", dtype());
   using Shape = std::tuple<int64_t, int64_t, int64_t>;
-  for (const auto& [M, K, N] : {Shape{20, 600, 517}, Shape{20, 40, 5000}, Shape{600, 30, 90}}) {
+  for (const auto& [M, K, N] :
+       {Shape{20, 600, 517}, Shape{20, 40, 5000}, Shape{600, 30, 90}, Shape{512, 300, 800}}) {
     const auto inp = random_values(M * K, 40), dout = random_values(M * N, 41);
     const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 42), dtype());
     for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
