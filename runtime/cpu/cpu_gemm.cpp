@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cpu_lane_codecs.h"
 #include "runtime/cpu/cpu_parallel.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
@@ -103,8 +104,12 @@ __attribute__((target("avx512f"))) inline __m512 load16(const typename C::Storag
 
 // v rounded to codec R's dtype and widened back (F32Codec: v itself): round_act's bits, in
 // registers. fp16 by VCVTPS2PH (nearest even) and VCVTPH2PS, a vector holding a NaN redone lane
-// by lane by dtype.h, as round_range does; bf16 by dtype.h's integer rounding (bias 0x7fff plus
-// the lowest kept bit, the low half cleared; a NaN quieted), as round_bf16 does.
+// by lane by dtype.h, as round_range does; bf16 by cpu_lane_codecs.h's round_bf16, as
+// round_range does (the microkernels are `flatten`, so it inlines with their instructions).
+inline void round_fp16_lanes(float* x, int n) {
+  for (int i = 0; i < n; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+}
+
 template <class R>
 __attribute__((target("avx512f"))) inline __m512 round16(__m512 v) {
   if constexpr (std::is_same_v<R, F16Codec>) {
@@ -113,18 +118,10 @@ __attribute__((target("avx512f"))) inline __m512 round16(__m512 v) {
           0xffff, _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT));
     alignas(64) float x[16];
     _mm512_store_ps(x, v);
-    for (float& e : x) e = fp16_to_fp32(fp32_to_fp16(e));
+    round_fp16_lanes(x, 16);
     return _mm512_load_ps(x);
   } else if constexpr (std::is_same_v<R, BF16Codec>) {
-    const __m512i b = _mm512_castps_si512(v), high = _mm512_set1_epi32(int(0xffff0000u));
-    const __m512i lsb =
-        _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, b, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_and_si512(
-        _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), high);
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(
-        _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i quiet = _mm512_or_si512(_mm512_and_si512(b, high), _mm512_set1_epi32(0x400000));
-    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+    return (__m512)round_bf16((F16)v);
   } else {
     return v;
   }
@@ -137,17 +134,10 @@ __attribute__((target("avx2,f16c"))) inline __m256 round8(__m256 v) {
       return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
     alignas(32) float x[8];
     _mm256_store_ps(x, v);
-    for (float& e : x) e = fp16_to_fp32(fp32_to_fp16(e));
+    round_fp16_lanes(x, 8);
     return _mm256_load_ps(x);
   } else if constexpr (std::is_same_v<R, BF16Codec>) {
-    const __m256i b = _mm256_castps_si256(v), high = _mm256_set1_epi32(int(0xffff0000u));
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_and_si256(
-        _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), high);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
-    const __m256i quiet = _mm256_or_si256(_mm256_and_si256(b, high), _mm256_set1_epi32(0x400000));
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(rounded, quiet, nan));
+    return (__m256)round_bf16((F8)v);
   } else {
     return v;
   }
@@ -161,9 +151,10 @@ __attribute__((target("avx2,f16c"))) inline __m256 round8(__m256 v) {
 // Rd: the tile is stored rounded to that codec's dtype (round16; F32Codec: as summed), for the
 // last reduction block of an activation output, which then needs no rounding pass.
 template <class Cd, bool kRowsA, class Rd>
-__attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float* A, int64_t lda,
-                                                        const void* B, int64_t ldb, float* C,
-                                                        int64_t ldc, bool load) {
+__attribute__((target("avx512f,fma"), flatten)) void micro_avx512(int64_t kc, const float* A,
+                                                                 int64_t lda, const void* B,
+                                                                 int64_t ldb, float* C,
+                                                                 int64_t ldc, bool load) {
   constexpr int MR = 8, NV = 3;
   const auto* Bk = static_cast<const typename Cd::Storage*>(B);
   const float* rows[MR];
@@ -195,9 +186,10 @@ __attribute__((target("avx512f,fma"))) void micro_avx512(int64_t kc, const float
 }
 
 template <class Cd, bool kRowsA, class Rd>
-__attribute__((target("avx2,fma,f16c"))) void micro_avx2(int64_t kc, const float* A, int64_t lda,
-                                                        const void* B, int64_t ldb, float* C,
-                                                        int64_t ldc, bool load) {
+__attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, const float* A,
+                                                                 int64_t lda, const void* B,
+                                                                 int64_t ldb, float* C,
+                                                                 int64_t ldc, bool load) {
   constexpr int MR = 6, NV = 2;
   const auto* Bk = static_cast<const typename Cd::Storage*>(B);
   const float* rows[MR];
