@@ -185,12 +185,24 @@ __attribute__((target("avx512f,fma"), flatten)) void micro_avx512(int64_t kc, co
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, round16<Rd>(c[i][j]));
 }
 
+// (x, y) = (x's low half and y's, x's high half and y's): its own inverse.
+__attribute__((target("avx2"))) inline void swap_halves(__m256& x, __m256& y) {
+  const __m256 lo = _mm256_permute2f128_ps(x, y, 0x20), hi = _mm256_permute2f128_ps(x, y, 0x31);
+  x = lo;
+  y = hi;
+}
+
 template <class Cd, bool kRowsA, class Rd>
 __attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, const float* A,
                                                                  int64_t lda, const void* B,
                                                                  int64_t ldb, float* C,
                                                                  int64_t ldc, bool load) {
   constexpr int MR = 6, NV = 2;
+  // A bf16 row of 16 is widened by two in-lane interleaves with zeros, one instruction per
+  // vector where zero-extending and shifting takes two: b0 holds columns 0-3 and 8-11, b1 4-7
+  // and 12-15, so C's tile is held in that order, its rows swapped by 128-bit halves as they
+  // are loaded and stored. Each element's fused multiply-adds are the same.
+  constexpr bool kInterleaved = std::is_same_v<Cd, BF16Codec>;
   const auto* Bk = static_cast<const typename Cd::Storage*>(B);
   const float* rows[MR];
 #pragma GCC unroll 8
@@ -201,8 +213,19 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, co
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j)
       c[i][j] = load ? _mm256_loadu_ps(C + i * ldc + 8 * j) : _mm256_setzero_ps();
+  if (kInterleaved && load)
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) swap_halves(c[i][0], c[i][1]);
   for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = load8<Cd>(Bk), b1 = load8<Cd>(Bk + 8);
+    __m256 b0, b1;
+    if constexpr (kInterleaved) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(Bk));
+      b0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), x));
+      b1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), x));
+    } else {
+      b0 = load8<Cd>(Bk);
+      b1 = load8<Cd>(Bk + 8);
+    }
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
       const __m256 a = _mm256_broadcast_ss(kRowsA ? rows[i] + k : A + i);
@@ -212,6 +235,9 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, co
     if (!kRowsA) A += MR;
     Bk += ldb;
   }
+  if (kInterleaved)
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) swap_halves(c[i][0], c[i][1]);
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
