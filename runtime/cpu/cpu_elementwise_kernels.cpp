@@ -48,10 +48,21 @@ struct DoubleLanes<F16> {
 
 // The kPerPart values of S's storage at p as floats (H): cpu_lane_codecs.h's in-register
 // widening (the AVX2 and AVX-512 paths run with F16C: run_isa_f16c; VCVTPH2PS keeps a NaN a NaN,
-// so x² is the same), with two cases it leaves out: AVX2's 4 fp16 lanes by F16C, and SSE2's 2
-// lanes (no conversion instruction) one by one with dtype.h.
+// so x² is the same), with the cases it leaves out: AVX2's 4 fp16 lanes by F16C, bf16's lanes
+// by zero extension, and SSE2's 2 lanes (no conversion instruction) one by one with dtype.h.
 __attribute__((target("f16c"))) inline F4 widen4_fp16(const uint16_t* p) {
   return (F4)_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// bf16 lanes, 4 on AVX2's path and 8 on AVX-512's: one zero-extending load and a shift (the
+// generic vector code split the extension into halves and spilled: sum_squares on bf16
+// gradients took 1.5-1.7x fp16's time).
+__attribute__((target("sse4.1"))) inline F4 widen4_bf16(const uint16_t* p) {
+  return (F4)_mm_slli_epi32(
+      _mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 16);
+}
+__attribute__((target("avx2"))) inline F8 widen8_bf16(const uint16_t* p) {
+  return (F8)_mm256_slli_epi32(
+      _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16);
 }
 template <class H, class S>
 inline H load_as_float(const typename S::Storage* p) {
@@ -64,6 +75,10 @@ inline H load_as_float(const typename S::Storage* p) {
     return H{S::widen(p[0]), S::widen(p[1])};
   } else if constexpr (kCount == 4 && std::is_same_v<S, F16Codec>) {
     return widen4_fp16(p);
+  } else if constexpr (kCount == 4 && std::is_same_v<S, BF16Codec>) {
+    return widen4_bf16(p);
+  } else if constexpr (kCount == 8 && std::is_same_v<S, BF16Codec>) {
+    return widen8_bf16(p);
   } else {
     return load_widened<H, S>(p);
   }
