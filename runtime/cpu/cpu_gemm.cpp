@@ -571,13 +571,12 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
         const int64_t mr = std::min(MR, mc - i0);
         // A's strip: packed, or in place (row i at ap + i·lda), or a narrow strip packed here.
         const float* ap = Ab ? Ab + i0 * kc : a + (m0 + i0) * A.row_stride + k0;
-        int64_t lda = A.row_stride;
         const bool rows_a = !Ab && mr == MR;
         if (!Ab && !rows_a) {
           pack_a(Ap, ap, A.row_stride, 1, mr, kc, MR);
           ap = Ap;
         }
-        if (!rows_a) lda = MR;
+        const int64_t lda = rows_a ? A.row_stride : MR;
         for (int64_t j0 = 0; j0 < nc; j0 += NR) {
           const int64_t nr = std::min(NR, nc - j0);
           float* ct = target + i0 * ldt + j0;
@@ -625,52 +624,52 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     };
     const int64_t m_blocks = std::max<int64_t>(1, (m_hi - m_lo + kMc - 1) / kMc);
     const int64_t mc_step = ((m_hi - m_lo + m_blocks - 1) / m_blocks + MR - 1) / MR * MR;
-    if (a_all) {  // row block b's reduction block kb at Ap + (b·k_blocks + kb)·a_block_floats
+    // Row block [m0, m0 + mc) of A packed whole into dst, reduction block kb at
+    // dst + kb·a_block_floats.
+    const auto pack_a_block = [&](float* dst, int64_t m0, int64_t mc) {
+      for (int64_t kb = 0; kb < k_blocks; ++kb)
+        pack_a(dst + kb * a_block_floats, a + m0 * A.row_stride + kb * kKc * A.col_stride,
+               A.row_stride, A.col_stride, mc, std::min(kKc, K - kb * kKc), MR);
+    };
+    // C[m0, m0 + mc) x the column chunk at n0, over the whole reduction; Ab: that row block
+    // packed whole (pack_a_block), null for an A in place.
+    const auto chunk = [&](const float* Ab, int64_t m0, int64_t mc, int64_t n0) {
+      for (int64_t k0 = 0; k0 < K; k0 += kKc)
+        product(Ab ? Ab + (k0 / kKc) * a_block_floats : nullptr, m0, mc, k0,
+                std::min(kKc, K - k0), n0, std::min(nc_max, n_hi - n0));
+    };
+    if (a_all) {  // every row block packed first, row block b at Ap + b·k_blocks·a_block_floats
       if (n_lo >= n_hi) return;
+      const int64_t block_floats = k_blocks * a_block_floats;
       int64_t b = 0;
       for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step, ++b)
-        for (int64_t kb = 0; kb < k_blocks; ++kb)
-          pack_a(Ap + (b * k_blocks + kb) * a_block_floats,
-                 a + m0 * A.row_stride + kb * kKc * A.col_stride, A.row_stride, A.col_stride,
-                 std::min(mc_step, m_hi - m0), std::min(kKc, K - kb * kKc), MR);
+        pack_a_block(Ap + b * block_floats, m0, std::min(mc_step, m_hi - m0));
       for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max) {
         b = 0;
         for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step, ++b)
-          for (int64_t k0 = 0; k0 < K; k0 += kKc)
-            product(Ap + (b * k_blocks + k0 / kKc) * a_block_floats, m0,
-                    std::min(mc_step, m_hi - m0), k0, std::min(kKc, K - k0), n0,
-                    std::min(nc_max, n_hi - n0));
+          chunk(Ap + b * block_floats, m0, std::min(mc_step, m_hi - m0), n0);
       }
       return;
     }
     for (int64_t m0 = m_lo; m0 < m_hi; m0 += mc_step) {
       const int64_t mc = std::min(mc_step, m_hi - m0);
       if (!a_shared_blocks && n_lo >= n_hi) continue;
-      if (a_in_place) {
-        for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max)
-          for (int64_t k0 = 0; k0 < K; k0 += kKc)
-            product(nullptr, m0, mc, k0, std::min(kKc, K - k0), n0, std::min(nc_max, n_hi - n0));
+      if (a_in_place || a_whole) {  // this row block's A in place, or packed whole into Ap
+        const float* Ab = a_in_place ? nullptr : Ap;
+        if (Ab) pack_a_block(Ap, m0, mc);
+        for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max) chunk(Ab, m0, mc, n0);
         continue;
       }
-      // A[m0, m0 + mc) x [k0, k0 + kc) into dst, strips [s0, s1) of it.
-      const auto pack_a_strips = [&](float* dst, int64_t k0, int64_t s0, int64_t s1) {
+      // A[m0, m0 + mc) x [k0, k0 + kc) into the shared buffer, strips [s0, s1) of it.
+      const auto pack_a_strips = [&](int64_t k0, int64_t s0, int64_t s1) {
         const int64_t kc = std::min(kKc, K - k0), r0 = s0 * MR, rows = std::min(mc, s1 * MR) - r0;
         if (rows > 0)
-          pack_a(dst + r0 * kc, a + (m0 + r0) * A.row_stride + k0 * A.col_stride, A.row_stride,
-                 A.col_stride, rows, kc, MR);
+          pack_a(a_shared + r0 * kc, a + (m0 + r0) * A.row_stride + k0 * A.col_stride,
+                 A.row_stride, A.col_stride, rows, kc, MR);
       };
       const int64_t a_strips = (mc + MR - 1) / MR;
-      if (a_whole) {
-        for (int64_t kb = 0; kb < k_blocks; ++kb)
-          pack_a_strips(Ap + kb * a_block_floats, kb * kKc, 0, a_strips);
-        for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max)
-          for (int64_t k0 = 0; k0 < K; k0 += kKc)
-            product(Ap + (k0 / kKc) * a_block_floats, m0, mc, k0, std::min(kKc, K - k0), n0,
-                    std::min(nc_max, n_hi - n0));
-        continue;
-      }
       for (int64_t k0 = 0; k0 < K; k0 += kKc) {
-        pack_a_strips(a_shared, k0, a_strips * t / threads, a_strips * (t + 1) / threads);
+        pack_a_strips(k0, a_strips * t / threads, a_strips * (t + 1) / threads);
 #pragma omp barrier
         for (int64_t n0 = n_lo; n0 < n_hi; n0 += nc_max)
           product(a_shared, m0, mc, k0, std::min(kKc, K - k0), n0, std::min(nc_max, n_hi - n0));
