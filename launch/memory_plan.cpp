@@ -74,7 +74,7 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
     a.T = r.seq_len;
     a.compute = r.engine.precision.compute;
     a.checkpoint = r.engine.checkpoint;
-    a.tokens_on_device = r.tokens_on_device;
+    a.tokens_on_device = r.cuda;
     a.batch_positions = r.batch_positions;
     activations = activation_peak_bytes(*r.model, a);
   }
@@ -313,9 +313,8 @@ PlanRequest plan_request_from_config(const Config& config, Model& model, int ran
   r.micro_batch = config.train_micro_batch_size_per_gpu;
   r.seq_len = config.zt.seq_len;
   r.cuda = config.zt.device == "cuda";
-  r.tokens_on_device = r.cuda;
   r.batch_positions = is_packed_token_file(config.zt.train_data);
-  r.comm_staging = communicator_staging_bytes(r.tokens_on_device, ranks);
+  r.comm_staging = communicator_staging_bytes(r.cuda, ranks);
   r.device_memory = config.zt.device_memory_limit;
   r.config_stage = config.zero_optimization.stage;
   r.config_offload = config.zero_optimization.offload_optimizer.device;

@@ -34,8 +34,7 @@ struct PlanRequest {
   int nodes = 1;
   int64_t micro_batch = 1;
   int64_t seq_len = 1;
-  bool cuda = false;              // a GPU job (zt.device "cuda")
-  bool tokens_on_device = false;  // a GPU: the token ids are copied to it
+  bool cuda = false;              // a GPU job (zt.device "cuda"): the token ids are copied to it
   bool batch_positions = false;   // packed instruction data: document positions copied too
   // Bytes the communicators allocate on the device once (communicator_staging_bytes).
   int64_t comm_staging = 0;
