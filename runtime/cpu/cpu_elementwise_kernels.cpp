@@ -402,10 +402,26 @@ void CpuKernels::narrow_fp16_range(uint16_t* dst, const float* src, int64_t i0,
     fp32_to_fp16_f16c(dst, src, i0, i1);
 }
 
+// The scalar loop GCC vectorises for fp32_to_bf16 measured 46 GB/s in cache, against 108 for
+// fp16's conversion instructions; the integer lanes of cpu_lane_codecs.h give the same bits.
+void CpuKernels::narrow_bf16_range(uint16_t* dst, const float* src, int64_t i0,
+                                   int64_t i1) const {
+  run_isa(isa_, [&](auto lanes) {
+    simd_loop<typename decltype(lanes)::type>(i0, i1, [&](auto l, int64_t i) {
+      using T = typename decltype(l)::type;
+      store_narrowed<T, BF16Codec>(dst + i, load<T>(src + i));
+    });
+  });
+}
+
 void CpuKernels::narrow_range(Operand dst, const float* x, int64_t n) {
   if (n <= 0) return;
   if (f16c_ && dst.dtype == DType::kF16) {
     narrow_fp16_range(static_cast<uint16_t*>(dst.data), x, 0, n);
+    return;
+  }
+  if (dst.dtype == DType::kBF16) {
+    narrow_bf16_range(static_cast<uint16_t*>(dst.data), x, 0, n);
     return;
   }
   run_isa(isa_, [&](auto) { cast_range(dst.data, dst.dtype, x, DType::kF32, 0, n); });
@@ -442,6 +458,10 @@ void CpuKernels::cast(void* dst, DType dst_type, const void* src, DType src_type
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
     if (f16c_ && src_type == DType::kF32 && dst_type == DType::kF16) {
       narrow_fp16_range(static_cast<uint16_t*>(dst), static_cast<const float*>(src), i0, i1);
+      return;
+    }
+    if (src_type == DType::kF32 && dst_type == DType::kBF16) {
+      narrow_bf16_range(static_cast<uint16_t*>(dst), static_cast<const float*>(src), i0, i1);
       return;
     }
     if (f16c_ && src_type == DType::kF16 && dst_type == DType::kF32) {

@@ -112,6 +112,8 @@ class CpuKernels final : public Kernels {
   // fp32 -> fp16 of src[i0, i1) into dst[i0, i1) by the conversion instructions (f16c_ holds):
   // AVX-512's 16 lanes where isa_ has them, else F16C's 8.
   void narrow_fp16_range(uint16_t* dst, const float* src, int64_t i0, int64_t i1) const;
+  // fp32 -> bf16 of src[i0, i1) into dst[i0, i1) on integer lanes (dtype.h's fp32_to_bf16).
+  void narrow_bf16_range(uint16_t* dst, const float* src, int64_t i0, int64_t i1) const;
   // `op` as fp32: its own pointer when fp32, else widened whole into `scratch` (n floats).
   const float* widened(ConstOperand op, int64_t n, float* scratch);
   // A GEMM operand as it lies in memory: element (i, j) at op.at(i·row_stride + j·col_stride).
