@@ -167,6 +167,9 @@ struct PrecisionRow {
   std::vector<double> losses;
   MemoryTracker memory;
   OpProfile profile;  // --profile: the timed steps' kernel time, per Kernels entry
+  // The row's step over the first row's step of the same round, median and quartiles over the
+  // rounds (paired_ratio); 1 for the first row.
+  double ratio = 1, ratio_q1 = 1, ratio_q3 = 1;
 };
 
 // The CPU's references, alternated with the steps; absent on a GPU (MFU instead).
@@ -283,6 +286,39 @@ PrecisionRow finish_row(const BenchTrainOptions& o, RowRun& run, const Batch& ba
   return row;
 }
 
+// row's ratio fields: its step over `first`'s step of the same round, one ratio per round. A
+// round's steps ran back to back, so a burst of load from a neighbour, which on a shared machine
+// moves single steps by tens of percent, moves both sides of most ratios alike: their median is
+// the steadier comparison of two rows than the ratio of the rows' medians.
+void set_paired_ratio(PrecisionRow& row, const std::vector<double>& first) {
+  std::vector<double> r;
+  for (size_t i = 0; i < std::min(row.step_ms.size(), first.size()); ++i)
+    if (first[i] > 0) r.push_back(row.step_ms[i] / first[i]);
+  if (r.empty()) return;
+  std::sort(r.begin(), r.end());
+  const auto quantile = [&](double q) {
+    return r[static_cast<size_t>(q * static_cast<double>(r.size() - 1) + 0.5)];
+  };
+  row.ratio = quantile(0.5);
+  row.ratio_q1 = quantile(0.25);
+  row.ratio_q3 = quantile(0.75);
+}
+
+// The rows' paired ratios to the first, one line (nothing for a single row).
+void print_paired_ratios(const Logger& log, const std::vector<PrecisionRow>& rows) {
+  if (rows.size() < 2) return;
+  std::string line;
+  for (size_t i = 1; i < rows.size(); ++i)
+    line += fmt::format("{}{} {:.3f}x ({:.3f}-{:.3f})", i > 1 ? ", " : "", rows[i].name,
+                        rows[i].ratio, rows[i].ratio_q1, rows[i].ratio_q3);
+  log.rank0("step over the {} row's step of the same round, median (quartiles) of {} rounds: {}",
+            rows.front().name, rows.front().step_ms.size(), line);
+}
+
+nlohmann::json paired_ratio_json(const PrecisionRow& r) {
+  return {{"median", r.ratio}, {"q1", r.ratio_q1}, {"q3", r.ratio_q3}};
+}
+
 // Every asked precision's row, the rows' steps interleaved (RowRun).
 std::vector<PrecisionRow> measure_rows(const BenchTrainOptions& o, const Gpt2Config& config,
                                        const Batch& batch, CpuReferences* cpu) {
@@ -297,6 +333,7 @@ std::vector<PrecisionRow> measure_rows(const BenchTrainOptions& o, const Gpt2Con
     for (auto& run : runs) timed_step(*run, batch);
   std::vector<PrecisionRow> rows;
   for (auto& run : runs) rows.push_back(finish_row(o, *run, batch));
+  for (PrecisionRow& row : rows) set_paired_ratio(row, rows.front().step_ms);
   return rows;
 }
 
@@ -408,6 +445,7 @@ int bench_train(const BenchTrainOptions& o) {
     }
     log.rank0("MFU: model FLOPs (6 x params + attention, {:.3g}/token) per second over {} "
               "TFLOP/s", flops_per_token, o.peak_tflops);
+    print_paired_ratios(log, rows);
     if (o.profile)
       for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
     if (!o.json_path.empty()) {
@@ -421,7 +459,8 @@ int bench_train(const BenchTrainOptions& o) {
                              {"step_ms", r.step_ms}, {"losses", r.losses},
                              {"skipped_steps", r.skipped},
                              {"peak_bytes_total", r.memory.peak_total()},
-                             {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)}});
+                             {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)},
+                             {"paired_ratio_to_first_row", paired_ratio_json(r)}});
         if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
       }
       std::ofstream out(o.json_path);
@@ -451,6 +490,7 @@ int bench_train(const BenchTrainOptions& o) {
   log.rank0("model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps, "
             "the rows stepping in turn",
             flops_per_token, o.steps);
+  print_paired_ratios(log, rows);
   log.rank0("'of peak': the row's GFLOP/s over 'peak GF/s', the median of the cores' fp32 FMA "
             "rate measured right after each step ({}, {} loop, {} threads). 'GEMM GF/s': the "
             "median rate, after each step, of the model's forward, dinput and dweight matmul "
@@ -498,6 +538,7 @@ int bench_train(const BenchTrainOptions& o) {
                            {"fraction_of_gemm", r.gemm > 0 ? r.gflops / r.gemm : 0.0},
                            {"skipped_steps", r.skipped},
                            {"step_ms", r.step_ms},
+                           {"paired_ratio_to_first_row", paired_ratio_json(r)},
                            {"losses", r.losses},
                            {"peak_gflops_per_step", r.peak_rates},
                            {"gemm_gflops_per_step", r.gemm_rates},
