@@ -145,20 +145,13 @@ __attribute__((target("avx2,f16c"))) inline __m256 round8(__m256 v) {
   }
 }
 
-// A tile's row of lanes v stored into a 16-bit C of codec O: rounded to O's dtype (narrow_range's
-// bits), or with kAdd added to the stored values first, one rounding (add_range's bits). The
-// conversions are cpu_lane_codecs.h's.
-template <class O, bool kAdd>
-__attribute__((target("avx512f"))) inline void store16_into(typename O::Storage* p, __m512 v) {
-  F16 x = (F16)v;
-  if constexpr (kAdd) x = load_widened<F16, O>(p) + x;
-  store_narrowed<F16, O>(p, x);
-}
-template <class O, bool kAdd>
-__attribute__((target("avx2,f16c"))) inline void store8_into(typename O::Storage* p, __m256 v) {
-  F8 x = (F8)v;
-  if constexpr (kAdd) x = load_widened<F8, O>(p) + x;
-  store_narrowed<F8, O>(p, x);
+// A tile's lanes x (F16 or F8) stored into a 16-bit C of codec O: rounded to O's dtype
+// (narrow_range's bits), or with kAdd added to the stored values first, one rounding
+// (add_range's bits). The conversions are cpu_lane_codecs.h's, inlined into the microkernel.
+template <class O, bool kAdd, class T>
+inline void store_into(typename O::Storage* p, T x) {
+  if constexpr (kAdd) x = load_widened<T, O>(p) + x;
+  store_narrowed<T, O>(p, x);
 }
 
 // C (mr x nr tile, row stride ldc) = [C +] A (mr x kc) · B (kc x NR). A is a packed strip (kc x
@@ -169,7 +162,7 @@ __attribute__((target("avx2,f16c"))) inline void store8_into(typename O::Storage
 // Rd: the tile is stored rounded to that codec's dtype (round16; F32Codec: as summed), for the
 // last reduction block of an activation output, which then needs no rounding pass. Out: C's
 // codec; a 16-bit C (a weight gradient summed over one reduction block) is not loaded (`load`
-// false) and takes the tile by store16_into, added into its values when kAdd.
+// false) and takes the tile by store_into, added into its values when kAdd.
 template <class Cd, bool kRowsA, class Rd, class Out = F32Codec, bool kAdd = false>
 __attribute__((target("avx512f,fma"), flatten)) void micro_avx512(int64_t kc, const float* A,
                                                                  int64_t lda, const void* B,
@@ -205,7 +198,7 @@ __attribute__((target("avx512f,fma"), flatten)) void micro_avx512(int64_t kc, co
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) store16_into<Out, kAdd>(out + i * ldc + 16 * j, c[i][j]);
+      for (int j = 0; j < NV; ++j) store_into<Out, kAdd>(out + i * ldc + 16 * j, (F16)c[i][j]);
     return;
   }
 #pragma GCC unroll 8
@@ -273,7 +266,7 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, co
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) store8_into<Out, kAdd>(out + i * ldc + 8 * j, c[i][j]);
+      for (int j = 0; j < NV; ++j) store_into<Out, kAdd>(out + i * ldc + 8 * j, (F8)c[i][j]);
     return;
   }
 #pragma GCC unroll 8
