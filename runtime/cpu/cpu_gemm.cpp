@@ -193,18 +193,16 @@ __attribute__((target("avx512f,fma"), flatten)) void micro_avx512(int64_t kc, co
     if (!kRowsA) A += MR;
     Bk += ldb;
   }
-  if constexpr (!std::is_same_v<Out, F32Codec>) {
-    auto* out = static_cast<typename Out::Storage*>(Cv);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) store_into<Out, kAdd>(out + i * ldc + 16 * j, (F16)c[i][j]);
-    return;
-  }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(C + i * ldc + 16 * j, round16<Rd>(c[i][j]));
+    for (int j = 0; j < NV; ++j) {
+      const int64_t at = i * ldc + 16 * j;
+      if constexpr (std::is_same_v<Out, F32Codec>)
+        _mm512_storeu_ps(C + at, round16<Rd>(c[i][j]));
+      else
+        store_into<Out, kAdd>(static_cast<typename Out::Storage*>(Cv) + at, (F16)c[i][j]);
+    }
 }
 
 // (x, y) = (x's low half and y's, x's high half and y's): its own inverse.
@@ -261,18 +259,16 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, co
   if (kInterleaved)
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) swap_halves(c[i][0], c[i][1]);
-  if constexpr (!std::is_same_v<Out, F32Codec>) {
-    auto* out = static_cast<typename Out::Storage*>(Cv);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) store_into<Out, kAdd>(out + i * ldc + 8 * j, (F8)c[i][j]);
-    return;
-  }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(C + i * ldc + 8 * j, round8<Rd>(c[i][j]));
+    for (int j = 0; j < NV; ++j) {
+      const int64_t at = i * ldc + 8 * j;
+      if constexpr (std::is_same_v<Out, F32Codec>)
+        _mm256_storeu_ps(C + at, round8<Rd>(c[i][j]));
+      else
+        store_into<Out, kAdd>(static_cast<typename Out::Storage*>(Cv) + at, (F8)c[i][j]);
+    }
 }
 
 // SSE2 (no FMA): packed A and B only, stored as summed.
@@ -594,6 +590,14 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   const int64_t bp_floats = kKc * nc_max;
   // A 16-bit C's block (mc x nc) is summed in fp32 here, then added in with one rounding.
   const int64_t cb_floats = c16 && !into ? mc_max * nc_max : 0;
+  // n fp32 sums into the 16-bit C at element `at` with one rounding: add's bits, or the sums
+  // rounded when C is not accumulated into.
+  const auto take_sums = [&](int64_t at, const float* sums, int64_t n) {
+    if (accumulate)
+      add_range(c.at(at), sums, n);
+    else
+      narrow_range(c.at(at), sums, n);
+  };
   const auto body = [&](int t) {
     float* scratch =
         thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + cb_floats + 16);
@@ -663,12 +667,7 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
               continue;
             }
             run(kc, ap, lda, bs, ldb, edge, NR, false);
-            for (int64_t r = 0; r < mr; ++r) {
-              if (accumulate)
-                add_range(c.at(at + r * ldc), edge + r * NR, nr);
-              else
-                narrow_range(c.at(at + r * ldc), edge + r * NR, nr);
-            }
+            for (int64_t r = 0; r < mr; ++r) take_sums(at + r * ldc, edge + r * NR, nr);
             continue;
           }
           float* ct = target + i0 * ldt + j0;
@@ -688,12 +687,10 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
       // to the activation dtype.
       for (int64_t r = 0; r < mc; ++r) {
         const int64_t at = (m0 + r) * ldc + n0;
-        if (!c16)
-          round_act(C, at, at + nc);
-        else if (accumulate)
-          add_range(c.at(at), Cb + r * nc, nc);
+        if (c16)
+          take_sums(at, Cb + r * nc, nc);
         else
-          narrow_range(c.at(at), Cb + r * nc, nc);
+          round_act(C, at, at + nc);
       }
     };
     const int64_t m_blocks = std::max<int64_t>(1, (m_hi - m_lo + kMc - 1) / kMc);
