@@ -2,17 +2,22 @@
 # Packs what tests/gpu/device_check.sh needs on a GPU machine that may have no package access:
 # the executables and test binaries it runs (zt-train, zt-bench, zt_runtime_tests,
 # zt_mpi_device_comm_tests, zt_mpi_device_engine_tests; built here with the CUDA back end),
-# every shared library they load except glibc, the CUDA driver and the large CUDA toolkit
-# libraries (cuBLAS, NCCL: device_check.sh finds those on the machine, in the toolkit or in
-# Python's site-packages, and its preflight names any that ldd cannot resolve), a relocatable
+# every shared library they load except glibc and what the GPU machine already has (the CUDA
+# driver, runtime, cuBLAS, cuDNN and NCCL: device_check.sh finds those on the machine, in the
+# toolkit or in Python's nvidia-* wheels, and its preflight names any that ldd cannot resolve),
+# a relocatable
 # copy of Open MPI (mpirun, orted, its plugins and help files; OPAL_PREFIX points at it), and
 # cuda_version, the CUDA runtime we built with (the preflight compares the driver against it).
-# Result: build/device-bundle.tar.xz, to carry to the machine beside data/corpus.
-# Usage: scripts/bundle_device.sh [BUILD_DIR]
+# Result: BUILD_DIR/device-bundle.tar.xz (or OUT_DIR/device-bundle.tar.xz), to carry to the
+# machine beside data/corpus; the last line gives its size in bytes (the device tool carries at
+# most 64 MiB in all; e2e.device_check_dry_run asserts the bundle stays under 48 MiB).
+# Usage: scripts/bundle_device.sh [BUILD_DIR [OUT_DIR]]
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
-out=$build/device-bundle
+dest=${2:-$build}
+mkdir -p "$dest"
+out=$(cd "$dest" && pwd)/device-bundle
 [ -x "$build/bin/zt-train" ] || { echo "bundle_device: no $build/bin/zt-train; run scripts/build.sh first" >&2; exit 2; }
 grep -q "ZT_HAVE_CUDA:INTERNAL=ON\|ZT_HAVE_CUDA=1" "$build/CMakeCache.txt" "$build/runtime/CMakeFiles/zt_runtime.dir/flags.make" 2>/dev/null ||
   echo "bundle_device: warning: $build was configured without the CUDA back end" >&2
@@ -38,7 +43,7 @@ cp -r "$pkglib" "$out/openmpi/lib/$multiarch/openmpi/lib/"
 cp -r /usr/share/openmpi "$out/openmpi/share/"
 
 # The shared-library closure of everything above, minus what the machine must provide.
-skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libnccl|libnvidia)'
+skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libcuda\.so|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libnvidia)'
 libs_of() { ldd "$1" 2>/dev/null | awk '/=>/ && $3 ~ /^\// {print $3}'; }
 mapfile -t files < <(printf '%s\n' "$out"/bin/* "$out"/openmpi/bin/* \
   "$out"/openmpi/lib/"$multiarch"/openmpi/lib/openmpi3/*.so)
@@ -58,6 +63,7 @@ while [ "${#files[@]}" -gt 0 ]; do
   files=("${next[@]+"${next[@]}"}")
 done
 
-tar -C "$build" -cJf "$out.tar.xz" device-bundle
+XZ_OPT=-T0 tar -C "$(dirname "$out")" -cJf "$out.tar.xz" device-bundle
 echo "bundle_device: $(du -sh "$out" | cut -f1) in $out, $(du -h "$out.tar.xz" | cut -f1) packed:" \
   "$out.tar.xz (${#seen[@]} libraries)"
+echo "bundle_device: size_bytes $(stat -c %s "$out.tar.xz")"

@@ -1,84 +1,106 @@
 #!/usr/bin/env bash
 # The GPU checks of the CUDA back end, made for one prepared run on a GPU machine that may have
-# no packages and returns only what is written under $OUT: every check under one deadline, every
-# log and a summary.json kept, one summary table at the end. What it runs, in order:
-#   1. kernel parity: every Kernels op on CUDA against the CPU back end (zt_runtime_tests Cuda*);
-#      the test binary's exit code and its counts, no test skipped
-#   2. GPT-2 124M bf16 on one GPU (zt-bench train --json): tokens/s; the losses finite and
-#      falling (first vs last); MFU against its 45% target (below-target, not ok, when below)
-#   3. the same with activation checkpointing: step-time ratio, activation-peak ratio (< 1) and
-#      the losses bitwise equal to the plain run's (same model, batch and seed)
-#   4. 2 ranks on the one GPU (MPI with host staging), fp32 zt-train: ZeRO stage 3's losses
-#      bitwise equal to stage 0's, finite and falling; within 1e-4 relative of the CPU back end
-#   5. NCCL with one rank (zt_mpi_device_comm_tests and zt_mpi_device_engine_tests
-#      NcclCommunicator.*; the watchdog test that needs two ranks is filtered out)
-#   6. PyTorch on the same GPU, same model and batch (bf16 autocast, fused SDPA): its tokens/s
-#      beside ours (below-target when ours is lower); skipped when `import torch` fails
-# --dry-run runs the same script on the CPU back end with tiny shapes and no GPU (gpt2-tiny,
-# CPU kernel tests for 1, host staging and the scrambled device for 5, the CPU against itself
-# for 4, no PyTorch) so that its plumbing (deadline, $OUT, summary.json, verdicts) is tested in
-# CI: ctest -R e2e.device_check_dry_run (tests/e2e/device_check_dry_run.sh).
+# no packages and returns at most 8 files from $OUT. Every check runs under its own time limit
+# inside one budget, most informative first; the summary is rewritten after every check, so a
+# run killed at any point leaves the checks it finished. The checks, in order (--only NAME,...
+# reruns some; the preflight always runs):
+#   smoke     GPT-2 124M bf16, one step at B=1 T=128 (zt-bench train): does anything run at all
+#   training  GPT-2 124M bf16 at BATCH x SEQ_LEN with --profile: tokens/s, MFU against the dense
+#             bf16 peak (below-target under ZT_MFU_TARGET, default 40%), losses finite and
+#             falling, the per-op table (CUDA events)
+#   torch     PyTorch eager on the same model and batch (bf16 autocast, fused SDPA): its tokens/s
+#             beside ours (below-target when ours is lower); skipped when `import torch` fails
+#   parity    every Kernels op on CUDA against the CPU back end (zt_runtime_tests Cuda*): the
+#             exit code and the counts, no test skipped
+#   ranks     2 ranks on the one GPU (MPI with host staging), fp32 zt-train: stage 3's losses
+#             bitwise equal to stage 0's, finite and falling; and the GPU's losses against the
+#             CPU back end's over the first 3 steps (before Adam amplifies summation-order
+#             differences; <= 1e-4 relative), the whole run's largest difference reported beside
+#   comm      NCCL with one rank (zt_mpi_device_comm_tests, zt_mpi_device_engine_tests
+#             NcclCommunicator.*; the watchdog test that needs two ranks filtered out)
+#   ckpt      activation checkpointing: activation peak below the plain run's, losses bitwise
+#             equal to it, the step-time ratio
+# --dry-run runs the same script on the CPU back end with tiny shapes and no GPU (gpt2-tiny, the
+# CPU kernel tests for parity, host staging and the scrambled device for comm, no PyTorch), so
+# that its plumbing is tested in CI: ctest -R e2e.device_check_dry_run.
 #
-# Preflight (before any check; each missing thing one line, exit 2): nvidia-smi and a GPU, a
-# driver whose CUDA version is at least the major version of the runtime we were built with
-# (CUDA minor-version compatibility), every shared library of our binaries resolved by ldd,
-# `mpirun -np 2 true`, python3. (Dry run: no GPU or driver needed.)
+# Preflight (each problem one line; exit 2): nvidia-smi and a GPU, a driver whose CUDA version is
+# at least the major version of the runtime we were built with, every shared library of our
+# binaries resolved by ldd (the report is ldd.txt), python3. `mpirun -np 2 true` failing is no
+# preflight failure: the multi-rank checks (ranks) are recorded as skipped naming why, and comm
+# runs its one rank without mpirun. Open MPI is told it is on one machine (OMPI_MCA_plm=isolated:
+# no ssh or rsh needed) without InfiniBand (ob1 over self,vader; no UCX).
 #
-# Deadline: at most ZT_CHECK_BUDGET_S seconds in all (default 300), counted from the script's
-# start (unpacking the bundle and the preflight count too); each check runs under min(its own
-# limit, what is left), and once the budget is spent each remaining check is recorded as
-# skipped with the reason.
+# Time: ZT_CHECK_BUDGET_S (default 360) from the script's start; each check runs under
+# min(its own limit, what is left), the limits and the preflight's sum below the budget; once the
+# budget is spent each remaining check is recorded as skipped with the reason.
 #
-# Output: $OUT when set, else build/device-check-<UTC time>, kept and printed: one log per
-# command (parity.txt, plain.json, gpu_s3/metrics.jsonl, ...), summary.json ({gpu, driver,
-# elapsed_s, checks: [{name, value, verdict, seconds}], ...}) and summary.txt (the table).
+# Output ($OUT when set, else build/device-check-<UTC time>), never more than 5 files:
+#   summary.json  {mode, gpu, driver, elapsed_s, checks: [{name, value, verdict, seconds}]}
+#   summary.txt   the same as a table
+#   logs.tar.gz   every log and run folder (files under 8 MiB), from the scratch directory
+#   ldd.txt       how each binary's shared libraries resolved
+#   profile.txt   the training check's zt-bench output with its per-op table
+# Logs and run folders are written to a scratch directory (ZT_CHECK_LOGS, default a new
+# directory under /tmp when $OUT is set, else DIR/logs), kept, and packed after every check.
 #
 # A GPU machine may have no package access: build here, run scripts/bundle_device.sh, carry
 # build/device-bundle.tar.xz and data/corpus; this script unpacks the bundle, points PATH,
-# LD_LIBRARY_PATH and OPAL_PREFIX at it and finds cuBLAS and NCCL in the CUDA toolkit or in
-# Python's site-packages (nvidia-* wheels). Without a bundle it uses build/ and the system.
-# Python (torch, the JSON helpers) runs with the LD_LIBRARY_PATH this script was started with,
-# so the bundle's libraries cannot break torch. Open MPI gets the settings of a machine without
-# InfiniBand: ob1 over shared memory (self,vader), no UCX, root and oversubscription allowed.
+# LD_LIBRARY_PATH and OPAL_PREFIX at it and finds the CUDA runtime, cuBLAS, cuDNN and NCCL on the
+# machine (the toolkit, or Python's nvidia-* wheels). Without a bundle it uses build/ and the
+# system. Python (torch, the JSON helpers) runs with the LD_LIBRARY_PATH this script was started
+# with, so the bundle's libraries cannot break torch.
 #
-# Usage: [OUT=DIR] [ZT_CHECK_BUDGET_S=300] tests/gpu/device_check.sh [--dry-run] [BATCH] [SEQ_LEN]
+# Usage: [OUT=DIR] tests/gpu/device_check.sh [--dry-run] [--only NAME,...] [BATCH] [SEQ_LEN]
 #   (defaults: 16 1024; dry run 2 32). Exit 0 when no check FAILed (ok, skipped and
 #   below-target rows pass), 1 when one did, 2 when the preflight or the arguments failed.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
-dry=0
+all_checks="smoke training torch parity ranks comm ckpt"
+dry=0 only=""
 args=()
-for a in "$@"; do
-  case $a in
+while [ $# -gt 0 ]; do
+  case $1 in
     --dry-run) dry=1 ;;
+    --only) only=${2:-}; shift ;;
+    --only=*) only=${1#--only=} ;;
     -h | --help) sed -n '2,/^set -u$/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "device_check: unknown option $a (see --help)" >&2; exit 2 ;;
-    *) args+=("$a") ;;
+    -*) echo "device_check: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) args+=("$1") ;;
   esac
+  shift
 done
+if [ -n "$only" ]; then
+  for c in ${only//,/ }; do
+    [[ " $all_checks " == *" $c "* ]] || { echo "device_check: --only: unknown check '$c' (one of: $all_checks)" >&2; exit 2; }
+  done
+fi
+selected() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 if [ $dry -eq 1 ]; then
   B=${args[0]:-2} T=${args[1]:-32}
 else
   B=${args[0]:-16} T=${args[1]:-1024}
 fi
-budget=${ZT_CHECK_BUDGET_S:-300}
+budget=${ZT_CHECK_BUDGET_S:-360}
 for n in "$B" "$T" "$budget"; do
   [[ $n =~ ^[0-9]+$ ]] || { echo "device_check: BATCH, SEQ_LEN and ZT_CHECK_BUDGET_S must be whole numbers; got '$n'" >&2; exit 2; }
 done
 build=${ZT_BUILD_DIR:-$root/build}
 t0=$SECONDS
 
-# ---- where everything goes: kept, never a deleted temp dir -------------------------------------
+# ---- where everything goes: $OUT gets the summaries, the logs' archive and two reports ----------
 if [ -n "${OUT:-}" ]; then
   out=$OUT
+  logs=${ZT_CHECK_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/zt-device-check.XXXXXX")}
 else
   out=$build/device-check-$(date -u +%Y%m%dT%H%M%SZ)
+  logs=${ZT_CHECK_LOGS:-$out/logs}
 fi
-mkdir -p "$out" || { echo "device_check: cannot create $out" >&2; exit 2; }
-out=$(cd "$out" && pwd)
-echo "device_check: logs and summary.json in $out (kept)"
+mkdir -p "$out" "$logs" || { echo "device_check: cannot create $out or $logs" >&2; exit 2; }
+out=$(cd "$out" && pwd) logs=$(cd "$logs" && pwd)
+echo "device_check: summary, logs.tar.gz, ldd.txt and profile.txt in $out; logs in $logs (kept)"
 
 # Python without the bundle's libraries: the LD_LIBRARY_PATH we were started with, or none.
 if [ -n "${LD_LIBRARY_PATH+set}" ]; then
@@ -88,7 +110,7 @@ else
 fi
 py() { env "${py_env[@]}" python3 "$@"; }
 
-# ---- results -----------------------------------------------------------------------------------
+# ---- results: the summary is rewritten at every row, the logs packed after every check ----------
 names=() values=() verdicts=() secs=()
 failed=0
 check_t0=$SECONDS
@@ -96,6 +118,7 @@ note() {  # name value verdict (ok, FAIL, skipped, below-target)
   names+=("$1") values+=("$2") verdicts+=("$3") secs+=("$((SECONDS - check_t0))")
   [ "$3" = FAIL ] && failed=1
   echo "== $1: $2 [$3]"
+  write_summary > /dev/null
 }
 json_str() {
   local s
@@ -105,6 +128,8 @@ json_str() {
   printf '"%s"' "$s"
 }
 gpu="none" driver="none" driver_cuda="none"
+# write_summary: summary.json and summary.txt, each written whole under a temporary name and
+# renamed, so a kill mid-write leaves the previous one; the table is printed.
 write_summary() {
   local i sep=""
   {
@@ -113,7 +138,10 @@ write_summary() {
       "$(json_str "$driver")" "$(json_str "$driver_cuda")"
     printf '  "batch": %s,\n  "seq_len": %s,\n  "budget_s": %s,\n  "elapsed_s": %s,\n' \
       "$B" "$T" "$budget" "$((SECONDS - t0))"
-    printf '  "failed": %s,\n  "checks": [' "$failed"
+    printf '  "only": %s,\n  "preflight_limit_s": %s,\n  "limits_s": {' "$(json_str "$only")" "$preflight_limit"
+    for i in $all_checks; do printf '%s"%s": %s' "$sep" "$i" "${limit[$i]}"; sep=", "; done
+    sep=""
+    printf '},\n  "failed": %s,\n  "checks": [' "$failed"
     for i in "${!names[@]}"; do
       printf '%s\n    {"name": %s, "value": %s, "verdict": %s, "seconds": %s}' "$sep" \
         "$(json_str "${names[$i]}")" "$(json_str "${values[$i]}")" \
@@ -121,26 +149,37 @@ write_summary() {
       sep=","
     done
     printf '\n  ]\n}\n'
-  } > "$out/summary.json"
+  } > "$out/summary.json.tmp" && mv -f "$out/summary.json.tmp" "$out/summary.json"
   {
     echo "device_check$([ $dry -eq 1 ] && echo ' --dry-run (CPU back end)') on $gpu" \
-      "(driver $driver, CUDA $driver_cuda), B=$B T=$T, $((SECONDS - t0)) s of $budget s"
+      "(driver $driver, CUDA $driver_cuda), B=$B T=$T, $((SECONDS - t0)) s of $budget s" \
+      "$([ -n "$only" ] && echo "(--only $only)")"
     printf '%-38s %-72s %-12s %s\n' check result verdict seconds
     for i in "${!names[@]}"; do
       printf '%-38s %-72s %-12s %s\n' "${names[$i]}" "${values[$i]}" "${verdicts[$i]}" "${secs[$i]}"
     done
-    echo "outputs: $out (summary.json, one log per command)"
-  } > "$out/summary.txt"
-  echo
+  } > "$out/summary.txt.tmp" && mv -f "$out/summary.txt.tmp" "$out/summary.txt"
   cat "$out/summary.txt"
+}
+# pack_logs: every file under the logs directory below 8 MiB, as $OUT/logs.tar.gz
+pack_logs() {
+  (cd "$logs" && find . -type f -size -8M -print0 |
+     tar --null -czf "$out/logs.tar.gz.tmp" -T - 2> /dev/null) &&
+    mv -f "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
 }
 
 # ---- the deadline --------------------------------------------------------------------------------
+# Each check's own limit in seconds, most informative first. With the preflight's mpirun probe
+# (20 s) they sum to 350 s, below the default budget; summary.json records them and the e2e dry
+# run asserts the sum stays below the budget.
+declare -A limit=([smoke]=35 [training]=60 [torch]=60 [parity]=45 [ranks]=75 [comm]=25 [ckpt]=30)
+preflight_limit=20
 check_end=0
-# run_check OWN_LIMIT_S NAME FUNCTION: FUNCTION under min(OWN_LIMIT_S, what is left of the
-# budget); once the budget is spent, NAME is recorded as skipped instead.
+# run_check KEY NAME FUNCTION: FUNCTION under min(its limit, what is left of the budget), unless
+# --only leaves KEY out; once the budget is spent, NAME is recorded as skipped instead.
 run_check() {
-  local own=$1 name=$2 fn=$3 left
+  local key=$1 name=$2 fn=$3 left own=${limit[$1]}
+  selected "$key" || return
   left=$((budget - (SECONDS - t0)))
   check_t0=$SECONDS
   if [ "$left" -le 0 ]; then
@@ -149,6 +188,7 @@ run_check() {
   fi
   check_end=$((SECONDS + (own < left ? own : left)))
   "$fn"
+  pack_logs
 }
 # tmo COMMAND...: COMMAND under what is left of the current check's limit (exit 124 when it ran
 # out, without running it when nothing is left).
@@ -179,8 +219,8 @@ why() {  # exit code -> words
 bundle=$build/device-bundle
 unpack_error=""
 if [ -f "$build/device-bundle.tar.xz" ] && [ ! -d "$bundle" ] && [ $dry -eq 0 ]; then
-  if ! tar -C "$build" -xJf "$build/device-bundle.tar.xz" > "$out/unpack.txt" 2>&1; then
-    unpack_error="cannot unpack $build/device-bundle.tar.xz: $(tail -n 1 "$out/unpack.txt")"
+  if ! tar -C "$build" -xJf "$build/device-bundle.tar.xz" > "$logs/unpack.txt" 2>&1; then
+    unpack_error="cannot unpack $build/device-bundle.tar.xz: $(tail -n 1 "$logs/unpack.txt")"
     rm -rf "$bundle"
   fi
 fi
@@ -199,33 +239,39 @@ find_test() {
   for d in "${test_dirs[@]}"; do [ -x "$d/$1" ] && { echo "$d/$1"; return; }; done
 }
 if [ $dry -eq 0 ]; then
-  # cuBLAS and NCCL of the major version we were built with: the toolkit, else pip's wheels.
+  # The CUDA runtime, cuBLAS, cuDNN and NCCL of the major version we were built with, from the
+  # machine: the toolkit, else pip's wheels (nvidia/*/lib), else anywhere under /usr/local, /opt.
   search=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
           /usr/local/cuda-*/lib64 /usr/lib/x86_64-linux-gnu)
   if command -v python3 > /dev/null; then
     while read -r d; do search+=("$d"); done < <(py - << 'PY' 2> /dev/null
-import glob, site, os
-for s in site.getsitepackages() + [site.getusersitepackages()]:
+import glob, site, os, sys
+dirs = site.getsitepackages() + [site.getusersitepackages()] + [p for p in sys.path if p]
+for s in dict.fromkeys(dirs):
     for d in glob.glob(os.path.join(s, "nvidia", "*", "lib")):
         print(d)
 PY
     )
   fi
-  for lib in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+    found=""
     for d in "${search[@]}"; do
-      if [ -e "$d/$lib" ]; then
-        case ":${LD_LIBRARY_PATH:-}:" in
-          *":$d:"*) ;;
-          *) export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;;
-        esac
-        break
-      fi
+      [ -e "$d/$lib" ] && { found=$d; break; }
     done
+    [ -n "$found" ] || found=$(find /usr/local /opt -maxdepth 8 -name "$lib" 2> /dev/null | head -n 1 | xargs -r dirname)
+    if [ -n "$found" ]; then
+      case ":${LD_LIBRARY_PATH:-}:" in
+        *":$found:"*) ;;
+        *) export LD_LIBRARY_PATH=$found${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ;;
+      esac
+    fi
   done
 fi
-# Open MPI on a machine without InfiniBand: ob1 over self and shared memory, no UCX (its
-# transports probe for hardware that is not there and can hang or abort), no single-copy
-# mechanism (CMA is often blocked in containers), as root, more ranks than slots allowed.
+# Open MPI on one machine without InfiniBand: no remote launcher (plm isolated: no ssh or rsh),
+# ob1 over self and shared memory, no UCX (its transports probe for hardware that is not there
+# and can hang or abort), no single-copy mechanism (CMA is often blocked in containers), as root,
+# more ranks than slots allowed.
+export OMPI_MCA_plm=isolated
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_osc=^ucx OMPI_MCA_coll_hcoll_enable=0
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=PASSIVE
@@ -263,7 +309,6 @@ if [ $dry -eq 0 ]; then
   fi
 fi
 command -v python3 > /dev/null || problems+=("python3 is not on PATH (the JSON helpers need it)")
-command -v mpirun > /dev/null || problems+=("mpirun is not on PATH (carry the bundle: scripts/bundle_device.sh)")
 binaries=()
 for b in "$bin/zt-train" "$bin/zt-bench"; do
   if [ -x "$b" ]; then binaries+=("$b"); else problems+=("no $b: build it (or carry the bundle)"); fi
@@ -272,16 +317,23 @@ for t in zt_runtime_tests zt_mpi_device_comm_tests zt_mpi_device_engine_tests; d
   f=$(find_test "$t")
   [ -n "$f" ] && binaries+=("$f")
 done
+{
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  for b in "${binaries[@]}"; do echo "== $b"; ldd "$b" 2>&1; done
+} > "$out/ldd.txt"
 for b in "${binaries[@]}"; do
   while read -r lib; do
-    problems+=("$(basename "$b"): $lib not found by ldd (LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-})")
+    problems+=("$(basename "$b"): $lib not found by ldd (ldd.txt)")
   done < <(ldd "$b" 2> /dev/null | awk '/not found/ {print $1}')
 done
-if command -v mpirun > /dev/null; then
-  if ! timeout 60 mpirun -np 2 true > "$out/mpirun_true.txt" 2>&1; then
-    problems+=("mpirun -np 2 true failed: $(grep -v '^ *$' "$out/mpirun_true.txt" | tail -n 1) (log: mpirun_true.txt)")
-  fi
+# mpirun: a failure here skips the multi-rank check, naming why; it fails nothing else.
+mpi_problem=""
+if ! command -v mpirun > /dev/null; then
+  mpi_problem="mpirun is not on PATH (carry the bundle: scripts/bundle_device.sh)"
+elif ! timeout "$preflight_limit" mpirun -np 2 true > "$logs/mpirun_true.txt" 2>&1; then
+  mpi_problem="mpirun -np 2 true failed: $(grep -v '^ *$\|^-----' "$logs/mpirun_true.txt" | head -n 3 | tr '\n' ' ')(mpirun_true.txt)"
 fi
+[ -z "$mpi_problem" ] || echo "device_check: $mpi_problem; the multi-rank checks will be skipped" >&2
 echo "device_check: $([ $dry -eq 1 ] && echo 'dry run on the CPU back end' || echo "$gpu, driver $driver (CUDA $driver_cuda)"); binaries from $bin; B=$B T=$T; budget $budget s"
 if [ "${#problems[@]}" -gt 0 ]; then
   check_t0=$SECONDS
@@ -290,8 +342,11 @@ if [ "${#problems[@]}" -gt 0 ]; then
     note preflight "$p" FAIL > /dev/null
   done
   write_summary
+  pack_logs
   exit 2
 fi
+check_t0=$SECONDS
+note preflight "$(if [ $dry -eq 1 ]; then echo "dry run: binaries from $bin"; else echo "$gpu, driver $driver (CUDA $driver_cuda); libraries resolved (ldd.txt)"; fi)$([ -n "$mpi_problem" ] && echo "; $mpi_problem")" ok > /dev/null
 
 # ---- helpers over our JSON and logs (python without the bundle) ----------------------------------
 # bench_field FILE KEY: rows[0][KEY] of a zt-bench train --json file; peak_activation_bytes
@@ -323,6 +378,13 @@ elif not all(math.isfinite(x) for x in v): print("a loss is not finite")
 elif not v[-1] < v[0]: print("loss did not fall: %.4f -> %.4f" % (v[0], v[-1]))
 else: print("ok")'
 }
+# max_rel_diff FILE_A FILE_B [N]: the largest |a - b| / |b| over the first N lines (all when N is
+# absent); "nan" when the files differ in length or are empty
+max_rel_diff() {
+  paste <(head -n "${3:-1000000}" "$1") <(head -n "${3:-1000000}" "$2") |
+    awk 'NF != 2 {bad = 1} {d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > m) m = d}
+         END {if (bad || NR == 0) print "nan"; else printf "%.2e", m}'
+}
 # gtest_counts LOG: "passed failed skipped" from GoogleTest's closing summary
 gtest_counts() {
   local p f s
@@ -334,78 +396,78 @@ gtest_counts() {
 
 if [ $dry -eq 1 ]; then
   device=cpu model=gpt2-tiny steps=3 warmup=1 train_steps=6 mfu_target=${ZT_MFU_TARGET:-0}
+  smoke_shape=(-B 1 -T 16)
   # Tiny shapes gain nothing from more threads, and a busy CI machine's cores are shared.
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
   train_shape=(--set train_micro_batch_size_per_gpu=2 --set zt.seq_len=32)
 else
-  device=cuda model=gpt2-124M steps=10 warmup=3 train_steps=20 mfu_target=${ZT_MFU_TARGET:-0.45}
+  device=cuda model=gpt2-124M steps=10 warmup=3 train_steps=20 mfu_target=${ZT_MFU_TARGET:-0.40}
+  smoke_shape=(-B 1 -T 128)
   train_shape=()
 fi
 
-# ---- 1. kernel parity ----------------------------------------------------------------------------
-check_parity() {
-  local rt filter rc p f s v
-  rt=$(find_test zt_runtime_tests)
-  [ -n "$rt" ] || { note "$parity_name" "no zt_runtime_tests binary" FAIL; return; }
-  if [ $dry -eq 1 ]; then
-    filter='KernelsTest.*'
-  else
-    # CudaFactory.MakeDeviceWithoutGpu* checks the error without a GPU and skips whenever one is
-    # visible: excluded, so that any skip left is a failure.
-    filter='Cuda*:-CudaFactory.MakeDeviceWithoutGpu*'
-  fi
-  tmo "$rt" --gtest_filter="$filter" > "$out/parity.txt" 2>&1
+# ---- smoke: one step ------------------------------------------------------------------------------
+check_smoke() {
+  local rc loss
+  tmo "$bin/zt-bench" train --device "$device" --model "$model" "${smoke_shape[@]}" \
+    --precision bf16 --steps 1 --warmup 0 --json "$logs/smoke.json" > "$logs/smoke.txt" 2>&1
   rc=$?
-  read -r p f s < <(gtest_counts "$out/parity.txt")
-  if [ $rc -eq 0 ] && [ "$p" -gt 0 ] && [ "$f" -eq 0 ] && [ "$s" -eq 0 ]; then v=ok; else v=FAIL; fi
-  note "$parity_name" "$p passed, $f failed, $s skipped, $(why $rc) ($filter)" $v
-  grep '^\[  FAILED  \] [A-Za-z]' "$out/parity.txt" | sort -u | head -n 20
+  if [ $rc -ne 0 ] || [ ! -s "$logs/smoke.json" ]; then
+    note "$smoke_name" "zt-bench failed, $(why $rc): $(what_failed "$logs/smoke.txt")" FAIL
+    return
+  fi
+  loss=$(bench_losses "$logs/smoke.json" | head -n 1)
+  if py -c "import math, sys; sys.exit(not math.isfinite(float('$loss')))"; then
+    note "$smoke_name" "$(printf 'one step, loss %.4f, %.1f ms' "$loss" "$(bench_field "$logs/smoke.json" ms_per_step)")" ok
+  else
+    note "$smoke_name" "one step, loss $loss is not finite" FAIL
+  fi
 }
 
-# ---- 2, 3. training steps: tokens/s, losses, MFU; with checkpointing ------------------------------
+# ---- training: tokens/s, losses, MFU, per-op profile; with checkpointing ---------------------------
 bench() {  # name, extra args
   local name=$1
   shift
   tmo "$bin/zt-bench" train --device "$device" --model "$model" -B "$B" -T "$T" \
-    --precision bf16 --steps "$steps" --warmup "$warmup" --json "$out/$name.json" "$@" \
-    > "$out/$name.txt" 2>&1
+    --precision bf16 --steps "$steps" --warmup "$warmup" --json "$logs/$name.json" "$@" \
+    > "$logs/$name.txt" 2>&1
 }
-plain_ok=0
 check_training() {
   local rc tps mfu verdict fall
-  bench plain
+  bench plain --profile
   rc=$?
-  if [ $rc -ne 0 ] || [ ! -s "$out/plain.json" ]; then
-    note "$train_name" "zt-bench failed, $(why $rc): $(what_failed "$out/plain.txt")" FAIL
+  cp -f "$logs/plain.txt" "$out/profile.txt" 2> /dev/null
+  if [ $rc -ne 0 ] || [ ! -s "$logs/plain.json" ]; then
+    note "$train_name" "zt-bench failed, $(why $rc): $(what_failed "$logs/plain.txt")" FAIL
     note "MFU (target $(py -c "print('%g%%' % (100 * $mfu_target))"))" "no measurement" skipped
     return
   fi
-  tps=$(bench_field "$out/plain.json" tokens_per_s)
-  fall=$(bench_losses "$out/plain.json" | falling)
+  tps=$(bench_field "$logs/plain.json" tokens_per_s)
+  fall=$(bench_losses "$logs/plain.json" | falling)
   [ "$fall" = ok ] && verdict=ok || verdict=FAIL
-  note "$train_name" "$(printf '%.0f tokens/s; losses %s -> %s: %s' "$tps" \
-    "$(bench_losses "$out/plain.json" | head -n 1 | cut -c1-7)" \
-    "$(bench_losses "$out/plain.json" | tail -n 1 | cut -c1-7)" "$fall")" $verdict
-  [ $verdict = ok ] && plain_ok=1
-  mfu=$(bench_field "$out/plain.json" mfu)
+  note "$train_name" "$(printf '%.0f tokens/s, %s ms/step; losses %s -> %s: %s' "$tps" \
+    "$(bench_field "$logs/plain.json" ms_per_step | cut -c1-7)" \
+    "$(bench_losses "$logs/plain.json" | head -n 1 | cut -c1-7)" \
+    "$(bench_losses "$logs/plain.json" | tail -n 1 | cut -c1-7)" "$fall")" $verdict
+  mfu=$(bench_field "$logs/plain.json" mfu)
   verdict=$(py -c "print('ok' if $mfu >= $mfu_target else 'below-target')")
-  note "MFU (target $(py -c "print('%g%%' % (100 * $mfu_target))"))" "$(py -c "print('%.1f%%' % (100 * $mfu))")$([ $dry -eq 1 ] && echo ' of the CPU fp32 peak (dry run stand-in)')" "$verdict"
+  note "MFU (target $(py -c "print('%g%%' % (100 * $mfu_target))"))" "$(py -c "print('%.1f%%' % (100 * $mfu))")$([ $dry -eq 1 ] && echo ' of the CPU fp32 peak (dry run stand-in)' || echo ' of the dense bf16 peak')" "$verdict"
 }
 check_checkpointing() {
   local rc ratio act same v
-  if [ ! -s "$out/plain.json" ]; then
-    note "$ckpt_name" "no plain run to compare with" FAIL
+  if [ ! -s "$logs/plain.json" ]; then
+    note "$ckpt_name" "no plain run to compare with (the training check did not finish)" FAIL
     return
   fi
-  bench ckpt --checkpoint
+  bench ckpt --profile --checkpoint
   rc=$?
-  if [ $rc -ne 0 ] || [ ! -s "$out/ckpt.json" ]; then
-    note "$ckpt_name" "zt-bench --checkpoint failed, $(why $rc): $(what_failed "$out/ckpt.txt")" FAIL
+  if [ $rc -ne 0 ] || [ ! -s "$logs/ckpt.json" ]; then
+    note "$ckpt_name" "zt-bench --checkpoint failed, $(why $rc): $(what_failed "$logs/ckpt.txt")" FAIL
     return
   fi
-  ratio=$(py -c "print('%.2f' % ($(bench_field "$out/ckpt.json" ms_per_step) / $(bench_field "$out/plain.json" ms_per_step)))")
-  act=$(py -c "print('%.3f' % ($(bench_field "$out/ckpt.json" peak_activation_bytes) / max(1, $(bench_field "$out/plain.json" peak_activation_bytes))))")
-  if [ "$(bench_losses "$out/ckpt.json")" = "$(bench_losses "$out/plain.json")" ]; then
+  ratio=$(py -c "print('%.2f' % ($(bench_field "$logs/ckpt.json" ms_per_step) / $(bench_field "$logs/plain.json" ms_per_step)))")
+  act=$(py -c "print('%.3f' % ($(bench_field "$logs/ckpt.json" peak_activation_bytes) / max(1, $(bench_field "$logs/plain.json" peak_activation_bytes))))")
+  if [ "$(bench_losses "$logs/ckpt.json")" = "$(bench_losses "$logs/plain.json")" ]; then
     same="losses bitwise equal"
   else
     same="losses DIFFER from the plain run's"
@@ -414,19 +476,24 @@ check_checkpointing() {
   note "$ckpt_name" "step time x$ratio, activation peak x$act (< 1 needed), $same" $v
 }
 
-# ---- 4. two ranks, stage 3 vs stage 0 vs the CPU back end ---------------------------------------
+# ---- two ranks, stage 3 vs stage 0 vs the CPU back end ------------------------------------------
 train() {  # name, extra --set args
   local name=$1
   shift
-  rm -rf "${out:?}/$name"
+  rm -rf "${logs:?}/$name"
   tmo mpirun --oversubscribe -np 2 "$bin/zt-train" --config configs/gpt2-tiny.json \
-    --set zt.output_dir="$out/$name" --set zt.steps="$train_steps" --set zt.eval_every=0 \
+    --set zt.output_dir="$logs/$name" --set zt.steps="$train_steps" --set zt.eval_every=0 \
     --set zt.val_data='""' --set steps_per_print=100 \
     --set scheduler.params.warmup_num_steps=2 --set scheduler.params.total_num_steps="$train_steps" \
-    "${train_shape[@]}" "$@" > "$out/$name.txt" 2>&1
+    "${train_shape[@]}" "$@" > "$logs/$name.txt" 2>&1
 }
 check_two_ranks() {
-  local rc1 rc2 rc3 n fall v worst
+  local rc1 rc2 rc3 n fall v first all
+  if [ -n "$mpi_problem" ]; then
+    note "$ranks_name" "not run: $mpi_problem" skipped
+    note "$vs_cpu_name" "not run: $mpi_problem" skipped
+    return
+  fi
   if [ ! -f data/corpus/train.bin ]; then
     note "$ranks_name" "data/corpus missing: carry it (scripts/fetch_data.sh here)" FAIL
     note "$vs_cpu_name" "data/corpus missing" FAIL
@@ -436,32 +503,33 @@ check_two_ranks() {
   train dev_s0 "${dev[@]}" --set zero_optimization.stage=0; rc1=$?
   train dev_s3 "${dev[@]}" --set zero_optimization.stage=3; rc2=$?
   if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
-    note "$ranks_name" "zt-train failed: stage 0 $(why $rc1), stage 3 $(why $rc2): $(what_failed "$out/dev_s0.txt" "$out/dev_s3.txt")" FAIL
+    note "$ranks_name" "zt-train failed: stage 0 $(why $rc1), stage 3 $(why $rc2): $(what_failed "$logs/dev_s0.txt" "$logs/dev_s3.txt")" FAIL
   else
-    n=$(metrics_losses "$out/dev_s3" | wc -l)
-    fall=$(metrics_losses "$out/dev_s3" | falling)
-    if [ "$n" -eq "$train_steps" ] && [ "$(metrics_losses "$out/dev_s0")" = "$(metrics_losses "$out/dev_s3")" ] && [ "$fall" = ok ]; then
+    n=$(metrics_losses "$logs/dev_s3" | wc -l)
+    fall=$(metrics_losses "$logs/dev_s3" | falling)
+    if [ "$n" -eq "$train_steps" ] && [ "$(metrics_losses "$logs/dev_s0")" = "$(metrics_losses "$logs/dev_s3")" ] && [ "$fall" = ok ]; then
       v=ok
     else
       v=FAIL
     fi
-    note "$ranks_name" "$n of $train_steps losses, stage 3 $([ "$(metrics_losses "$out/dev_s0")" = "$(metrics_losses "$out/dev_s3")" ] && echo '=' || echo '!=') stage 0 bitwise; falling: $fall" $v
+    note "$ranks_name" "$n of $train_steps losses, stage 3 $([ "$(metrics_losses "$logs/dev_s0")" = "$(metrics_losses "$logs/dev_s3")" ] && echo '=' || echo '!=') stage 0 bitwise; falling: $fall" $v
   fi
   train cpu_s0 --set zt.device=cpu --set zero_optimization.stage=0; rc3=$?
   if [ $rc1 -ne 0 ] || [ $rc3 -ne 0 ]; then
-    note "$vs_cpu_name" "zt-train failed: $device $(why $rc1), cpu $(why $rc3): $(what_failed "$out/dev_s0.txt" "$out/cpu_s0.txt")" FAIL
+    note "$vs_cpu_name" "zt-train failed: $device $(why $rc1), cpu $(why $rc3): $(what_failed "$logs/dev_s0.txt" "$logs/cpu_s0.txt")" FAIL
     return
   fi
-  worst=$(paste <(metrics_losses "$out/dev_s0") <(metrics_losses "$out/cpu_s0") |
-          awk 'NF != 2 {bad = 1} {d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > m) m = d}
-               END {if (bad || NR == 0) print "nan"; else printf "%.2e", m}')
-  v=$(awk -v w="$worst" 'BEGIN {print (w != "nan" && w + 0 <= 1e-4) ? "ok" : "FAIL"}')
-  note "$vs_cpu_name" "max relative loss difference $worst over $train_steps steps (<= 1e-4)" "$v"
+  metrics_losses "$logs/dev_s0" > "$logs/dev_s0.losses"
+  metrics_losses "$logs/cpu_s0" > "$logs/cpu_s0.losses"
+  first=$(max_rel_diff "$logs/dev_s0.losses" "$logs/cpu_s0.losses" 3)
+  all=$(max_rel_diff "$logs/dev_s0.losses" "$logs/cpu_s0.losses")
+  v=$(awk -v w="$first" 'BEGIN {print (w != "nan" && w + 0 <= 1e-4) ? "ok" : "FAIL"}')
+  note "$vs_cpu_name" "max relative loss difference $first over the first 3 steps (<= 1e-4); $all over all $train_steps" "$v"
 }
 
-# ---- 5. communicators, one rank -----------------------------------------------------------------
+# ---- communicators, one rank -----------------------------------------------------------------------
 check_comm() {
-  local comm engine rc=0 p f s tp=0 tf=0 ts=0 v comm_filter engine_filter none=""
+  local comm engine rc=0 p f s tp=0 tf=0 ts=0 v comm_filter engine_filter none="" launch=()
   comm=$(find_test zt_mpi_device_comm_tests)
   engine=$(find_test zt_mpi_device_engine_tests)
   if [ -z "$comm" ] || [ -z "$engine" ]; then
@@ -477,65 +545,95 @@ check_comm() {
     comm_filter='NcclCommunicator.*:*OnAGpu:-NcclCommunicator.WatchdogAbortsWhenARankDoesNotCall'
     engine_filter='NcclCommunicator.*'
   fi
-  tmo mpirun -np 1 "$comm" --gtest_filter="$comm_filter" > "$out/comm.txt" 2>&1 || rc=$?
-  read -r p f s < <(gtest_counts "$out/comm.txt")
+  # One rank runs as a singleton without mpirun when mpirun cannot launch.
+  [ -n "$mpi_problem" ] || launch=(mpirun -np 1)
+  tmo "${launch[@]}" "$comm" --gtest_filter="$comm_filter" > "$logs/comm.txt" 2>&1 || rc=$?
+  read -r p f s < <(gtest_counts "$logs/comm.txt")
   tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
   [ "$p" -gt 0 ] || none="; none passed in comm.txt"
-  tmo mpirun -np 1 "$engine" --gtest_filter="$engine_filter" > "$out/comm_engine.txt" 2>&1 || rc=$?
-  read -r p f s < <(gtest_counts "$out/comm_engine.txt")
+  tmo "${launch[@]}" "$engine" --gtest_filter="$engine_filter" > "$logs/comm_engine.txt" 2>&1 || rc=$?
+  read -r p f s < <(gtest_counts "$logs/comm_engine.txt")
   tp=$((tp + p)) tf=$((tf + f)) ts=$((ts + s))
   [ "$p" -gt 0 ] || none="$none; none passed in comm_engine.txt"
   if [ "$rc" -eq 0 ] && [ -z "$none" ] && [ "$tf" -eq 0 ] && [ "$ts" -eq 0 ]; then v=ok; else v=FAIL; fi
-  note "$comm_name" "$tp passed, $tf failed, $ts skipped, $(why "$rc")$none" $v
-  grep -h '^\[  FAILED  \] [A-Za-z]' "$out/comm.txt" "$out/comm_engine.txt" | sort -u | head -n 20
+  note "$comm_name" "$tp passed, $tf failed, $ts skipped, $(why "$rc")$none$([ -n "$mpi_problem" ] && echo ' (singleton, no mpirun)')" $v
+  grep -h '^\[  FAILED  \] [A-Za-z]' "$logs/comm.txt" "$logs/comm_engine.txt" | sort -u | head -n 20
 }
 
-# ---- 6. PyTorch on the same GPU ------------------------------------------------------------------
+# ---- kernel parity ---------------------------------------------------------------------------------
+check_parity() {
+  local rt filter rc p f s v
+  rt=$(find_test zt_runtime_tests)
+  [ -n "$rt" ] || { note "$parity_name" "no zt_runtime_tests binary" FAIL; return; }
+  if [ $dry -eq 1 ]; then
+    filter='KernelsTest.*'
+  else
+    # CudaFactory.MakeDeviceWithoutGpu* checks the error without a GPU and skips whenever one is
+    # visible: excluded, so that any skip left is a failure.
+    filter='Cuda*:-CudaFactory.MakeDeviceWithoutGpu*'
+  fi
+  tmo "$rt" --gtest_filter="$filter" > "$logs/parity.txt" 2>&1
+  rc=$?
+  read -r p f s < <(gtest_counts "$logs/parity.txt")
+  if [ $rc -eq 0 ] && [ "$p" -gt 0 ] && [ "$f" -eq 0 ] && [ "$s" -eq 0 ]; then v=ok; else v=FAIL; fi
+  note "$parity_name" "$p passed, $f failed, $s skipped, $(why $rc) ($filter)" $v
+  grep '^\[  FAILED  \] [A-Za-z]' "$logs/parity.txt" | sort -u | head -n 20
+}
+
+# ---- PyTorch on the same GPU -----------------------------------------------------------------------
 check_torch() {
   local rc ttps tps v
   if [ $dry -eq 1 ]; then
     note "$torch_name" "dry run: PyTorch's reference needs a GPU" skipped
     return
   fi
-  if ! py -c "import torch; assert torch.cuda.is_available(), 'no CUDA device visible to torch'" > "$out/torch_import.txt" 2>&1; then
-    note "$torch_name" "import torch failed: $(tail -n 1 "$out/torch_import.txt")" skipped
+  if ! tmo env "${py_env[@]}" python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device visible to torch'" > "$logs/torch_import.txt" 2>&1; then
+    note "$torch_name" "import torch failed: $(tail -n 1 "$logs/torch_import.txt")" skipped
     return
   fi
-  tmo env "${py_env[@]}" python3 tests/gpu/torch_gpt2_bench.py --batch "$B" --seq-len "$T" > "$out/torch.txt" 2>&1
+  tmo env "${py_env[@]}" PYTHONUNBUFFERED=1 python3 tests/gpu/torch_gpt2_bench.py --batch "$B" --seq-len "$T" > "$logs/torch.txt" 2>&1
   rc=$?
-  ttps=$(grep -o 'tokens_per_s [0-9.]*' "$out/torch.txt" | awk '{print $2}')
+  ttps=$(grep -o 'tokens_per_s [0-9.]*' "$logs/torch.txt" | awk '{print $2}')
   if [ $rc -ne 0 ] || [ -z "$ttps" ]; then
-    note "$torch_name" "failed, $(why $rc): $(what_failed "$out/torch.txt")" FAIL
+    note "$torch_name" "failed, $(why $rc): $(what_failed "$logs/torch.txt")" FAIL
     return
   fi
-  tps=$( [ -s "$out/plain.json" ] && bench_field "$out/plain.json" tokens_per_s || echo 0)
+  if [ ! -s "$logs/plain.json" ]; then
+    note "$torch_name" "$(printf '%.0f tokens/s; ours not measured in this run' "$ttps")" ok
+    return
+  fi
+  tps=$(bench_field "$logs/plain.json" tokens_per_s)
   v=$(py -c "print('ok' if $tps >= $ttps else 'below-target')")
   note "$torch_name" "$(printf '%.0f tokens/s; ours %.0f (x%s)' "$ttps" "$tps" "$(py -c "print('%.2f' % ($tps / $ttps))")")" "$v"
 }
 
 if [ $dry -eq 1 ]; then
-  parity_name="kernel parity (CPU kernel tests)"
+  smoke_name="smoke: $model bf16, one step (cpu)"
   train_name="$model bf16 B=$B T=$T (cpu)"
-  ckpt_name="+ activation checkpointing"
+  parity_name="kernel parity (CPU kernel tests)"
   ranks_name="2 ranks, cpu: stage 3 = stage 0"
   vs_cpu_name="cpu vs CPU back end, fp32 losses"
   comm_name="host staging + scrambled device, 1 rank"
 else
-  parity_name="kernel parity (CUDA vs CPU)"
+  smoke_name="smoke: $model bf16, one step"
   train_name="$model bf16 B=$B T=$T"
-  ckpt_name="+ activation checkpointing"
+  parity_name="kernel parity (CUDA vs CPU)"
   ranks_name="2 ranks on 1 GPU: stage 3 = stage 0"
   vs_cpu_name="GPU vs CPU back end, fp32 losses"
   comm_name="NCCL (and host staging), 1 rank"
 fi
+ckpt_name="+ activation checkpointing"
 torch_name="PyTorch $model bf16 (SDPA, autocast)"
 
-run_check 90 "$parity_name" check_parity
-run_check 90 "$train_name" check_training
-run_check 90 "$ckpt_name" check_checkpointing
-run_check 150 "$ranks_name" check_two_ranks
-run_check 90 "$comm_name" check_comm
-run_check 120 "$torch_name" check_torch
+run_check smoke "$smoke_name" check_smoke
+run_check training "$train_name" check_training
+run_check torch "$torch_name" check_torch
+run_check parity "$parity_name" check_parity
+run_check ranks "$ranks_name" check_two_ranks
+run_check comm "$comm_name" check_comm
+run_check ckpt "$ckpt_name" check_checkpointing
 
 write_summary
+pack_logs
+echo "outputs: $out (summary.json, summary.txt, logs.tar.gz, ldd.txt, profile.txt); logs in $logs"
 exit $failed
