@@ -124,6 +124,10 @@ class CudaKernels final : public Kernels {
   // `op` (n elements) as fp32: its own pointer when fp32 (or null), else widened into a new
   // scratch held by `holder`.
   const float* widened(ConstOperand op, int64_t n, Buffer& holder);
+  // table[keys[bt]] (rows of C) += dout[bt] for bt in [0, BT), each row's in ascending bt
+  // (embedding_backward's deterministic segmented reduction).
+  void add_rows_by_key(Operand table, const float* dout, const int32_t* keys, int64_t BT,
+                       int64_t C);
 
   Device& device_;
   cudaStream_t stream_;

@@ -32,6 +32,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 #include <limits>
 
 #include "runtime/cuda/cuda_kernels_impl.h"
@@ -139,48 +140,43 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens,
   out[i] = wpe ? e + P::to_fp32(wpe[position * C + c]) : e;
 }
 
-// dwte += scatter of dout by token. Block x = position bt, block y = a chunk of channels. Only
-// the block of a token's FIRST position writes: it walks positions bt .. BT-1 in order, adding
-// the rows of the same token into the dwte value, so the additions happen in position order,
-// exactly as on the CPU (dwte[tok] + g[first] + g[next] + ...), with no atomics. dwte is stored
-// as S: the old value is widened, every contribution added in fp32, and the row element rounded
-// once after all of them (kernels.h); rows no token names keep their bits.
+// Embedding backward as deterministic segmented reductions: the positions bt = 0..BT-1 are
+// sorted by their key (the token for dwte, the position for dwpe) with a stable radix sort, so
+// each key's positions form one run in ascending bt; then the block at the head of a run (one per
+// key and chunk of channels) adds the run's rows of dout into the key's table row in that order:
+// dst[key] + g[first] + g[next] + ..., exactly the CPU's order, with no atomics. O(BT·C) work
+// over (distinct keys × channel chunks) blocks, where a walk over the batch per element was
+// serial. The table row is stored as S: widened, every contribution added in fp32, rounded once
+// (kernels.h); rows no key names keep their bits.
+__global__ void iota_kernel(int32_t* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = int32_t(i);
+}
+
 template <class S>
-__global__ void embedding_backward_wte_kernel(typename S::Elem* dwte, const float* dout,
-                                              const int32_t* tokens, int64_t BT, int64_t C) {
-  const int64_t bt = blockIdx.x;
-  const int32_t token = tokens[bt];
-  int seen_before = 0;
-  for (int64_t j = threadIdx.x; j < bt; j += blockDim.x) seen_before |= (tokens[j] == token);
-  if (__syncthreads_or(seen_before)) return;  // an earlier position's block owns this token
+__global__ void add_sorted_runs_kernel(typename S::Elem* table, const float* dout,
+                                       const int32_t* keys, const int32_t* rows, int64_t BT,
+                                       int64_t C) {
+  const int64_t i = blockIdx.x;
+  const int32_t key = keys[i];
+  if (i > 0 && keys[i - 1] == key) return;  // not the head of its key's run
   const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  typename S::Elem* d = dwte + int64_t(token) * C + c;
+  typename S::Elem* d = table + int64_t(key) * C + c;
   float acc = S::to_fp32(*d);
-  for (int64_t j = bt; j < BT; ++j)
-    if (tokens[j] == token) acc += dout[j * C + c];
+  for (int64_t j = i; j < BT && keys[j] == key; ++j) acc += dout[int64_t(rows[j]) * C + c];
   *d = S::from_fp32(acc);
 }
 
-// dwpe (T,C) += the rows of dout at each position, in token order (as the CPU): without
-// positions, dout[b,t] for b in order; with them, every token (b, t') of positions[b,t'] == t,
-// found by a scan of the tokens that can hold it (t' >= t, a position never exceeds its index).
-// dwpe stored as S, rounded once.
+// dwpe (T,C) += dout[b,t] for b in order, without positions (t is each row's index): the rows of
+// a position sit B apart, so each element sums its own column (coalesced across threads).
 template <class S>
 __global__ void embedding_backward_wpe_kernel(typename S::Elem* dwpe, const float* dout,
-                                              const int32_t* positions, int64_t B, int64_t T,
-                                              int64_t C) {
+                                              int64_t B, int64_t T, int64_t C) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * C) return;
   float acc = S::to_fp32(dwpe[i]);
-  if (positions) {
-    const int64_t t = i / C, c = i % C;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t u = t; u < T; ++u)
-        if (positions[b * T + u] == t) acc += dout[(b * T + u) * C + c];
-  } else {
-    for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
-  }
+  for (int64_t b = 0; b < B; ++b) acc += dout[b * T * C + i];
   dwpe[i] = S::from_fp32(acc);
 }
 
@@ -511,9 +507,13 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
 //     16-bit operands are act-typed: forward and dinp when the weight is act-typed, dweight when
 //     the table is 16-bit and dweight is act-typed or fp32. The activation operand (inp, dout)
 //     is narrowed into a tracked scratch first: exact, it holds act's values (kernels.h).
-//       forward  D = act(inp·W + bias): cuBLASLt writes a 16-bit D, the bias added by its BIAS
-//                epilogue in fp32 before the one rounding; then widened into out (exact). A
-//                bias of another dtype: out = bias rows, += the product (fp32 D), then rounded.
+//       forward  D = act(inp·W + bias): fp16, or bf16 without a bias: cuBLASLt writes a 16-bit
+//                D, an fp16 bias added by its BIAS epilogue in fp32 before the one rounding;
+//                then widened into out (exact). A bf16 bias, or one of another dtype: out =
+//                bias rows, += the product (fp32 D), then rounded. (cuBLASLt 13.0's bf16 BIAS
+//                epilogue on an H200 gave results off by up to 15% where the bias cancels the
+//                product, as if the product were rounded to bf16 before the bias was added:
+//                CudaNnKernelsTest.TensorCoreMatmulForwardMatchesCpuForEveryDtype caught it.)
 //       dinp     dinp = act(dinp + dout·Wᵀ): fp32 C = D = dinp (beta = 1), then rounded by
 //                round_act (dinp holds act values; the sum is fp32, one rounding).
 //       dweight  dW = type(dW + inpᵀ·dout): C = D = dW in its own dtype, beta = 1, fp32
@@ -563,7 +563,7 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
   if (K > 0 && act_ != DType::kF32 && weight_op.dtype == act_) {
     Buffer inp16;
     const void* a = narrowed_to_act(inp, M * K, inp16);
-    if (!bias || bias.dtype == act_) {
+    if (!bias || (bias.dtype == act_ && act_ == DType::kF16)) {
       // out = act(inp·W + bias): one rounding in the epilogue, then widened (exact). cuBLASLt
       // has no alignment preference for the bias vector: one less than 16-byte aligned is
       // copied to an aligned scratch (N elements) rather than trusted to every kernel.
@@ -581,7 +581,8 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
       cast(out, DType::kF32, out16.data(), act_, M * N);
       return;
     }
-    // A bias of another dtype: out = bias rows, then += the product in fp32, then rounded.
+    // A bf16 bias (see above) or one of another dtype: out = bias rows, then += the product in
+    // fp32, then rounded.
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
       broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0,
@@ -716,6 +717,33 @@ void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOper
   round_act(out, n);
 }
 
+// table[keys[bt]] += dout[bt] for bt in 0..BT-1, each row's contributions in ascending bt: the
+// (key, bt) pairs sorted by key (stable, so bt stays ascending within a key), then one block per
+// run head and channel chunk (add_sorted_runs_kernel).
+void CudaKernels::add_rows_by_key(Operand table, const float* dout, const int32_t* keys,
+                                  int64_t BT, int64_t C) {
+  const int n = int(BT);
+  Buffer rows = scratch(BT), sorted_keys = scratch(BT), sorted_rows = scratch(BT);
+  int32_t* rows_in = static_cast<int32_t*>(rows.data());
+  iota_kernel<<<blocks_for(BT, kElementThreads), kElementThreads, 0, stream_>>>(rows_in, BT);
+  check_launch();
+  int32_t* keys_out = static_cast<int32_t*>(sorted_keys.data());
+  int32_t* rows_out = static_cast<int32_t*>(sorted_rows.data());
+  size_t temp_bytes = 0;
+  ZT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys_out, rows_in,
+                                                rows_out, n, 0, 32, stream_));
+  Buffer temp = scratch(int64_t((temp_bytes + sizeof(float) - 1) / sizeof(float)));
+  ZT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, keys, keys_out, rows_in,
+                                                rows_out, n, 0, 32, stream_));
+  const unsigned channel_chunks = blocks_for(C, kElementThreads);
+  visit_storage(table.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    add_sorted_runs_kernel<S><<<dim3(unsigned(BT), channel_chunks), kElementThreads, 0,
+                                stream_>>>(elems<S>(table), dout, keys_out, rows_out, BT, C);
+  });
+  check_launch();
+}
+
 // Parameter gradients only: nothing to round to the activation dtype (a 16-bit dwte / dwpe is
 // rounded in the kernel, once per element written).
 void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
@@ -725,26 +753,20 @@ void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* do
   const int64_t BT = B * T;
   if (BT <= 0 || C <= 0) return;
   ZT_CUDA_ASSERT(BT <= std::numeric_limits<int>::max(), "embedding_backward: B*T too large");
-  const unsigned channel_chunks = blocks_for(C, kElementThreads);
-  ZT_CUDA_ASSERT(channel_chunks <= 65535, "embedding_backward: C too large");
-  if (dwte) {
-    visit_storage(dwte.dtype, [&](auto tag) {
-      using S = decltype(tag);
-      embedding_backward_wte_kernel<S>
-          <<<dim3(unsigned(BT), channel_chunks), kElementThreads, 0, stream_>>>(
-              elems<S>(dwte), dout, tokens, BT, C);
-    });
-    check_launch();
+  ZT_CUDA_ASSERT(blocks_for(C, kElementThreads) <= 65535, "embedding_backward: C too large");
+  if (dwte) add_rows_by_key(dwte, dout, tokens, BT, C);
+  if (!dwpe) return;
+  if (positions) {
+    add_rows_by_key(dwpe, dout, positions, BT, C);
+    return;
   }
-  if (dwpe) {
-    visit_storage(dwpe.dtype, [&](auto tag) {
-      using S = decltype(tag);
-      embedding_backward_wpe_kernel<S>
-          <<<blocks_for(T * C, kElementThreads), kElementThreads, 0, stream_>>>(
-              elems<S>(dwpe), dout, positions, B, T, C);
-    });
-    check_launch();
-  }
+  visit_storage(dwpe.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    embedding_backward_wpe_kernel<S>
+        <<<blocks_for(T * C, kElementThreads), kElementThreads, 0, stream_>>>(elems<S>(dwpe),
+                                                                               dout, B, T, C);
+  });
+  check_launch();
 }
 
 // ---------------------------------------------------------------------------------------------
