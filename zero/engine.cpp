@@ -8,6 +8,7 @@
 
 #include "runtime/status.h"
 #include "zero/gradient_reducer.h"
+#include "zero/unit_residency.h"
 
 namespace zt {
 
@@ -349,32 +350,29 @@ void Engine::reset_comm_stats() {
   gather_comm_->reset_stats();
 }
 
+// The engine's parameter groups as stage 3's residency decisions see them (unit_residency.h).
+class Engine::GroupResidency final : public UnitResidency {
+ public:
+  explicit GroupResidency(Engine& e) : e_(e) {}
+  ParamState state(int u) const override { return group(u).state(); }
+  bool sharded(int u) const override { return group(u).params_sharded(); }
+  int64_t live_elements() const override { return e_.live_elements(); }
+  void release(int u) override { group(u).release(); }
+  void begin_gather(int u) override { group(u).begin_gather(*e_.gather_queue_); }
+  void use(int u) override { group(u).use(*e_.gather_queue_); }
+  void done(int u, bool keep_gathered) override { group(u).done(keep_gathered); }
+
+ private:
+  ParamGroup& group(int u) const { return *e_.groups_[static_cast<size_t>(u)]; }
+  Engine& e_;
+};
+
 ParamGroup& Engine::use_unit(const UnitSchedule& schedule, size_t at) {
-  const int u = schedule[at].unit;
-  ParamGroup& g = *groups_[u];
-  if (g.params_sharded() && g.state() == ParamState::kSharded) {
-    // Room under max_live for this unit: release kept units, the one used last first.
-    const int64_t limit = options_.max_live_parameters, need = schedule.gathered_elements(u);
-    while (live_elements() > limit - need) {
-      int victim = -1;
-      size_t victim_next = 0;
-      for (size_t v = 0; v < groups_.size(); ++v) {
-        if (static_cast<int>(v) == u || groups_[v]->state() != ParamState::kFull ||
-            !groups_[v]->params_sharded())
-          continue;
-        const size_t next = schedule.next_use_of(static_cast<int>(v), at);
-        if (victim < 0 || next > victim_next) victim = static_cast<int>(v), victim_next = next;
-      }
-      if (victim < 0) break;  // only gathers in flight: they finish into use soon
-      groups_[victim]->release();
-    }
-  }
-  g.use(*gather_queue_);
-  const auto held = [&](int v) { return groups_[v]->state() != ParamState::kSharded; };
-  for (int v : schedule.prefetch(at, live_elements(), held)) groups_[v]->begin_gather(*gather_queue_);
+  GroupResidency units(*this);
+  residency_before_step(schedule, at, units);
   prefetch_offloaded(schedule, at);
   note_gathered();
-  return g;
+  return *groups_[schedule[at].unit];
 }
 
 void Engine::prefetch_offloaded(const UnitSchedule& schedule, size_t at) {
@@ -397,10 +395,8 @@ int64_t Engine::nvme_bytes(MemCategory c) const {
 }
 
 void Engine::end_use(const UnitSchedule& schedule, size_t at) {
-  // The next step computes with the same unit: nothing to drop.
-  if (schedule.next_use(at) == at + 1) return;
-  ParamGroup& g = *groups_[schedule[at].unit];
-  g.done(g.params_sharded() && schedule.keep_after(at, live_elements()));
+  GroupResidency units(*this);
+  residency_after_step(schedule, at, units);
 }
 
 double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, bool reduce_now) {

@@ -266,9 +266,10 @@ class Engine {
   // (reduced now when `reduce_now`, else stored for a later micro-batch). Returns the sum of
   // this rank's per-position losses (ignored targets add 0).
   double run_pass(const Batch& batch, PassMode mode, float dloss, bool reduce_now);
-  // Stage 3 around step `at` of a schedule: use_unit makes room under max_live (releasing
-  // kept units), gathers the step's unit and starts the prefetches; end_use releases it
-  // unless the schedule keeps it.
+  // Stage 3 around step `at` of a schedule, as zero/unit_residency.h decides: use_unit makes
+  // room under max_live (releasing kept units), gathers the step's unit and starts the
+  // prefetches; end_use releases it unless the schedule keeps it.
+  class GroupResidency;
   ParamGroup& use_unit(const UnitSchedule& schedule, size_t at);
   void end_use(const UnitSchedule& schedule, size_t at);
   // offload_param on NVMe, before step `at`: the shards of the next sharded units after it

@@ -10,6 +10,7 @@
 #include "runtime/status.h"
 #include "zero/engine.h"
 #include "zero/swapped_state.h"
+#include "zero/unit_residency.h"
 
 namespace zt {
 
@@ -233,7 +234,7 @@ class UnitReplay {
       Group g;
       g.padded = ShardLayout(numel, s.world, 0).padded;
       g.sharded = s.policy.shard_params && numel > s.persistence_threshold;
-      g.state = g.sharded ? State::kSharded : State::kFull;
+      g.state = g.sharded ? ParamState::kSharded : ParamState::kFull;
       g.separate_grads = s.policy.shard_grads || mixed_;
       // zero_grads: the first micro-batch's gradient goes into a zero store of the compute dtype
       g.produce_in_store = mixed_ && !s.policy.shard_grads && grad_dtype == p.compute;
@@ -250,37 +251,8 @@ class UnitReplay {
   const UnitSchedule& schedule() const { return *schedule_; }
   bool completes_unit(size_t l, int u) const { return last_backward_layer_[u] == l; }
 
-  void use_unit(size_t at) {
-    const int u = (*schedule_)[at].unit;
-    Group& g = groups_[u];
-    if (g.sharded && g.state == State::kSharded) {
-      const int64_t need = schedule_->gathered_elements(u);
-      while (live() > o_.gather.max_live_elements - need) {
-        int victim = -1;
-        size_t victim_next = 0;
-        for (size_t v = 0; v < groups_.size(); ++v) {
-          if (static_cast<int>(v) == u || groups_[v].state != State::kFull || !groups_[v].sharded)
-            continue;
-          const size_t next = schedule_->next_use_of(static_cast<int>(v), at);
-          if (victim < 0 || next > victim_next) victim = static_cast<int>(v), victim_next = next;
-        }
-        if (victim < 0) break;
-        release(groups_[victim]);
-      }
-    }
-    if (g.state == State::kSharded) gather(g);
-    g.state = State::kFull;
-    const auto held = [&](int v) { return groups_[v].state != State::kSharded; };
-    for (int v : schedule_->prefetch(at, live(), held)) {
-      gather(groups_[v]);
-      groups_[v].state = State::kGathering;
-    }
-  }
-  void end_use(size_t at) {
-    if (schedule_->next_use(at) == at + 1) return;
-    Group& g = groups_[(*schedule_)[at].unit];
-    if (g.sharded && g.state == State::kFull && !schedule_->keep_after(at, live())) release(g);
-  }
+  void use_unit(size_t at) { residency_before_step(*schedule_, at, residency_); }
+  void end_use(size_t at) { residency_after_step(*schedule_, at, residency_); }
   void ensure_grads(int u) {
     Group& g = groups_[u];
     if (!g.separate_grads || g.produce_in_store || g.grads_full > 0) return;
@@ -310,12 +282,37 @@ class UnitReplay {
   }
 
  private:
-  enum class State { kSharded, kGathering, kFull };
   struct Group {
     int64_t padded = 0;
     bool sharded = false, separate_grads = false, produce_in_store = false, into_store = false;
-    State state = State::kSharded;
+    ParamState state = ParamState::kSharded;
     int64_t gathered = 0, grads_full = 0, reduce_buffer = 0;  // bytes held now
+  };
+  // The replayed groups as stage 3's residency decisions see them (zero/unit_residency.h),
+  // each transition counting the gathered buffer's bytes as ParamGroup allocates and frees it.
+  class Residency final : public UnitResidency {
+   public:
+    explicit Residency(UnitReplay& r) : r_(r) {}
+    ParamState state(int u) const override { return group(u).state; }
+    bool sharded(int u) const override { return group(u).sharded; }
+    int64_t live_elements() const override { return r_.live(); }
+    void release(int u) override { r_.release(group(u)); }
+    void begin_gather(int u) override {
+      r_.gather(group(u));
+      group(u).state = ParamState::kGathering;
+    }
+    void use(int u) override {
+      if (group(u).state == ParamState::kSharded) r_.gather(group(u));
+      group(u).state = ParamState::kFull;
+    }
+    void done(int u, bool keep_gathered) override {
+      if (group(u).sharded && group(u).state == ParamState::kFull && !keep_gathered)
+        r_.release(group(u));
+    }
+
+   private:
+    Group& group(int u) const { return r_.groups_[static_cast<size_t>(u)]; }
+    UnitReplay& r_;
   };
 
   MemCategory grads_full_category() const {
@@ -333,7 +330,7 @@ class UnitReplay {
   void release(Group& g) {
     t_.free(MemCategory::kCommBuffers, g.gathered);
     g.gathered = 0;
-    g.state = State::kSharded;
+    g.state = ParamState::kSharded;
   }
   void alloc_reduce_buffer(Group& g) {
     g.reduce_buffer = g.padded * comm_;
@@ -370,6 +367,7 @@ class UnitReplay {
   int64_t compute_ = 4, comm_ = 4;
   std::vector<Group> groups_;
   std::unique_ptr<UnitSchedule> schedule_;
+  Residency residency_{*this};
   std::vector<size_t> last_backward_layer_;
   std::vector<int> bucket_, in_flight_;
   int64_t bucket_elements_ = 0;

@@ -55,6 +55,8 @@ class UnitSchedule {
   // The first step at or after `from` that uses `unit`, or kNever.
   size_t next_use_of(int unit, size_t from) const;
   int64_t gathered_elements(int unit) const { return gathered_elements_[unit]; }
+  size_t units() const { return gathered_elements_.size(); }
+  const GatherLimits& limits() const { return limits_; }
 
   // Units to start gathering before step i computes, in order of use: the next distinct
   // gathered units after step i's own while they fit in prefetch_elements (units `held` now,
