@@ -253,12 +253,14 @@ for s in dict.fromkeys(dirs):
 PY
     )
   fi
+  machine_libs=()
   for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
     found=""
     for d in "${search[@]}"; do
       [ -e "$d/$lib" ] && { found=$d; break; }
     done
     [ -n "$found" ] || found=$(find /usr/local /opt -maxdepth 8 -name "$lib" 2> /dev/null | head -n 1 | xargs -r dirname)
+    machine_libs+=("$lib => ${found:-not found}")
     if [ -n "$found" ]; then
       case ":${LD_LIBRARY_PATH:-}:" in
         *":$found:"*) ;;
@@ -319,6 +321,13 @@ for t in zt_runtime_tests zt_mpi_device_comm_tests zt_mpi_device_engine_tests; d
 done
 {
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  if [ $dry -eq 0 ]; then
+    echo "== found on this machine (directory)"
+    printf '%s\n' "${machine_libs[@]}"
+    # cuDNN's version, for the attention path that will use it (cudnnGetVersion: 91900 = 9.19.0)
+    cudnn_dir=$(printf '%s\n' "${machine_libs[@]}" | sed -n 's/^libcudnn.so.9 => \(\/.*\)$/\1/p')
+    [ -z "$cudnn_dir" ] || echo "cudnnGetVersion: $(py -c "import ctypes; print(ctypes.CDLL('$cudnn_dir/libcudnn.so.9').cudnnGetVersion())" 2>&1 | tail -n 1)"
+  fi
   for b in "${binaries[@]}"; do echo "== $b"; ldd "$b" 2>&1; done
 } > "$out/ldd.txt"
 for b in "${binaries[@]}"; do
