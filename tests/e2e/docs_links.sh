@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The repository's documentation holds together on its own:
 #   - every relative Markdown link in README.md and docs/**/*.md names a file or folder that
-#     exists inside the repository (anchors after '#' are not checked; http(s) and mailto links
-#     are not followed; fenced code blocks are skipped);
+#     exists inside the repository, and an anchor (#section) into a Markdown page names one of
+#     its headings, slugged as GitHub does (lower case, punctuation dropped, spaces to '-', a
+#     repeated heading suffixed -1, -2, ...); http(s) and mailto links are not followed; fenced
+#     code blocks are skipped;
 #   - README.md is at most 260 lines and links docs/architecture.md, which exists;
 #   - no .md, .cpp, .h, .cu, .cuh, .sh or CMakeLists.txt file outside build*/, data/ and runs/
 #     points outside the repository: none names the design folder the project started from
@@ -15,6 +17,21 @@ cd "$src" || exit 1
 root=$(pwd -P)
 problems=0
 fail() { echo "docs_links: $*"; problems=$((problems + 1)); }
+
+# The anchors of a Markdown page's headings (outside fenced code), one per line.
+anchors() {
+  awk '
+    /^[ \t]*(```|~~~)/ { fence = !fence; next }
+    fence || !/^#+[ \t]/ { next }
+    {
+      h = tolower($0)
+      sub(/^#+[ \t]+/, "", h)
+      gsub(/[^a-z0-9 _-]/, "", h)
+      gsub(/ /, "-", h)
+      n = seen[h]++
+      print (n ? h "-" n : h)
+    }' "$1"
+}
 
 readme_max=260
 [ -f README.md ] || { fail "README.md is missing"; exit 1; }
@@ -31,12 +48,18 @@ while IFS= read -r page; do
   while IFS=$'\t' read -r number target; do
     [ -n "$target" ] || continue
     case "$target" in
-      http://* | https://* | mailto:* | '#'*) continue ;;
+      http://* | https://* | mailto:*) continue ;;
     esac
+    anchor=""
+    case "$target" in *'#'*) anchor=${target#*#} ;; esac
     path=${target%%#*}         # drop an anchor
     path=${path%% *}           # drop a title: (file "title")
     path=${path#<}; path=${path%>}
-    [ -n "$path" ] || continue
+    if [ -z "$path" ]; then    # an anchor into this page
+      checked=$((checked + 1))
+      anchors "$page" | grep -qxF -- "$anchor" || fail "$page:$number: '$target': no such heading here"
+      continue
+    fi
     checked=$((checked + 1))
     case "$path" in
       /*) fail "$page:$number: '$target' is an absolute path"; continue ;;
@@ -46,7 +69,12 @@ while IFS= read -r page; do
       "$root"/*) ;;
       *) fail "$page:$number: '$target' points outside the repository"; continue ;;
     esac
-    [ -e "$resolved" ] || fail "$page:$number: '$target' does not exist"
+    if [ ! -e "$resolved" ]; then
+      fail "$page:$number: '$target' does not exist"
+    elif [ -n "$anchor" ] && [ -f "$resolved" ] && [[ $resolved == *.md ]] &&
+         ! anchors "$resolved" | grep -qxF -- "$anchor"; then
+      fail "$page:$number: '$target': no heading '#$anchor' in ${resolved#"$root"/}"
+    fi
   done < <(awk '
     /^[ \t]*(```|~~~)/ { fence = !fence; next }
     fence { next }
