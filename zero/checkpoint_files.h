@@ -1,4 +1,4 @@
-// The on-disk format of sharded checkpoints (DESIGN.md, "Checkpoints"): one shard file per rank,
+// Sharded checkpoints on disk (docs/architecture.md, "Checkpoints"): one shard file per rank,
 // the manifest, the step directories and the `latest` pointer, and the reader that validates a
 // checkpoint whole before serving any of it and reads any global flat range back, so that a
 // checkpoint written with one world size loads into any other (resharding).

@@ -1,4 +1,4 @@
-// Engine: the training step, written once (DESIGN.md, "The training step"), for every ZeRO
+// Engine: the training step written once (docs/architecture.md, "The training step") for every ZeRO
 // stage. Drives any runtime::Model: per micro-batch, a forward loop over the layers and a
 // backward loop in reverse (recomputing checkpointed layers); a UnitSchedule says what stage 3
 // gathers ahead of each step and keeps after it, a GradientReducer reduces each unit's gradient
@@ -185,7 +185,7 @@ class Engine {
   // (tests compare them across skipped steps).
   std::vector<std::byte> model_state_bytes(int u);
 
-  // ---- sharded checkpoints (zero/engine_checkpoint.cpp; DESIGN.md, "Checkpoints") ----
+  // ---- sharded checkpoints (zero/engine_checkpoint.cpp; docs/architecture.md, "Checkpoints") ----
   // The manifest's world_size, zero_stage, dtypes and units (names, tensors, this world's
   // padded sizes). The trainer adds the step, its own state and the files.
   void describe_checkpoint(CheckpointManifest& manifest) const;

@@ -1,4 +1,4 @@
-// The engine's part of sharded checkpoints (DESIGN.md, "Checkpoints"): which records a rank
+// The engine's part of sharded checkpoints (docs/architecture.md, "Checkpoints"): what a rank
 // writes (its ShardLayout slice of each unit's master, optimizer state and, under pure 16-bit,
 // working parameters) and how a rank of any world size and stage takes back the global flat
 // ranges it holds. Streams through one bounded host buffer; no communication (the trainer puts

@@ -1,4 +1,4 @@
-// One checking wrapper for CUDA runtime and cuBLAS calls (DESIGN.md, "Errors"): a failed call
+// One checking wrapper for CUDA and cuBLAS calls (docs/architecture.md, "Errors"): a failed call
 // throws zt::Error (kSystem) naming the call, the error and the call site. Free of fmt and of
 // runtime/status.h so .cu files (compiled by nvcc, which cannot digest fmt 9's headers) can use
 // it; cuda_errors.cpp, compiled by the host compiler, builds the message and throws.

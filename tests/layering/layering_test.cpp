@@ -1,4 +1,4 @@
-// The layer rules of DESIGN.md ("Layers"), checked on the source tree: every target exports the
+// Layer rules (docs/architecture.md, "Layers"), checked on the source tree: every target has the
 // repository root as an include directory, so neither the compiler nor the linker stops a file
 // from including a layer above its own; this test does. It reads every .h/.cpp/.cu/.cuh under
 // the layer folders, parses `#include "folder/..."` and fails naming file:line and the include
