@@ -2,7 +2,7 @@
 // where a zt::Error becomes a message and an exit code, and the job-wide abort used when one
 // rank's failure would leave the others waiting in a collective.
 //
-// Exit codes (README, "Failure"):
+// Exit codes (docs/failure.md):
 //   0  success
 //   1  a failure at run time: I/O (a failed write names the file and the OS error), MPI, CUDA,
 //      out of device memory (zt.device_memory_limit or a GPU's), a broken invariant, a loss that

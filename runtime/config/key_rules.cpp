@@ -1,6 +1,6 @@
 // The rule tables for DeepSpeed keys ZeroTrain does not implement, block by block, and the one
 // function that applies them. Each reason says what ZeroTrain does instead; each refusal says
-// what to write instead. Classes and reasons are listed in README.md ("DeepSpeed configs").
+// what to write instead. Classes and reasons are listed in docs/configs.md.
 #include "runtime/config/key_rules.h"
 
 namespace zt::config_detail {

@@ -73,7 +73,7 @@ int cpu_threads();  // OpenMP's current maximum
 // The budget rule of the executables: `requested` threads when > 0 (zt.num_threads); else
 // OMP_NUM_THREADS when set (left as the runtime read it); else `fitting`, the threads that fit
 // this rank's CPUs (CpuPlacement::threads, runtime/cpu/cpu_affinity.h: the machine's CPUs
-// divided among the ranks sharing it; MACHINE.md: oversubscribed ranks crawl otherwise).
+// divided among the ranks sharing it; oversubscribed ranks crawl otherwise).
 void choose_cpu_threads(int requested, int fitting);
 
 // Zeroes host memory as CpuDevice::zero does: memset below 1 MiB, else streaming stores on

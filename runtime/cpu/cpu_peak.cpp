@@ -1,5 +1,5 @@
 // The peak-FMA probe: one loop per instruction set, each compiled for its target only (the
-// rest of the build stays generic; MACHINE.md: no -march=native), chosen by
+// rest of the build stays generic; no -march=native in shipped binaries), chosen by
 // __builtin_cpu_supports.
 //
 // What keeps the loop honest (checked with objdump: the loop body is 20 vfmadd132ps on zmm registers

@@ -1,7 +1,7 @@
 // The cores' own speed limit: the peak fp32 FMA rate measured on every OpenMP thread, and the
 // CPU's name and SIMD features as the kernel sees them. A benchmark reports compute figures
 // against this rather than against a GEMM library's rate, which depends on whether the library
-// knows the CPU (MACHINE.md: OpenBLAS fell back to SSE3 kernels on one of our machines).
+// knows the CPU (OpenBLAS fell back to its SSE3 kernels on one of our test machines).
 // Measurement only: no allocation, no logging.
 #pragma once
 

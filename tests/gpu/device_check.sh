@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks of the CUDA back end, made for one prepared run on a GPU machine that may have
-# no packages and returns at most 8 files from $OUT. Every check runs under its own time limit
-# inside one budget, most informative first; the summary is rewritten after every check, so a
-# run killed at any point leaves the checks it finished. The checks, in order (--only NAME,...
-# reruns some; the preflight always runs):
+# no packages and brings back at most 8 files from $OUT (this script writes 5, below). Every
+# check runs under its own time limit inside one budget, most informative first; the summary is
+# rewritten after every check, so a run killed at any point leaves the checks it finished. The
+# checks, in order (--only NAME,... reruns some; the preflight always runs):
 #   smoke     GPT-2 124M bf16, one step at B=1 T=128 (zt-bench train): does anything run at all
 #   training  GPT-2 124M bf16 at BATCH x SEQ_LEN with --profile: tokens/s, MFU against the dense
 #             bf16 peak (below-target under ZT_MFU_TARGET, default 40%), losses finite and
