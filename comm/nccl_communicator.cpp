@@ -1,4 +1,4 @@
-// NcclCommunicator: MPI bootstrap, the four NCCL collectives on the comm stream (and the
+// NcclCommunicator: MPI bootstrap, the four NCCL collectives on its own stream (and the
 // host-memory all-gather through a device buffer), and the watchdog that waits for them.
 #include "comm/nccl_communicator.h"
 
@@ -109,6 +109,7 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
 
   try {
     ZT_CUDA_CHECK(cudaSetDevice(device_.ordinal()));
+    ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -164,6 +165,8 @@ void NcclCommunicator::release() noexcept {
   if (compute_ready_ != nullptr) cudaEventDestroy(compute_ready_);
   if (comm_done_ != nullptr) cudaEventDestroy(comm_done_);
   compute_ready_ = comm_done_ = nullptr;
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
 }
 
 void NcclCommunicator::abort() noexcept {
@@ -215,17 +218,17 @@ void NcclCommunicator::begin(const CollectiveCall& call) {
                                   describe(call), group_.rank));
   ZT_CUDA_CHECK(cudaSetDevice(device_.ordinal()));  // this may be a CommQueue's thread
   ZT_CUDA_CHECK(cudaEventRecord(compute_ready_, device_.compute_stream()));
-  ZT_CUDA_CHECK(cudaStreamWaitEvent(device_.comm_stream(), compute_ready_, 0));
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
 }
 
 void NcclCommunicator::finish(const CollectiveCall& call) {
   const double deadline = now_s() + timeout_s_;
   const std::string what = describe(call);
   const std::string limit = fmt::format("zt.comm_timeout_s = {:g} s", timeout_s_);
-  // Non-blocking: the call above may still be enqueueing; the comm stream holds the
+  // Non-blocking: the call above may still be enqueueing; our stream holds the
   // collective once NCCL's state is ncclSuccess.
   wait_until([] { return true; }, deadline, what, limit);
-  ZT_CUDA_CHECK(cudaEventRecord(comm_done_, device_.comm_stream()));
+  ZT_CUDA_CHECK(cudaEventRecord(comm_done_, stream_));
   wait_until(
       [this] {
         const cudaError_t status = cudaEventQuery(comm_done_);
@@ -242,7 +245,7 @@ void NcclCommunicator::backend_all_reduce(const void* send, void* recv, int64_t 
   const CollectiveCall call{CollectiveKind::kAllReduce, send, recv, count, dtype, op, 0};
   begin(call);
   ZT_NCCL_CHECK(ncclAllReduce(send, recv, static_cast<size_t>(count), nccl_type(dtype),
-                              nccl_op(op), comm_, device_.comm_stream()));
+                              nccl_op(op), comm_, stream_));
   finish(call);
 }
 
@@ -253,7 +256,7 @@ void NcclCommunicator::backend_reduce_scatter(const void* send, void* recv, int6
   const CollectiveCall call{CollectiveKind::kReduceScatter, send, recv, recv_count, dtype, op, 0};
   begin(call);
   ZT_NCCL_CHECK(ncclReduceScatter(send, recv, static_cast<size_t>(recv_count), nccl_type(dtype),
-                                  nccl_op(op), comm_, device_.comm_stream()));
+                                  nccl_op(op), comm_, stream_));
   finish(call);
 }
 
@@ -263,7 +266,7 @@ void NcclCommunicator::backend_all_gather(const void* send, void* recv, int64_t 
                             ReduceOp::kSum, 0};
   begin(call);
   ZT_NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(send_count), nccl_type(dtype),
-                              comm_, device_.comm_stream()));
+                              comm_, stream_));
   finish(call);
 }
 
@@ -280,7 +283,7 @@ void NcclCommunicator::backend_all_gather_host(const void* send, void* recv, int
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   char* gathered = host_gather_.as<char>();
-  cudaStream_t stream = device_.comm_stream();
+  cudaStream_t stream = stream_;
   // In place (send == recv + rank*block) is safe: a piece of send is read before the same
   // piece of recv is written, and later pieces are not written yet.
   for (int64_t first = 0; first < send_count; first += piece) {
@@ -304,7 +307,7 @@ void NcclCommunicator::backend_broadcast(void* buf, int64_t count, DType dtype, 
                             root};
   begin(call);
   ZT_NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_type(dtype), root,
-                              comm_, device_.comm_stream()));
+                              comm_, stream_));
   finish(call);
 }
 

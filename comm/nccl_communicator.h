@@ -1,8 +1,12 @@
 // NcclCommunicator: collectives over GPU memory with NCCL, one GPU per rank (compiled only when
 // ZT_HAVE_NCCL). Bootstrapped over MPI: rank 0 makes the unique id, MPI_Bcast carries it, every
-// rank joins with ncclCommInitRankConfig on its CudaDevice's ordinal. Each collective is enqueued
-// on the device's comm stream after the work already queued on its compute stream (an event
-// recorded on compute, waited for on comm) and then waited for on the calling thread, since the
+// rank joins with ncclCommInitRankConfig on its CudaDevice's ordinal. Each communicator has its
+// own stream (a duplicate too): stage 3's gathers and the gradient reductions run on two
+// communicators from two threads, and on one shared stream one's collective could wait behind
+// the other's while the peers issue them in the other order, which deadlocks two GPUs. Each
+// collective is enqueued on that stream after the work already queued on the device's compute
+// stream (an event recorded on compute, waited for on ours) and then waited for on the calling
+// thread, since the
 // Communicator contract is synchronous; with a CommQueue attached that thread is the queue's,
 // so compute keeps running meanwhile. The compute event is recorded when the collective starts
 // (on the queue's thread), not when it was submitted, so a queued collective also waits for
@@ -93,7 +97,8 @@ class NcclCommunicator final : public Communicator {
                           DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
   // Host memory: each rank's block in pieces of kHostGatherBytes / world bytes, each piece
-  // copied to the device buffer (on the comm stream), all-gathered in place there and, once the
+  // copied to the device buffer (on this communicator's stream), all-gathered in place there and,
+  // once the
   // watchdog saw it finish, copied back into every rank's block of recv.
   void backend_all_gather_host(const void* send, void* recv, int64_t send_count,
                                DType dtype) override;
@@ -101,9 +106,9 @@ class NcclCommunicator final : public Communicator {
  private:
   static constexpr size_t kHostGatherBytes = 64 << 10;
   // Before an NCCL call: throws when aborted, makes the device current on this thread and
-  // orders the comm stream after everything queued on the compute stream so far.
+  // orders this communicator's stream after everything queued on the compute stream so far.
   void begin(const CollectiveCall& call);
-  // After it: waits until the collective has finished on the comm stream (the watchdog).
+  // After it: waits until the collective has finished on this communicator's stream.
   void finish(const CollectiveCall& call);
   // Polls until NCCL's state is ncclSuccess and `finished()` is true. Aborts and throws kSystem
   // when the state is an error or `deadline` (steady-clock seconds) passes first; `what`
@@ -124,8 +129,9 @@ class NcclCommunicator final : public Communicator {
   double init_timeout_s_;
   ProcessGroup group_;
   ncclComm_t comm_ = nullptr;
-  cudaEvent_t compute_ready_ = nullptr;  // recorded on compute, waited for on comm
-  cudaEvent_t comm_done_ = nullptr;      // recorded on comm after the collective, polled
+  cudaStream_t stream_ = nullptr;        // this communicator's own (see the header comment)
+  cudaEvent_t compute_ready_ = nullptr;  // recorded on compute, waited for on stream_
+  cudaEvent_t comm_done_ = nullptr;      // recorded on stream_ after the collective, polled
   Buffer host_gather_;                   // device memory, kHostGatherBytes: all_gather_host
 };
 

@@ -8,7 +8,8 @@
 // cudaMalloc, which empties the cache and retries once) returns blocks to the driver.
 // Reuse is stream-ordered: a block freed while kernels on the compute stream may still read it
 // can be handed out at once, because its next user enqueues on the same stream after them.
-// Work on the comm stream is synchronised by the communicator before its buffers are freed.
+// A collective (on its communicator's own stream) is waited for before the call returns, so
+// no buffer it uses is freed while it runs.
 // Pinned by tests/runtime/cuda_device_test.cpp (ReusedBlocksHoldTheirNewOwnersData,
 // ImpossibleAllocationNamesCategoryBytesAndWhatWouldFit, MemoryLimitCapsTheGpu); the reuse itself (device_mallocs() flat in
 // steady state) is not visible through Device, so no test there checks it.
@@ -53,7 +54,6 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   chunk_budget_ = gpu_chunk_budget_bytes(static_cast<int64_t>(prop.totalGlobalMem));
   try {
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
-    ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
     auto& fp32 = kernels_[static_cast<int>(DType::kF32)];
     fp32 = std::make_unique<CudaKernels>(*this, compute_);
     for (DType t : {DType::kF16, DType::kBF16})
@@ -61,7 +61,6 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
   } catch (...) {
     for (auto& k : kernels_) k.reset();
     if (compute_) cudaStreamDestroy(compute_);
-    if (comm_) cudaStreamDestroy(comm_);
     throw;
   }
 }
@@ -71,7 +70,6 @@ CudaDevice::~CudaDevice() {
   cudaSetDevice(ordinal_);
   for (auto& k : kernels_) k.reset();  // wait for the compute stream; the last frees the handles
   cudaStreamSynchronize(compute_);
-  cudaStreamSynchronize(comm_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [bytes, data] : free_blocks_) cudaFree(data);
@@ -82,7 +80,6 @@ CudaDevice::~CudaDevice() {
     reserved_ = 0;
   }
   cudaStreamDestroy(compute_);
-  cudaStreamDestroy(comm_);
 }
 
 std::string CudaDevice::name() const {
@@ -124,10 +121,7 @@ std::unique_ptr<StreamTimer> CudaDevice::make_stream_timer() {
   return std::make_unique<CudaStreamTimer>(ordinal_, compute_);
 }
 
-void CudaDevice::synchronize() {
-  ZT_CUDA_CHECK(cudaStreamSynchronize(compute_));
-  ZT_CUDA_CHECK(cudaStreamSynchronize(comm_));
-}
+void CudaDevice::synchronize() { ZT_CUDA_CHECK(cudaStreamSynchronize(compute_)); }
 
 size_t CudaDevice::reserved_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -146,9 +140,9 @@ void CudaDevice::empty_cache() {
 
 void CudaDevice::release_cached_locked() {
   if (free_blocks_.empty()) return;
-  // A cached block may still be read by queued work (stream-ordered reuse): wait for it.
+  // A cached block may still be read by queued work (stream-ordered reuse): wait for it. (The
+  // communicators' streams hold no queued work between calls: each collective is waited for.)
   ZT_CUDA_CHECK(cudaStreamSynchronize(compute_));
-  ZT_CUDA_CHECK(cudaStreamSynchronize(comm_));
   ZT_CUDA_CHECK(cudaSetDevice(ordinal_));
   while (!free_blocks_.empty()) {
     const auto it = free_blocks_.begin();

@@ -1,6 +1,6 @@
 // CudaDevice: one GPU. A compute stream on which every kernel and copy of this device runs in
-// order, a communication stream for collectives (ordered against compute with events by the
-// communicator), and a caching allocator behind Device::alloc: freed blocks are kept in size
+// order (collectives run on their communicator's own stream, ordered after compute with an
+// event: comm/nccl_communicator.h), and a caching allocator behind Device::alloc: freed blocks are kept in size
 // classes and reused on the compute stream, so steady-state steps call cudaMalloc no more, and
 // every allocation is tracked by category by the base class (current and peak, like
 // torch.cuda.max_memory_allocated); reserved_bytes() is what cudaMalloc holds.
@@ -46,8 +46,7 @@ class CudaDevice final : public Device {
 
   int ordinal() const { return ordinal_; }
   cudaStream_t compute_stream() const { return compute_; }
-  cudaStream_t comm_stream() const { return comm_; }
-  void synchronize();  // both streams
+  void synchronize();  // the compute stream (each communicator has its own: comm/)
 
   size_t reserved_bytes() const;     // held from cudaMalloc, in use or cached
   int64_t device_mallocs() const;    // cudaMalloc calls so far
@@ -58,14 +57,13 @@ class CudaDevice final : public Device {
   void raw_free(void* data, size_t bytes) override;
 
  private:
-  // Frees every cached block (mutex_ held); waits for both streams first.
+  // Frees every cached block (mutex_ held); waits for the compute stream first.
   void release_cached_locked();
 
   int ordinal_;
   std::string device_name_;                  // cudaDeviceProp::name
   int64_t chunk_budget_ = 0;                 // chunk_budget_bytes()
   cudaStream_t compute_ = nullptr;
-  cudaStream_t comm_ = nullptr;
   std::unique_ptr<CudaKernels> kernels_[3];  // by DType: fp32, fp16, bf16
   mutable std::mutex mutex_;                 // the allocator's state (below)
   std::multimap<size_t, void*> free_blocks_; // block size -> cached block
