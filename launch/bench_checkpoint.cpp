@@ -18,7 +18,8 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/cpu_peak.h"
 #include "runtime/status.h"
-#include "zero/checkpoint_files.h"
+#include "zero/checkpoint/directory.h"
+#include "zero/checkpoint/snapshot.h"
 #include "zero/engine.h"
 
 namespace zt {

@@ -20,6 +20,8 @@
 #include "runtime/byte_count.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/status.h"
+#include "zero/checkpoint/directory.h"
+#include "zero/checkpoint/shard_writer.h"
 #include "zero/precision.h"
 #include "zero/zero_policy.h"
 

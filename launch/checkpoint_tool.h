@@ -7,7 +7,7 @@
 // Memory: consolidate and import stream one unit at a time through one unit-sized buffer (plus
 // a small conversion buffer), never the whole model; the safetensors header, which needs every
 // offset first, comes from the manifest's tables before any data is read.
-// One process, no communication, no device: file formats are zero/checkpoint_files.h's and
+// One process, no communication, no device: file formats are zero/checkpoint/'s and
 // runtime/formats/safetensors.h's. Errors: kInput (one line naming the file) for any bad input.
 #pragma once
 
@@ -17,7 +17,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/model.h"
-#include "zero/checkpoint_files.h"
+#include "zero/checkpoint/reader.h"
 #include "zero/optimizer.h"
 
 namespace zt {
@@ -103,7 +103,7 @@ struct ImportResult {
 };
 
 // Writes the checkpoint <root>/step0 (and `latest`) with the directory protocol of
-// zero/checkpoint_files.h: one shard file rank0.zts holding, per unit of `model`, the "master"
+// zero/checkpoint/format.h: one shard file rank0.zts holding, per unit of `model`, the "master"
 // (fp32, the file's tensors at their offsets, padding rows and alignment zero) and one record of
 // zeros per optimizer state; the manifest of world size 1, stage 0, fp32, step 0; trainer_state
 // as a zt-train checkpoint's (step 0, data positions 0, engine optimizer_steps 0, no loss

@@ -33,6 +33,8 @@
 #include "runtime/device_factory.h"
 #include "runtime/file_io.h"
 #include "runtime/status.h"
+#include "zero/checkpoint/directory.h"
+#include "zero/checkpoint/snapshot.h"
 #include "zero/engine.h"
 #include "zero/lr_schedule.h"
 
@@ -592,7 +594,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   const LrSchedule schedule(config.scheduler, config.optimizer.lr);
   const CheckpointConfig& checkpointing = config.zt.checkpoint;
   auto barrier = [&] { all_gather_doubles(comm, std::array{0.0}); };
-  // The save protocol of zero/checkpoint_files.h: rank 0 makes step<N>.tmp, every rank writes its
+  // The save protocol of zero/checkpoint/directory.h: rank 0 makes step<N>.tmp, every rank writes its
   // shard file there, rank 0 commits with every file's size and checksum (the manifest, the
   // rename, `latest`, pruning), and no rank goes on before the commit is done. A rank that dies
   // on the way leaves the previous checkpoint as the latest.

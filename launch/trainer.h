@@ -18,7 +18,7 @@
 #include "runtime/config.h"
 #include "runtime/data/token_data.h"
 #include "zero/engine.h"
-#include "zero/checkpoint_files.h"
+#include "zero/checkpoint/reader.h"
 
 namespace zt {
 

@@ -184,7 +184,7 @@ struct ModelChoice {
 };
 
 // The zt block: what is ours. Precision comes from the fp16/bf16 blocks, not from here.
-// zt.checkpoint: sharded checkpoints (zero/checkpoint_files.h) written by zt-train, and where
+// zt.checkpoint: sharded checkpoints (zero/checkpoint/) written by zt-train, and where
 // `zt-train --resume` looks by default. Without the block nothing is saved on a schedule, but a
 // preempted run (SIGTERM, SIGUSR1) still saves into `dir` before it exits.
 struct CheckpointConfig {

@@ -2,7 +2,7 @@
 // writes (its ShardLayout slice of each unit's master, optimizer state and, under pure 16-bit,
 // working parameters) and how a rank of any world size and stage takes back the global flat
 // ranges it holds. Streams through one bounded host buffer; no communication (the trainer puts
-// the barriers and the manifest around it); the file format is zero/checkpoint_files.h's.
+// the barriers and the manifest around it); the file format is zero/checkpoint/'s.
 // Tests: tests/mpi/checkpoint_engine_test.cpp.
 #include <algorithm>
 #include <cstring>

@@ -35,6 +35,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/status.h"
+#include "zero/checkpoint/directory.h"
 #include "zero/engine.h"
 #include "zero/zero_policy.h"
 

@@ -11,7 +11,7 @@
 //     SelfCommunicator) and one of a one-rank engine into this world, with the saved masters
 //     exactly and the losses of a straight run within 1e-5;
 //   - refusals: another model, another optimizer; the engine is left as it was.
-// The save protocol is the trainer's (zero/checkpoint_files.h) with MPI barriers.
+// The save protocol is the trainer's (zero/checkpoint/directory.h) with MPI barriers.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -31,7 +31,9 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 #include "tests/mpi/zero_test_util.h"
-#include "zero/checkpoint_files.h"
+#include "zero/checkpoint/directory.h"
+#include "zero/checkpoint/reader.h"
+#include "zero/checkpoint/shard_writer.h"
 #include "zero/engine.h"
 
 namespace zt {

@@ -1,10 +1,12 @@
-// Tests for zero/checkpoint_files: shard files written by simulated ranks (one process plays
+// Tests for zero/checkpoint/ (format, shard_writer, directory, reader): shard files written by simulated ranks (one process plays
 // every rank) and read back under other world sizes (resharding: 4 ranks saved, 1, 2 and 3
 // ranks' shards read, a 6-element unit whose 4th shard is empty, uneven last shards, padding
 // past the saved buffer reading as zeros); records streamed in pieces; the directory protocol
 // (latest, keep_last pruning, replacing a step, a crashed save's step<N>.tmp); and each kind of
 // bad checkpoint refused with one line naming the file and the problem.
-#include "zero/checkpoint_files.h"
+#include "zero/checkpoint/directory.h"
+#include "zero/checkpoint/reader.h"
+#include "zero/checkpoint/shard_writer.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
