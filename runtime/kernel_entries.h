@@ -172,14 +172,15 @@ ZT_KERNEL(void, residual_forward, (float* out, const float* a, const float* b, i
 ZT_KERNEL(void, accumulate, (float* y, const float* x, int64_t n), (y, x, n), (y, x))
 
 // Softmax cross-entropy over the first V of Vp columns of each of N rows of logits (N,Vp).
-// losses (N) = -log softmax(row)[target]. When dloss != 0 the row is overwritten in place by
+// losses (N) = -log softmax(row)[target]. logits_output says what becomes of the logits:
+// kKeep leaves them as they are (dloss is not read); kGradient overwrites each row in place by
 // its gradient dloss * (softmax - onehot(target)), padded columns set to 0. A row whose target
-// is negative (kIgnoreTarget, model.h) is not trained on: its loss is 0 and, when dloss != 0,
+// is negative (kIgnoreTarget, model.h) is not trained on: its loss is 0 and, with kGradient,
 // its gradient is all zeros (padded columns too).
 ZT_KERNEL(void, softmax_cross_entropy,
           (float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V,
-           int64_t Vp, float dloss),
-          (losses, logits, targets, N, V, Vp, dloss), (losses, logits, targets))
+           int64_t Vp, LogitsOutput logits_output, float dloss = 0.0f),
+          (losses, logits, targets, N, V, Vp, logits_output, dloss), (losses, logits, targets))
 
 // ---- Optimizers -------------------------------------------------------------------------------
 

@@ -77,6 +77,11 @@ struct Operand {
 // zeros (it holds no values yet; the layer's backward has no other writer of it).
 enum class GradOutput { kAdd, kWrite };
 
+// What softmax_cross_entropy leaves in the logits: them as they were (evaluation), or in
+// their place the gradient of the loss w.r.t. them (training; the LM head turns it into its
+// weight's and its input's gradients at once, so logits are never kept).
+enum class LogitsOutput { kKeep, kGradient };
+
 // How a weight matrix of a (M,K)x(K,N) product is stored.
 enum class WeightLayout {
   kInOut,  // (K, N): Hugging Face GPT-2's Conv1D layout, out = inp · W
