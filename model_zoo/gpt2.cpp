@@ -211,7 +211,8 @@ class HeadLayer final : public Layer {
     float* lnf_rstd = acts.alloc_stats(N);  // (N)
     k.layernorm_forward(lnf, lnf_mean, lnf_rstd, io.input, root_.param(kLnfW),
                         root_.param(kLnfB), N, C);
-    const bool training = io.dloss != 0.0f;
+    const bool training = io.dloss.has_value();
+    const LogitsOutput output = training ? LogitsOutput::kGradient : LogitsOutput::kKeep;
     float* d_lnf = nullptr;
     if (training) d_lnf = acts.alloc_floats(N * C);  // (N, C), each chunk's rows written once
     const int64_t rows = chunk_rows(N);
@@ -221,8 +222,8 @@ class HeadLayer final : public Layer {
       const int64_t n = std::min(rows, N - r0);
       k.matmul_forward(logits, lnf + r0 * C, root_.param(kWte), nullptr, n, C, Vp,
                        WeightLayout::kOutIn);
-      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, Vp,
-                              io.dloss);
+      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, Vp, output,
+                              io.dloss.value_or(0.0f));
       if (training)
         k.matmul_backward(d_lnf + r0 * C, root_.grad(kWte), nullptr, logits, lnf + r0 * C,
                           root_.param(kWte), n, C, Vp, WeightLayout::kOutIn, GradOutput::kWrite);

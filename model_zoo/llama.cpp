@@ -260,7 +260,8 @@ class HeadLayer final : public Layer {
     float* normed = acts.alloc_floats(N * C);  // (N, C)
     float* rstd = acts.alloc_stats(N);         // (N)
     k.rmsnorm_forward(normed, rstd, io.input, root_.param(kNorm), N, C, c_.rms_norm_eps);
-    const bool training = io.dloss != 0.0f;
+    const bool training = io.dloss.has_value();
+    const LogitsOutput output = training ? LogitsOutput::kGradient : LogitsOutput::kKeep;
     float* d_normed = nullptr;
     if (training) d_normed = acts.alloc_floats(N * C);  // (N, C), each chunk's rows written once
     const int64_t rows = chunk_rows(N);
@@ -270,8 +271,8 @@ class HeadLayer final : public Layer {
       const int64_t n = std::min(rows, N - r0);
       k.matmul_forward(logits, normed + r0 * C, root_.param(head_), nullptr, n, C, V,
                        WeightLayout::kOutIn);
-      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, V,
-                              io.dloss);
+      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, V, output,
+                              io.dloss.value_or(0.0f));
       if (training)
         k.matmul_backward(d_normed + r0 * C, root_.grad(head_), nullptr, logits, normed + r0 * C,
                           root_.param(head_), n, C, V, WeightLayout::kOutIn, GradOutput::kWrite);

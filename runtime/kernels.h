@@ -1,7 +1,9 @@
 // Kernels: the leaf compute a back end supplies (runtime/cpu on oneDNN + OpenMP, runtime/cuda
 // on cuBLAS and our CUDA kernels).
 // Everything above runtime/ calls these and nothing else for math, so a new back end touches
-// runtime/ and comm/ only. Contracts, for every entry:
+// runtime/ and comm/ only. The entries, each with its shapes and contract, are the rows of
+// runtime/kernel_entries.h; this file holds the types they take and the class. Contracts, for
+// every entry:
 //   - pointers are device memory of the back end that implements the table; sizes in elements;
 //   - backward kernels ACCUMULATE (+=) into every gradient they write, activation gradients
 //     included (llm.c's convention): callers zero activation-gradient buffers, parameter
@@ -35,7 +37,6 @@
 
 namespace zt {
 
-// How a weight matrix of a (M,K)x(K,N) product is stored.
 // A read-only operand in device memory and its element type. fp32 pointers convert implicitly.
 struct ConstOperand {
   const void* data = nullptr;
@@ -76,6 +77,12 @@ struct Operand {
 // zeros (it holds no values yet; the layer's backward has no other writer of it).
 enum class GradOutput { kAdd, kWrite };
 
+// What softmax_cross_entropy leaves in the logits: them as they were (evaluation), or in
+// their place the gradient of the loss w.r.t. them (training; the LM head turns it into its
+// weight's and its input's gradients at once, so logits are never kept).
+enum class LogitsOutput { kKeep, kGradient };
+
+// How a weight matrix of a (M,K)x(K,N) product is stored.
 enum class WeightLayout {
   kInOut,  // (K, N): Hugging Face GPT-2's Conv1D layout, out = inp · W
   kOutIn,  // (N, K): nn.Linear / the tied LM head over wte, out = inp · Wᵀ
@@ -119,151 +126,14 @@ struct SgdArgs {
   float grad_scale = 1.0f;
 };
 
+// The table a back end implements: one pure virtual per row of runtime/kernel_entries.h,
+// where each entry's shapes and contract are written beside it.
 class Kernels {
  public:
   virtual ~Kernels() = default;
 
-  // out (M,N) = inp (M,K) · W + bias (N; may be null). W is (K,N) or (N,K) by layout.
-  virtual void matmul_forward(float* out, const float* inp, ConstOperand weight,
-                              ConstOperand bias, int64_t M, int64_t K, int64_t N,
-                              WeightLayout layout) = 0;
-  // dinp (M,K) += dout · Wᵀ, or = with kWrite (zeros when N == 0; skipped when null);
-  // dweight (W's shape) += inpᵀ·dout (or its transpose for kOutIn), or = when dweight is fresh
-  // (zeros when M == 0); each "=" gives the bits of adding into zeros. dbias (N) += column
-  // sums of dout (skipped when null).
-  virtual void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                               const float* inp, ConstOperand weight, int64_t M, int64_t K,
-                               int64_t N, WeightLayout layout,
-                               GradOutput dinp_output = GradOutput::kAdd) = 0;
-
-  // out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (wpe null: no position embedding,
-  // Llama's). tokens are already validated (< V). positions (B,T), model.h's Batch::positions,
-  // null: 0..T-1 in every row.
-  virtual void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
-                                 ConstOperand wpe, int64_t B, int64_t T, int64_t C,
-                                 const int32_t* positions) = 0;
-  // dwte (V,C) += scatter of dout by token; dwpe (T,C) += scatter of dout by position, a row's
-  // contributions in token order (skipped when null; either may be null). Deterministic order.
-  // A 16-bit dwte or dwpe row named by the batch is rounded once, after all its contributions.
-  virtual void embedding_backward(Operand dwte, Operand dwpe, const float* dout,
-                                  const int32_t* tokens, int64_t B, int64_t T, int64_t C,
-                                  const int32_t* positions) = 0;
-
-  // Per row of C: out = (inp - mean) * rstd * weight + bias, eps 1e-5. mean, rstd: (N).
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 ConstOperand weight, ConstOperand bias, int64_t N,
-                                 int64_t C) = 0;
-  virtual void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                                  const float* inp, ConstOperand weight, const float* mean,
-                                  const float* rstd, int64_t N, int64_t C) = 0;
-
-  // GELU, tanh approximation (GPT-2's).
-  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) = 0;
-
-  // Causal multi-head self-attention within documents: query t of row b reads the keys
-  // t - positions[b,t] .. t (model.h's Batch::positions, (B,T); null: 0..T-1, keys 0 .. t).
-  // qkv (B,T,3C) holds q, k, v side by side per token; out (B,T,C); att (B,NH,T,T) receives
-  // the softmax probabilities (kept for backward; entries outside a query's keys are zero).
-  // Scale 1/sqrt(C/NH).
-  virtual void attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                 int64_t T, int64_t C, int64_t NH,
-                                 const int32_t* positions) = 0;
-  // dqkv (B,T,3C) += gradient through attention, from dout (B,T,C); positions as forward's.
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
-                                  const int32_t* positions) = 0;
-
-  // Causal grouped-query self-attention (Llama's; attention_forward is the case NKV == NH,
-  // hd == C/NH). qkv (B,T,R) with R = (NH + 2·NKV)·hd holds per token the NH query heads, then
-  // the NKV key heads, then the NKV value heads, each hd wide; query head h reads key/value head
-  // h / (NH/NKV) (NH a multiple of NKV). out (B,T,NH·hd); att (B,NH,T,T) and positions (null:
-  // 0..T-1) as attention_forward's. Scale 1/sqrt(hd).
-  virtual void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                     int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                                     const int32_t* positions) = 0;
-  // dqkv (B,T,R) += gradient through attention, from dout (B,T,NH·hd). A key/value head's
-  // gradient sums its group's query heads in increasing h.
-  virtual void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                      const float* att, int64_t B, int64_t T, int64_t NH,
-                                      int64_t NKV, int64_t hd, const int32_t* positions) = 0;
-
-  // RMSNorm per row of C: out = inp·rstd·weight, rstd = 1/sqrt(mean(inp²) + eps). rstd (N) is
-  // kept for backward (fp32, as layer norm's statistics).
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight,
-                               int64_t N, int64_t C, float eps) = 0;
-  virtual void rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
-                                const float* inp, ConstOperand weight, const float* rstd,
-                                int64_t N, int64_t C) = 0;
-
-  // Rotary position embedding (Hugging Face's rotate-half convention), IN PLACE on the NH query
-  // and NKV key heads of qkv (B,T,R), laid out as gqa_attention_forward's; value heads untouched.
-  // Token (b, t) at position p = positions[b,t] (model.h's Batch::positions; null: p = t) of
-  // each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2] and a = p·f_i, f_i =
-  // rope_inv_freq(rope, i, hd) (runtime/rope.h: theta^(-2i/hd), rescaled by rope_scaling):
-  // x[i] = x1·cos a - x2·sin a, x[i + hd/2] = x2·cos a + x1·sin a.
-  // Precision: f_i is computed in double and rounded to fp32, a = float(p) times it in fp32
-  // (Hugging Face's fp32 inv_freq and angle), cos a and sin a in double rounded to fp32; the
-  // rotation itself in fp32. hd even.
-  virtual void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hd, const RopeFrequencies& rope,
-                            const int32_t* positions) = 0;
-  // The gradient through rope_forward at the same positions, IN PLACE: the q and k parts of
-  // dqkv (the gradient w.r.t. rope's output) become the gradient w.r.t. its input (the inverse
-  // rotation). The one backward entry that transforms instead of accumulating: the rotation is
-  // orthogonal, so the caller keeps one buffer.
-  virtual void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                             int64_t hd, const RopeFrequencies& rope,
-                             const int32_t* positions) = 0;
-
-  // SwiGLU: out (N,F) = silu(gate)·up, silu(x) = x·sigmoid(x); gate_up (N,2F) holds per row the
-  // F gate values, then the F up values (one GEMM over the adjacent gate_proj and up_proj).
-  virtual void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) = 0;
-  // dgate_up (N,2F) += gradient from dout (N,F).
-  virtual void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
-                               int64_t N, int64_t F) = 0;
-
-  // out = a + b, element-wise (out may alias a or b).
-  virtual void residual_forward(float* out, const float* a, const float* b, int64_t n) = 0;
-  // y += x.
-  virtual void accumulate(float* y, const float* x, int64_t n) = 0;
-
-  // Softmax cross-entropy over the first V of Vp columns of each of N rows of logits (N,Vp).
-  // losses (N) = -log softmax(row)[target]. When dloss != 0 the row is overwritten in place by
-  // its gradient dloss * (softmax - onehot(target)), padded columns set to 0. A row whose target
-  // is negative (kIgnoreTarget, model.h) is not trained on: its loss is 0 and, when dloss != 0,
-  // its gradient is all zeros (padded columns too).
-  virtual void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
-                                     int64_t N, int64_t V, int64_t Vp, float dloss) = 0;
-
-  // Optimizers over a contiguous range (a parameter view or a shard of one): fp32 parameters
-  // and state, the gradient in its stored dtype (widened as it is read). `working` (may be
-  // null): after the update, working[i] = working.dtype(param[i]) in the same pass, the bits of
-  // cast (a mixed-precision working copy refreshed without reading the fp32 master again).
-  virtual void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-                     const AdamWArgs& args, Operand working = nullptr) = 0;
-  virtual void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
-                   const SgdArgs& args) = 0;  // momentum_buf may be null when momentum == 0
-
-  // Element-wise utilities.
-  virtual void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) = 0;
-  // x = float(dtype(x)) in place: every element rounded to the nearest value of `dtype`
-  // (round to nearest even, as cast does; fp16 overflow gives ±inf; NaN stays NaN). kF32: no-op.
-  virtual void round_to(float* x, DType dtype, int64_t n) = 0;
-  // round_to over the rows of x (rows of row_len elements) named by rows[0, n_rows), which is
-  // device memory like every pointer here (a GPU must not read it on the host); a row may be
-  // named more than once (rounding is idempotent), rows not named keep their bits. The bits of
-  // round_to. kF32: no-op. (Mixed precision rounds the embedding gradient rows of a batch's
-  // tokens with it.)
-  virtual void round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
-                          DType dtype) = 0;
-  // dst = dst_type(float(a) + float(b)) element-wise with one rounding, the sum in fp32. `a` may
-  // be null (read as 0: a plain rounding cast of b). dst may alias a or b when the types match.
-  virtual void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b,
-                   DType b_type, int64_t n) = 0;
-  virtual void fill(float* x, float value, int64_t n) = 0;
-  // Sum of x², x in its stored dtype, accumulated in double over fixed blocks added in order.
-  virtual double sum_squares(ConstOperand x, int64_t n) = 0;
+#define ZT_KERNEL(ret, name, params, args, memory) virtual ret name params = 0;
+#include "runtime/kernel_entries.h"
 };
 
 }  // namespace zt

@@ -67,11 +67,12 @@ struct LayerIO {
   // Backward: gradient of the loss w.r.t. output (read) and input (accumulated into).
   const float* d_output = nullptr;
   float* d_input = nullptr;
-  // Last layer only. Forward writes per-position losses (B*T); when dloss != 0 (training) the
-  // last layer also computes its gradients in the same pass with d loss_i = dloss for every
+  // Last layer only. Forward writes per-position losses (B*T). When training, dloss is set: the
+  // last layer also computes its gradients in the same pass with d loss_i = *dloss for every
   // position (the mean's 1/(B*T*accumulation) times any loss scale), so it never stores logits.
+  // Evaluation: nullopt.
   float* losses = nullptr;
-  float dloss = 0.0f;
+  std::optional<float> dloss;
 };
 
 // One buffer a layer's forward puts in its ActivationStore: `elements` fp32 values, allocated

@@ -416,7 +416,7 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
     io.output = pass.output_of(l, computes_output);
     if (l + 1 == L) {
       io.losses = pass.losses();
-      io.dloss = training ? dloss : 0.0f;  // training: the last layer's gradient in forward
+      if (training) io.dloss = dloss;  // the last layer's gradient in forward
     }
     return io;
   };

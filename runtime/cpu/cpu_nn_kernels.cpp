@@ -210,15 +210,15 @@ void rope_row(float* x, const float* cos_t, const float* sin_t, int64_t heads, i
   }
 }
 
-// One row of logits (Vp wide, the first `vocab` real): loss = logsumexp - logit[target]; when
-// dloss != 0 the row becomes dloss·(softmax - onehot) with the padding zeroed. Passes: max (from
+// One row of logits (Vp wide, the first `vocab` real): loss = logsumexp - logit[target]; with
+// kGradient the row becomes dloss·(softmax - onehot) with the padding zeroed. Passes: max (from
 // memory), exp and sum (the row is then in L2), scale.
 template <class V>
 float softmax_cross_entropy_row(float* row, int32_t target, int64_t vocab, int64_t padded,
-                                float dloss) {
+                                LogitsOutput output, float dloss) {
   const float target_logit = row[target];
   const float mx = row_max<V>(row, vocab);
-  const bool write_grad = dloss != 0.0f;
+  const bool write_grad = output == LogitsOutput::kGradient;
   alignas(64) float chunk[kSoftmaxChunk];
   // Lanes by position in the row (chunks are multiples of 16 long), as lane_sum does.
   LaneSums<V> acc;
@@ -561,21 +561,23 @@ void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_
 }
 
 void CpuKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
-                                       int64_t N, int64_t V, int64_t Vp, float dloss) {
+                                       int64_t N, int64_t V, int64_t Vp,
+                                       LogitsOutput logits_output, float dloss) {
+  const bool write_grad = logits_output == LogitsOutput::kGradient;
   ZT_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: V={} Vp={}", V, Vp);
   for (int64_t i = 0; i < N; ++i)
     ZT_ASSERT(targets[i] < V, "target {} of row {} is not below V = {}", targets[i], i, V);
   parallel_for(N, [&](int64_t i) {
     if (targets[i] < 0) {  // not trained on (kIgnoreTarget): no loss, no gradient
       losses[i] = 0.0f;
-      if (dloss != 0.0f) std::fill(logits + i * Vp, logits + (i + 1) * Vp, 0.0f);
+      if (write_grad) std::fill(logits + i * Vp, logits + (i + 1) * Vp, 0.0f);
       return;
     }
     run_isa(isa_, [&](auto lanes) {
       losses[i] = softmax_cross_entropy_row<typename decltype(lanes)::type>(
-          logits + i * Vp, targets[i], V, Vp, dloss);
+          logits + i * Vp, targets[i], V, Vp, logits_output, dloss);
     });
-    if (dloss != 0.0f) round_act(logits + i * Vp, 0, Vp);  // the gradient; losses stay fp32
+    if (write_grad) round_act(logits + i * Vp, 0, Vp);  // the gradient; losses stay fp32
   });
 }
 

@@ -52,60 +52,9 @@ class CudaKernels final : public Kernels {
   // TF32 tensor cores for the fp32 GEMMs, for every table sharing these handles.
   void set_allow_tf32(bool allow);
 
-  void matmul_forward(float* out, const float* inp, ConstOperand weight, ConstOperand bias,
-                      int64_t M, int64_t K, int64_t N, WeightLayout layout) override;
-  void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                       const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
-                       WeightLayout layout, GradOutput dinp_output = GradOutput::kAdd) override;
-  void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
-                         int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
-  void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
-                          int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
-  void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                          const float* inp, ConstOperand weight, const float* mean,
-                          const float* rstd, int64_t N, int64_t C) override;
-  void gelu_forward(float* out, const float* inp, int64_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                         int64_t C, int64_t NH, const int32_t* positions) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          int64_t B, int64_t T, int64_t C, int64_t NH,
-                          const int32_t* positions) override;
-  void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                             int64_t NH, int64_t NKV, int64_t hd,
-                             const int32_t* positions) override;
-  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                              const int32_t* positions) override;
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
-                       int64_t C, float eps) override;
-  void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
-                        ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
-  void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    const RopeFrequencies& rope, const int32_t* positions) override;
-  void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     const RopeFrequencies& rope, const int32_t* positions) override;
-  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
-  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
-                       int64_t F) override;
-  void residual_forward(float* out, const float* a, const float* b, int64_t n) override;
-  void accumulate(float* y, const float* x, int64_t n) override;
-  void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
-                             int64_t V, int64_t Vp, float dloss) override;
-  void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-             const AdamWArgs& args, Operand working = nullptr) override;
-  void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
-           const SgdArgs& args) override;
-  void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
-  void round_to(float* x, DType dtype, int64_t n) override;
-  void round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
-                  DType dtype) override;
-  void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
-           int64_t n) override;
-  void fill(float* x, float value, int64_t n) override;
-  double sum_squares(ConstOperand x, int64_t n) override;
+  // Every entry of runtime/kernel_entries.h.
+#define ZT_KERNEL(ret, name, params, args, memory) ret name params override;
+#include "runtime/kernel_entries.h"
 
   struct Impl;  // cuBLAS handles, workspaces, scratch: cuda_kernels_impl.h
 

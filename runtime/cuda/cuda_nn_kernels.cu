@@ -22,7 +22,7 @@
 // dtype: by the matmul itself (the 16-bit forward's cuBLASLt epilogue, see "Matmul" below) or by
 // round_act after the kernel that wrote them: matmul dinp, embedding out, layer-norm and RMSNorm
 // out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
-// logits gradient when dloss != 0 (losses stay fp32). 16-bit parameters and parameter gradients
+// logits gradient with LogitsOutput::kGradient (losses stay fp32). 16-bit parameters and parameter gradients
 // are read and written in their dtype: by our kernels (templated on the storage type: a gradient
 // element is widened, accumulated in fp32 and narrowed once), and by the 16-bit GEMMs, whose
 // operands are 16-bit and whose accumulate-into-gradient is one rounding (C = D, beta = 1).
@@ -457,12 +457,13 @@ __device__ float block_reduce(float v, float* shared) {
 }
 
 // One block per row of logits (Vp wide, the first V real). loss = max + log Σ exp(x - max) -
-// x[target], in double at the end as the CPU. When dloss != 0 the row becomes
-// dloss·(softmax - onehot) and the padding 0. A negative target (kIgnoreTarget): loss 0 and,
-// when dloss != 0, a zero row. A target >= V gives a NaN loss and leaves the row alone (the CPU
+// x[target], in double at the end as the CPU. With write_grad (LogitsOutput::kGradient) the row
+// becomes dloss·(softmax - onehot) and the padding 0. A negative target (kIgnoreTarget): loss 0
+// and, with write_grad, a zero row. A target >= V gives a NaN loss and leaves the row alone (the CPU
 // throws; a device kernel cannot).
 __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const int32_t* targets,
-                                             int64_t V, int64_t Vp, float dloss) {
+                                             int64_t V, int64_t Vp, bool write_grad,
+                                             float dloss) {
   __shared__ float shared[kSoftmaxThreads];
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
@@ -470,7 +471,7 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
   const int32_t target = targets[r];
   if (target < 0) {
     if (tid == 0) losses[r] = 0.0f;
-    if (dloss != 0.0f)
+    if (write_grad)
       for (int64_t i = tid; i < Vp; i += kSoftmaxThreads) row[i] = 0.0f;
     return;
   }
@@ -488,7 +489,7 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
   if (tid == 0)
     losses[r] = static_cast<float>(static_cast<double>(mx) + log(static_cast<double>(sum)) -
                                    static_cast<double>(target_logit));
-  if (dloss == 0.0f) return;
+  if (!write_grad) return;
   const float k = dloss / sum;
   for (int64_t i = tid; i < V; i += kSoftmaxThreads) {
     const float e = expf(row[i] - mx);
@@ -962,14 +963,16 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
 // Softmax cross-entropy
 
 void CudaKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
-                                        int64_t N, int64_t V, int64_t Vp, float dloss) {
+                                        int64_t N, int64_t V, int64_t Vp,
+                                        LogitsOutput logits_output, float dloss) {
   ZT_CUDA_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: need 0 < V <= Vp");
   if (N <= 0) return;
   ZT_CUDA_ASSERT(N <= std::numeric_limits<int>::max(), "softmax_cross_entropy: N too large");
-  softmax_cross_entropy_kernel<<<unsigned(N), kSoftmaxThreads, 0, stream_>>>(losses, logits,
-                                                                            targets, V, Vp, dloss);
+  const bool write_grad = logits_output == LogitsOutput::kGradient;
+  softmax_cross_entropy_kernel<<<unsigned(N), kSoftmaxThreads, 0, stream_>>>(
+      losses, logits, targets, V, Vp, write_grad, dloss);
   check_launch();
-  if (dloss != 0.0f) round_act(logits, N * Vp);  // the gradient; losses stay fp32
+  if (write_grad) round_act(logits, N * Vp);  // the gradient; losses stay fp32
 }
 
 }  // namespace zt

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -44,60 +45,15 @@ class ScrambledKernels final : public Kernels {
   // `base`: the CPU table of the same activation dtype.
   ScrambledKernels(ScrambledDevice& device, Kernels& base) : device_(device), base_(base) {}
 
-  void matmul_forward(float* out, const float* inp, ConstOperand weight, ConstOperand bias,
-                      int64_t M, int64_t K, int64_t N, WeightLayout layout) override;
-  void matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                       const float* inp, ConstOperand weight, int64_t M, int64_t K, int64_t N,
-                       WeightLayout layout, GradOutput dinp_output = GradOutput::kAdd) override;
-  void embedding_forward(float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe,
-                         int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
-  void embedding_backward(Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens,
-                          int64_t B, int64_t T, int64_t C, const int32_t* positions) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) override;
-  void layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                          const float* inp, ConstOperand weight, const float* mean,
-                          const float* rstd, int64_t N, int64_t C) override;
-  void gelu_forward(float* out, const float* inp, int64_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override;
-  void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                         int64_t C, int64_t NH, const int32_t* positions) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          int64_t B, int64_t T, int64_t C, int64_t NH,
-                          const int32_t* positions) override;
-  void gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                             int64_t NH, int64_t NKV, int64_t hd,
-                             const int32_t* positions) override;
-  void gqa_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                              int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                              const int32_t* positions) override;
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N,
-                       int64_t C, float eps) override;
-  void rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
-                        ConstOperand weight, const float* rstd, int64_t N, int64_t C) override;
-  void rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                    const RopeFrequencies& rope, const int32_t* positions) override;
-  void rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                     const RopeFrequencies& rope, const int32_t* positions) override;
-  void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) override;
-  void swiglu_backward(float* dgate_up, const float* gate_up, const float* dout, int64_t N,
-                       int64_t F) override;
-  void residual_forward(float* out, const float* a, const float* b, int64_t n) override;
-  void accumulate(float* y, const float* x, int64_t n) override;
-  void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, int64_t N,
-                             int64_t V, int64_t Vp, float dloss) override;
-  void adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
-             const AdamWArgs& args, Operand working = nullptr) override;
-  void sgd(float* param, ConstOperand grad, float* momentum_buf, int64_t n,
-           const SgdArgs& args) override;
-  void cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) override;
-  void round_to(float* x, DType dtype, int64_t n) override;
-  void round_rows(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len,
-                  DType dtype) override;
-  void add(void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
-           int64_t n) override;
-  void fill(float* x, float value, int64_t n) override;
-  double sum_squares(ConstOperand x, int64_t n) override;
+  // Every entry of runtime/kernel_entries.h: the base's entry with the same arguments, run
+  // with the allocations its memory column names unscrambled.
+#define ZT_BRACED(...) {__VA_ARGS__}
+#define ZT_KERNEL(ret, name, params, args, memory)                               \
+  ret name params override {                                                     \
+    return unscrambled(#name, ZT_BRACED memory, [&] { return base_.name args; }); \
+  }
+#include "runtime/kernel_entries.h"
+#undef ZT_BRACED
 
   int64_t calls() const { return calls_.load(); }
 
@@ -115,6 +71,10 @@ class ScrambledKernels final : public Kernels {
   static Arg operand(ConstOperand op, int64_t n) {
     return {op.data, static_cast<size_t>(n) * dtype_size(op.dtype)};
   }
+  // run() (the base's entry) inside an Unscrambled scope over `memory`; what run() returned.
+  template <typename Run>
+  std::invoke_result_t<Run> unscrambled(const char* kernel, std::initializer_list<Arg> memory,
+                                        Run&& run);
   ScrambledDevice& device_;
   Kernels& base_;
   std::atomic<int64_t> calls_{0};
@@ -292,174 +252,12 @@ class ScrambledKernels::Unscrambled {
   std::vector<const std::pair<const char* const, size_t>*> open_;
 };
 
-#define ZT_SCRAMBLED(kernel, ...) Unscrambled scope_(*this, #kernel, {__VA_ARGS__})
-
-inline void ScrambledKernels::matmul_forward(float* out, const float* inp, ConstOperand weight,
-                                             ConstOperand bias, int64_t M, int64_t K, int64_t N,
-                                             WeightLayout layout) {
-  ZT_SCRAMBLED(matmul_forward, out, inp, operand(weight, K * N), operand(bias, N));
-  base_.matmul_forward(out, inp, weight, bias, M, K, N, layout);
+template <typename Run>
+std::invoke_result_t<Run> ScrambledKernels::unscrambled(const char* kernel,
+                                                        std::initializer_list<Arg> memory,
+                                                        Run&& run) {
+  Unscrambled scope(*this, kernel, memory);
+  return run();
 }
-inline void ScrambledKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias,
-                                              const float* dout, const float* inp,
-                                              ConstOperand weight, int64_t M, int64_t K,
-                                              int64_t N, WeightLayout layout,
-                                              GradOutput dinp_output) {
-  ZT_SCRAMBLED(matmul_backward, dinp, operand(dweight, K * N), operand(dbias, N), dout, inp,
-               operand(weight, K * N));
-  base_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, K, N, layout, dinp_output);
-}
-// wte and dwte are (V, C) with V not an argument: only their pointers are checked.
-inline void ScrambledKernels::embedding_forward(float* out, const int32_t* tokens,
-                                                ConstOperand wte, ConstOperand wpe, int64_t B,
-                                                int64_t T, int64_t C, const int32_t* positions) {
-  ZT_SCRAMBLED(embedding_forward, out, tokens, wte.data, operand(wpe, T * C), positions);
-  base_.embedding_forward(out, tokens, wte, wpe, B, T, C, positions);
-}
-inline void ScrambledKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
-                                                 const int32_t* tokens, int64_t B, int64_t T,
-                                                 int64_t C, const int32_t* positions) {
-  ZT_SCRAMBLED(embedding_backward, dwte.data, operand(dwpe, T * C), dout, tokens, positions);
-  base_.embedding_backward(dwte, dwpe, dout, tokens, B, T, C, positions);
-}
-inline void ScrambledKernels::layernorm_forward(float* out, float* mean, float* rstd,
-                                                const float* inp, ConstOperand weight,
-                                                ConstOperand bias, int64_t N, int64_t C) {
-  ZT_SCRAMBLED(layernorm_forward, out, mean, rstd, inp, operand(weight, C), operand(bias, C));
-  base_.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-}
-inline void ScrambledKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias,
-                                                 const float* dout, const float* inp,
-                                                 ConstOperand weight, const float* mean,
-                                                 const float* rstd, int64_t N, int64_t C) {
-  ZT_SCRAMBLED(layernorm_backward, dinp, operand(dweight, C), operand(dbias, C), dout, inp,
-               operand(weight, C), mean, rstd);
-  base_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-}
-inline void ScrambledKernels::gelu_forward(float* out, const float* inp, int64_t n) {
-  ZT_SCRAMBLED(gelu_forward, out, inp);
-  base_.gelu_forward(out, inp, n);
-}
-inline void ScrambledKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
-                                            int64_t n) {
-  ZT_SCRAMBLED(gelu_backward, dinp, inp, dout);
-  base_.gelu_backward(dinp, inp, dout, n);
-}
-inline void ScrambledKernels::attention_forward(float* out, float* att, const float* qkv,
-                                                int64_t B, int64_t T, int64_t C, int64_t NH,
-                                                const int32_t* positions) {
-  ZT_SCRAMBLED(attention_forward, out, att, qkv, positions);
-  base_.attention_forward(out, att, qkv, B, T, C, NH, positions);
-}
-inline void ScrambledKernels::attention_backward(float* dqkv, const float* dout,
-                                                 const float* qkv, const float* att, int64_t B,
-                                                 int64_t T, int64_t C, int64_t NH,
-                                                 const int32_t* positions) {
-  ZT_SCRAMBLED(attention_backward, dqkv, dout, qkv, att, positions);
-  base_.attention_backward(dqkv, dout, qkv, att, B, T, C, NH, positions);
-}
-inline void ScrambledKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
-                                                    int64_t B, int64_t T, int64_t NH,
-                                                    int64_t NKV, int64_t hd,
-                                                    const int32_t* positions) {
-  ZT_SCRAMBLED(gqa_attention_forward, out, att, qkv, positions);
-  base_.gqa_attention_forward(out, att, qkv, B, T, NH, NKV, hd, positions);
-}
-inline void ScrambledKernels::gqa_attention_backward(float* dqkv, const float* dout,
-                                                     const float* qkv, const float* att,
-                                                     int64_t B, int64_t T, int64_t NH,
-                                                     int64_t NKV, int64_t hd,
-                                                     const int32_t* positions) {
-  ZT_SCRAMBLED(gqa_attention_backward, dqkv, dout, qkv, att, positions);
-  base_.gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions);
-}
-inline void ScrambledKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
-                                              ConstOperand weight, int64_t N, int64_t C,
-                                              float eps) {
-  ZT_SCRAMBLED(rmsnorm_forward, out, rstd, inp, operand(weight, C));
-  base_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
-}
-inline void ScrambledKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
-                                               const float* inp, ConstOperand weight,
-                                               const float* rstd, int64_t N, int64_t C) {
-  ZT_SCRAMBLED(rmsnorm_backward, dinp, operand(dweight, C), dout, inp, operand(weight, C), rstd);
-  base_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
-}
-inline void ScrambledKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH,
-                                           int64_t NKV, int64_t hd, const RopeFrequencies& rope,
-                                           const int32_t* positions) {
-  ZT_SCRAMBLED(rope_forward, qkv, positions);
-  base_.rope_forward(qkv, B, T, NH, NKV, hd, rope, positions);
-}
-inline void ScrambledKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH,
-                                            int64_t NKV, int64_t hd, const RopeFrequencies& rope,
-                                            const int32_t* positions) {
-  ZT_SCRAMBLED(rope_backward, dqkv, positions);
-  base_.rope_backward(dqkv, B, T, NH, NKV, hd, rope, positions);
-}
-inline void ScrambledKernels::swiglu_forward(float* out, const float* gate_up, int64_t N,
-                                             int64_t F) {
-  ZT_SCRAMBLED(swiglu_forward, out, gate_up);
-  base_.swiglu_forward(out, gate_up, N, F);
-}
-inline void ScrambledKernels::swiglu_backward(float* dgate_up, const float* gate_up,
-                                              const float* dout, int64_t N, int64_t F) {
-  ZT_SCRAMBLED(swiglu_backward, dgate_up, gate_up, dout);
-  base_.swiglu_backward(dgate_up, gate_up, dout, N, F);
-}
-inline void ScrambledKernels::residual_forward(float* out, const float* a, const float* b,
-                                               int64_t n) {
-  ZT_SCRAMBLED(residual_forward, out, a, b);
-  base_.residual_forward(out, a, b, n);
-}
-inline void ScrambledKernels::accumulate(float* y, const float* x, int64_t n) {
-  ZT_SCRAMBLED(accumulate, y, x);
-  base_.accumulate(y, x, n);
-}
-inline void ScrambledKernels::softmax_cross_entropy(float* losses, float* logits,
-                                                    const int32_t* targets, int64_t N,
-                                                    int64_t V, int64_t Vp, float dloss) {
-  ZT_SCRAMBLED(softmax_cross_entropy, losses, logits, targets);
-  base_.softmax_cross_entropy(losses, logits, targets, N, V, Vp, dloss);
-}
-inline void ScrambledKernels::adamw(float* param, ConstOperand grad, float* m, float* v,
-                                    int64_t n, const AdamWArgs& args, Operand working) {
-  ZT_SCRAMBLED(adamw, param, operand(grad, n), m, v, operand(working, n));
-  base_.adamw(param, grad, m, v, n, args, working);
-}
-inline void ScrambledKernels::sgd(float* param, ConstOperand grad, float* momentum_buf,
-                                  int64_t n, const SgdArgs& args) {
-  ZT_SCRAMBLED(sgd, param, operand(grad, n), momentum_buf);
-  base_.sgd(param, grad, momentum_buf, n, args);
-}
-inline void ScrambledKernels::cast(void* dst, DType dst_type, const void* src, DType src_type,
-                                   int64_t n) {
-  ZT_SCRAMBLED(cast, dst, src);
-  base_.cast(dst, dst_type, src, src_type, n);
-}
-inline void ScrambledKernels::round_to(float* x, DType dtype, int64_t n) {
-  ZT_SCRAMBLED(round_to, x);
-  base_.round_to(x, dtype, n);
-}
-inline void ScrambledKernels::round_rows(float* x, const int32_t* rows, int64_t n_rows,
-                                         int64_t row_len, DType dtype) {
-  ZT_SCRAMBLED(round_rows, x, rows);
-  base_.round_rows(x, rows, n_rows, row_len, dtype);
-}
-inline void ScrambledKernels::add(void* dst, DType dst_type, const void* a, DType a_type,
-                                  const void* b, DType b_type, int64_t n) {
-  ZT_SCRAMBLED(add, dst, a, b);
-  base_.add(dst, dst_type, a, a_type, b, b_type, n);
-}
-inline void ScrambledKernels::fill(float* x, float value, int64_t n) {
-  ZT_SCRAMBLED(fill, x);
-  base_.fill(x, value, n);
-}
-inline double ScrambledKernels::sum_squares(ConstOperand x, int64_t n) {
-  ZT_SCRAMBLED(sum_squares, operand(x, n));
-  return base_.sum_squares(x, n);
-}
-
-#undef ZT_SCRAMBLED
 
 }  // namespace zt

@@ -490,11 +490,13 @@ TEST_P(ActivationRoundingTest, SoftmaxCrossEntropyRoundsTheGradientNotTheLosses)
   const int64_t N = 5, V = 37, Vp = 40;
   const auto logits = random_values(N * Vp, 17, -4.0f, 4.0f);
   const std::vector<int32_t> targets = {0, 36, 5, 17, 5};
-  for (float dloss : {0.5f, 0.0f}) {
+  for (float dloss : {0.5f, 0.0f}) {  // 0: losses only (kKeep)
     SCOPED_TRACE(dloss);
+    const LogitsOutput output = dloss == 0.0f ? LogitsOutput::kKeep : LogitsOutput::kGradient;
     std::vector<float> g_f32 = logits, g = logits, loss_f32(N), loss(N);
-    f32_.softmax_cross_entropy(loss_f32.data(), g_f32.data(), targets.data(), N, V, Vp, dloss);
-    act_.softmax_cross_entropy(loss.data(), g.data(), targets.data(), N, V, Vp, dloss);
+    f32_.softmax_cross_entropy(loss_f32.data(), g_f32.data(), targets.data(), N, V, Vp, output,
+                               dloss);
+    act_.softmax_cross_entropy(loss.data(), g.data(), targets.data(), N, V, Vp, output, dloss);
     EXPECT_TRUE(has_unrounded(loss_f32, dtype()));
     EXPECT_TRUE(same_bits(loss, loss_f32));
     if (dloss != 0.0f) {

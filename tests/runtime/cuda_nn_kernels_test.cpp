@@ -397,7 +397,8 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyMatchesCpu) {
   };
   const Case cases[] = {{32, 97, 128}, {5, 51, 61}, {3, 1000, 1000}, {4, 700, 777}};
   for (const Case& cs : cases) {
-    for (float dloss : {0.0f, 1.0f / 32.0f}) {
+    for (float dloss : {0.0f, 1.0f / 32.0f}) {  // 0: losses only (kKeep)
+      const LogitsOutput output = dloss == 0.0f ? LogitsOutput::kKeep : LogitsOutput::kGradient;
       const std::string what = "N" + std::to_string(cs.N) + " V" + std::to_string(cs.V) +
                                " Vp" + std::to_string(cs.Vp) + " dloss " + std::to_string(dloss);
       std::vector<int32_t> host_targets = random_tokens(cs.N, int32_t(cs.V), 8);
@@ -407,8 +408,10 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyMatchesCpu) {
       const std::vector<float> host_logits = random_floats(cs.N * cs.Vp, 1, -4.0f, 4.0f);
       Mirror logits = mirror(host_logits);
       Mirror losses = mirror(random_floats(cs.N, 2));
-      cpu().softmax_cross_entropy(losses.c(), logits.c(), targets.ci(), cs.N, cs.V, cs.Vp, dloss);
-      gpu().softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), cs.N, cs.V, cs.Vp, dloss);
+      cpu().softmax_cross_entropy(losses.c(), logits.c(), targets.ci(), cs.N, cs.V, cs.Vp, output,
+                                  dloss);
+      gpu().softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), cs.N, cs.V, cs.Vp, output,
+                                  dloss);
       expect_close(losses.gpu(), losses.cpu(), kRtol, what + " losses");
       const std::vector<float> grad = logits.gpu();
       if (dloss == 0.0f) {
@@ -571,7 +574,8 @@ TEST_F(CudaNnKernelsTest, SixteenBitTablesAndOperandsMatchCpu) {
       Mirror logits = mirror(random_floats(s.B * s.T * s.Vp, 38, -3.0f, 3.0f));
       Mirror targets = mirror(random_tokens(s.B * s.T, int32_t(s.V), 39));
       Mirror losses = mirror(random_floats(s.B * s.T, 40));
-      gk.softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), s.B * s.T, s.V, s.Vp, 0.5f);
+      gk.softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), s.B * s.T, s.V, s.Vp,
+                               LogitsOutput::kGradient, 0.5f);
       expect_representable(logits.gpu(), t, what + " cross-entropy gradient");
     }
   }
@@ -642,7 +646,8 @@ TEST_F(CudaNnKernelsTest, EveryOpIsDeterministic) {
   Mirror logits = mirror(random_floats(BT * s.Vp, 18, -4.0f, 4.0f));
   Mirror losses = mirror(random_floats(BT, 19));
   twice("softmax_cross_entropy", {&logits, &losses}, [&] {
-    gpu().softmax_cross_entropy(losses.g(), logits.g(), tokens.gi(), BT, s.V, s.Vp, 0.5f);
+    gpu().softmax_cross_entropy(losses.g(), logits.g(), tokens.gi(), BT, s.V, s.Vp,
+                                LogitsOutput::kGradient, 0.5f);
   });
 }
 
@@ -855,13 +860,14 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyIgnoresNegativeTargets) {
   const int64_t N = 6, V = 51, Vp = 61;
   const std::vector<int32_t> host_targets = {3, kIgnoreTarget, 50, -9, 0, kIgnoreTarget};
   const std::vector<float> host_logits = random_floats(N * Vp, 1, -4.0f, 4.0f);
-  for (float dloss : {0.0f, 0.5f}) {
+  for (float dloss : {0.0f, 0.5f}) {  // 0: losses only (kKeep)
+    const LogitsOutput output = dloss == 0.0f ? LogitsOutput::kKeep : LogitsOutput::kGradient;
     const std::string what = "dloss " + std::to_string(dloss);
     Mirror targets = mirror(host_targets);
     Mirror logits = mirror(host_logits);
     Mirror losses = mirror(random_floats(N, 2));
-    cpu().softmax_cross_entropy(losses.c(), logits.c(), targets.ci(), N, V, Vp, dloss);
-    gpu().softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), N, V, Vp, dloss);
+    cpu().softmax_cross_entropy(losses.c(), logits.c(), targets.ci(), N, V, Vp, output, dloss);
+    gpu().softmax_cross_entropy(losses.g(), logits.g(), targets.gi(), N, V, Vp, output, dloss);
     expect_close(losses.gpu(), losses.cpu(), kRtol, what + " losses");
     expect_close(logits.gpu(), logits.cpu(), kRtol, what + " gradient");
     const std::vector<float> loss_gpu = losses.gpu(), grad = logits.gpu();

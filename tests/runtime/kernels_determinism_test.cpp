@@ -221,7 +221,8 @@ TEST_F(KernelsTest, InstructionSetPathsAgreeBitForBit) {
     k.attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, AC, NH, nullptr);
     for (auto* part : {&ao, &att, &dqkv}) r.insert(r.end(), part->begin(), part->end());
     std::vector<float> lg = logits, losses(4);
-    k.softmax_cross_entropy(losses.data(), lg.data(), targets.data(), 4, Vv, Vp, 0.5f);
+    k.softmax_cross_entropy(losses.data(), lg.data(), targets.data(), 4, Vv, Vp,
+                            LogitsOutput::kGradient, 0.5f);
     for (auto* part : {&lg, &losses}) r.insert(r.end(), part->begin(), part->end());
     const double ss = k.sum_squares(x.data(), n);
     r.push_back(float(ss));

@@ -289,17 +289,19 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyMatchesReference) {
     auto x = to_double(logits);
     const auto ref_loss = cross_entropy_ref(x, targets, c.N, c.V, c.Vp);
 
-    // dloss == 0: losses only, logits untouched.
+    // kKeep: losses only, logits untouched.
     auto untouched = logits;
     std::vector<float> losses(c.N);
-    k_.softmax_cross_entropy(losses.data(), untouched.data(), targets.data(), c.N, c.V, c.Vp, 0.0f);
+    k_.softmax_cross_entropy(losses.data(), untouched.data(), targets.data(), c.N, c.V, c.Vp,
+                             LogitsOutput::kKeep);
     expect_close(losses, ref_loss, 1e-5, 1e-5, "loss");
     EXPECT_TRUE(same_bits(untouched, logits));
 
-    // dloss != 0: gradient of sum_i dloss·loss_i in place, padding zeroed.
+    // kGradient: gradient of sum_i dloss·loss_i in place, padding zeroed.
     const float dloss = 0.25f;
     auto grad = logits;
-    k_.softmax_cross_entropy(losses.data(), grad.data(), targets.data(), c.N, c.V, c.Vp, dloss);
+    k_.softmax_cross_entropy(losses.data(), grad.data(), targets.data(), c.N, c.V, c.Vp,
+                             LogitsOutput::kGradient, dloss);
     expect_close(losses, ref_loss, 1e-5, 1e-5, "loss with gradient");
     std::vector<float> got;
     std::vector<double> want;
@@ -347,11 +349,14 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyIgnoresNegativeTargets) {
   const auto logits = random_floats(N * Vp, 62, -4.0f, 4.0f);
   const std::vector<int32_t> all = {3, 0, 12, 7, 5};
   const std::vector<int32_t> some = {3, kIgnoreTarget, 12, -7, 5};
-  for (float dloss : {0.0f, 0.25f}) {
+  for (float dloss : {0.0f, 0.25f}) {  // 0: losses only (kKeep)
+    const LogitsOutput output = dloss == 0.0f ? LogitsOutput::kKeep : LogitsOutput::kGradient;
     std::vector<float> losses_all(N), losses_some(N, 99.0f);
     auto grad_all = logits, grad_some = logits;
-    k_.softmax_cross_entropy(losses_all.data(), grad_all.data(), all.data(), N, V, Vp, dloss);
-    k_.softmax_cross_entropy(losses_some.data(), grad_some.data(), some.data(), N, V, Vp, dloss);
+    k_.softmax_cross_entropy(losses_all.data(), grad_all.data(), all.data(), N, V, Vp, output,
+                             dloss);
+    k_.softmax_cross_entropy(losses_some.data(), grad_some.data(), some.data(), N, V, Vp, output,
+                             dloss);
     for (int64_t i = 0; i < N; ++i) {
       const std::vector<float> row_all(grad_all.begin() + i * Vp, grad_all.begin() + (i + 1) * Vp);
       const std::vector<float> row_some(grad_some.begin() + i * Vp,
@@ -377,7 +382,7 @@ TEST_F(KernelsTest, SoftmaxCrossEntropyIsStableForLargeLogits) {
   for (int32_t target : {5, 0}) {
     auto row = logits;
     float loss = -1;
-    k_.softmax_cross_entropy(&loss, row.data(), &target, 1, V, Vp, 1.0f);
+    k_.softmax_cross_entropy(&loss, row.data(), &target, 1, V, Vp, LogitsOutput::kGradient, 1.0f);
     EXPECT_NEAR(loss, target == 5 ? 0.0 : 2000.0, 1e-3);
     for (int64_t j = 0; j < Vp; ++j) EXPECT_TRUE(std::isfinite(row[j]));
     EXPECT_NEAR(row[5], target == 5 ? 0.0 : 1.0, 1e-6);

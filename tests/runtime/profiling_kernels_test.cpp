@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
 
 #include "runtime/cpu/cpu_device.h"
@@ -109,58 +110,22 @@ class FakeTimer final : public StreamTimer {
   int spans_ = 0, next_ = 0;
 };
 
-// A base whose fill throws (as a failed launch would).
+// A base whose fill throws (as a failed launch would): every other entry of
+// runtime/kernel_entries.h forwards to `base`.
 class ThrowingFill final : public Kernels {
  public:
   explicit ThrowingFill(Kernels& base) : base_(base) {}
-  void matmul_forward(float* out, const float* inp, ConstOperand weight, ConstOperand bias,
-                      int64_t M, int64_t K, int64_t N, WeightLayout layout) override {
-    base_.matmul_forward(out, inp, weight, bias, M, K, N, layout);
+#define ZT_KERNEL(ret, name, params, args, memory) \
+  ret name params override {                       \
+    fail_if_fill(#name);                           \
+    return base_.name args;                        \
   }
-  void matmul_backward(float*, Operand, Operand, const float*, const float*, ConstOperand,
-                       int64_t, int64_t, int64_t, WeightLayout, GradOutput) override {}
-  void embedding_forward(float*, const int32_t*, ConstOperand, ConstOperand, int64_t, int64_t,
-                         int64_t, const int32_t*) override {}
-  void embedding_backward(Operand, Operand, const float*, const int32_t*, int64_t, int64_t,
-                          int64_t, const int32_t*) override {}
-  void layernorm_forward(float*, float*, float*, const float*, ConstOperand, ConstOperand,
-                         int64_t, int64_t) override {}
-  void layernorm_backward(float*, Operand, Operand, const float*, const float*, ConstOperand,
-                          const float*, const float*, int64_t, int64_t) override {}
-  void gelu_forward(float*, const float*, int64_t) override {}
-  void gelu_backward(float*, const float*, const float*, int64_t) override {}
-  void attention_forward(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                         const int32_t*) override {}
-  void attention_backward(float*, const float*, const float*, const float*, int64_t, int64_t,
-                          int64_t, int64_t, const int32_t*) override {}
-  void gqa_attention_forward(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                             int64_t, const int32_t*) override {}
-  void gqa_attention_backward(float*, const float*, const float*, const float*, int64_t,
-                              int64_t, int64_t, int64_t, int64_t, const int32_t*) override {}
-  void rmsnorm_forward(float*, float*, const float*, ConstOperand, int64_t, int64_t,
-                       float) override {}
-  void rmsnorm_backward(float*, Operand, const float*, const float*, ConstOperand, const float*,
-                        int64_t, int64_t) override {}
-  void rope_forward(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeFrequencies&,
-                    const int32_t*) override {}
-  void rope_backward(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const RopeFrequencies&,
-                     const int32_t*) override {}
-  void swiglu_forward(float*, const float*, int64_t, int64_t) override {}
-  void swiglu_backward(float*, const float*, const float*, int64_t, int64_t) override {}
-  void residual_forward(float*, const float*, const float*, int64_t) override {}
-  void accumulate(float*, const float*, int64_t) override {}
-  void softmax_cross_entropy(float*, float*, const int32_t*, int64_t, int64_t, int64_t,
-                             float) override {}
-  void adamw(float*, ConstOperand, float*, float*, int64_t, const AdamWArgs&, Operand) override {}
-  void sgd(float*, ConstOperand, float*, int64_t, const SgdArgs&) override {}
-  void cast(void*, DType, const void*, DType, int64_t) override {}
-  void round_to(float*, DType, int64_t) override {}
-  void round_rows(float*, const int32_t*, int64_t, int64_t, DType) override {}
-  void add(void*, DType, const void*, DType, const void*, DType, int64_t) override {}
-  void fill(float*, float, int64_t) override { throw std::runtime_error("launch failed"); }
-  double sum_squares(ConstOperand x, int64_t n) override { return base_.sum_squares(x, n); }
+#include "runtime/kernel_entries.h"
 
  private:
+  static void fail_if_fill(std::string_view entry) {
+    if (entry == "fill") throw std::runtime_error("launch failed");
+  }
   Kernels& base_;
 };
 

@@ -1,0 +1,228 @@
+// The Kernels entries, one row each: the one list from which every class that declares or
+// forwards the whole table is generated (an X-macro, included where it is expanded):
+//   runtime/kernels.h              the interface: each row a pure virtual
+//   runtime/cpu/cpu_kernels.h      CpuKernels' overrides (defined in runtime/cpu/cpu_*.cpp)
+//   runtime/cuda/cuda_kernels.h    CudaKernels' overrides (defined in runtime/cuda/cuda_*.cu)
+//   runtime/profiling_kernels.h    ProfilingKernels: each entry timed and forwarded
+//   tests/mpi/scrambled_device.h   ScrambledKernels: each entry's memory unscrambled, forwarded
+//   tests/runtime/profiling_kernels_test.cpp  a forwarding base that fails on one entry
+// So a new entry is a row here plus its definition in each back end (CpuKernels, CudaKernels);
+// nothing else names it. The contracts every entry keeps (accumulation, element-wise bits,
+// fixed reductions, precision) are kernels.h's.
+//
+// A row: ZT_KERNEL(return type, name, (parameters), (arguments), (memory)), with
+//   parameters  the declaration's, default arguments included;
+//   arguments   the parameter names in order (what a forwarding entry passes on);
+//   memory      the device memory the entry reads or writes: each pointer argument (null ones
+//               are skipped by whoever checks them), written operand(x, n) where n elements of
+//               x's dtype are known from the other arguments (a test device checks that they
+//               lie inside one allocation). An expansion that does not check memory ignores it.
+// Shapes are row-major; sizes are in elements.
+//
+// No include guard: an includer defines ZT_KERNEL, includes this file, and it is #undef'd at the
+// end. Not here: the types the rows name (kernels.h), any implementation.
+#ifndef ZT_KERNEL
+#error "define ZT_KERNEL(ret, name, params, args, memory) before including kernel_entries.h"
+#endif
+
+// ---- Matrix products --------------------------------------------------------------------------
+
+// out (M,N) = inp (M,K) · W + bias (N; may be null). W is (K,N) or (N,K) by layout.
+ZT_KERNEL(void, matmul_forward,
+          (float* out, const float* inp, ConstOperand weight, ConstOperand bias, int64_t M,
+           int64_t K, int64_t N, WeightLayout layout),
+          (out, inp, weight, bias, M, K, N, layout),
+          (out, inp, operand(weight, K * N), operand(bias, N)))
+// dinp (M,K) += dout · Wᵀ, or = with kWrite (zeros when N == 0; skipped when null);
+// dweight (W's shape) += inpᵀ·dout (or its transpose for kOutIn), or = when dweight is fresh
+// (zeros when M == 0); each "=" gives the bits of adding into zeros. dbias (N) += column
+// sums of dout (skipped when null).
+ZT_KERNEL(void, matmul_backward,
+          (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
+           ConstOperand weight, int64_t M, int64_t K, int64_t N, WeightLayout layout,
+           GradOutput dinp_output = GradOutput::kAdd),
+          (dinp, dweight, dbias, dout, inp, weight, M, K, N, layout, dinp_output),
+          (dinp, operand(dweight, K * N), operand(dbias, N), dout, inp, operand(weight, K * N)))
+
+// ---- Embedding --------------------------------------------------------------------------------
+
+// out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (wpe null: no position embedding,
+// Llama's). tokens are already validated (< V). positions (B,T), model.h's Batch::positions,
+// null: 0..T-1 in every row. wte is (V,C) with V not an argument: only its pointer is checked.
+ZT_KERNEL(void, embedding_forward,
+          (float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe, int64_t B,
+           int64_t T, int64_t C, const int32_t* positions),
+          (out, tokens, wte, wpe, B, T, C, positions),
+          (out, tokens, wte.data, operand(wpe, T * C), positions))
+// dwte (V,C) += scatter of dout by token; dwpe (T,C) += scatter of dout by position, a row's
+// contributions in token order (skipped when null; either may be null). Deterministic order.
+// A 16-bit dwte or dwpe row named by the batch is rounded once, after all its contributions.
+ZT_KERNEL(void, embedding_backward,
+          (Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens, int64_t B,
+           int64_t T, int64_t C, const int32_t* positions),
+          (dwte, dwpe, dout, tokens, B, T, C, positions),
+          (dwte.data, operand(dwpe, T * C), dout, tokens, positions))
+
+// ---- Normalization and activation functions ---------------------------------------------------
+
+// Per row of C: out = (inp - mean) * rstd * weight + bias, eps 1e-5. mean, rstd: (N).
+ZT_KERNEL(void, layernorm_forward,
+          (float* out, float* mean, float* rstd, const float* inp, ConstOperand weight,
+           ConstOperand bias, int64_t N, int64_t C),
+          (out, mean, rstd, inp, weight, bias, N, C),
+          (out, mean, rstd, inp, operand(weight, C), operand(bias, C)))
+ZT_KERNEL(void, layernorm_backward,
+          (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
+           ConstOperand weight, const float* mean, const float* rstd, int64_t N, int64_t C),
+          (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C),
+          (dinp, operand(dweight, C), operand(dbias, C), dout, inp, operand(weight, C), mean,
+           rstd))
+
+// GELU, tanh approximation (GPT-2's).
+ZT_KERNEL(void, gelu_forward, (float* out, const float* inp, int64_t n), (out, inp, n),
+          (out, inp))
+ZT_KERNEL(void, gelu_backward, (float* dinp, const float* inp, const float* dout, int64_t n),
+          (dinp, inp, dout, n), (dinp, inp, dout))
+
+// ---- Attention --------------------------------------------------------------------------------
+
+// Causal multi-head self-attention within documents: query t of row b reads the keys
+// t - positions[b,t] .. t (model.h's Batch::positions, (B,T); null: 0..T-1, keys 0 .. t).
+// qkv (B,T,3C) holds q, k, v side by side per token; out (B,T,C); att (B,NH,T,T) receives
+// the softmax probabilities (kept for backward; entries outside a query's keys are zero).
+// Scale 1/sqrt(C/NH).
+ZT_KERNEL(void, attention_forward,
+          (float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+           const int32_t* positions),
+          (out, att, qkv, B, T, C, NH, positions), (out, att, qkv, positions))
+// dqkv (B,T,3C) += gradient through attention, from dout (B,T,C); positions as forward's.
+ZT_KERNEL(void, attention_backward,
+          (float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+           int64_t T, int64_t C, int64_t NH, const int32_t* positions),
+          (dqkv, dout, qkv, att, B, T, C, NH, positions), (dqkv, dout, qkv, att, positions))
+
+// Causal grouped-query self-attention (Llama's; attention_forward is the case NKV == NH,
+// hd == C/NH). qkv (B,T,R) with R = (NH + 2·NKV)·hd holds per token the NH query heads, then
+// the NKV key heads, then the NKV value heads, each hd wide; query head h reads key/value head
+// h / (NH/NKV) (NH a multiple of NKV). out (B,T,NH·hd); att (B,NH,T,T) and positions (null:
+// 0..T-1) as attention_forward's. Scale 1/sqrt(hd).
+ZT_KERNEL(void, gqa_attention_forward,
+          (float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t NH,
+           int64_t NKV, int64_t hd, const int32_t* positions),
+          (out, att, qkv, B, T, NH, NKV, hd, positions), (out, att, qkv, positions))
+// dqkv (B,T,R) += gradient through attention, from dout (B,T,NH·hd). A key/value head's
+// gradient sums its group's query heads in increasing h.
+ZT_KERNEL(void, gqa_attention_backward,
+          (float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+           int64_t T, int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions),
+          (dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions),
+          (dqkv, dout, qkv, att, positions))
+
+// ---- Llama's layers ---------------------------------------------------------------------------
+
+// RMSNorm per row of C: out = inp·rstd·weight, rstd = 1/sqrt(mean(inp²) + eps). rstd (N) is
+// kept for backward (fp32, as layer norm's statistics).
+ZT_KERNEL(void, rmsnorm_forward,
+          (float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N, int64_t C,
+           float eps),
+          (out, rstd, inp, weight, N, C, eps), (out, rstd, inp, operand(weight, C)))
+ZT_KERNEL(void, rmsnorm_backward,
+          (float* dinp, Operand dweight, const float* dout, const float* inp,
+           ConstOperand weight, const float* rstd, int64_t N, int64_t C),
+          (dinp, dweight, dout, inp, weight, rstd, N, C),
+          (dinp, operand(dweight, C), dout, inp, operand(weight, C), rstd))
+
+// Rotary position embedding (Hugging Face's rotate-half convention), IN PLACE on the NH query
+// and NKV key heads of qkv (B,T,R), laid out as gqa_attention_forward's; value heads untouched.
+// Token (b, t) at position p = positions[b,t] (model.h's Batch::positions; null: p = t) of
+// each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2] and a = p·f_i, f_i =
+// rope_inv_freq(rope, i, hd) (runtime/rope.h: theta^(-2i/hd), rescaled by rope_scaling):
+// x[i] = x1·cos a - x2·sin a, x[i + hd/2] = x2·cos a + x1·sin a.
+// Precision: f_i is computed in double and rounded to fp32, a = float(p) times it in fp32
+// (Hugging Face's fp32 inv_freq and angle), cos a and sin a in double rounded to fp32; the
+// rotation itself in fp32. hd even.
+ZT_KERNEL(void, rope_forward,
+          (float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+           const RopeFrequencies& rope, const int32_t* positions),
+          (qkv, B, T, NH, NKV, hd, rope, positions), (qkv, positions))
+// The gradient through rope_forward at the same positions, IN PLACE: the q and k parts of
+// dqkv (the gradient w.r.t. rope's output) become the gradient w.r.t. its input (the inverse
+// rotation). The one backward entry that transforms instead of accumulating: the rotation is
+// orthogonal, so the caller keeps one buffer.
+ZT_KERNEL(void, rope_backward,
+          (float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+           const RopeFrequencies& rope, const int32_t* positions),
+          (dqkv, B, T, NH, NKV, hd, rope, positions), (dqkv, positions))
+
+// SwiGLU: out (N,F) = silu(gate)·up, silu(x) = x·sigmoid(x); gate_up (N,2F) holds per row the
+// F gate values, then the F up values (one GEMM over the adjacent gate_proj and up_proj).
+ZT_KERNEL(void, swiglu_forward, (float* out, const float* gate_up, int64_t N, int64_t F),
+          (out, gate_up, N, F), (out, gate_up))
+// dgate_up (N,2F) += gradient from dout (N,F).
+ZT_KERNEL(void, swiglu_backward,
+          (float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F),
+          (dgate_up, gate_up, dout, N, F), (dgate_up, gate_up, dout))
+
+// ---- Residual stream and loss -----------------------------------------------------------------
+
+// out = a + b, element-wise (out may alias a or b).
+ZT_KERNEL(void, residual_forward, (float* out, const float* a, const float* b, int64_t n),
+          (out, a, b, n), (out, a, b))
+// y += x.
+ZT_KERNEL(void, accumulate, (float* y, const float* x, int64_t n), (y, x, n), (y, x))
+
+// Softmax cross-entropy over the first V of Vp columns of each of N rows of logits (N,Vp).
+// losses (N) = -log softmax(row)[target]. logits_output says what becomes of the logits:
+// kKeep leaves them as they are (dloss is not read); kGradient overwrites each row in place by
+// its gradient dloss * (softmax - onehot(target)), padded columns set to 0. A row whose target
+// is negative (kIgnoreTarget, model.h) is not trained on: its loss is 0 and, with kGradient,
+// its gradient is all zeros (padded columns too).
+ZT_KERNEL(void, softmax_cross_entropy,
+          (float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V,
+           int64_t Vp, LogitsOutput logits_output, float dloss = 0.0f),
+          (losses, logits, targets, N, V, Vp, logits_output, dloss), (losses, logits, targets))
+
+// ---- Optimizers -------------------------------------------------------------------------------
+
+// Optimizers over a contiguous range (a parameter view or a shard of one): fp32 parameters
+// and state, the gradient in its stored dtype (widened as it is read). `working` (may be
+// null): after the update, working[i] = working.dtype(param[i]) in the same pass, the bits of
+// cast (a mixed-precision working copy refreshed without reading the fp32 master again).
+ZT_KERNEL(void, adamw,
+          (float* param, ConstOperand grad, float* m, float* v, int64_t n, const AdamWArgs& args,
+           Operand working = nullptr),
+          (param, grad, m, v, n, args, working),
+          (param, operand(grad, n), m, v, operand(working, n)))
+// momentum_buf may be null when momentum == 0.
+ZT_KERNEL(void, sgd,
+          (float* param, ConstOperand grad, float* momentum_buf, int64_t n, const SgdArgs& args),
+          (param, grad, momentum_buf, n, args), (param, operand(grad, n), momentum_buf))
+
+// ---- Element-wise utilities and reductions ----------------------------------------------------
+
+// dst[i] = dst_type(src[i]), round to nearest even (fp16 overflow gives ±inf).
+ZT_KERNEL(void, cast, (void* dst, DType dst_type, const void* src, DType src_type, int64_t n),
+          (dst, dst_type, src, src_type, n), (dst, src))
+// x = float(dtype(x)) in place: every element rounded to the nearest value of `dtype`
+// (round to nearest even, as cast does; fp16 overflow gives ±inf; NaN stays NaN). kF32: no-op.
+ZT_KERNEL(void, round_to, (float* x, DType dtype, int64_t n), (x, dtype, n), (x))
+// round_to over the rows of x (rows of row_len elements) named by rows[0, n_rows), which is
+// device memory like every pointer here (a GPU must not read it on the host); a row may be
+// named more than once (rounding is idempotent), rows not named keep their bits. The bits of
+// round_to. kF32: no-op. (Mixed precision rounds the embedding gradient rows of a batch's
+// tokens with it.)
+ZT_KERNEL(void, round_rows,
+          (float* x, const int32_t* rows, int64_t n_rows, int64_t row_len, DType dtype),
+          (x, rows, n_rows, row_len, dtype), (x, rows))
+// dst = dst_type(float(a) + float(b)) element-wise with one rounding, the sum in fp32. `a` may
+// be null (read as 0: a plain rounding cast of b). dst may alias a or b when the types match.
+ZT_KERNEL(void, add,
+          (void* dst, DType dst_type, const void* a, DType a_type, const void* b, DType b_type,
+           int64_t n),
+          (dst, dst_type, a, a_type, b, b_type, n), (dst, a, b))
+// x[i] = value.
+ZT_KERNEL(void, fill, (float* x, float value, int64_t n), (x, value, n), (x))
+// Sum of x², x in its stored dtype, accumulated in double over fixed blocks added in order.
+ZT_KERNEL(double, sum_squares, (ConstOperand x, int64_t n), (x, n), (operand(x, n)))
+
+#undef ZT_KERNEL
