@@ -1,9 +1,12 @@
-// GPT-2 parameter tables, units and layers.
+// GPT-2 parameter tables and transformer block; the embedding and the head are the zoo's
+// (decoder_model.h, lm_head.h).
 #include "model_zoo/gpt2.h"
 
-#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
+#include "model_zoo/lm_head.h"
 #include "model_zoo/table_unit.h"
 #include "runtime/status.h"
 
@@ -67,31 +70,6 @@ std::vector<ParamSpec> block_specs(const Gpt2Config& c, int layer) {
 }
 
 // ---- Layers ---------------------------------------------------------------------------------
-
-// out (B,T,C) = wte[tokens] + wpe[0..T).
-class EmbeddingLayer final : public Layer {
- public:
-  EmbeddingLayer(const Gpt2Config& c, TableUnit& root) : c_(c), root_(root) {}
-  int unit_index() const override { return 0; }
-  bool checkpointable() const override { return false; }
-  void forward(Kernels& k, const LayerIO& io, ActivationStore&) override {
-    const Batch& b = *io.batch;
-    k.embedding_forward(io.output, b.inputs, root_.param(kWte), root_.param(kWpe), b.B, b.T,
-                        c_.n_embd, b.positions);
-  }
-  void backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) override {
-    const Batch& b = *io.batch;
-    k.embedding_backward(root_.grad(kWte), root_.grad(kWpe), io.d_output, b.inputs, b.B, b.T,
-                         c_.n_embd, b.positions);
-  }
-  std::optional<LayerActivations> activations(int64_t, int64_t, bool) const override {
-    return LayerActivations{};  // keeps nothing, needs no scratch
-  }
-
- private:
-  Gpt2Config c_;
-  TableUnit& root_;
-};
 
 // One pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
 class BlockLayer final : public Layer {
@@ -191,69 +169,6 @@ class BlockLayer final : public Layer {
   int unit_index_;
 };
 
-// Final layer norm, tied LM head and softmax cross-entropy. Logits are computed a chunk of rows
-// at a time and never kept: when training, each chunk's gradient (d logits) is turned at once
-// into d ln_f-output and d wte, so the head keeps (N, C) floats instead of (N, Vp).
-class HeadLayer final : public Layer {
- public:
-  HeadLayer(const Gpt2Config& c, TableUnit& root, const LogitsChunking& chunking)
-      : c_(c), root_(root), chunking_(chunking) {}
-  int unit_index() const override { return 0; }
-  bool checkpointable() const override { return false; }
-
-  enum Saved { kLnf, kLnfMean, kLnfRstd, kDLnf };
-
-  void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
-    const int64_t N = io.batch->B * io.batch->T, C = c_.n_embd;
-    const int64_t V = c_.vocab_size, Vp = c_.padded_vocab_size();
-    float* lnf = acts.alloc_floats(N * C);  // (N, C)
-    float* lnf_mean = acts.alloc_stats(N);  // (N)
-    float* lnf_rstd = acts.alloc_stats(N);  // (N)
-    k.layernorm_forward(lnf, lnf_mean, lnf_rstd, io.input, root_.param(kLnfW),
-                        root_.param(kLnfB), N, C);
-    const bool training = io.dloss.has_value();
-    const LogitsOutput output = training ? LogitsOutput::kGradient : LogitsOutput::kKeep;
-    float* d_lnf = nullptr;
-    if (training) d_lnf = acts.alloc_floats(N * C);  // (N, C), each chunk's rows written once
-    const int64_t rows = chunk_rows(N);
-    ActivationStore chunk(acts.device());
-    float* logits = chunk.alloc_floats(rows * Vp);  // (rows, Vp)
-    for (int64_t r0 = 0; r0 < N; r0 += rows) {
-      const int64_t n = std::min(rows, N - r0);
-      k.matmul_forward(logits, lnf + r0 * C, root_.param(kWte), nullptr, n, C, Vp,
-                       WeightLayout::kOutIn);
-      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, Vp, output,
-                              io.dloss.value_or(0.0f));
-      if (training)
-        k.matmul_backward(d_lnf + r0 * C, root_.grad(kWte), nullptr, logits, lnf + r0 * C,
-                          root_.param(kWte), n, C, Vp, WeightLayout::kOutIn, GradOutput::kWrite);
-    }
-  }
-
-  void backward(Kernels& k, const LayerIO& io, ActivationStore& acts, ActivationStore&) override {
-    const int64_t N = io.batch->B * io.batch->T, C = c_.n_embd;
-    k.layernorm_backward(io.d_input, root_.grad(kLnfW), root_.grad(kLnfB), acts.at(kDLnf),
-                         io.input, root_.param(kLnfW), acts.at(kLnfMean), acts.at(kLnfRstd), N,
-                         C);
-  }
-
-  // forward's buffers (d_lnf when training) and its logits chunk, as allocated above.
-  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override {
-    const int64_t N = B * T, C = c_.n_embd;
-    LayerActivations a;
-    a.saved = {{N * C}, {N, true}, {N, true}};
-    if (training) a.saved.push_back({N * C});
-    a.transient = chunk_rows(N) * c_.padded_vocab_size();
-    return a;
-  }
-
- private:
-  int64_t chunk_rows(int64_t N) const { return chunking_.rows_for(N, c_.padded_vocab_size()); }
-  Gpt2Config c_;
-  TableUnit& root_;
-  const LogitsChunking& chunking_;
-};
-
 }  // namespace
 
 Gpt2Config gpt2_zoo_config(const std::string& name) {
@@ -285,18 +200,17 @@ void validate_gpt2_config(const Gpt2Config& c, const std::string& source) {
 }
 
 Gpt2::Gpt2(const Gpt2Config& config) : config_(config) {
-  auto root = std::make_unique<TableUnit>("root", root_specs(config));
-  TableUnit& root_ref = *root;
-  units_.push_back(std::move(root));
-  layers_.push_back(std::make_unique<EmbeddingLayer>(config, root_ref));
+  TableUnit& root = add_unit(std::make_unique<TableUnit>("root", root_specs(config)));
+  add_layer(std::make_unique<zoo::EmbeddingLayer>(root, kWte, kWpe, config.n_embd));
   for (int l = 0; l < config.n_layer; ++l) {
-    auto block = std::make_unique<TableUnit>("h." + std::to_string(l), block_specs(config, l));
-    layers_.push_back(std::make_unique<BlockLayer>(config, *block, l + 1));
-    units_.push_back(std::move(block));
+    TableUnit& block =
+        add_unit(std::make_unique<TableUnit>("h." + std::to_string(l), block_specs(config, l)));
+    add_layer(std::make_unique<BlockLayer>(config, block, l + 1));
   }
-  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunking_));
-  for (auto& u : units_) unit_ptrs_.push_back(u.get());
-  for (auto& l : layers_) layer_ptrs_.push_back(l.get());
+  // The tied head: wte, (Vp, C), its padding rows zero.
+  add_layer(std::make_unique<zoo::LmHeadLayer>(root, zoo::FinalNorm::layer_norm(kLnfW, kLnfB),
+                                               kWte, config.n_embd, config.vocab_size,
+                                               config.padded_vocab_size(), logits_chunking()));
 }
 
 Gpt2::~Gpt2() = default;
@@ -304,9 +218,8 @@ Gpt2::~Gpt2() = default;
 double Gpt2::forward_flops_per_token(int64_t T) const {
   // 2 FLOPs per parameter per token for the matmuls (the tied head counted through wte), plus
   // attention's two (T x T x C) products per layer: QKᵀ and att·V, 2·2·T·C per token.
-  double params = 0;
-  for (Unit* u : unit_ptrs_) params += static_cast<double>(u->layout().param_count());
-  return 2.0 * params + 4.0 * config_.n_layer * static_cast<double>(T) * config_.n_embd;
+  return 2.0 * parameter_count() +
+         4.0 * config_.n_layer * static_cast<double>(T) * config_.n_embd;
 }
 
 }  // namespace zt

@@ -6,12 +6,9 @@
 // kernel calls; no autograd. Owns no tensor memory: the engine binds flat buffers.
 #pragma once
 
-#include <memory>
 #include <string>
-#include <vector>
 
-#include "model_zoo/logits_chunking.h"
-#include "runtime/model.h"
+#include "model_zoo/decoder_model.h"
 
 namespace zt {
 
@@ -31,29 +28,19 @@ Gpt2Config gpt2_zoo_config(const std::string& name);
 // Checks head divisibility and positivity; throws kInput naming `source`.
 void validate_gpt2_config(const Gpt2Config& config, const std::string& source);
 
-class Gpt2 final : public Model {
+class Gpt2 final : public zoo::DecoderModel {
  public:
   explicit Gpt2(const Gpt2Config& config);
   ~Gpt2() override;
 
-  std::span<Unit* const> units() override { return unit_ptrs_; }
-  std::span<Layer* const> layers() override { return layer_ptrs_; }
   int64_t hidden_size() const override { return config_.n_embd; }
   int64_t max_seq_len() const override { return config_.n_positions; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   double forward_flops_per_token(int64_t T) const override;
   const Gpt2Config& config() const { return config_; }
-  // Rows of logits computed at once by the head (bounds the head's activation memory).
-  void set_logits_chunk_rows(int64_t rows) { logits_chunking_.rows = rows; }
-  void set_chunk_budget_bytes(int64_t bytes) override { logits_chunking_.budget_bytes = bytes; }
 
  private:
   Gpt2Config config_;
-  LogitsChunking logits_chunking_;  // the head's rows per chunk (logits_chunking.h)
-  std::vector<std::unique_ptr<Unit>> units_;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Unit*> unit_ptrs_;
-  std::vector<Layer*> layer_ptrs_;
 };
 
 }  // namespace zt

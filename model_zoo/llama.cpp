@@ -1,4 +1,5 @@
-// Llama parameter tables, units and layers.
+// Llama parameter tables and decoder layer; the embedding and the head are the zoo's
+// (decoder_model.h, lm_head.h).
 //
 // Table order within a decoder layer groups the tensors one GEMM reads: q_proj, k_proj and
 // v_proj weights ((NH·hd, C), (NKV·hd, C), (NKV·hd, C)) are adjacent in the flat buffer, so they
@@ -10,9 +11,11 @@
 // the order does not matter to weights import or export.
 #include "model_zoo/llama.h"
 
-#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
+#include "model_zoo/lm_head.h"
 #include "model_zoo/table_unit.h"
 #include "runtime/status.h"
 
@@ -107,31 +110,6 @@ void assert_adjacent(const TableUnit& u, std::initializer_list<int> indices) {
 }
 
 // ---- Layers ---------------------------------------------------------------------------------
-
-// out (B,T,C) = embed_tokens[tokens]: no position table (positions enter through RoPE).
-class EmbeddingLayer final : public Layer {
- public:
-  EmbeddingLayer(const LlamaConfig& c, TableUnit& root) : c_(c), root_(root) {}
-  int unit_index() const override { return 0; }
-  bool checkpointable() const override { return false; }
-  void forward(Kernels& k, const LayerIO& io, ActivationStore&) override {
-    const Batch& b = *io.batch;
-    k.embedding_forward(io.output, b.inputs, root_.param(kEmbed), nullptr, b.B, b.T,
-                        c_.hidden_size, b.positions);
-  }
-  void backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) override {
-    const Batch& b = *io.batch;
-    k.embedding_backward(root_.grad(kEmbed), nullptr, io.d_output, b.inputs, b.B, b.T,
-                         c_.hidden_size, b.positions);
-  }
-  std::optional<LayerActivations> activations(int64_t, int64_t, bool) const override {
-    return LayerActivations{};  // keeps nothing, needs no scratch
-  }
-
- private:
-  LlamaConfig c_;
-  TableUnit& root_;
-};
 
 // One pre-norm decoder layer: h = x + o_proj(attn(rope(qkv_proj(rmsnorm(x))))), then
 // out = h + down_proj(silu(gate_proj(rmsnorm(h))) · up_proj(rmsnorm(h))).
@@ -242,67 +220,6 @@ class DecoderLayer final : public Layer {
   int unit_index_;
 };
 
-// Final RMSNorm, LM head (lm_head, or embed_tokens when tied) and softmax cross-entropy, logits
-// a chunk of rows at a time and never kept (GPT-2's head, gpt2.cpp): when training, each chunk's
-// d logits becomes d norm-output and d head weight at once.
-class HeadLayer final : public Layer {
- public:
-  HeadLayer(const LlamaConfig& c, TableUnit& root, const LogitsChunking& chunking)
-      : c_(c), root_(root), head_(c.tie_word_embeddings ? kEmbed : kLmHead),
-        chunking_(chunking) {}
-  int unit_index() const override { return 0; }
-  bool checkpointable() const override { return false; }
-
-  enum Saved { kFinal, kFinalRstd, kDFinal };
-
-  void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
-    const int64_t N = io.batch->B * io.batch->T, C = c_.hidden_size, V = c_.vocab_size;
-    float* normed = acts.alloc_floats(N * C);  // (N, C)
-    float* rstd = acts.alloc_stats(N);         // (N)
-    k.rmsnorm_forward(normed, rstd, io.input, root_.param(kNorm), N, C, c_.rms_norm_eps);
-    const bool training = io.dloss.has_value();
-    const LogitsOutput output = training ? LogitsOutput::kGradient : LogitsOutput::kKeep;
-    float* d_normed = nullptr;
-    if (training) d_normed = acts.alloc_floats(N * C);  // (N, C), each chunk's rows written once
-    const int64_t rows = chunk_rows(N);
-    ActivationStore chunk(acts.device());
-    float* logits = chunk.alloc_floats(rows * V);  // (rows, V)
-    for (int64_t r0 = 0; r0 < N; r0 += rows) {
-      const int64_t n = std::min(rows, N - r0);
-      k.matmul_forward(logits, normed + r0 * C, root_.param(head_), nullptr, n, C, V,
-                       WeightLayout::kOutIn);
-      k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V, V, output,
-                              io.dloss.value_or(0.0f));
-      if (training)
-        k.matmul_backward(d_normed + r0 * C, root_.grad(head_), nullptr, logits, normed + r0 * C,
-                          root_.param(head_), n, C, V, WeightLayout::kOutIn, GradOutput::kWrite);
-    }
-  }
-
-  void backward(Kernels& k, const LayerIO& io, ActivationStore& acts, ActivationStore&) override {
-    const int64_t N = io.batch->B * io.batch->T, C = c_.hidden_size;
-    k.rmsnorm_backward(io.d_input, root_.grad(kNorm), acts.at(kDFinal), io.input,
-                       root_.param(kNorm), acts.at(kFinalRstd), N, C);
-  }
-
-  // forward's buffers (d_normed when training) and its logits chunk, as allocated above.
-  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override {
-    const int64_t N = B * T, C = c_.hidden_size;
-    LayerActivations a;
-    a.saved = {{N * C}, {N, true}};
-    if (training) a.saved.push_back({N * C});
-    a.transient = chunk_rows(N) * c_.vocab_size;
-    return a;
-  }
-
- private:
-  int64_t chunk_rows(int64_t N) const { return chunking_.rows_for(N, c_.vocab_size); }
-  LlamaConfig c_;
-  TableUnit& root_;
-  int head_;  // kEmbed (tied) or kLmHead
-  const LogitsChunking& chunking_;
-};
-
 }  // namespace
 
 LlamaConfig llama_zoo_config(const std::string& name) {
@@ -398,24 +315,23 @@ void validate_llama_config(const LlamaConfig& c, const std::string& source) {
 
 Llama::Llama(const LlamaConfig& config) : config_(config) {
   validate_llama_config(config, "LlamaConfig");
-  auto root = std::make_unique<TableUnit>("root", root_specs(config));
-  TableUnit& root_ref = *root;
-  units_.push_back(std::move(root));
-  layers_.push_back(std::make_unique<EmbeddingLayer>(config, root_ref));
+  TableUnit& root = add_unit(std::make_unique<TableUnit>("root", root_specs(config)));
+  add_layer(std::make_unique<zoo::EmbeddingLayer>(root, kEmbed, -1, config.hidden_size));
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     BlockIndex at;
-    auto block = std::make_unique<TableUnit>("model.layers." + std::to_string(l),
-                                             block_specs(config, l, at));
-    assert_adjacent(*block, {at.q, at.k, at.v});
-    assert_adjacent(*block, {at.q_bias, at.k_bias, at.v_bias});
-    assert_adjacent(*block, {at.gate, at.up});
-    assert_adjacent(*block, {at.gate_bias, at.up_bias});
-    layers_.push_back(std::make_unique<DecoderLayer>(config, *block, at, l + 1));
-    units_.push_back(std::move(block));
+    TableUnit& block = add_unit(std::make_unique<TableUnit>("model.layers." + std::to_string(l),
+                                                            block_specs(config, l, at)));
+    assert_adjacent(block, {at.q, at.k, at.v});
+    assert_adjacent(block, {at.q_bias, at.k_bias, at.v_bias});
+    assert_adjacent(block, {at.gate, at.up});
+    assert_adjacent(block, {at.gate_bias, at.up_bias});
+    add_layer(std::make_unique<DecoderLayer>(config, block, at, l + 1));
   }
-  layers_.push_back(std::make_unique<HeadLayer>(config, root_ref, logits_chunking_));
-  for (auto& u : units_) unit_ptrs_.push_back(u.get());
-  for (auto& l : layers_) layer_ptrs_.push_back(l.get());
+  // The head: lm_head, or embed_tokens when tied; (V, C), the vocabulary not padded.
+  const int head = config.tie_word_embeddings ? kEmbed : kLmHead;
+  add_layer(std::make_unique<zoo::LmHeadLayer>(
+      root, zoo::FinalNorm::rms_norm(kNorm, config.rms_norm_eps), head, config.hidden_size,
+      config.vocab_size, config.vocab_size, logits_chunking()));
 }
 
 Llama::~Llama() = default;
@@ -424,8 +340,7 @@ double Llama::forward_flops_per_token(int64_t T) const {
   // 2 FLOPs per parameter per token for the matmuls (the head counted through its weight; an
   // untied embed_tokens is a lookup, not a product), plus attention's two products per layer,
   // QKᵀ and att·V, 2·2·T·(NH·hd) per token.
-  double params = 0;
-  for (Unit* u : unit_ptrs_) params += static_cast<double>(u->layout().param_count());
+  double params = parameter_count();
   if (!config_.tie_word_embeddings)
     params -= static_cast<double>(config_.vocab_size) * config_.hidden_size;
   const double q_width = static_cast<double>(config_.num_attention_heads) *

@@ -11,12 +11,9 @@
 // which LlamaConfig's fields are named after, onto LlamaConfig).
 #pragma once
 
-#include <memory>
 #include <string>
-#include <vector>
 
-#include "model_zoo/logits_chunking.h"
-#include "runtime/model.h"
+#include "model_zoo/decoder_model.h"
 #include "runtime/rope.h"
 
 namespace zt {
@@ -50,30 +47,20 @@ LlamaConfig llama_zoo_config(const std::string& name);
 // projections need; throws kInput naming `source` and the field.
 void validate_llama_config(const LlamaConfig& config, const std::string& source);
 
-class Llama final : public Model {
+class Llama final : public zoo::DecoderModel {
  public:
   // Validates `config` (source "LlamaConfig").
   explicit Llama(const LlamaConfig& config);
   ~Llama() override;
 
-  std::span<Unit* const> units() override { return unit_ptrs_; }
-  std::span<Layer* const> layers() override { return layer_ptrs_; }
   int64_t hidden_size() const override { return config_.hidden_size; }
   int64_t max_seq_len() const override { return config_.max_position_embeddings; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   double forward_flops_per_token(int64_t T) const override;
   const LlamaConfig& config() const { return config_; }
-  // Rows of logits computed at once by the head (bounds the head's activation memory).
-  void set_logits_chunk_rows(int64_t rows) { logits_chunking_.rows = rows; }
-  void set_chunk_budget_bytes(int64_t bytes) override { logits_chunking_.budget_bytes = bytes; }
 
  private:
   LlamaConfig config_;
-  LogitsChunking logits_chunking_;  // the head's rows per chunk (logits_chunking.h)
-  std::vector<std::unique_ptr<Unit>> units_;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Unit*> unit_ptrs_;
-  std::vector<Layer*> layer_ptrs_;
 };
 
 }  // namespace zt

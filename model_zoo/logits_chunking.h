@@ -1,4 +1,4 @@
-// LogitsChunking: how many rows of logits an LM head (gpt2.cpp's and llama.cpp's HeadLayer)
+// LogitsChunking: how many rows of logits an LM head (lm_head.h's LmHeadLayer)
 // computes at once. The logits of a chunk are a transient (rows, width) fp32 buffer, so the
 // chunk bounds the head's activation memory; fewer, larger chunks make fewer, larger GEMMs.
 // The budget is the device's (Device::chunk_budget_bytes, handed to the model by launch/ through

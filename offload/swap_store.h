@@ -101,7 +101,6 @@ class SwapStore {
   std::string path_of(std::string_view key) const;
   bool direct_io() const { return direct_io_; }
   AioBackend backend() const { return io_->backend(); }
-  const AioOptions& aio_options() const { return options_.aio; }
 
  private:
   enum class EntryState { kEmpty, kWriting, kWritten, kReading, kFailed };

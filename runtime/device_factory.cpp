@@ -56,14 +56,6 @@ std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal) {
   throw_input(fmt::format("a CUDA device was asked for, but {}", cuda_unavailable_reason()));
 }
 
-void synchronize_device(Device& device) {
-#if ZT_HAVE_CUDA
-  if (auto* gpu = dynamic_cast<CudaDevice*>(&device)) gpu->synchronize();
-#else
-  (void)device;
-#endif
-}
-
 std::optional<HostPinning> host_pinning_for(Device& device) {
 #if ZT_HAVE_CUDA
   if (auto* gpu = dynamic_cast<CudaDevice*>(&device)) {

@@ -27,9 +27,6 @@ std::string cuda_unavailable_reason();
 // local rank modulo the count). Throws kInput naming the reason when CUDA is asked of a build
 // or a machine without it.
 std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal = 0);
-// Waits for everything the device has queued (a GPU's streams); the CPU device computes before
-// returning, so nothing to wait for. For timing kernels (ProfilingKernels' synchronize).
-void synchronize_device(Device& device);
 // zt.allow_tf32: a GPU's fp32 GEMMs may use TF32 tensor cores. No effect on the CPU device.
 void set_allow_tf32(Device& device, bool allow);
 // How host memory is pinned for `device`'s copies (offload's pin_memory): a GPU registers it

@@ -39,7 +39,6 @@ class CheckedFile {
   void sync();   // fsync: the bytes written so far are on the device
   void close();  // checked; the file is closed afterwards even when it throws
 
-  bool is_open() const { return fd_ >= 0; }
   const std::string& path() const { return path_; }
   int64_t bytes_written() const { return written_; }
 

@@ -12,16 +12,6 @@
 
 namespace zt {
 
-const char* engine_point_name(EnginePoint point) {
-  switch (point) {
-    case EnginePoint::kForward: return "forward";
-    case EnginePoint::kBackward: return "backward";
-    case EnginePoint::kOptimizer: return "optimizer";
-    case EnginePoint::kEvaluation: return "evaluation";
-  }
-  return "?";
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;

@@ -140,7 +140,6 @@ using GradientHook = std::function<void(int unit, Operand grad, int64_t numel)>;
 //   kOptimizer   before the optimizer updates a unit's master shard
 //   kEvaluation  before a unit's forward in eval_loss
 enum class EnginePoint { kForward, kBackward, kOptimizer, kEvaluation };
-const char* engine_point_name(EnginePoint point);  // "forward", "backward", ...
 using FaultHook = std::function<void(EnginePoint point, int unit)>;
 
 class Engine {

@@ -41,7 +41,6 @@ class CpuDevice final : public Device {
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* dst, size_t bytes) override;
-  size_t cached_bytes() const { return cached_bytes_; }
 
   // From now on every new allocation is pinned, until one cannot be (it would pass the lock
   // limit, or `pin` fails): that one and later ones stay unpinned, and pinning_failure() says

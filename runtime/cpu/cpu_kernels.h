@@ -41,7 +41,6 @@ class CpuKernels final : public Kernels {
  public:
   // `activations`: the dtype every activation written is rounded to (kernels.h).
   CpuKernels(cpu::Isa isa, DType activations);
-  DType activation_dtype() const { return act_; }
 
   // Every entry of runtime/kernel_entries.h.
 #define ZT_KERNEL(ret, name, params, args, memory) ret name params override;

@@ -48,7 +48,6 @@ class CudaKernels final : public Kernels {
   CudaKernels(const CudaKernels& base, DType activations);
   ~CudaKernels() override;
   cudaStream_t stream() const { return stream_; }
-  DType activation_dtype() const { return act_; }
   // TF32 tensor cores for the fp32 GEMMs, for every table sharing these handles.
   void set_allow_tf32(bool allow);
 
