@@ -5,7 +5,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -14,11 +13,12 @@
 #include "comm/self_communicator.h"
 #include "launch/bench.h"
 #include "launch/logger.h"
+#include "launch/trainer.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/cpu_peak.h"
 #include "runtime/status.h"
-#include "zero/checkpoint_files.h"
+#include "train/checkpointer.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -31,14 +31,9 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The manifest of a one-rank save of `engine` at `step`.
-CheckpointManifest manifest_of(Engine& engine, int64_t step, const ShardFileInfo& info) {
-  CheckpointManifest m;
-  m.step = step;
-  engine.describe_checkpoint(m);
-  m.files.push_back(info);
-  m.trainer_state = {{"step", step}, {"bench", "zt-bench checkpoint"}};
-  return m;
+// The manifest's trainer_state of a benchmark save (the Checkpointer adds the engine's).
+nlohmann::json bench_state(int64_t step) {
+  return {{"step", step}, {"bench", "zt-bench checkpoint"}};
 }
 
 }  // namespace
@@ -75,52 +70,32 @@ int bench_checkpoint(const BenchCheckpointOptions& o) {
 
   std::vector<double> sync_ms, blocked_ms, write_ms, async_total_ms, steps_plain, steps_writing;
   int64_t bytes = 0, save = 1;
-  // Kept from round to round, as zt-train keeps it from save to save, and mapped before the
-  // first round, as zt-train maps it before training (a snapshot thrown away).
-  ShardSnapshot snapshot;
-  const auto map0 = Clock::now();
-  engine.save_state(snapshot);
-  const double map_ms = ms_since(map0);
+  // zt-train's Checkpointer, on one rank: the same protocol, snapshot and writer thread, and
+  // zt-train's test fault points (tests/e2e/bench_checkpoint.sh).
+  SaveReport last;
+  Checkpointer checkpointer(engine, comm,
+                            {.root = root,
+                             .keep_last = 2,
+                             .on_saved = [&](const SaveReport& s) { last = s; },
+                             .fault = checkpoint_fault_hook(model, 0)});
+  // The snapshot is kept from round to round, as zt-train keeps it from save to save, and mapped
+  // before the first round, as zt-train maps it before training (a snapshot thrown away).
+  const double map_ms = checkpointer.map_snapshot().ms;
   for (int round = 0; round < o.repeats; ++round) {
     steps_plain.push_back(step());
-    {  // synchronous: training waits for the whole save
-      const auto t0 = Clock::now();
-      const int64_t at = save++;
-      ShardFileWriter writer(prepare_checkpoint_dir(root, at), 0);
-      engine.save_state(writer);
-      const ShardFileInfo info = writer.finish();
-      commit_checkpoint(root, at, manifest_of(engine, at, info), 2);
-      sync_ms.push_back(ms_since(t0));
-      bytes = info.bytes;
-    }
-    {  // asynchronous: training waits for the snapshot; steps run while the thread writes
-      const auto t0 = Clock::now();
-      const int64_t at = save++;
-      const std::string dir = prepare_checkpoint_dir(root, at);
-      snapshot.rewind();
-      engine.save_state(snapshot);
-      blocked_ms.push_back(ms_since(t0));
-      ShardFileInfo info;
-      double written_ms = 0.0;
-      std::exception_ptr error;
-      std::thread writer([&] {
-        const auto w0 = Clock::now();
-        try {
-          ShardFileWriter w(dir, 0);
-          snapshot.write_to(w);
-          info = w.finish();
-        } catch (...) {
-          error = std::current_exception();
-        }
-        written_ms = ms_since(w0);
-      });
-      steps_writing.push_back(step());  // training goes on beside the writer
-      writer.join();
-      if (error) std::rethrow_exception(error);
-      commit_checkpoint(root, at, manifest_of(engine, at, info), 2);
-      write_ms.push_back(written_ms);
-      async_total_ms.push_back(ms_since(t0));
-    }
+    // synchronous: training waits for the whole save
+    checkpointer.save_sync(save, bench_state(save));
+    ++save;
+    sync_ms.push_back(last.save_ms);
+    bytes = last.bytes;
+    // asynchronous: training waits for the snapshot; a step runs while the thread writes
+    checkpointer.begin_async(save, bench_state(save));
+    ++save;
+    steps_writing.push_back(step());
+    checkpointer.finish_pending();
+    blocked_ms.push_back(last.blocked_ms);
+    write_ms.push_back(last.write_ms);
+    async_total_ms.push_back(last.save_ms);
   }
   std::filesystem::remove_all(root);
 

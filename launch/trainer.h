@@ -17,6 +17,7 @@
 #include "model_zoo/model_spec.h"
 #include "runtime/config.h"
 #include "runtime/data/token_data.h"
+#include "train/checkpointer.h"
 #include "zero/engine.h"
 #include "zero/checkpoint_files.h"
 
@@ -46,6 +47,11 @@ EngineOptions engine_options(const Config& config, Model& model);
 TrainSetup prepare_training(const std::string& config_path,
                             const std::vector<std::string>& overrides, int rank, int world,
                             const std::optional<std::string>& resume = std::nullopt);
+
+// The Checkpointer's test-only fault hook for this rank: ZT_TEST_FAULT's checkpoint and commit
+// points (launch/test_fault.h), as zt-train and zt-bench checkpoint install it; empty when the
+// variable is unset.
+SaveFaultHook checkpoint_fault_hook(Model& model, int rank);
 
 // Preemption signals (SIGTERM, SIGUSR1) are never delivered into training's threads: call this
 // first in main(), before any thread exists (MPI's, OpenMP's), so that every thread inherits

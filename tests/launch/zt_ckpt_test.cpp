@@ -35,6 +35,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/status.h"
+#include "train/checkpointer.h"
 #include "zero/engine.h"
 #include "zero/zero_policy.h"
 
@@ -88,17 +89,11 @@ struct Fixture {
     o.precision.master_weights = master;
     return o;
   }
-  // A one-rank checkpoint of the engine as zt-train's save_checkpoint writes it.
+  // A one-rank checkpoint of the engine, saved by zt-train's Checkpointer.
   void save_checkpoint(const fs::path& root, int64_t step) {
-    const std::string dir = prepare_checkpoint_dir(root.string(), step);
-    ShardFileWriter writer(dir, 0);
-    const nlohmann::json engine_state = engine.save_state(writer, {});
-    CheckpointManifest manifest;
-    manifest.step = step;
-    engine.describe_checkpoint(manifest);
-    manifest.files.push_back(writer.finish());
-    manifest.trainer_state = {{"engine", engine_state}};
-    commit_checkpoint(root.string(), step, manifest, 0);
+    CheckpointerOptions o;
+    o.root = root.string();
+    Checkpointer(engine, comm, std::move(o)).save_sync(step, nlohmann::json::object());
   }
   CpuDevice device;
   SelfCommunicator comm{device};

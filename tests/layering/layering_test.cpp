@@ -13,6 +13,7 @@
 //   offload    runtime, offload
 //   model_zoo  runtime, model_zoo               (a model is written against runtime's Model only)
 //   zero       runtime, comm, offload, zero     (never model_zoo: it drives any runtime::Model)
+//   train      runtime, comm, offload, model_zoo, zero, train   (the training job's components)
 //   launch     every layer                      (the only place that wires them)
 // No layer includes tests/.
 #include <gtest/gtest.h>
@@ -37,7 +38,8 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"offload", {"runtime", "offload"}},
       {"model_zoo", {"runtime", "model_zoo"}},
       {"zero", {"runtime", "comm", "offload", "zero"}},
-      {"launch", {"runtime", "comm", "offload", "model_zoo", "zero", "launch"}},
+      {"train", {"runtime", "comm", "offload", "model_zoo", "zero", "train"}},
+      {"launch", {"runtime", "comm", "offload", "model_zoo", "zero", "train", "launch"}},
   };
   return allowed;
 }
@@ -158,6 +160,27 @@ TEST_F(LayeringChecker, NamesEveryUpwardOrSidewaysInclude) {
   EXPECT_NE(all.find("comm/c.cpp:1: includes \"tests/runtime/random_data.h\""), std::string::npos)
       << all;
   EXPECT_NE(all.find("offload/o.cpp:1: includes \"comm/communicator.h\""), std::string::npos)
+      << all;
+}
+
+// train/ sits between zero/ and launch/: it may include zero/ and model_zoo/ and is included by
+// launch/ only; an include of launch/ from train/, or of train/ from zero/, is named.
+TEST_F(LayeringChecker, KeepsTrainBetweenZeroAndLaunch) {
+  write("train/checkpointer.cpp", "#include \"train/checkpointer.h\"\n#include \"zero/engine.h\"\n"
+                                  "#include \"model_zoo/gpt2.h\"\n#include \"comm/c.h\"\n");
+  write("launch/trainer.cpp", "#include \"train/checkpointer.h\"\n");
+  EXPECT_EQ(lines(check_tree(root_)), "");
+  write("train/metrics_writer.cpp",
+        "#include \"train/metrics_writer.h\"\n#include \"launch/logger.h\"\n");
+  write("zero/engine.cpp", "#include \"zero/engine.h\"\n#include \"train/offload_plan.h\"\n");
+  const std::vector<std::string> v = check_tree(root_);
+  ASSERT_EQ(v.size(), 2u) << lines(v);
+  const std::string all = lines(v);
+  EXPECT_NE(all.find("train/metrics_writer.cpp:2: includes \"launch/logger.h\": train/ may include "
+                     "only comm, model_zoo, offload, runtime, train, zero"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("zero/engine.cpp:2: includes \"train/offload_plan.h\""), std::string::npos)
       << all;
 }
 

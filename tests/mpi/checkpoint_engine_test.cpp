@@ -31,6 +31,7 @@
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"
 #include "tests/mpi/zero_test_util.h"
+#include "train/checkpointer.h"
 #include "zero/checkpoint_files.h"
 #include "zero/engine.h"
 
@@ -127,33 +128,13 @@ std::vector<std::vector<std::byte>> state_bytes(Engine& e) {
   return units;
 }
 
-// The trainer's save protocol over MPI_COMM_WORLD: rank 0 prepares, every rank writes its
-// file, rank 0 commits with every file's size and checksum. `self`: rank 0 alone, a world of 1.
-void save(Engine& e, const std::string& root, int64_t step, bool self = false) {
-  const int rank = self ? 0 : my_rank(), world = self ? 1 : world_size();
-  const std::string dir = checkpoint_step_dir(root, step) + ".tmp";
-  if (rank == 0) prepare_checkpoint_dir(root, step);
-  if (!self) MPI_Barrier(MPI_COMM_WORLD);
-  ShardFileWriter writer(dir, rank);
-  nlohmann::json state = e.save_state(writer);
-  const ShardFileInfo info = writer.finish();
-  std::vector<int64_t> all(2 * world);
-  const int64_t mine[2] = {info.bytes, static_cast<int64_t>(info.crc32c)};
-  if (self)
-    std::copy(mine, mine + 2, all.begin());
-  else
-    MPI_Allgather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, MPI_COMM_WORLD);
-  if (rank == 0) {
-    CheckpointManifest m;
-    m.step = step;
-    e.describe_checkpoint(m);
-    for (int r = 0; r < world; ++r)
-      m.files.push_back(ShardFileInfo{shard_file_name(r), all[2 * r],
-                                      static_cast<uint32_t>(all[2 * r + 1])});
-    m.trainer_state = {{"engine", state}};
-    commit_checkpoint(root, step, m, 0);
-  }
-  if (!self) MPI_Barrier(MPI_COMM_WORLD);
+// A save by zt-train's Checkpointer over the rig's communicator: rank 0 prepares, every rank
+// writes its file, rank 0 commits with every file's size and checksum (a world of one: rank 0
+// alone, over its SelfCommunicator).
+void save(Rig& rig, const std::string& root, int64_t step) {
+  CheckpointerOptions o;
+  o.root = root;
+  Checkpointer(*rig.engine, *rig.comm, std::move(o)).save_sync(step, nlohmann::json::object());
 }
 
 std::vector<std::string> load(Engine& e, const std::string& root) {
@@ -222,7 +203,7 @@ TEST(CheckpointEngine, ResumeIsBitwiseTheStraightRunInEveryStagePrecisionAndTier
         Rig rig(spec, dir.path());
         for (int s = 0; s < kSaveAt; ++s)
           out.losses.push_back(train_step(*rig.engine, s, &out.scales));
-        save(*rig.engine, root, kSaveAt);
+        save(rig, root, kSaveAt);
       }
       Rig rig(same, dir.path());
       train_step(*rig.engine, 98);  // state of its own, replaced by the load
@@ -272,7 +253,7 @@ TEST(CheckpointEngine, ReshardingBetweenStagesAndTiersContinuesBitwise) {
       {
         Rig rig(p.from, dir.path());
         for (int s = 0; s < kSaveAt; ++s) out.losses.push_back(train_step(*rig.engine, s));
-        save(*rig.engine, root, kSaveAt);
+        save(rig, root, kSaveAt);
       }
       Rig rig(p.to, dir.path());
       notes = load(*rig.engine, root);
@@ -309,7 +290,7 @@ TEST(CheckpointEngine, PrecisionSwitchesLoadTheMastersAndSaySo) {
     {
       Rig rig(p.from, dir.path());
       for (int s = 0; s < kSaveAt; ++s) train_step(*rig.engine, s);
-      save(*rig.engine, root, kSaveAt);
+      save(rig, root, kSaveAt);
       saved = read_params(*rig.engine);
     }
     Rig rig(p.to, dir.path());
@@ -335,7 +316,7 @@ TEST(CheckpointEngine, ReshardingAcrossWorldSizesLoadsTheMastersExactly) {
   {
     Rig rig(many, dir.path());
     for (int s = 0; s < kSaveAt; ++s) train_step(*rig.engine, s);
-    save(*rig.engine, dir.path() + "/many", kSaveAt);
+    save(rig, dir.path() + "/many", kSaveAt);
     saved = read_params(*rig.engine);
   }
   // Rank 0 alone continues the checkpoint and saves again at step kTotal - 1.
@@ -347,7 +328,7 @@ TEST(CheckpointEngine, ReshardingAcrossWorldSizesLoadsTheMastersExactly) {
       const double loss = train_step(*rig.engine, s);
       EXPECT_NEAR(loss, straight.losses[s], 1e-5 * std::abs(straight.losses[s])) << "step " << s;
     }
-    save(*rig.engine, dir.path() + "/one", kTotal - 1, true);
+    save(rig, dir.path() + "/one", kTotal - 1);
     saved = read_params(*rig.engine);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -367,7 +348,7 @@ TEST(CheckpointEngine, AnotherModelOrOptimizerIsRefusedAndNothingIsLoaded) {
   {
     Rig rig({1, DType::kF32}, dir.path());
     train_step(*rig.engine, 0);
-    save(*rig.engine, dir.path() + "/adamw", 1);
+    save(rig, dir.path() + "/adamw", 1);
   }
   {
     Rig rig({1, DType::kF32, Tier::kNone, OptimizerOptions::Type::kSgd}, dir.path());
