@@ -264,12 +264,12 @@ class StepRun {
     eo.gradient_clipping = o.gradient_clipping;
     eo.policy = ZeroPolicy::for_stage(2);
     eo.precision = bench_precision(o.precision);
-    if (offload != "none") eo.offload_optimizer = &host_.emplace();
+    if (offload != "none") eo.offload.optimizer.emplace(host_.emplace());
     if (offload == "nvme") {
       SwapStoreOptions so;
       so.nvme_path = o.path;
       so.aio = o.aio;
-      eo.optimizer_swap = &swap_.emplace(so);
+      eo.offload.optimizer->swap = &swap_.emplace(so);
     }
     engine_ = std::make_unique<Engine>(device_, comm_, model_, eo);
     row_.offload = offload;

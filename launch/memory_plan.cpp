@@ -91,7 +91,7 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
     for (const auto& [offload, param_offload] : choices) {
       EngineOptions e = r.engine;
       e.policy = ZeroPolicy::for_stage(stage);
-      const StateOptions o = state_options(e, offload, r.ranks, param_offload);
+      const StateOptions o = state_options(e, offload, r.ranks, param_offload, r.param_buffers);
       if (!state_options_problem(o).empty()) continue;  // the engine refuses it
       PlanRow row;
       row.stage = stage;
@@ -319,6 +319,7 @@ PlanRequest plan_request_from_config(const Config& config, Model& model, int ran
   r.config_stage = config.zero_optimization.stage;
   r.config_offload = config.zero_optimization.offload_optimizer.device;
   r.config_param_offload = config.zero_optimization.offload_param.device;
+  r.param_buffers = config.zero_optimization.offload_param.buffer_count;
   return r;
 }
 

@@ -43,6 +43,7 @@ struct PlanRequest {
   int config_stage = -1;
   OffloadDevice config_offload = OffloadDevice::kNone;
   OffloadDevice config_param_offload = OffloadDevice::kNone;
+  int param_buffers = 5;  // offload_param.buffer_count: the rows with parameters in swap files
 };
 
 struct PlanRow {

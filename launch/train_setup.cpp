@@ -82,7 +82,6 @@ std::vector<CheckpointUnit> model_checkpoint_units(Model& model) {
 
 EngineOptions engine_options(const Config& config, Model& model) {
   EngineOptions o;
-  o.param_buffers = config.zero_optimization.offload_param.buffer_count;
   const OptimizerConfig& oc = config.optimizer;
   o.optimizer.type = oc.type == OptimizerType::kSGD ? OptimizerOptions::Type::kSgd
                      : oc.decoupled_weight_decay()  ? OptimizerOptions::Type::kAdamW

@@ -33,7 +33,7 @@
 #include "runtime/status.h"
 #include "train/checkpointer.h"
 #include "train/metrics_writer.h"
-#include "train/offload_setup.h"
+#include "train/offload_plan.h"
 #include "train/trainer_state.h"
 #include "zero/engine.h"
 #include "zero/lr_schedule.h"
@@ -129,10 +129,11 @@ int build_engine(const TrainSetup& setup, Device& device, Communicator& comm, co
     Model& built = *model_slot;
     built.set_chunk_budget_bytes(device.chunk_budget_bytes());  // the LM head's logits chunk
     EngineOptions engine_opts = engine_options(config, built);
-    set_up_offload(config, device, comm.rank(),
-                   {.rank0 = [&](const std::string& line) { log.rank0("{}", line); },
-                    .all = [&](const std::string& line) { log.all("{}", line); }},
-                   offload, engine_opts);
+    engine_opts.offload = set_up_offload(
+        config, device, comm.rank(),
+        {.rank0 = [&](const std::string& line) { log.rank0("{}", line); },
+         .all = [&](const std::string& line) { log.all("{}", line); }},
+        offload);
     engine_slot.emplace(device, comm, built, std::move(engine_opts));
     if (offload.host && offload.host->pinning()) {
       if (!offload.host->pinning_failure().empty())

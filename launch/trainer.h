@@ -36,8 +36,8 @@ struct TrainSetup {
 // config.json, which must agree with zt.model where both are given), validated, with
 // zt.seq_len within its positions (kInput naming config.source otherwise).
 ModelSpec resolve_model(const Config& config);
-// The engine's options for `config` and `model` (the offload tiers, which are devices, are left
-// null: train() sets them). zt-estimate plans from the same options.
+// The engine's options for `config` and `model` (the offload plan, whose tiers are devices, is
+// left empty: train() sets it, train/offload_plan.h). zt-estimate plans from the same options.
 EngineOptions engine_options(const Config& config, Model& model);
 
 // `resume`: unset, no --resume; empty, --resume alone (the checkpoint root's `latest`); else the

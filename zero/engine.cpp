@@ -158,14 +158,20 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
       gather_comm_(comm.duplicate()),
       gather_queue_(std::make_unique<CommQueue>(*gather_comm_)) {
   policy_.validate();
-  Device* host = options_.offload_optimizer;
-  if (host) {
-    if (!policy_.shard_optimizer)
+  const OffloadPlan& offload = options_.offload;
+  Device* host = offload.host();
+  switch (offload_problem(host != nullptr, offload.params() != nullptr, policy_,
+                          options_.precision)) {
+    case OffloadProblem::kNone:
+      break;
+    case OffloadProblem::kOptimizerNeedsStage1:
       throw_input("zero_optimization.offload_optimizer needs zero_optimization.stage >= 1");
-    if (options_.precision.mixed() && !options_.precision.has_master())
+    case OffloadProblem::kOptimizerNeedsMaster:
       throw_input(
           "zero_optimization.offload_optimizer needs an fp32 master: it cannot be combined with "
           "pure 16-bit training (fp16_master_weights_and_grads / bf16_master_weights_and_grads)");
+    case OffloadProblem::kParamsNeedStage3:
+      throw_input("zero_optimization.offload_param needs zero_optimization.stage 3");
   }
   auto layers = model_.layers();
   if (options_.checkpoint.empty()) options_.checkpoint.assign(layers.size(), false);
@@ -175,17 +181,10 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     ZT_ASSERT(!options_.checkpoint[l] || layers[l]->checkpointable(),
               "layer {} cannot be checkpointed", l);
 
-  ZT_ASSERT(!options_.optimizer_swap || host, "optimizer_swap needs offload_optimizer");
-  if (options_.offload_param) {
-    if (!policy_.shard_params)
-      throw_input("zero_optimization.offload_param needs zero_optimization.stage 3");
-    if (!host)
-      throw_input(
-          "zero_optimization.offload_param needs zero_optimization.offload_optimizer too: the "
-          "optimizer writes the updated parameters where it runs, on the host");
-    if (options_.param_swap && options_.param_buffers < 1)
+  if (const ParamOffload* params = offload.params()) {
+    if (params->swap && params->buffers < 1)
       throw_input(fmt::format("zero_optimization.offload_param.buffer_count must be >= 1; got {}",
-                              options_.param_buffers));
+                              params->buffers));
     size_t largest = 0;  // the largest shard of a unit whose parameters are sharded
     for (Unit* unit : model_.units())
       if (unit->layout().numel() > options_.persistence_threshold)
@@ -193,19 +192,18 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
                                                                     comm_.world(), comm_.rank())
                                                             .shard) *
                                         dtype_size(options_.precision.compute));
-    offloaded_params_ = std::make_unique<OffloadedParams>(*host, options_.param_swap,
-                                                          options_.param_buffers, largest);
+    offloaded_params_ =
+        std::make_unique<OffloadedParams>(*host, params->swap, params->buffers, largest);
   }
-  ZT_ASSERT(!options_.param_swap || options_.offload_param, "param_swap needs offload_param");
   auto units = model_.units();
-  if (options_.optimizer_swap) {  // the master ranges (shards: offload needs stage >= 1) on NVMe
+  if (offload.optimizer_swap()) {  // the master ranges (shards: offload needs stage >= 1) on NVMe
     std::vector<std::string> names;
     std::vector<int64_t> master_sizes;
     for (Unit* unit : units) {
       names.push_back(unit->name());
       master_sizes.push_back(ShardLayout(unit->layout().numel(), comm_.world(), comm_.rank()).shard);
     }
-    swapped_ = std::make_unique<SwappedState>(*options_.optimizer_swap, *host, std::move(names),
+    swapped_ = std::make_unique<SwappedState>(*offload.optimizer_swap(), *host, std::move(names),
                                               std::move(master_sizes),
                                               optimizer_state_names(options_.optimizer));
   }
@@ -367,7 +365,8 @@ ParamGroup& Engine::use_unit(const UnitSchedule& schedule, size_t at) {
 
 void Engine::prefetch_offloaded(const UnitSchedule& schedule, size_t at) {
   if (!offloaded_params_ || !offloaded_params_->on_nvme()) return;
-  const size_t window = static_cast<size_t>(std::max(1, options_.param_buffers - 1));
+  const size_t window =
+      static_cast<size_t>(std::max(1, options_.offload.params()->buffers - 1));
   std::vector<int> slots;
   for (size_t j = at + 1; j < schedule.size() && slots.size() < window; ++j) {
     const ParamGroup& v = *groups_[schedule[j].unit];
@@ -706,7 +705,7 @@ void Engine::offloaded_optimizer_step(int u, float lr, float grad_scale) {
 
 void Engine::optimizer_step(int u, float lr, float grad_scale) {
   fault_point(EnginePoint::kOptimizer, u);
-  if (options_.offload_optimizer) return offloaded_optimizer_step(u, lr, grad_scale);
+  if (options_.offload.host()) return offloaded_optimizer_step(u, lr, grad_scale);
   ParamGroup& g = *groups_[u];
   const int64_t n = g.master_size();
   float* master = g.master();
@@ -855,7 +854,7 @@ std::vector<std::byte> Engine::model_state_bytes(int u) {
     out.resize(at + bytes);
     where.copy_to_host(out.data() + at, data, bytes);
   };
-  Device& state_device = options_.offload_optimizer ? *options_.offload_optimizer : device_;
+  Device& state_device = options_.offload.host() ? *options_.offload.host() : device_;
   out.resize(g.working_bytes());
   g.read_working(out.data());
   const size_t state_bytes = static_cast<size_t>(g.master_size()) * sizeof(float);

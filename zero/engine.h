@@ -27,6 +27,7 @@
 #include "zero/checkpoint/shard_writer.h"
 #include "zero/host_worker.h"
 #include "zero/loss_scaler.h"
+#include "zero/offload_plan.h"
 #include "zero/offloaded_params.h"
 #include "zero/optimizer.h"
 #include "zero/param_group.h"
@@ -57,35 +58,25 @@ struct EngineOptions {
   int64_t max_reuse_distance = 0;
   int64_t persistence_threshold = 100'000;      // stage 3: units this small stay gathered
   Precision precision;                          // fp32, mixed or pure 16-bit
-  // zero_optimization.offload_optimizer (ZeRO-Offload): the device whose memory holds the fp32
-  // master and the optimizer state (the host tier: a CpuDevice), and whose kernels run the
-  // optimizer; the result is bitwise the device's. Stages 1-3, not pure 16-bit. Must outlive
-  // the engine. Null: off. The step is a pipeline (Engine::gradient_ready): in the last
-  // micro-batch's backward each unit's gradient shard goes to the host as soon as its
+  // zero_optimization.offload_optimizer and offload_param (zero/offload_plan.h): the host tier
+  // and swap stores, which must outlive the engine. Default: nothing offloaded.
+  // The optimizer offloaded (stages 1-3, not pure 16-bit): the host tier's kernels run the
+  // update; the result is bitwise the device's. The step is a pipeline (Engine::gradient_ready):
+  // in the last micro-batch's backward each unit's gradient shard goes to the host as soon as its
   // reduction is finished, and a host thread (zero/host_worker.h) runs the update on it: at
   // once, behind the rest of the backward, when nothing global scales the gradients (no
   // gradient_clipping, no fp16 loss scaling), else after the backward once the global norm is
   // known; the engine thread copies each unit's updated working parameters back as its update
   // finishes, while later units still update. The host tier holds every unit's gradient shard
-  // (kGrads) and, 16-bit, its updated working values (kWorkspace). With optimizer_swap the
-  // step streams instead (kOffloadChunk elements at a time through host staging, after the
-  // backward).
-  Device* offload_optimizer = nullptr;
-  // offload_optimizer.device "nvme" (ZeRO-Infinity), with offload_optimizer set: the master and
-  // the optimizer state live in this store's swap files instead of host memory
-  // (zero/swapped_state.h), streamed through the host tier a chunk at a time. Must outlive the
-  // engine. Null: in host memory.
-  SwapStore* optimizer_swap = nullptr;
-  // zero_optimization.offload_param (ZeRO-Infinity; stage 3, with offload_optimizer): the
-  // sharded working parameters live on the host tier instead of the device (kParams there), or,
-  // with param_swap, in that store's swap files, one per unit, through a pool of param_buffers
-  // host buffers (offload_param.buffer_count) that also holds the shards fetched ahead
+  // (kGrads) and, 16-bit, its updated working values (kWorkspace). With the state in swap files
+  // (zero/swapped_state.h) the step streams instead (kOffloadChunk elements at a time through
+  // host staging, after the backward).
+  // The parameters offloaded (stage 3): the sharded working parameters live on the host tier
+  // (kParams there) or in swap files, one per unit, through the plan's pool of host buffers
   // (zero/offloaded_params.h). Each gather copies the unit's shard in from the tier; the
   // offloaded optimizer writes the updated shard there. Persistent units stay on the device.
-  // param_swap may be optimizer_swap (one store per nvme_path). Bitwise the device's result.
-  bool offload_param = false;
-  SwapStore* param_swap = nullptr;
-  int param_buffers = 5;
+  // Bitwise the device's result.
+  OffloadPlan offload;
   // The tables the engine computes with, given the device's; profiling wraps them
   // (runtime/profiling_kernels.h). What it returns must outlive the engine. Empty: the device's.
   std::function<Kernels&(Kernels& device_table)> kernels;
@@ -239,7 +230,7 @@ class Engine {
   }
   // The host tier's memory (offload_optimizer), or null when nothing is offloaded.
   const MemoryTracker* host_memory() const {
-    return options_.offload_optimizer ? &options_.offload_optimizer->memory() : nullptr;
+    return options_.offload.host() ? &options_.offload.host()->memory() : nullptr;
   }
   Model& model() { return model_; }
   Communicator& comm() { return comm_; }
@@ -273,7 +264,7 @@ class Engine {
   ParamGroup& use_unit(const UnitSchedule& schedule, size_t at);
   void end_use(const UnitSchedule& schedule, size_t at);
   // offload_param on NVMe, before step `at`: the shards of the next sharded units after it
-  // (param_buffers - 1 of them: one buffer stays for a shard needed now) start to be read.
+  // (the plan's buffers - 1: one buffer stays for a shard needed now) start to be read.
   void prefetch_offloaded(const UnitSchedule& schedule, size_t at);
   int64_t live_elements() const;  // gathered (and gathering) elements held now
   void note_gathered();

@@ -97,7 +97,7 @@ nlohmann::json Engine::save_state(RecordSink& writer,
   const Precision& precision = options_.precision;
   const bool pure_16bit = precision.mixed() && !precision.has_master();
   const std::vector<std::string> kinds = optimizer_state_names(options_.optimizer);
-  Device& state_device = options_.offload_optimizer ? *options_.offload_optimizer : device_;
+  Device& state_device = options_.offload.host() ? *options_.offload.host() : device_;
   std::vector<std::byte> staging(static_cast<size_t>(kStagingElements) * sizeof(float));
   for (size_t i = 0; i < groups_.size(); ++i) {
     const int u = static_cast<int>(i);
@@ -232,7 +232,7 @@ std::vector<std::string> Engine::load_state(const CheckpointReader& reader,
                                 loss_scaler_->scale()));
 
   // ---- set this rank's ranges ----
-  Device& state_device = options_.offload_optimizer ? *options_.offload_optimizer : device_;
+  Device& state_device = options_.offload.host() ? *options_.offload.host() : device_;
   std::vector<float> staging(static_cast<size_t>(kStagingElements));
   std::vector<uint16_t> narrow;
   for (size_t i = 0; i < groups_.size(); ++i) {

@@ -35,7 +35,7 @@ int64_t TierBytes::total(Tier t) const {
 }
 
 StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, int world,
-                           OffloadDevice offload_param) {
+                           OffloadDevice offload_param, int param_buffers) {
   StateOptions o;
   o.policy = engine.policy;
   o.precision = engine.precision;
@@ -43,20 +43,27 @@ StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, i
   o.persistence_threshold = engine.persistence_threshold;
   o.offload_optimizer = offload;
   o.offload_param = offload_param;
-  o.param_buffers = engine.param_buffers;
+  o.param_buffers = param_buffers;
   o.world = world;
   return o;
 }
 
 std::string state_options_problem(const StateOptions& o) {
-  if (o.offload_param != OffloadDevice::kNone) {
-    if (!o.policy.shard_params) return "offload_param needs stage 3";
-    if (o.offload_optimizer == OffloadDevice::kNone) return "offload_param needs offload_optimizer";
+  // The planner describes rows by tier names, where the parameters' tier can be named alone
+  // (an OffloadPlan, the engine's, cannot hold it).
+  if (o.offload_param != OffloadDevice::kNone && o.offload_optimizer == OffloadDevice::kNone)
+    return "offload_param needs offload_optimizer";
+  switch (offload_problem(o.offload_optimizer != OffloadDevice::kNone,
+                          o.offload_param != OffloadDevice::kNone, o.policy, o.precision)) {
+    case OffloadProblem::kNone:
+      return {};
+    case OffloadProblem::kOptimizerNeedsStage1:
+      return "offload_optimizer needs stage >= 1";
+    case OffloadProblem::kOptimizerNeedsMaster:
+      return "offload_optimizer needs an fp32 master (not pure 16-bit)";
+    case OffloadProblem::kParamsNeedStage3:
+      return "offload_param needs stage 3";
   }
-  if (o.offload_optimizer == OffloadDevice::kNone) return {};
-  if (!o.policy.shard_optimizer) return "offload_optimizer needs stage >= 1";
-  if (o.precision.mixed() && !o.precision.has_master())
-    return "offload_optimizer needs an fp32 master (not pure 16-bit)";
   return {};
 }
 

@@ -62,10 +62,10 @@ struct StateOptions {
   OptimizerOptions optimizer;  // its state tensors: optimizer_state_names()
   int64_t persistence_threshold = 100'000;  // stage 3: units this small stay gathered
   // offload_optimizer.device: kCpu keeps the fp32 master and the optimizer state on the host
-  // tier (EngineOptions::offload_optimizer), kNvme in swap files (EngineOptions::optimizer_swap).
+  // tier (EngineOptions::offload, zero/offload_plan.h), kNvme in swap files.
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   // offload_param.device: stage-3 parameter shards of the sharded units in host memory (kCpu)
-  // or in swap files through param_buffers host buffers (kNvme); EngineOptions::offload_param.
+  // or in swap files through param_buffers host buffers (kNvme); EngineOptions::offload.
   OffloadDevice offload_param = OffloadDevice::kNone;
   int param_buffers = 5;  // offload_param.buffer_count
   int world = 1;
@@ -75,7 +75,8 @@ struct StateOptions {
 // offloaded to `offload` and the parameters to `offload_param` (EngineOptions holds the tiers
 // as pointers; the planner takes the choices instead).
 StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, int world,
-                           OffloadDevice offload_param = OffloadDevice::kNone);
+                           OffloadDevice offload_param = OffloadDevice::kNone,
+                           int param_buffers = 5);
 
 // Whether the engine accepts this combination (Engine's constructor): offload_optimizer needs
 // stage >= 1 and an fp32 master under 16-bit compute; offload_param needs stage 3 and

@@ -87,14 +87,14 @@ struct Rig {
     o.precision.fp16.initial_scale_power = 18;
     o.precision.fp16.hysteresis = 1;
     o.precision.fp16.loss_scale_window = 2;
-    if (spec.tier != Tier::kNone) o.offload_optimizer = &host;
+    if (spec.tier != Tier::kNone) o.offload.optimizer.emplace(host);
     if (spec.tier == Tier::kNvme || spec.tier == Tier::kParams) {
       SwapStoreOptions so;
       so.nvme_path = nvme_path;
       so.rank = comm->rank();
-      o.optimizer_swap = &swap.emplace(so);
+      o.offload.optimizer->swap = &swap.emplace(so);
     }
-    if (spec.tier == Tier::kParams) o.offload_param = true;
+    if (spec.tier == Tier::kParams) o.offload.optimizer->params.emplace();
     engine.emplace(device, *comm, model, o);
   }
   ~Rig() { engine.reset(); }

@@ -21,6 +21,8 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <type_traits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -327,11 +329,6 @@ std::string shared_temp_path(const std::string& tag) {
 
 // offload_param in a run: the parameters on the host tier, or with `swap` in its swap files
 // through `buffers` host buffers.
-struct ParamOffload {
-  SwapStore* swap = nullptr;
-  int buffers = 5;
-};
-
 // `offload`: the host tier of an offloaded optimizer, or null; `swap`: its NVMe store, or null;
 // `params`: offload_param too (with `offload`).
 Outcome run(const Case& c, Device& device, Communicator& comm, const std::string& tag,
@@ -339,13 +336,8 @@ Outcome run(const Case& c, Device& device, Communicator& comm, const std::string
             const ParamOffload* params = nullptr) {
   Gpt2 model(kModel);
   EngineOptions eo = options(c, model);
-  eo.offload_optimizer = offload;
-  eo.optimizer_swap = swap;
-  if (params) {
-    eo.offload_param = true;
-    eo.param_swap = params->swap;
-    eo.param_buffers = params->buffers;
-  }
+  if (offload) eo.offload.optimizer.emplace(*offload, swap);
+  if (params) eo.offload.optimizer->params = *params;
   Engine engine(device, comm, model, eo);
   Outcome out;
   std::vector<GlobalBatch> globals;
@@ -691,8 +683,7 @@ TEST(DeviceEngine, NvmeOffloadedStateBytesAreTheFormula) {
   SwapStore store(so);
   Gpt2 model(kModel);
   EngineOptions eo = options(Case{2, DType::kBF16, 1, false, false}, model);
-  eo.offload_optimizer = &host;
-  eo.optimizer_swap = &store;
+  eo.offload.optimizer.emplace(host, &store);
   Engine engine(device, *comm, model, eo);
   int64_t master = 0;
   for (Unit* unit : model.units())
@@ -713,7 +704,7 @@ TEST(DeviceEngine, OffloadedOptimizerStateSitsOnTheHostWhileTheEngineLives) {
     std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
     Gpt2 model(kModel);
     EngineOptions eo = options(c, model);
-    eo.offload_optimizer = &host;
+    eo.offload.optimizer.emplace(host);
     Engine engine(device, *comm, model, eo);
     size_t master = 0;
     for (Unit* unit : model.units())
@@ -785,12 +776,14 @@ TEST(DeviceEngine, OffloadedParametersAreRefusedWithoutStage3OrTheOptimizerOfflo
   std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
   Gpt2 model(kModel);
   EngineOptions eo = options(Case{2, DType::kBF16, 1, false, false}, model);
-  eo.offload_optimizer = &host;
-  eo.offload_param = true;
+  eo.offload.optimizer.emplace(host);
+  eo.offload.optimizer->params.emplace();
   EXPECT_THROW(Engine(device, *comm, model, eo), Error);
-  eo = options(Case{3, DType::kBF16, 1, false, false}, model);
-  eo.offload_param = true;
-  EXPECT_THROW(Engine(device, *comm, model, eo), Error);
+  // Without the optimizer offloaded the parameters' tier cannot be written: an OffloadPlan holds
+  // it only inside an OptimizerOffload, which needs the host tier (zero/offload_plan.h).
+  static_assert(std::is_same_v<decltype(OffloadPlan::optimizer), std::optional<OptimizerOffload>>);
+  static_assert(std::is_same_v<decltype(OptimizerOffload::params), std::optional<ParamOffload>>);
+  static_assert(!std::is_default_constructible_v<OptimizerOffload>);
 }
 
 TEST(DeviceEngine, OffloadedOptimizerIsRefusedAtStageZeroAndUnderPure16Bit) {
@@ -799,11 +792,11 @@ TEST(DeviceEngine, OffloadedOptimizerIsRefusedAtStageZeroAndUnderPure16Bit) {
   std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
   Gpt2 model(kModel);
   EngineOptions eo = options(Case{0, DType::kF32, 1, false, false}, model);
-  eo.offload_optimizer = &host;
+  eo.offload.optimizer.emplace(host);
   EXPECT_THROW(Engine(device, *comm, model, eo), Error);
   eo = options(Case{2, DType::kBF16, 1, false, false}, model);
   eo.precision.master_weights = false;
-  eo.offload_optimizer = &host;
+  eo.offload.optimizer.emplace(host);
   EXPECT_THROW(Engine(device, *comm, model, eo), Error);
 }
 

@@ -115,20 +115,20 @@ void check(const Case& c, const std::string& swap_dir) {
   std::optional<SwapStore> swap;
   Gpt2 model(kModel);
   EngineOptions eo = options(c, model);
-  if (c.offload != OffloadDevice::kNone) eo.offload_optimizer = &host.emplace();
+  if (c.offload != OffloadDevice::kNone) eo.offload.optimizer.emplace(host.emplace());
   if (c.offload == OffloadDevice::kNvme || c.params == OffloadDevice::kNvme) {
     SwapStoreOptions so;
     so.nvme_path = swap_dir;
     so.rank = my_rank();
     swap.emplace(so);
   }
-  if (c.offload == OffloadDevice::kNvme) eo.optimizer_swap = &*swap;
+  if (c.offload == OffloadDevice::kNvme) eo.offload.optimizer->swap = &*swap;
   if (c.params != OffloadDevice::kNone) {
-    eo.offload_param = true;
-    eo.param_buffers = 3;
-    if (c.params == OffloadDevice::kNvme) eo.param_swap = &*swap;
+    ParamOffload& params = eo.offload.optimizer->params.emplace();
+    params.buffers = 3;
+    if (c.params == OffloadDevice::kNvme) params.swap = &*swap;
   }
-  const StateOptions so = state_options(eo, c.offload, world_size(), c.params);
+  const StateOptions so = state_options(eo, c.offload, world_size(), c.params, 3);
   const TierBytes estimate = model_state_bytes(unit_numels(model), so);
   ActivationOptions ao;
   ao.B = kB;

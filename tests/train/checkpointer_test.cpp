@@ -107,7 +107,9 @@ TEST(Checkpointer, FaultPointsFireBeforeEachUnitAndBeforeTheCommit) {
     }
     ASSERT_EQ(static_cast<int>(units_seen.size()), units) << "async " << async;
     for (int u = 0; u < units; ++u) EXPECT_EQ(units_seen[u], u);
-    if (!async) EXPECT_EQ(static_cast<int>(calls.size()), units + 1);
+    if (!async) {
+      EXPECT_EQ(static_cast<int>(calls.size()), units + 1);
+    }
     ASSERT_FALSE(calls.empty());
     EXPECT_EQ(calls.back(), std::make_pair(SavePoint::kCommit, 0));
   }
