@@ -15,25 +15,24 @@ namespace zt {
 namespace {
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
 
 std::string CollectiveTimeout::message() const {
-  return fmt::format("{}{}{} did not complete within zt.comm_timeout_s = {:g} s on rank {} "
-                     "(waited {:.1f} s): a rank stopped, died or issued a different collective",
-                     collective, unit.empty() ? std::string() : fmt::format(" for unit {}", unit),
-                     context.empty() ? std::string() : fmt::format(" at {}", context), timeout_s,
-                     rank, waited_s);
+  return fmt::format(
+      "{}{}{} did not complete within zt.comm_timeout_s = {:g} s on rank {} "
+      "(waited {:.1f} s): a rank stopped, died or issued a different collective",
+      collective, unit.empty() ? std::string() : fmt::format(" for unit {}", unit),
+      context.empty() ? std::string() : fmt::format(" at {}", context), timeout_s, rank, waited_s);
 }
 
 CollectiveWatchdog::CollectiveWatchdog(double timeout_s, WatchdogHandler handler, int rank)
     : timeout_s_(timeout_s), handler_(std::move(handler)), rank_(rank) {
   if (!(timeout_s_ > 0) || !std::isfinite(timeout_s_))
-    throw_input(fmt::format("zt.comm_timeout_s must be a positive number of seconds; got {}",
-                            timeout_s_));
+    throw_input(
+        fmt::format("zt.comm_timeout_s must be a positive number of seconds; got {}", timeout_s_));
   ZT_ASSERT(static_cast<bool>(handler_), "a collective watchdog needs a handler");
   // The thread's first wake is measured from here: a stop before it was first scheduled counts.
   const double created_s = now_s();
@@ -51,8 +50,8 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 
 void CollectiveWatchdog::begin(const CollectiveCall& call, int world, std::string_view unit,
                                std::string_view context) {
-  std::string what = fmt::format("{} of {} bytes", collective_kind_name(call.kind),
-                                 collective_bytes(call, world));
+  std::string what =
+      fmt::format("{} of {} bytes", collective_kind_name(call.kind), collective_bytes(call, world));
   std::lock_guard<std::mutex> lock(mutex_);
   collective_ = std::move(what);
   unit_.assign(unit);

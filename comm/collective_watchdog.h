@@ -25,7 +25,7 @@ struct CollectiveTimeout {
   std::string context;     // the engine's context when it was submitted: "step 12"; may be empty
   int rank = -1;           // the rank that saw it (this process)
   double timeout_s = 0;
-  double waited_s = 0;     // how long it had been running when reported
+  double waited_s = 0;  // how long it had been running when reported
   // One line: "all_gather of 4096 bytes for unit h.1 at step 12 did not complete within
   // zt.comm_timeout_s = 20 s on rank 0 (waited 20.3 s): a rank stopped, died or issued a
   // different collective".
@@ -74,9 +74,9 @@ class CollectiveWatchdog {
   std::mutex mutex_;
   std::condition_variable wake_;  // stopping_
   bool stopping_ = false;
-  bool running_ = false;          // a collective is between begin and end
-  bool reported_ = false;         // the running one was reported
-  double started_s_ = 0;          // steady clock, seconds
+  bool running_ = false;   // a collective is between begin and end
+  bool reported_ = false;  // the running one was reported
+  double started_s_ = 0;   // steady clock, seconds
   std::string collective_, unit_, context_;
   std::thread thread_;
 };

@@ -59,8 +59,8 @@ CommHandle CommQueue::all_reduce(const void* send, void* recv, int64_t count, DT
   return submit({CollectiveKind::kAllReduce, send, recv, count, dtype, op, 0}, unit);
 }
 
-CommHandle CommQueue::reduce_scatter(const void* send, void* recv, int64_t recv_count,
-                                     DType dtype, ReduceOp op, std::string_view unit) {
+CommHandle CommQueue::reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                     ReduceOp op, std::string_view unit) {
   return submit({CollectiveKind::kReduceScatter, send, recv, recv_count, dtype, op, 0}, unit);
 }
 

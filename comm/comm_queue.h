@@ -83,8 +83,7 @@ class CommQueue {
                             ReduceOp op, std::string_view unit = {});
   CommHandle all_gather(const void* send, void* recv, int64_t send_count, DType dtype,
                         std::string_view unit = {});
-  CommHandle broadcast(void* buf, int64_t count, DType dtype, int root,
-                       std::string_view unit = {});
+  CommHandle broadcast(void* buf, int64_t count, DType dtype, int root, std::string_view unit = {});
   CommHandle submit(const CollectiveCall& call, std::string_view unit = {});
 
   // What the user thread is doing, e.g. "step 12" or "evaluation after step 12": copied into
@@ -121,7 +120,7 @@ class CommQueue {
   std::condition_variable work_ready_;  // a task arrived, or stopping_
   std::condition_variable idle_;        // pending_ drained and nothing running
   std::deque<Task> pending_;
-  bool running_ = false;   // the worker is executing a task popped from pending_
+  bool running_ = false;  // the worker is executing a task popped from pending_
   bool stopping_ = false;
   bool abandoned_ = false;
   std::string context_;

@@ -45,10 +45,10 @@ std::string CommStats::to_string() const {
 }
 
 int64_t collective_bytes(const CollectiveCall& call, int world) {
-  const int64_t elems = call.kind == CollectiveKind::kReduceScatter ||
-                                call.kind == CollectiveKind::kAllGather
-                            ? call.count * world
-                            : call.count;
+  const int64_t elems =
+      call.kind == CollectiveKind::kReduceScatter || call.kind == CollectiveKind::kAllGather
+          ? call.count * world
+          : call.count;
   return elems * static_cast<int64_t>(dtype_size(call.dtype));
 }
 
@@ -85,18 +85,21 @@ void Communicator::validate(const CollectiveCall& call) const {
   switch (call.kind) {
     case CollectiveKind::kAllReduce:
       if (send != recv && !disjoint(send, block, recv, block))
-        throw_input("all_reduce: send and recv overlap without being equal (in place means "
-                    "send == recv)");
+        throw_input(
+            "all_reduce: send and recv overlap without being equal (in place means "
+            "send == recv)");
       break;
     case CollectiveKind::kReduceScatter:
       if (recv != send + rank() * block && !disjoint(send, n * block, recv, block))
-        throw_input("reduce_scatter: recv overlaps send without being in place (in place means "
-                    "recv == send + rank*recv_count*dtype_size)");
+        throw_input(
+            "reduce_scatter: recv overlaps send without being in place (in place means "
+            "recv == send + rank*recv_count*dtype_size)");
       break;
     case CollectiveKind::kAllGather:
       if (send != recv + rank() * block && !disjoint(send, block, recv, n * block))
-        throw_input("all_gather: send overlaps recv without being in place (in place means "
-                    "send == recv + rank*send_count*dtype_size)");
+        throw_input(
+            "all_gather: send overlaps recv without being in place (in place means "
+            "send == recv + rank*send_count*dtype_size)");
       break;
     case CollectiveKind::kBroadcast:
       ZT_ASSERT(send == recv, "broadcast call with send {} != recv {}", fmt::ptr(send),
@@ -107,8 +110,8 @@ void Communicator::validate(const CollectiveCall& call) const {
 
 void Communicator::set_watchdog(double timeout_s, WatchdogHandler handler) {
   if (queue_ != nullptr)
-    throw_internal(fmt::format("set_watchdog on communicator '{}' while a CommQueue is attached",
-                               name()));
+    throw_internal(
+        fmt::format("set_watchdog on communicator '{}' while a CommQueue is attached", name()));
   watchdog_.reset();
   watchdog_timeout_s_ = timeout_s;
   watchdog_handler_ = handler;
@@ -185,8 +188,7 @@ void Communicator::all_gather(const void* send, void* recv, int64_t send_count, 
   submit_and_wait({CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0});
 }
 
-void Communicator::all_gather_host(const void* send, void* recv, int64_t send_count,
-                                   DType dtype) {
+void Communicator::all_gather_host(const void* send, void* recv, int64_t send_count, DType dtype) {
   CollectiveCall call{CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0};
   call.host_memory = true;
   submit_and_wait(call);

@@ -117,7 +117,7 @@ class Communicator {
   virtual std::string name() const = 0;  // "mpi", "self"
   virtual int rank() const = 0;          // in [0, world)
   virtual int world() const = 0;
-  virtual int local_rank() const = 0;    // among the ranks that share this machine
+  virtual int local_rank() const = 0;  // among the ranks that share this machine
   virtual int local_world() const = 0;
 
   // A new communicator over the same ranks whose collectives never meet this one's (MPI:
@@ -184,8 +184,8 @@ class Communicator {
   // exactly in place or disjoint, root in range); the same contracts as the public calls.
   virtual void backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
                                   ReduceOp op) = 0;
-  virtual void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count,
-                                      DType dtype, ReduceOp op) = 0;
+  virtual void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                      ReduceOp op) = 0;
   virtual void backend_all_gather(const void* send, void* recv, int64_t send_count,
                                   DType dtype) = 0;
   virtual void backend_broadcast(void* buf, int64_t count, DType dtype, int root) = 0;
@@ -209,7 +209,7 @@ class Communicator {
   CommStats stats_;
   CommQueue* queue_ = nullptr;  // set and cleared by CommQueue's constructor and destructor
   std::unique_ptr<CollectiveWatchdog> watchdog_;
-  double watchdog_timeout_s_ = 0;     // what set_watchdog was given, for duplicate()
+  double watchdog_timeout_s_ = 0;  // what set_watchdog was given, for duplicate()
   WatchdogHandler watchdog_handler_;
 };
 

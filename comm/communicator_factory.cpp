@@ -36,10 +36,10 @@ std::string nccl_unavailable_reason(const Device& device, int local_world) {
 #endif
   const int gpus = cuda_device_count();
   if (local_world > gpus)
-    return fmt::format("{} ranks on this machine would share {} GPU(s), and NCCL needs one GPU "
-                       "per rank ({})",
-                       local_world, gpus,
-                       gpus == 0 ? cuda_unavailable_reason() : "use comm backend mpi");
+    return fmt::format(
+        "{} ranks on this machine would share {} GPU(s), and NCCL needs one GPU "
+        "per rank ({})",
+        local_world, gpus, gpus == 0 ? cuda_unavailable_reason() : "use comm backend mpi");
   return {};
 }
 
@@ -70,8 +70,8 @@ CommBackend parse_comm_backend(const std::string& name, const std::string& what)
   if (name == "auto") return CommBackend::kAuto;
   if (name == "mpi") return CommBackend::kMpi;
   if (name == "nccl") return CommBackend::kNccl;
-  throw_input(fmt::format("{}: unknown communication back end '{}'; use auto, mpi or nccl", what,
-                          name));
+  throw_input(
+      fmt::format("{}: unknown communication back end '{}'; use auto, mpi or nccl", what, name));
 }
 
 bool nccl_built() {
@@ -83,8 +83,7 @@ bool nccl_built() {
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device& device,
-                                                double comm_timeout_s,
-                                                double comm_init_timeout_s) {
+                                                double comm_timeout_s, double comm_init_timeout_s) {
   const CommBackend kind = parse_comm_backend(backend, "communication back end");
   if (!(comm_timeout_s > 0) || !std::isfinite(comm_timeout_s))
     throw_input(fmt::format("zt.comm_timeout_s must be a positive number of seconds; got {}",

@@ -48,8 +48,7 @@ void HostStagingCommunicator::backend_all_reduce(const void* send, void* recv, i
 }
 
 void HostStagingCommunicator::backend_reduce_scatter(const void* send, void* recv,
-                                                     int64_t recv_count, DType dtype,
-                                                     ReduceOp op) {
+                                                     int64_t recv_count, DType dtype, ReduceOp op) {
   const int64_t block = recv_count * static_cast<int64_t>(dtype_size(dtype));  // bytes
   char* host = staging(world() * block);
   device_.copy_to_host(host, send, world() * block);
@@ -58,8 +57,8 @@ void HostStagingCommunicator::backend_reduce_scatter(const void* send, void* rec
   device_.copy_from_host(recv, own, block);
 }
 
-void HostStagingCommunicator::backend_all_gather(const void* send, void* recv,
-                                                 int64_t send_count, DType dtype) {
+void HostStagingCommunicator::backend_all_gather(const void* send, void* recv, int64_t send_count,
+                                                 DType dtype) {
   const int64_t block = send_count * static_cast<int64_t>(dtype_size(dtype));  // bytes
   char* host = staging(world() * block);
   char* own = host + rank() * block;  // in place: this rank's block of the staged recv
@@ -69,8 +68,7 @@ void HostStagingCommunicator::backend_all_gather(const void* send, void* recv,
   device_.copy_from_host(recv, host, world() * block);
 }
 
-void HostStagingCommunicator::backend_broadcast(void* buf, int64_t count, DType dtype,
-                                                int root) {
+void HostStagingCommunicator::backend_broadcast(void* buf, int64_t count, DType dtype, int root) {
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   char* host = staging(bytes);
   if (rank() == root) device_.copy_to_host(host, buf, bytes);

@@ -58,8 +58,7 @@ class HostStagingCommunicator final : public Communicator {
                           ReduceOp op) override;
   void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
                               ReduceOp op) override;
-  void backend_all_gather(const void* send, void* recv, int64_t send_count,
-                          DType dtype) override;
+  void backend_all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
   // Host memory already: straight to the inner communicator, no staging, no device copies.
   void backend_all_gather_host(const void* send, void* recv, int64_t send_count,

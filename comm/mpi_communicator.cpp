@@ -28,9 +28,10 @@ MPI_Datatype mpi_element_type(DType dtype) {
 
 int checked_int(int64_t value, std::string_view what) {
   if (value > INT_MAX)
-    throw_input(fmt::format("{}: {} elements exceed what one MPI call can count ({}); split the "
-                            "buffer",
-                            what, value, INT_MAX));
+    throw_input(
+        fmt::format("{}: {} elements exceed what one MPI call can count ({}); split the "
+                    "buffer",
+                    what, value, INT_MAX));
   return static_cast<int>(value);
 }
 
@@ -43,9 +44,10 @@ int64_t MpiCommunicator::BlockSplit::length(int p) const {
 MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, MpiCommunicatorOptions options)
     : device_(device), chunk_bytes_(options.chunk_bytes) {
   if (chunk_bytes_ < 4 || chunk_bytes_ % 4 != 0 || chunk_bytes_ > (size_t(1) << 30))
-    throw_input(fmt::format("MPI communicator chunk_bytes must be a multiple of 4 in [4, 1 GiB]; "
-                            "got {}",
-                            chunk_bytes_));
+    throw_input(
+        fmt::format("MPI communicator chunk_bytes must be a multiple of 4 in [4, 1 GiB]; "
+                    "got {}",
+                    chunk_bytes_));
   ZT_MPI_CHECK(MPI_Comm_dup(parent, &comm_));
   try {
     ZT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -123,18 +125,18 @@ void MpiCommunicator::reduce_scatter_blocks(const char* send, char* own_out,
   for (int64_t k = 0; k < kSendDepth; ++k) post_sends(k);
   for (int64_t k = 0; k < max_chunks; ++k) {
     if (k < own_chunks) {
-      ZT_MPI_CHECK(MPI_Waitall(peers, &recv_requests_[(k % kRecvDepth) * peers],
-                               MPI_STATUSES_IGNORE));
+      ZT_MPI_CHECK(
+          MPI_Waitall(peers, &recv_requests_[(k % kRecvDepth) * peers], MPI_STATUSES_IGNORE));
       const int64_t begin = k * chunk;
       for (int p = 0; p < n; ++p)
-        contributions_[p] = p == r ? send + (split.offset(r) + begin) * size
-                                   : staging_slot(k, (r - p + n) % n);
+        contributions_[p] =
+            p == r ? send + (split.offset(r) + begin) * size : staging_slot(k, (r - p + n) % n);
       reduce_in_rank_order(contributions_, own_out + begin * size,
                            std::min(chunk, own_length - begin), dtype, op);
       post_receives(k + kRecvDepth);  // into the slot just reduced
     }
-    ZT_MPI_CHECK(MPI_Waitall(peers, &send_requests_[(k % kSendDepth) * peers],
-                             MPI_STATUSES_IGNORE));
+    ZT_MPI_CHECK(
+        MPI_Waitall(peers, &send_requests_[(k % kSendDepth) * peers], MPI_STATUSES_IGNORE));
     post_sends(k + kSendDepth);
   }
 }
@@ -147,12 +149,12 @@ void MpiCommunicator::backend_reduce_scatter(const void* send, void* recv, int64
     if (send != recv) std::memcpy(recv, send, recv_count * dtype_size(dtype));
     return;
   }
-  reduce_scatter_blocks(send_bytes, static_cast<char*>(recv), {recv_count, n * recv_count},
-                        dtype, op);
+  reduce_scatter_blocks(send_bytes, static_cast<char*>(recv), {recv_count, n * recv_count}, dtype,
+                        op);
 }
 
-void MpiCommunicator::backend_all_reduce(const void* send, void* recv, int64_t count,
-                                         DType dtype, ReduceOp op) {
+void MpiCommunicator::backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                                         ReduceOp op) {
   const int n = group_.world, r = group_.rank;
   const int64_t size = static_cast<int64_t>(dtype_size(dtype));
   char* out = static_cast<char*>(recv);

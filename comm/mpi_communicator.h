@@ -74,8 +74,7 @@ class MpiCommunicator final : public Communicator {
                           ReduceOp op) override;
   void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
                               ReduceOp op) override;
-  void backend_all_gather(const void* send, void* recv, int64_t send_count,
-                          DType dtype) override;
+  void backend_all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
   // MPI works on host memory: the same as backend_all_gather.
   void backend_all_gather_host(const void* send, void* recv, int64_t send_count,
@@ -97,8 +96,8 @@ class MpiCommunicator final : public Communicator {
   // chunk by chunk, to rank p and receives every peer's chunks of its own block into staging;
   // each chunk is reduced in rank order as soon as all peers' copies have arrived, while the
   // next chunks' messages are already posted (kRecvDepth, kSendDepth).
-  void reduce_scatter_blocks(const char* send, char* own_out, const BlockSplit& split,
-                             DType dtype, ReduceOp op);
+  void reduce_scatter_blocks(const char* send, char* own_out, const BlockSplit& split, DType dtype,
+                             ReduceOp op);
   char* staging_slot(int64_t chunk_index, int distance) const;
 
   Device& device_;
@@ -107,10 +106,10 @@ class MpiCommunicator final : public Communicator {
   size_t chunk_bytes_;
   Buffer staging_;  // kRecvDepth x (world-1) x chunk_bytes_
   // Per-call scratch, sized once (world is fixed): requests and the rank-ordered pointers.
-  std::vector<MPI_Request> recv_requests_;  // kRecvDepth x (world-1)
-  std::vector<MPI_Request> send_requests_;  // kSendDepth x (world-1)
-  std::vector<const void*> contributions_;                  // world
-  std::vector<int> gather_counts_, gather_displs_;          // world
+  std::vector<MPI_Request> recv_requests_;          // kRecvDepth x (world-1)
+  std::vector<MPI_Request> send_requests_;          // kSendDepth x (world-1)
+  std::vector<const void*> contributions_;          // world
+  std::vector<int> gather_counts_, gather_displs_;  // world
 };
 
 }  // namespace zt

@@ -41,8 +41,7 @@ void check_nccl(ncclResult_t rc, const char* call, int rank,
 #define ZT_NCCL_CHECK(call) check_nccl((call), #call, group_.rank)
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 ncclDataType_t nccl_type(DType dtype) {
@@ -72,18 +71,18 @@ struct RootId {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOptions options)
-    : device_(device),
-      parent_(parent),
-      timeout_s_(options.timeout_s),
+    : device_(device), parent_(parent), timeout_s_(options.timeout_s),
       init_timeout_s_(options.init_timeout_s) {
   if (!(timeout_s_ > 0) || !std::isfinite(timeout_s_))
-    throw_input(fmt::format("NCCL timeout must be a positive number of seconds "
-                            "(zt.comm_timeout_s); got {}",
-                            timeout_s_));
+    throw_input(
+        fmt::format("NCCL timeout must be a positive number of seconds "
+                    "(zt.comm_timeout_s); got {}",
+                    timeout_s_));
   if (!(init_timeout_s_ > 0) || !std::isfinite(init_timeout_s_))
-    throw_input(fmt::format("NCCL init timeout must be a positive number of seconds "
-                            "(zt.comm_init_timeout_s); got {}",
-                            init_timeout_s_));
+    throw_input(
+        fmt::format("NCCL init timeout must be a positive number of seconds "
+                    "(zt.comm_init_timeout_s); got {}",
+                    init_timeout_s_));
   // The bootstrap runs on a duplicate of parent, so that its messages cannot meet the user's.
   MPI_Comm boot = MPI_COMM_NULL;
   ZT_MPI_CHECK(MPI_Comm_dup(parent, &boot));
@@ -115,10 +114,10 @@ NcclCommunicator::NcclCommunicator(CudaDevice& device, MPI_Comm parent, NcclOpti
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every wait is ours, bounded (see the header)
     ZT_NCCL_CHECK(ncclCommInitRankConfig(&comm_, group_.world, root_id.id, group_.rank, &config));
-    wait_until([] { return true; }, now_s() + init_timeout_s_,
-               fmt::format("communicator init (cuda:{}, {} ranks)", device_.ordinal(),
-                           group_.world),
-               fmt::format("zt.comm_init_timeout_s = {:g} s", init_timeout_s_));
+    wait_until(
+        [] { return true; }, now_s() + init_timeout_s_,
+        fmt::format("communicator init (cuda:{}, {} ranks)", device_.ordinal(), group_.world),
+        fmt::format("zt.comm_init_timeout_s = {:g} s", init_timeout_s_));
     host_gather_ = device_.alloc(kHostGatherBytes, MemCategory::kCommBuffers);
   } catch (...) {
     release();
@@ -190,10 +189,10 @@ void NcclCommunicator::wait_until(const std::function<bool()>& finished, double 
     if (state != ncclSuccess && state != ncclInProgress) {
       const char* detail = ncclGetLastError(comm_);
       abort();
-      fail(group_.rank, fmt::format("NCCL {} on rank {} failed: {} ({}); communicator aborted",
-                                    what, group_.rank, ncclGetErrorString(state),
-                                    detail != nullptr && *detail != '\0' ? detail
-                                                                         : "no further detail"));
+      fail(group_.rank,
+           fmt::format("NCCL {} on rank {} failed: {} ({}); communicator aborted", what,
+                       group_.rank, ncclGetErrorString(state),
+                       detail != nullptr && *detail != '\0' ? detail : "no further detail"));
     }
     if (state == ncclSuccess && finished()) return;
     if (now_s() > deadline) {
@@ -240,12 +239,12 @@ void NcclCommunicator::finish(const CollectiveCall& call) {
       deadline, what, limit);
 }
 
-void NcclCommunicator::backend_all_reduce(const void* send, void* recv, int64_t count,
-                                          DType dtype, ReduceOp op) {
+void NcclCommunicator::backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                                          ReduceOp op) {
   const CollectiveCall call{CollectiveKind::kAllReduce, send, recv, count, dtype, op, 0};
   begin(call);
-  ZT_NCCL_CHECK(ncclAllReduce(send, recv, static_cast<size_t>(count), nccl_type(dtype),
-                              nccl_op(op), comm_, stream_));
+  ZT_NCCL_CHECK(ncclAllReduce(send, recv, static_cast<size_t>(count), nccl_type(dtype), nccl_op(op),
+                              comm_, stream_));
   finish(call);
 }
 
@@ -262,18 +261,17 @@ void NcclCommunicator::backend_reduce_scatter(const void* send, void* recv, int6
 
 void NcclCommunicator::backend_all_gather(const void* send, void* recv, int64_t send_count,
                                           DType dtype) {
-  const CollectiveCall call{CollectiveKind::kAllGather, send, recv, send_count, dtype,
-                            ReduceOp::kSum, 0};
+  const CollectiveCall call{
+      CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0};
   begin(call);
-  ZT_NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(send_count), nccl_type(dtype),
-                              comm_, stream_));
+  ZT_NCCL_CHECK(
+      ncclAllGather(send, recv, static_cast<size_t>(send_count), nccl_type(dtype), comm_, stream_));
   finish(call);
 }
 
 void NcclCommunicator::backend_all_gather_host(const void* send, void* recv, int64_t send_count,
                                                DType dtype) {
-  CollectiveCall call{CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum,
-                      0};
+  CollectiveCall call{CollectiveKind::kAllGather, send, recv, send_count, dtype, ReduceOp::kSum, 0};
   call.host_memory = true;
   const int n = group_.world, r = group_.rank;
   const int64_t size = static_cast<int64_t>(dtype_size(dtype));
@@ -303,11 +301,11 @@ void NcclCommunicator::backend_all_gather_host(const void* send, void* recv, int
 }
 
 void NcclCommunicator::backend_broadcast(void* buf, int64_t count, DType dtype, int root) {
-  const CollectiveCall call{CollectiveKind::kBroadcast, buf, buf, count, dtype, ReduceOp::kSum,
-                            root};
+  const CollectiveCall call{
+      CollectiveKind::kBroadcast, buf, buf, count, dtype, ReduceOp::kSum, root};
   begin(call);
-  ZT_NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_type(dtype), root,
-                              comm_, stream_));
+  ZT_NCCL_CHECK(
+      ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_type(dtype), root, comm_, stream_));
   finish(call);
 }
 

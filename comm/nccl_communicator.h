@@ -66,8 +66,7 @@ class NcclCommunicator final : public Communicator {
   // outlive this communicator. Throws kInput for a bad timeout, kSystem for CUDA, NCCL or MPI
   // errors (e.g. two ranks on one GPU) and for an init that does not finish within
   // init_timeout_s.
-  NcclCommunicator(CudaDevice& device, MPI_Comm parent = MPI_COMM_WORLD,
-                   NcclOptions options = {});
+  NcclCommunicator(CudaDevice& device, MPI_Comm parent = MPI_COMM_WORLD, NcclOptions options = {});
   // Finalizes and destroys the NCCL communicator (aborts it when that does not finish within
   // timeout_s or it failed before; aborts at once, without finalizing, while an exception
   // unwinds the stack: an error path, where peers may never finalize). Never throws.
@@ -93,8 +92,7 @@ class NcclCommunicator final : public Communicator {
                           ReduceOp op) override;
   void backend_reduce_scatter(const void* send, void* recv, int64_t recv_count, DType dtype,
                               ReduceOp op) override;
-  void backend_all_gather(const void* send, void* recv, int64_t send_count,
-                          DType dtype) override;
+  void backend_all_gather(const void* send, void* recv, int64_t send_count, DType dtype) override;
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override;
   // Host memory: each rank's block in pieces of kHostGatherBytes / world bytes, each piece
   // copied to the device buffer (on this communicator's stream), all-gathered in place there and,

@@ -49,9 +49,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   ZT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_));
   if (thread_level_ < MPI_THREAD_SERIALIZED) {
     MPI_Finalize();
-    throw_system(fmt::format("MPI provides thread level {} but ZeroTrain needs at least "
-                             "MPI_THREAD_SERIALIZED ({}): use an MPI built with thread support",
-                             thread_level_, MPI_THREAD_SERIALIZED));
+    throw_system(
+        fmt::format("MPI provides thread level {} but ZeroTrain needs at least "
+                    "MPI_THREAD_SERIALIZED ({}): use an MPI built with thread support",
+                    thread_level_, MPI_THREAD_SERIALIZED));
   }
   try {
     ZT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

@@ -25,9 +25,9 @@ void check_mpi(int rc, std::string_view call,
 namespace zt {
 
 struct ProcessGroup {
-  int rank = 0;         // in [0, world)
+  int rank = 0;  // in [0, world)
   int world = 1;
-  int local_rank = 0;   // among the ranks of `comm` on this machine (MPI_COMM_TYPE_SHARED)
+  int local_rank = 0;  // among the ranks of `comm` on this machine (MPI_COMM_TYPE_SHARED)
   int local_world = 1;
 };
 

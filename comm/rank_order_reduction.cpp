@@ -31,7 +31,6 @@ struct MaxOp {
   }
 };
 
-
 // Portable path. Elements per tile: the fp32 accumulator (4 KiB) stays in L1 while every
 // contribution is combined into it, so out may alias any one contribution: a tile reads all of
 // them before it writes. Full tiles have a compile-time length so the loops vectorize at -O2
@@ -88,20 +87,19 @@ ZT_AVX2 inline void store8(void* data, int64_t j, __m256 f) {
     // fp32_to_fp16 turns every NaN into sign | 0x7e00, which is what F16C gives for the quiet
     // NaN without payload: NaNs become that first. Everything else F16C rounds to nearest even
     // with IEEE overflow and subnormals, as fp32_to_fp16 does.
-    const __m256i quiet_nan = _mm256_or_si256(
-        _mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0x80000000u))),
-        _mm256_set1_epi32(0x7fc00000));
+    const __m256i quiet_nan =
+        _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0x80000000u))),
+                        _mm256_set1_epi32(0x7fc00000));
     const __m256 canonical = _mm256_blendv_ps(f, _mm256_castsi256_ps(quiet_nan), is_nan);
     h = _mm256_cvtps_ph(canonical, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   } else {
     // fp32_to_bf16 lane-wise: (x + 0x7fff + lsb) >> 16; NaN: (x >> 16) | 0x40.
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)),
-                          16);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
     const __m256i nan_bits = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-    const __m256i bits = _mm256_castps_si256(_mm256_blendv_ps(
-        _mm256_castsi256_ps(rounded), _mm256_castsi256_ps(nan_bits), is_nan));
+    const __m256i bits = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(rounded), _mm256_castsi256_ps(nan_bits), is_nan));
     // Eight 32-bit lanes (each < 2^16) to 16 bits in order: packus works per 128-bit half,
     // giving quads (a0-3, a0-3, a4-7, a4-7); quads 0 and 2 are the result.
     const __m256i packed = _mm256_packus_epi32(bits, bits);
@@ -120,8 +118,7 @@ ZT_AVX2 inline __m256 apply8(MaxOp, __m256 acc, __m256 x) {
 // Elements [0, count - count % 8): every contribution's 8 lanes are loaded before the 8
 // results are stored, so out may alias one contribution. Returns where the tail starts.
 template <class Op, DType dtype>
-ZT_AVX2 int64_t reduce_avx2(std::span<const void* const> contributions, void* out,
-                            int64_t count) {
+ZT_AVX2 int64_t reduce_avx2(std::span<const void* const> contributions, void* out, int64_t count) {
   const size_t m = contributions.size();
   int64_t j = 0;
   for (; j + 8 <= count; j += 8) {
@@ -146,8 +143,8 @@ int64_t reduce_avx2(std::span<const void* const> contributions, void* out, int64
 #endif
 
 template <class Op>
-void reduce_op(std::span<const void* const> contributions, void* out, int64_t count,
-               DType dtype, ReduceKernel kernel) {
+void reduce_op(std::span<const void* const> contributions, void* out, int64_t count, DType dtype,
+               ReduceKernel kernel) {
   int64_t begin = 0;
 #if defined(__x86_64__)
   if (kernel == ReduceKernel::kFastest && has_avx2_f16c())

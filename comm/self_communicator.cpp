@@ -10,8 +10,8 @@ void SelfCommunicator::copy_unless_in_place(const void* send, void* recv, int64_
   if (send != recv) device_.copy(recv, send, static_cast<size_t>(count) * dtype_size(dtype));
 }
 
-void SelfCommunicator::backend_all_reduce(const void* send, void* recv, int64_t count,
-                                          DType dtype, ReduceOp op) {
+void SelfCommunicator::backend_all_reduce(const void* send, void* recv, int64_t count, DType dtype,
+                                          ReduceOp op) {
   copy_unless_in_place(send, recv, count, dtype);
 }
 

@@ -96,9 +96,9 @@ struct BenchZeroOptions {
 int bench_zero(const BenchZeroOptions& options);
 
 struct BenchAdamOptions {
-  int64_t params = 124439808;    // GPT-2 124M
+  int64_t params = 124439808;      // GPT-2 124M
   std::string precision = "bf16";  // the working copy written by the step: none, bf16, fp16
-  int steps = 10;                // timed rounds (triad, fused step, two-pass step each)
+  int steps = 10;                  // timed rounds (triad, fused step, two-pass step each)
   int warmup = 1;
   std::string json_path;
 };
@@ -108,8 +108,8 @@ struct BenchAdamOptions {
 int bench_adam(const BenchAdamOptions& options);
 
 struct BenchOffloadOptions {
-  bool io = true;    // the swap store against raw O_DIRECT (--no-io skips it)
-  bool step = true;  // GPT-2 stage-2 steps with and without optimizer offload (--no-step)
+  bool io = true;             // the swap store against raw O_DIRECT (--no-io skips it)
+  bool step = true;           // GPT-2 stage-2 steps with and without optimizer offload (--no-step)
   std::string path = "/tmp";  // the directory measured (swap files go to <path>/zt_swap/rank0)
   int64_t bytes = int64_t(1) << 30;
   int64_t unit_bytes = int64_t(64) << 20;  // bytes per swap key (a unit's shard)
@@ -121,8 +121,8 @@ struct BenchOffloadOptions {
   std::string model = "gpt2-124M";
   int batch = 4;
   int seq_len = 64;
-  int steps = 5;   // timed steps per row
-  int warmup = 1;  // untimed steps first
+  int steps = 5;                   // timed steps per row
+  int warmup = 1;                  // untimed steps first
   std::string precision = "fp32";  // fp32, bf16 or fp16 (mixed: offload needs an fp32 master)
   // gradient_clipping of every row; 0: off, and the host updates then start in the backward.
   float gradient_clipping = 1.0f;
@@ -157,17 +157,17 @@ int bench_checkpoint(const BenchCheckpointOptions& options);
 
 struct BenchScaleOptions {
   std::string config = "configs/gpt2-tiny.json";  // the base every point starts from
-  std::string model;  // zt.model; empty: the config's
-  int batch = 0;      // train_micro_batch_size_per_gpu, fixed per rank; 0: the config's
-  int seq_len = 0;    // zt.seq_len; 0: the config's
-  int steps = 6;      // zt.steps of every point
-  int warmup = 2;     // its first steps, not timed
+  std::string model;                              // zt.model; empty: the config's
+  int batch = 0;    // train_micro_batch_size_per_gpu, fixed per rank; 0: the config's
+  int seq_len = 0;  // zt.seq_len; 0: the config's
+  int steps = 6;    // zt.steps of every point
+  int warmup = 2;   // its first steps, not timed
   std::vector<int> stages = {0, 1, 2, 3};
   std::vector<int> ranks = {1, 2, 4};
   std::vector<std::string> precisions = {"fp32"};  // bench_precision's names
   std::vector<bool> checkpointing = {false};       // activation checkpointing of every block
   std::vector<std::string> offload = {"none"};     // offload_optimizer.device: none, cpu, nvme
-  std::string hostfile;        // passed to zt-run; empty: this machine
+  std::string hostfile;                            // passed to zt-run; empty: this machine
   std::string path = "/tmp";   // nvme points' swap files go under <path>/zt_bench_scale_<pid>
   std::string device = "cpu";  // or "cuda": MFU against peak_tflops x ranks
   double peak_tflops = 0.0;    // cuda: one GPU's dense peak; 0: no MFU

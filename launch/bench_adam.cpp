@@ -34,7 +34,8 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-// The median, the mean of the middle two of an even count (this bench's figures since it was written).
+// The median, the mean of the middle two of an even count (this bench's figures since it was
+// written).
 double median_averaged(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t h = v.size() / 2;
@@ -51,10 +52,8 @@ struct Shard {
   std::unique_ptr<uint16_t[]> working;  // null when there is none
 
   Shard(int64_t elements, bool has_working)
-      : n(elements),
-        master(new float[static_cast<size_t>(n)]),
-        m(new float[static_cast<size_t>(n)]),
-        v(new float[static_cast<size_t>(n)]),
+      : n(elements), master(new float[static_cast<size_t>(n)]),
+        m(new float[static_cast<size_t>(n)]), v(new float[static_cast<size_t>(n)]),
         grad(new float[static_cast<size_t>(n)]),
         working(has_working ? new uint16_t[static_cast<size_t>(n)] : nullptr) {
     // Values of a training run's scale: no zeros, no subnormals on the way.
@@ -122,18 +121,21 @@ int bench_adam(const BenchAdamOptions& o) {
   const CpuAdam adam;
   const std::unique_ptr<Kernels> kernels = make_cpu_kernels();
   const int threads = omp_get_max_threads();
-  log.rank0("zt-bench adam: {} fp32 parameters, AdamW, working copy {}, {} threads "
-            "(omp_get_max_threads)", o.params, o.precision, threads);
+  log.rank0(
+      "zt-bench adam: {} fp32 parameters, AdamW, working copy {}, {} threads "
+      "(omp_get_max_threads)",
+      o.params, o.precision, threads);
   log.rank0("CPU: {} ({}); CpuAdam path {}", cpu_model_name(), cpu_simd_features(),
             adam.isa_name());
 
   Shard shard(o.params, has_working);
   StreamTriad triad(std::max(o.params, StreamTriad::default_elements()));
-  log.rank0("STREAM triad a = b + 3c over 3 x {:.0f} MiB fp32 arrays (last-level cache {:.0f} "
-            "MiB); optimizer shard {:.0f} MiB",
-            static_cast<double>(triad.elements()) * 4 / (1 << 20),
-            static_cast<double>(last_level_cache_bytes()) / (1 << 20),
-            static_cast<double>(o.params) * (16.0 + (has_working ? 2.0 : 0.0)) / (1 << 20));
+  log.rank0(
+      "STREAM triad a = b + 3c over 3 x {:.0f} MiB fp32 arrays (last-level cache {:.0f} "
+      "MiB); optimizer shard {:.0f} MiB",
+      static_cast<double>(triad.elements()) * 4 / (1 << 20),
+      static_cast<double>(last_level_cache_bytes()) / (1 << 20),
+      static_cast<double>(o.params) * (16.0 + (has_working ? 2.0 : 0.0)) / (1 << 20));
 
   AdamWArgs args;
   args.lr = 6e-4f;
@@ -151,8 +153,8 @@ int bench_adam(const BenchAdamOptions& o) {
     args.step = round + 1;
 
     auto t0 = Clock::now();
-    adam.step(shard.master.get(), shard.grad.get(), shard.m.get(), shard.v.get(), working,
-              shard.n, args);
+    adam.step(shard.master.get(), shard.grad.get(), shard.m.get(), shard.v.get(), working, shard.n,
+              args);
     if (timed) fused.step_ms.push_back(ms_since(t0));
 
     t0 = Clock::now();
@@ -168,25 +170,29 @@ int bench_adam(const BenchAdamOptions& o) {
   const double stream_gbps = *std::max_element(triad_gbps.begin(), triad_gbps.end());
   const double stream_median = median_averaged(triad_gbps);
 
-  log.rank0("{:>18} {:>9} {:>9} {:>9} {:>9} {:>9}", "", "ms/step", "best ms", "GB/s",
-            "x triad", "median");
+  log.rank0("{:>18} {:>9} {:>9} {:>9} {:>9} {:>9}", "", "ms/step", "best ms", "GB/s", "x triad",
+            "median");
   for (const Row* r : {&fused, &two_pass})
-    log.rank0("{:>18} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.2f}x {:>8.2f}x", r->name, r->ms,
-              r->ms_best, r->gbps, r->gbps / stream_gbps, r->gbps_median / stream_median);
+    log.rank0("{:>18} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.2f}x {:>8.2f}x", r->name, r->ms, r->ms_best,
+              r->gbps, r->gbps / stream_gbps, r->gbps_median / stream_median);
   log.rank0("{:>18} {:>9} {:>9} {:>9.1f} {:>9} {:>9}", "STREAM triad", "", "", stream_gbps, "",
             fmt::format("{:.1f}", stream_median));
-  log.rank0("GB/s: {:.0f} bytes per parameter (master, m, v read and written, the fp32 gradient "
-            "read{}) over the best of {} steps; STREAM counts 12 bytes per triad element "
-            "(best of {}). 'x triad': over the best triad; 'median': median step over median "
-            "triad. The fused step is {:.2f}x faster than the two passes (median ms)",
-            bytes_per_param, has_working ? ", the 16-bit working copy written" : "", o.steps,
-            o.steps, two_pass.ms / fused.ms);
+  log.rank0(
+      "GB/s: {:.0f} bytes per parameter (master, m, v read and written, the fp32 gradient "
+      "read{}) over the best of {} steps; STREAM counts 12 bytes per triad element "
+      "(best of {}). 'x triad': over the best triad; 'median': median step over median "
+      "triad. The fused step is {:.2f}x faster than the two passes (median ms)",
+      bytes_per_param, has_working ? ", the 16-bit working copy written" : "", o.steps, o.steps,
+      two_pass.ms / fused.ms);
 
   if (!o.json_path.empty()) {
     const auto row_json = [](const Row& r) {
-      return nlohmann::json{{"name", r.name},     {"ms", r.ms},
-                            {"ms_best", r.ms_best}, {"gbps", r.gbps},
-                            {"gbps_median", r.gbps_median}, {"step_ms", r.step_ms}};
+      return nlohmann::json{{"name", r.name},
+                            {"ms", r.ms},
+                            {"ms_best", r.ms_best},
+                            {"gbps", r.gbps},
+                            {"gbps_median", r.gbps_median},
+                            {"step_ms", r.step_ms}};
     };
     nlohmann::json j = {{"bench", "adam"},
                         {"cpu", cpu_model_name()},

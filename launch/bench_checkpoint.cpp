@@ -62,9 +62,10 @@ int bench_checkpoint(const BenchCheckpointOptions& o) {
   std::filesystem::remove_all(root);
   int64_t params = 0;
   for (Unit* u : model.units()) params += u->layout().param_count();
-  log.rank0("zt-bench checkpoint: {} ({:.1f}M parameters), {}, AdamW, 1 rank, B={} T={}; "
-            "checkpoints under {}; {} rounds, each a synchronous then an asynchronous save",
-            o.model, params / 1e6, o.precision, o.batch, o.seq_len, root, o.repeats);
+  log.rank0(
+      "zt-bench checkpoint: {} ({:.1f}M parameters), {}, AdamW, 1 rank, B={} T={}; "
+      "checkpoints under {}; {} rounds, each a synchronous then an asynchronous save",
+      o.model, params / 1e6, o.precision, o.batch, o.seq_len, root, o.repeats);
   log.rank0("CPU: {} ({}); {} threads", cpu_model_name(), cpu_simd_features(), cpu_threads());
   step();  // a step first: Adam's moments exist and are not zero
 
@@ -111,12 +112,14 @@ int bench_checkpoint(const BenchCheckpointOptions& o) {
   log.rank0("{:<34} {:>10.1f} {:>16}", "step without a save", median(steps_plain), "");
   log.rank0("{:<34} {:>10.1f} {:>16}", "step beside the background write", median(steps_writing),
             "");
-  log.rank0("asynchronous blocked per round (ms): {:.1f}; the snapshot's memory was mapped "
-            "before the rounds, as zt-train maps it before training ({:.0f} ms)",
-            fmt::join(blocked_ms, ", "), map_ms);
-  log.rank0("blocked: from the save's start to training going on (synchronous: the shard file "
-            "written, fsync'd and committed; asynchronous: the state copied to host memory). The "
-            "rounds alternate, so the machine's load falls on both alike");
+  log.rank0(
+      "asynchronous blocked per round (ms): {:.1f}; the snapshot's memory was mapped "
+      "before the rounds, as zt-train maps it before training ({:.0f} ms)",
+      fmt::join(blocked_ms, ", "), map_ms);
+  log.rank0(
+      "blocked: from the save's start to training going on (synchronous: the shard file "
+      "written, fsync'd and committed; asynchronous: the state copied to host memory). The "
+      "rounds alternate, so the machine's load falls on both alike");
 
   nlohmann::ordered_json j = {{"bench", "checkpoint"},
                               {"model", o.model},

@@ -28,9 +28,12 @@ int64_t parse_byte_size(std::string_view text) {
   std::string_view digits = text;
   if (!text.empty()) {
     switch (text.back()) {
-      case 'K': case 'k': unit = int64_t(1) << 10; break;
-      case 'M': case 'm': unit = int64_t(1) << 20; break;
-      case 'G': case 'g': unit = int64_t(1) << 30; break;
+      case 'K':
+      case 'k': unit = int64_t(1) << 10; break;
+      case 'M':
+      case 'm': unit = int64_t(1) << 20; break;
+      case 'G':
+      case 'g': unit = int64_t(1) << 30; break;
       default: break;
     }
     if (unit != 1) digits.remove_suffix(1);
@@ -101,11 +104,11 @@ double bus_factor(CollectiveKind kind, int n) {
 // One collective at one size, with everything the harness needs to run and check it.
 struct Case {
   CollectiveKind kind;
-  int64_t bytes;        // the whole buffer (nccl-tests' "size")
-  int64_t count;        // elements of the whole buffer
-  int64_t rank_count;   // elements per rank: count, or count / world for reduce_scatter and
-                        // all_gather
-  int64_t send_count;   // elements of send and recv
+  int64_t bytes;       // the whole buffer (nccl-tests' "size")
+  int64_t count;       // elements of the whole buffer
+  int64_t rank_count;  // elements per rank: count, or count / world for reduce_scatter and
+                       // all_gather
+  int64_t send_count;  // elements of send and recv
   int64_t recv_count;
 };
 
@@ -238,9 +241,8 @@ std::function<void()> ours(const Bench& b, const Case& c) {
     case CollectiveKind::kAllReduce:
       return [&b, c] { b.comm.all_reduce(b.send, b.recv, c.count, b.dtype, ReduceOp::kSum); };
     case CollectiveKind::kReduceScatter:
-      return [&b, c] {
-        b.comm.reduce_scatter(b.send, b.recv, c.rank_count, b.dtype, ReduceOp::kSum);
-      };
+      return
+          [&b, c] { b.comm.reduce_scatter(b.send, b.recv, c.rank_count, b.dtype, ReduceOp::kSum); };
     case CollectiveKind::kAllGather:
       return [&b, c] { b.comm.all_gather(b.send, b.recv, c.rank_count, b.dtype); };
     case CollectiveKind::kBroadcast:
@@ -292,9 +294,10 @@ CollectiveKind parse_op(const std::string& name) {
   for (int k = 0; k < kNumCollectiveKinds; ++k)
     if (collective_kind_name(static_cast<CollectiveKind>(k)) == name)
       return static_cast<CollectiveKind>(k);
-  throw_input(fmt::format("unknown collective '{}': expected all_reduce, reduce_scatter, "
-                          "all_gather or broadcast",
-                          name));
+  throw_input(
+      fmt::format("unknown collective '{}': expected all_reduce, reduce_scatter, "
+                  "all_gather or broadcast",
+                  name));
 }
 
 int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
@@ -302,8 +305,8 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
   std::vector<CollectiveKind> kinds;
   for (const std::string& name : o.ops) kinds.push_back(parse_op(name));
   if (kinds.empty())
-    kinds = {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
-             CollectiveKind::kAllGather, CollectiveKind::kBroadcast};
+    kinds = {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather,
+             CollectiveKind::kBroadcast};
 
   CpuDevice device;
   MpiCommunicatorOptions comm_options;
@@ -319,17 +322,24 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
   Buffer recv = device.alloc(static_cast<size_t>(o.max_bytes), MemCategory::kOther);
   std::memset(send.data(), 0, send.bytes());  // fault the pages in before any timing
   std::memset(recv.data(), 0, recv.bytes());
-  const Bench b{o,       comm,        dtype, dtype == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T,
-                sum_op, send.as<char>(), recv.as<char>()};
+  const Bench b{o,
+                comm,
+                dtype,
+                dtype == DType::kF32 ? MPI_FLOAT : MPI_UINT16_T,
+                sum_op,
+                send.as<char>(),
+                recv.as<char>()};
 
-  log.rank0("zt-bench comm: {} ranks ({} per node), {}, 2 rounds of {} calls after {} warm-up "
-            "(fewer when slow: {:g} s of calls per size); reduce_scatter chunk {} KiB, staging "
-            "{} KiB",
-            world, comm.local_world(), o.dtype, o.iters, o.warmup, o.budget_seconds,
-            comm.chunk_bytes() >> 10, comm.staging_bytes() >> 10);
-  log.rank0("time: max over ranks of the mean per call, averaged over rounds timed as ours, "
-            "MPI, MPI, ours; busbw = algbw x factor (nccl-tests PERFORMANCE.md); MPI = the same "
-            "collective of raw MPI on the same buffers; out of place");
+  log.rank0(
+      "zt-bench comm: {} ranks ({} per node), {}, 2 rounds of {} calls after {} warm-up "
+      "(fewer when slow: {:g} s of calls per size); reduce_scatter chunk {} KiB, staging "
+      "{} KiB",
+      world, comm.local_world(), o.dtype, o.iters, o.warmup, o.budget_seconds,
+      comm.chunk_bytes() >> 10, comm.staging_bytes() >> 10);
+  log.rank0(
+      "time: max over ranks of the mean per call, averaged over rounds timed as ours, "
+      "MPI, MPI, ours; busbw = algbw x factor (nccl-tests PERFORMANCE.md); MPI = the same "
+      "collective of raw MPI on the same buffers; out of place");
   nlohmann::json rows = nlohmann::json::array();
   bool all_correct = true;
   for (CollectiveKind kind : kinds) {
@@ -352,8 +362,8 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
       const char* check = our.correct && mpi.correct ? "ok" : !our.correct ? "WRONG" : "MPI?";
       all_correct = all_correct && our.correct;
       log.rank0("{:>12} {:>11} {:>10.1f} {:>9.2f} {:>9.2f} {:>10.1f} {:>9.2f} {:>8.2f} {:>6}",
-                c->bytes, c->count, our.seconds * 1e6, algbw, busbw, mpi.seconds * 1e6,
-                mpi_busbw, busbw / mpi_busbw, check);
+                c->bytes, c->count, our.seconds * 1e6, algbw, busbw, mpi.seconds * 1e6, mpi_busbw,
+                busbw / mpi_busbw, check);
       rows.push_back({{"op", name},
                       {"bytes", c->bytes},
                       {"count", c->count},
@@ -379,10 +389,13 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
             device.memory().peak(MemCategory::kCommBuffers) >> 10, stats);
 
   if (group.rank == 0 && !o.json_path.empty()) {
-    nlohmann::json j = {{"bench", "comm"},          {"ranks", world},
+    nlohmann::json j = {{"bench", "comm"},
+                        {"ranks", world},
                         {"local_ranks", comm.local_world()},
-                        {"dtype", o.dtype},         {"iters", o.iters},
-                        {"warmup", o.warmup},       {"chunk_bytes", comm.chunk_bytes()},
+                        {"dtype", o.dtype},
+                        {"iters", o.iters},
+                        {"warmup", o.warmup},
+                        {"chunk_bytes", comm.chunk_bytes()},
                         {"staging_bytes", comm.staging_bytes()},
                         {"rows", rows}};
     std::ofstream out(o.json_path);

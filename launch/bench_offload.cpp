@@ -78,7 +78,8 @@ class RawFile {
     if (fd_ < 0)
       throw_system(fmt::format("cannot open {} with O_DIRECT: {}{}", path, std::strerror(errno),
                                errno == EINVAL ? " (this file system refuses O_DIRECT: point "
-                                                 "--path at a disk)" : ""));
+                                                 "--path at a disk)"
+                                               : ""));
   }
   ~RawFile() {
     ::close(fd_);
@@ -95,8 +96,8 @@ class RawFile {
       const ssize_t rc = write ? ::pwrite(fd_, data + at, n, at) : ::pread(fd_, data + at, n, at);
       if (rc < 0 && errno == EINTR) continue;
       if (rc <= 0)
-        throw_system(fmt::format("cannot {} {} at byte {}: {}", write ? "write" : "read", path_,
-                                 at, rc < 0 ? std::strerror(errno) : "no progress"));
+        throw_system(fmt::format("cannot {} {} at byte {}: {}", write ? "write" : "read", path_, at,
+                                 rc < 0 ? std::strerror(errno) : "no progress"));
       at += rc;
     }
     return seconds_since(t0);
@@ -133,8 +134,8 @@ struct Series {
 
 void check_equal(const char* got, const char* want, int64_t bytes, const char* what) {
   if (std::memcmp(got, want, static_cast<size_t>(bytes)) != 0)
-    throw_internal(fmt::format("zt-bench offload: the {} read back differs from what was written",
-                               what));
+    throw_internal(
+        fmt::format("zt-bench offload: the {} read back differs from what was written", what));
 }
 
 // The I/O section: its figures as the JSON object's top-level keys.
@@ -162,13 +163,14 @@ nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& lo
   RawFile raw((fs::path(scratch) / "raw.bin").string(), o.raw_block);
   log.rank0("{}", backend ? fmt::format("async I/O: {} (--backend)", o.backend)
                           : default_aio_backend().describe);
-  log.rank0("zt-bench offload: {:.2f} GiB per round to {} ({}, {}), {} repeats; swap store: {}, "
-            "block {} KiB, queue depth {}, {} worker(s), keys of {} MiB, CRC32C per block; raw: "
-            "pwrite/pread of {} MiB O_DIRECT blocks from one thread",
-            double(o.bytes) / double(int64_t(1) << 30), o.path, file_system_name(o.path),
-            store.direct_io() ? "O_DIRECT" : "buffered: no O_DIRECT here", o.repeats,
-            aio_backend_name(store.backend()), o.aio.block_size >> 10, o.aio.queue_depth,
-            o.aio.intra_op_parallelism, o.unit_bytes >> 20, o.raw_block >> 20);
+  log.rank0(
+      "zt-bench offload: {:.2f} GiB per round to {} ({}, {}), {} repeats; swap store: {}, "
+      "block {} KiB, queue depth {}, {} worker(s), keys of {} MiB, CRC32C per block; raw: "
+      "pwrite/pread of {} MiB O_DIRECT blocks from one thread",
+      double(o.bytes) / double(int64_t(1) << 30), o.path, file_system_name(o.path),
+      store.direct_io() ? "O_DIRECT" : "buffered: no O_DIRECT here", o.repeats,
+      aio_backend_name(store.backend()), o.aio.block_size >> 10, o.aio.queue_depth,
+      o.aio.intra_op_parallelism, o.unit_bytes >> 20, o.raw_block >> 20);
 
   AlignedBuffer source(o.bytes), back(o.bytes);
   for (int64_t i = 0; i < o.bytes; i += 8) {
@@ -196,33 +198,36 @@ nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& lo
   const double write_ratio = swap_write.median() / raw_write.median();
   const double read_ratio = swap_read.median() / raw_read.median();
   log.rank0("{:<14} {:>25.0f}% {:>25.0f}%", "swap / raw", 100 * write_ratio, 100 * read_ratio);
-  log.rank0("GB/s = 1e9 bytes per second; the swap figures include computing (write) and checking "
-            "(read) every block's CRC32C; every read was compared with what was written");
+  log.rank0(
+      "GB/s = 1e9 bytes per second; the swap figures include computing (write) and checking "
+      "(read) every block's CRC32C; every read was compared with what was written");
 
   auto series = [](const Series& s) {
-    return nlohmann::ordered_json{{"median", s.median()}, {"min", s.min()}, {"max", s.max()},
-                                  {"all", s.gbps}};
+    return nlohmann::ordered_json{
+        {"median", s.median()}, {"min", s.min()}, {"max", s.max()}, {"all", s.gbps}};
   };
-  return nlohmann::ordered_json{
-    {"path", o.path},
-    {"file_system", file_system_name(o.path)},
-    {"direct_io", store.direct_io()},
-    {"backend", aio_backend_name(store.backend())},
-    {"bytes", o.bytes},
-    {"repeats", o.repeats},
-    {"block_size", o.aio.block_size},
-    {"queue_depth", o.aio.queue_depth},
-    {"intra_op_parallelism", o.aio.intra_op_parallelism},
-    {"unit_bytes", o.unit_bytes},
-    {"raw_block", o.raw_block},
-    {"raw_write_gbps", raw_write.median()},
-    {"raw_read_gbps", raw_read.median()},
-    {"swap_write_gbps", swap_write.median()},
-    {"swap_read_gbps", swap_read.median()},
-    {"swap_write_fraction_of_raw", write_ratio},
-    {"swap_read_fraction_of_raw", read_ratio},
-    {"series", {{"raw_write", series(raw_write)}, {"raw_read", series(raw_read)},
-                {"swap_write", series(swap_write)}, {"swap_read", series(swap_read)}}}};
+  return nlohmann::ordered_json{{"path", o.path},
+                                {"file_system", file_system_name(o.path)},
+                                {"direct_io", store.direct_io()},
+                                {"backend", aio_backend_name(store.backend())},
+                                {"bytes", o.bytes},
+                                {"repeats", o.repeats},
+                                {"block_size", o.aio.block_size},
+                                {"queue_depth", o.aio.queue_depth},
+                                {"intra_op_parallelism", o.aio.intra_op_parallelism},
+                                {"unit_bytes", o.unit_bytes},
+                                {"raw_block", o.raw_block},
+                                {"raw_write_gbps", raw_write.median()},
+                                {"raw_read_gbps", raw_read.median()},
+                                {"swap_write_gbps", swap_write.median()},
+                                {"swap_read_gbps", swap_read.median()},
+                                {"swap_write_fraction_of_raw", write_ratio},
+                                {"swap_read_fraction_of_raw", read_ratio},
+                                {"series",
+                                 {{"raw_write", series(raw_write)},
+                                  {"raw_read", series(raw_read)},
+                                  {"swap_write", series(swap_write)},
+                                  {"swap_read", series(swap_read)}}}};
 }
 
 // ---- Step time ----
@@ -238,7 +243,7 @@ double hidden_share(const StepTimes& t) {
 // phases, the peak bytes of the device and of the host tier, and every unit's parameters after
 // the last step (read outside the timed region).
 struct StepRow {
-  std::string offload;  // "none", "cpu", "nvme"
+  std::string offload;     // "none", "cpu", "nvme"
   int64_t nvme_bytes = 0;  // the optimizer state in swap files (nvme)
   std::vector<double> step_ms, forward_ms, backward_ms, optimizer_ms, hidden;
   int64_t skipped = 0;  // fp16 steps skipped on overflow, warmup included
@@ -351,12 +356,13 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
     for (Unit* unit : model.units()) params += unit->layout().numel();
   }
   log.rank0("");
-  log.rank0("step time: {} ({:.1f}M parameters), ZeRO stage 2 on 1 rank (SelfCommunicator), "
-            "B={} T={}, {}, AdamW; {} timed steps after {} warmup per row, the rows' steps "
-            "alternating",
-            o.model, double(params) / 1e6, B, T, o.precision, o.steps, o.warmup);
-  log.rank0("CPU: {} ({}); {} threads (omp_get_max_threads)", cpu_model_name(),
-            cpu_simd_features(), cpu_threads());
+  log.rank0(
+      "step time: {} ({:.1f}M parameters), ZeRO stage 2 on 1 rank (SelfCommunicator), "
+      "B={} T={}, {}, AdamW; {} timed steps after {} warmup per row, the rows' steps "
+      "alternating",
+      o.model, double(params) / 1e6, B, T, o.precision, o.steps, o.warmup);
+  log.rank0("CPU: {} ({}); {} threads (omp_get_max_threads)", cpu_model_name(), cpu_simd_features(),
+            cpu_threads());
 
   std::vector<std::unique_ptr<StepRun>> runs;
   for (const char* offload : {"none", "cpu", "nvme"})
@@ -371,29 +377,28 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
     ok = ok && *rows[i].bitwise_equal;
   }
 
-  log.rank0("{:>8} {:>9} {:>11} {:>12} {:>13} {:>7} | device peak MiB: {:>7} {:>7} {:>7} {:>7} "
-            "{:>7} {:>7} {:>7} | host peak MiB: {:>7} {:>7} {:>7} {:>7}",
-            "offload", "ms/step", "forward ms", "backward ms", "optimizer ms", "hidden", "params",
-            "grads", "optim", "activ", "comm", "work", "total", "optim", "grads", "work",
-            "total");
+  log.rank0(
+      "{:>8} {:>9} {:>11} {:>12} {:>13} {:>7} | device peak MiB: {:>7} {:>7} {:>7} {:>7} "
+      "{:>7} {:>7} {:>7} | host peak MiB: {:>7} {:>7} {:>7} {:>7}",
+      "offload", "ms/step", "forward ms", "backward ms", "optimizer ms", "hidden", "params",
+      "grads", "optim", "activ", "comm", "work", "total", "optim", "grads", "work", "total");
   for (const StepRow& r : rows) {
     const MemoryTracker& d = r.device_memory;
     const MemoryTracker none;
     const MemoryTracker& h = r.host_memory ? *r.host_memory : none;
-    log.rank0("{:>8} {:>9.1f} {:>11.1f} {:>12.1f} {:>13.1f} {:>6.0f}% | {:>24.1f} {:>7.1f} "
-              "{:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} | {:>22.1f} {:>7.1f} {:>7.1f} "
-              "{:>7.1f}",
-              r.offload, median(r.step_ms), median(r.forward_ms), median(r.backward_ms),
-              median(r.optimizer_ms), 100.0 * median(r.hidden), mib(d.peak(MemCategory::kParams)),
-              mib(d.peak(MemCategory::kGrads)), mib(d.peak(MemCategory::kOptimizer)),
-              mib(d.peak(MemCategory::kActivations)), mib(d.peak(MemCategory::kCommBuffers)),
-              mib(d.peak(MemCategory::kWorkspace)),
-              mib(d.peak_total()), mib(h.peak(MemCategory::kOptimizer)),
-              mib(h.peak(MemCategory::kGrads)), mib(h.peak(MemCategory::kWorkspace)),
-              mib(h.peak_total()));
+    log.rank0(
+        "{:>8} {:>9.1f} {:>11.1f} {:>12.1f} {:>13.1f} {:>6.0f}% | {:>24.1f} {:>7.1f} "
+        "{:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} | {:>22.1f} {:>7.1f} {:>7.1f} "
+        "{:>7.1f}",
+        r.offload, median(r.step_ms), median(r.forward_ms), median(r.backward_ms),
+        median(r.optimizer_ms), 100.0 * median(r.hidden), mib(d.peak(MemCategory::kParams)),
+        mib(d.peak(MemCategory::kGrads)), mib(d.peak(MemCategory::kOptimizer)),
+        mib(d.peak(MemCategory::kActivations)), mib(d.peak(MemCategory::kCommBuffers)),
+        mib(d.peak(MemCategory::kWorkspace)), mib(d.peak_total()),
+        mib(h.peak(MemCategory::kOptimizer)), mib(h.peak(MemCategory::kGrads)),
+        mib(h.peak(MemCategory::kWorkspace)), mib(h.peak_total()));
     if (r.skipped > 0)
-      log.rank0("{:>8} {} of {} steps skipped on fp16 overflow", "", r.skipped,
-                o.warmup + o.steps);
+      log.rank0("{:>8} {} of {} steps skipped on fp16 overflow", "", r.skipped, o.warmup + o.steps);
   }
   for (const StepRow& r : rows)
     if (r.nvme_bytes > 0)
@@ -401,20 +406,23 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
                 mib(static_cast<size_t>(r.nvme_bytes)), o.path, default_aio_backend().describe);
   for (const StepRow& r : rows)
     if (r.bitwise_equal)
-      log.rank0("{}: parameters after {} step(s) bitwise equal to no offload: {} "
-                "(read_unit_params of all {} units)",
-                r.offload, o.warmup + o.steps, *r.bitwise_equal ? "yes" : "NO", r.params.size());
-  log.rank0("ms/step: the median step's wall time; forward, backward and optimizer ms: medians "
-            "of the engine's StepTimes (optimizer: from the backward's end, gradient norm, "
-            "clipping, the update or what of it is left, the copies back and the parameter "
-            "refresh). hidden: {}. gradient_clipping {}: {}",
-            kHiddenRule, o.gradient_clipping,
-            o.gradient_clipping > 0.0f
-                ? "the cpu row's updates wait for the global norm, after the backward"
-                : "the cpu row's updates start as each unit's gradient is reduced, in the backward");
-  log.rank0("On the CPU back end the host tier and the device are the same cores and the same "
-            "memory: offload cannot make a step faster here (the host thread's update competes "
-            "with the backward for the cores); it moves the optimizer's bytes off the device");
+      log.rank0(
+          "{}: parameters after {} step(s) bitwise equal to no offload: {} "
+          "(read_unit_params of all {} units)",
+          r.offload, o.warmup + o.steps, *r.bitwise_equal ? "yes" : "NO", r.params.size());
+  log.rank0(
+      "ms/step: the median step's wall time; forward, backward and optimizer ms: medians "
+      "of the engine's StepTimes (optimizer: from the backward's end, gradient norm, "
+      "clipping, the update or what of it is left, the copies back and the parameter "
+      "refresh). hidden: {}. gradient_clipping {}: {}",
+      kHiddenRule, o.gradient_clipping,
+      o.gradient_clipping > 0.0f
+          ? "the cpu row's updates wait for the global norm, after the backward"
+          : "the cpu row's updates start as each unit's gradient is reduced, in the backward");
+  log.rank0(
+      "On the CPU back end the host tier and the device are the same cores and the same "
+      "memory: offload cannot make a step faster here (the host thread's update competes "
+      "with the backward for the cores); it moves the optimizer's bytes off the device");
 
   nlohmann::ordered_json j = {{"model", o.model},
                               {"parameters", params},
@@ -468,8 +476,9 @@ int bench_offload(const BenchOffloadOptions& o) {
     out << j.dump(2) << "\n";
   }
   if (!ok)
-    log.warn("the offloaded run's parameters differ from the run without offload: these step "
-             "times measure a wrong configuration");
+    log.warn(
+        "the offloaded run's parameters differ from the run without offload: these step "
+        "times measure a wrong configuration");
   return ok ? 0 : 1;
 }
 

@@ -118,7 +118,8 @@ int run_process(const std::vector<std::string>& argv, const fs::path& out, const
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t pid = ::fork();
-  if (pid < 0) throw_system(fmt::format("cannot start {}: fork: {}", argv[0], std::strerror(errno)));
+  if (pid < 0)
+    throw_system(fmt::format("cannot start {}: fork: {}", argv[0], std::strerror(errno)));
   if (pid == 0) {  // the child: only async-signal-safe calls until exec
     const int in = ::open("/dev/null", O_RDONLY);
     const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -133,7 +134,8 @@ int run_process(const std::vector<std::string>& argv, const fs::path& out, const
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw_system(fmt::format("waitpid for {}: {}", argv[0], std::strerror(errno)));
+    if (errno != EINTR)
+      throw_system(fmt::format("waitpid for {}: {}", argv[0], std::strerror(errno)));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -165,15 +167,14 @@ void read_metrics(const fs::path& file, int warmup, ScalePoint& p) {
     }
   }
   if (p.summary.is_null() || static_cast<int>(p.step_ms.size()) <= warmup)
-    throw_system(fmt::format("{}: no summary or fewer than {} step rows", file.string(),
-                             warmup + 1));
+    throw_system(
+        fmt::format("{}: no summary or fewer than {} step rows", file.string(), warmup + 1));
   p.ms = median(std::vector<double>(p.step_ms.begin() + warmup, p.step_ms.end()));
 }
 
 // Why the engine refuses the point, or "" when it runs.
 std::string refusal(const ScalePoint& p) {
-  if (p.offload != "none" && p.stage == 0)
-    return "optimizer offload needs ZeRO stage >= 1";
+  if (p.offload != "none" && p.stage == 0) return "optimizer offload needs ZeRO stage >= 1";
   if (p.offload != "none" && p.precision.ends_with("-pure"))
     return "optimizer offload needs an fp32 master (pure 16-bit has none)";
   return "";
@@ -188,18 +189,17 @@ std::vector<std::string> point_overrides(const BenchScaleOptions& o, const Scale
       fmt::format("train_micro_batch_size_per_gpu={}", o.batch),
       // Weak scaling: the micro-batch per rank is fixed, the global batch grows with the ranks.
       fmt::format("train_batch_size={}", o.batch * accumulation * p.ranks),
-      fmt::format("zt.seq_len={}", o.seq_len),
-      fmt::format("zt.steps={}", o.steps),
+      fmt::format("zt.seq_len={}", o.seq_len), fmt::format("zt.steps={}", o.steps),
       "zt.eval_every=0",
       "zt.val_data=",  // no evaluation at all: the sweep times training only
-      "zt.save_weights=",
-      fmt::format("zt.output_dir={}", out_dir.string()),
+      "zt.save_weights=", fmt::format("zt.output_dir={}", out_dir.string()),
       fmt::format("zt.device={}", o.device),
       // bf16 / fp16 mixed (fp32 master), or pure (the 16-bit copy is the master).
       fmt::format("bf16.enabled={}", p.precision.starts_with("bf16")),
       fmt::format("fp16.enabled={}", p.precision.starts_with("fp16")),
       // Every checkpointable block, or none (number_checkpoints 0 overrides a base config's).
-      p.checkpointing ? "activation_checkpointing={}" : "activation_checkpointing.number_checkpoints=0",
+      p.checkpointing ? "activation_checkpointing={}"
+                      : "activation_checkpointing.number_checkpoints=0",
       fmt::format("zero_optimization.offload_optimizer.device={}", p.offload)};
   if (p.precision == "bf16-pure") s.push_back("bf16.bf16_master_weights_and_grads=true");
   if (p.precision == "fp16-pure") s.push_back("fp16.fp16_master_weights_and_grads=true");
@@ -211,12 +211,9 @@ std::vector<std::string> point_overrides(const BenchScaleOptions& o, const Scale
 
 json point_json(const ScalePoint& p, const fs::path& dir) {
   static constexpr const char* kStatus[] = {"ok", "failed", "skipped"};
-  json j = {{"stage", p.stage},
-            {"ranks", p.ranks},
-            {"precision", p.precision},
-            {"checkpointing", p.checkpointing},
-            {"offload", p.offload},
-            {"status", kStatus[static_cast<int>(p.status)]}};
+  json j = {{"stage", p.stage},         {"ranks", p.ranks},
+            {"precision", p.precision}, {"checkpointing", p.checkpointing},
+            {"offload", p.offload},     {"status", kStatus[static_cast<int>(p.status)]}};
   if (!p.note.empty()) j["note"] = p.note;
   if (p.status == ScalePoint::Status::kSkipped) return j;
   j["exit_code"] = p.exit_code;
@@ -244,7 +241,8 @@ struct PlotLine {
   std::vector<const ScalePoint*> points;
 };
 
-std::vector<PlotLine> plot_lines(const BenchScaleOptions& o, const std::vector<ScalePoint>& points) {
+std::vector<PlotLine> plot_lines(const BenchScaleOptions& o,
+                                 const std::vector<ScalePoint>& points) {
   // The title names only the axes the sweep varies besides the stage.
   const bool many_precisions = o.precisions.size() > 1, many_ckpt = o.checkpointing.size() > 1,
              many_offload = o.offload.size() > 1;
@@ -283,8 +281,8 @@ void write_file(const fs::path& path, const std::string& text) {
 // <out>/NAME.dat (one block per line: ranks, value) and NAME.gp, and, with gnuplot on PATH,
 // NAME.png. Returns false when gnuplot is missing.
 bool plot(const fs::path& out, const std::string& name, const std::string& title,
-          const std::string& ylabel, const std::vector<PlotLine>& lines, const std::vector<int>& ranks,
-          double (*value)(const ScalePoint&)) {
+          const std::string& ylabel, const std::vector<PlotLine>& lines,
+          const std::vector<int>& ranks, double (*value)(const ScalePoint&)) {
   std::string dat;
   for (const PlotLine& line : lines) {
     dat += fmt::format("# {}\n", line.title);
@@ -316,11 +314,11 @@ bool plot(const fs::path& out, const std::string& name, const std::string& title
   static constexpr int kPointType[] = {7, 5, 9, 11, 13, 15};
   std::string plots;
   for (size_t i = 0; i < lines.size(); ++i)
-    plots += fmt::format("{}'{}.dat' index {} using 1:2 with linespoints lw 2 pt {} ps 1.3 "
-                         "lc rgb '{}' dt {} title \"{}\"",
-                         i == 0 ? "plot " : ", \\\n     ", name, i,
-                         kPointType[lines[i].combination % 6], kStageColour[lines[i].stage % 4],
-                         lines[i].combination + 1, lines[i].title);
+    plots += fmt::format(
+        "{}'{}.dat' index {} using 1:2 with linespoints lw 2 pt {} ps 1.3 "
+        "lc rgb '{}' dt {} title \"{}\"",
+        i == 0 ? "plot " : ", \\\n     ", name, i, kPointType[lines[i].combination % 6],
+        kStageColour[lines[i].stage % 4], lines[i].combination + 1, lines[i].title);
   gp += plots.empty() ? "set label 'no point succeeded' at graph 0.4, 0.5\nplot NaN notitle\n"
                       : plots + "\n";
   write_file(out / (name + ".gp"), gp);
@@ -379,20 +377,26 @@ int bench_scale(const BenchScaleOptions& o_given) {
     peak_flops_per_rank = o.peak_tflops * 1e12;
   }
   const double load_at_start = load_average();
-  auto peak_flops = [&](int ranks) { return gpu ? peak_flops_per_rank * ranks : peak.gflops * 1e9; };
+  auto peak_flops = [&](int ranks) {
+    return gpu ? peak_flops_per_rank * ranks : peak.gflops * 1e9;
+  };
 
   std::error_code ec;
   const fs::path out = o.out_dir;
   fs::create_directories(out / "points", ec);
-  if (ec) throw_input(fmt::format("--out: cannot create {}: {}", (out / "points").string(), ec.message()));
+  if (ec)
+    throw_input(
+        fmt::format("--out: cannot create {}: {}", (out / "points").string(), ec.message()));
   const fs::path json_path = o.json_path.empty() ? out / "scale.json" : fs::path(o.json_path);
   const fs::path bin = fs::read_symlink("/proc/self/exe", ec).parent_path();
   if (ec) throw_system(fmt::format("cannot read /proc/self/exe: {}", ec.message()));
   const fs::path zt_run = bin / "zt-run", zt_train = bin / "zt-train";
   for (const fs::path& tool : {zt_run, zt_train})
     if (::access(tool.c_str(), X_OK) != 0)
-      throw_input(fmt::format("{} is missing: zt-bench scale runs the zt-run and zt-train beside "
-                              "it", tool.string()));
+      throw_input(
+          fmt::format("{} is missing: zt-bench scale runs the zt-run and zt-train beside "
+                      "it",
+                      tool.string()));
   const fs::path nvme_root = fs::path(o.path) / fmt::format("zt_bench_scale_{}", ::getpid());
 
   std::vector<ScalePoint> points;
@@ -412,21 +416,23 @@ int bench_scale(const BenchScaleOptions& o_given) {
   const int to_run = static_cast<int>(std::count_if(
       points.begin(), points.end(), [](const ScalePoint& p) { return refusal(p).empty(); }));
 
-  log.rank0("zt-bench scale: {} ({:.2f}M parameters), B={} T={} per rank (weak scaling), {} "
-            "steps ({} untimed), {} points ({} to run) from {}",
-            model_name, shapes->forward_flops_per_token(0) / 2e6, o.batch, o.seq_len, o.steps,
-            o.warmup, points.size(), to_run, o.config);
+  log.rank0(
+      "zt-bench scale: {} ({:.2f}M parameters), B={} T={} per rank (weak scaling), {} "
+      "steps ({} untimed), {} points ({} to run) from {}",
+      model_name, shapes->forward_flops_per_token(0) / 2e6, o.batch, o.seq_len, o.steps, o.warmup,
+      points.size(), to_run, o.config);
   if (gpu)
     log.rank0("device: cuda, MFU against --peak-tflops {} per rank", o.peak_tflops);
   else
-    log.rank0("CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s on {} CPUs ({} loop, best of 10 x "
-              "100 ms, load average {:.2f}): MFU is against this whole machine, whatever the ranks",
-              cpu_model_name(), cpu_simd_features(), peak.gflops, peak.threads, peak.isa,
-              load_at_start);
+    log.rank0(
+        "CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s on {} CPUs ({} loop, best of 10 x "
+        "100 ms, load average {:.2f}): MFU is against this whole machine, whatever the ranks",
+        cpu_model_name(), cpu_simd_features(), peak.gflops, peak.threads, peak.isa, load_at_start);
   if (!gpu && load_at_start > 0.5 * cpus)
-    log.warn("the machine was busy while the peak was measured (load average {:.2f} on {} "
-             "CPUs): the peak may read low and MFU high; compare points within this run",
-             load_at_start, cpus);
+    log.warn(
+        "the machine was busy while the peak was measured (load average {:.2f} on {} "
+        "CPUs): the peak may read low and MFU high; compare points within this run",
+        load_at_start, cpus);
 
   const auto start = Clock::now();
   int done = 0, failed = 0;
@@ -495,31 +501,40 @@ int bench_scale(const BenchScaleOptions& o_given) {
   fs::remove_all(nvme_root, ec);
 
   // The JSON: options, machine, peak, one object per point.
-  json options = {{"config", o.config},        {"model", model_name},
-                  {"batch", o.batch},          {"seq_len", o.seq_len},
+  json options = {{"config", o.config},
+                  {"model", model_name},
+                  {"batch", o.batch},
+                  {"seq_len", o.seq_len},
                   {"gradient_accumulation_steps", accumulation},
-                  {"steps", o.steps},          {"warmup", o.warmup},
-                  {"stages", o.stages},        {"ranks", o.ranks},
-                  {"precision", o.precisions}, {"checkpointing", o.checkpointing},
-                  {"offload", o.offload},      {"hostfile", o.hostfile},
-                  {"path", o.path},            {"device", o.device}};
+                  {"steps", o.steps},
+                  {"warmup", o.warmup},
+                  {"stages", o.stages},
+                  {"ranks", o.ranks},
+                  {"precision", o.precisions},
+                  {"checkpointing", o.checkpointing},
+                  {"offload", o.offload},
+                  {"hostfile", o.hostfile},
+                  {"path", o.path},
+                  {"device", o.device}};
   json machine = {{"cpu", cpu_model_name()},
                   {"cpu_simd", cpu_simd_features()},
                   {"cpus", cpus},
                   {"load_average_at_start", load_at_start},
                   {"load_average_at_end", load_average()}};
-  json peak_json = gpu ? json{{"kind", "--peak-tflops per rank"}, {"tflops_per_rank", o.peak_tflops}}
-                       : json{{"kind", "cpu fp32 FMA, all CPUs"},
-                              {"gflops", peak.gflops},
-                              {"isa", peak.isa},
-                              {"threads", peak.threads}};
+  json peak_json =
+      gpu ? json{{"kind", "--peak-tflops per rank"}, {"tflops_per_rank", o.peak_tflops}}
+          : json{{"kind", "cpu fp32 FMA, all CPUs"},
+                 {"gflops", peak.gflops},
+                 {"isa", peak.isa},
+                 {"threads", peak.threads}};
   json j = {{"bench", "scale"},
             {"options", options},
             {"machine", machine},
             {"peak", peak_json},
             {"flops_per_token", flops_per_token},
             {"points", json::array()}};
-  for (const ScalePoint& p : points) j["points"].push_back(point_json(p, out / "points" / p.label()));
+  for (const ScalePoint& p : points)
+    j["points"].push_back(point_json(p, out / "points" / p.label()));
   write_file(json_path, j.dump(2) + "\n");
 
   // The Markdown table.
@@ -541,8 +556,9 @@ int bench_scale(const BenchScaleOptions& o_given) {
       internode ? " inter-node: bytes the nodes' interfaces sent per step (TCP/IP headers and "
                   "other traffic included)."
                 : "");
-  md += "| stage | ranks | precision | ckpt | offload | ms/step | tok/s total | tok/s per rank | "
-        "device MiB/rank | host MiB | nvme MiB | comm MiB/step |";
+  md +=
+      "| stage | ranks | precision | ckpt | offload | ms/step | tok/s total | tok/s per rank | "
+      "device MiB/rank | host MiB | nvme MiB | comm MiB/step |";
   md += internode ? " inter-node MiB/step | MFU % |\n" : " MFU % |\n";
   md += "|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|";
   md += internode ? "---:|---:|\n" : "---:|\n";
@@ -553,8 +569,8 @@ int bench_scale(const BenchScaleOptions& o_given) {
       const int columns = internode ? 9 : 8;
       std::string note;  // a '|' would end the cell
       for (char c : p.note) note += c == '|' ? std::string("\\|") : std::string(1, c);
-      md += fmt::format(" {}: {} |", p.status == ScalePoint::Status::kSkipped ? "skipped" : "failed",
-                        note);
+      md += fmt::format(" {}: {} |",
+                        p.status == ScalePoint::Status::kSkipped ? "skipped" : "failed", note);
       for (int c = 1; c < columns; ++c) md += " |";
       md += "\n";
       continue;
@@ -572,8 +588,9 @@ int bench_scale(const BenchScaleOptions& o_given) {
                       mib(p.summary_number("comm_bytes_per_step", "total")));
     if (internode) {
       const auto it = p.summary.find("internode_bytes_per_step");
-      md += it == p.summary.end() || it->is_null() ? " - |"
-                                                   : fmt::format(" {:.2f} |", mib(it->get<double>()));
+      md += it == p.summary.end() || it->is_null()
+                ? " - |"
+                : fmt::format(" {:.2f} |", mib(it->get<double>()));
     }
     md += p.mfu ? fmt::format(" {:.2f} |\n", 100.0 * *p.mfu) : std::string(" - |\n");
   }
@@ -582,10 +599,11 @@ int bench_scale(const BenchScaleOptions& o_given) {
 
   // The plots.
   const std::vector<PlotLine> lines = plot_lines(o, points);
-  const std::string subtitle = fmt::format("{}, B={} T={} per rank", model_name, o.batch, o.seq_len);
-  const bool drawn =
-      plot(out, "throughput", "zt-bench scale: tokens/s, all ranks (" + subtitle + ")",
-           "tokens/s (all ranks)", lines, o.ranks, [](const ScalePoint& p) { return p.tokens_per_s; });
+  const std::string subtitle =
+      fmt::format("{}, B={} T={} per rank", model_name, o.batch, o.seq_len);
+  const bool drawn = plot(
+      out, "throughput", "zt-bench scale: tokens/s, all ranks (" + subtitle + ")",
+      "tokens/s (all ranks)", lines, o.ranks, [](const ScalePoint& p) { return p.tokens_per_s; });
   plot(out, "memory", "zt-bench scale: device peak memory per rank (" + subtitle + ")",
        "device peak MiB per rank (max over ranks)", lines, o.ranks,
        [](const ScalePoint& p) { return mib(p.device_bytes()); });
@@ -593,9 +611,10 @@ int bench_scale(const BenchScaleOptions& o_given) {
     log.rank0("wrote {}, {}, {}/throughput.png and {}/memory.png", json_path.string(),
               (out / "scale.md").string(), out.string(), out.string());
   else
-    log.rank0("wrote {}, {} and the plots' .gp/.dat files in {}; the PNGs were not drawn because "
-              "gnuplot is missing (install gnuplot-nox)",
-              json_path.string(), (out / "scale.md").string(), out.string());
+    log.rank0(
+        "wrote {}, {} and the plots' .gp/.dat files in {}; the PNGs were not drawn because "
+        "gnuplot is missing (install gnuplot-nox)",
+        json_path.string(), (out / "scale.md").string(), out.string());
   if (failed > 0) {
     log.warn("{} of {} points failed (see {} and each point's stderr.log)", failed, done,
              json_path.string());

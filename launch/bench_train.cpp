@@ -51,12 +51,14 @@ class GemmProbe {
  public:
   GemmProbe(const Gpt2Config& c, int64_t M, bool bf16) : bf16_(bf16) {
     const int64_t C = c.n_embd, Vp = c.padded_vocab_size();
-    for (auto [K, N, out_in, count] :
-         {std::tuple{C, 3 * C, false, c.n_layer}, {C, C, false, c.n_layer},
-          {C, 4 * C, false, c.n_layer}, {4 * C, C, false, c.n_layer}, {C, Vp, true, 1}}) {
+    for (auto [K, N, out_in, count] : {std::tuple{C, 3 * C, false, c.n_layer},
+                                       {C, C, false, c.n_layer},
+                                       {C, 4 * C, false, c.n_layer},
+                                       {4 * C, C, false, c.n_layer},
+                                       {C, Vp, true, 1}}) {
       // Row-major C(m,n) = op(A)(m,k)·op(B)(k,n); a transposed operand is stored as op's
       // transpose. W is (K,N), or (N,K) for the head (nn.Linear's layout).
-      add(M, N, K, false, out_in, count);  // forward: inp (M,K) · W
+      add(M, N, K, false, out_in, count);   // forward: inp (M,K) · W
       add(M, K, N, false, !out_in, count);  // dinput: dout (M,N) · Wᵀ
       if (out_in)
         add(N, K, M, true, false, count);  // dweight (N,K) = doutᵀ · inp
@@ -81,14 +83,15 @@ class GemmProbe {
     for (Gemm& g : gemms_) {
       const auto t0 = Clock::now();
       if (g.primitive) {
-        g.primitive->execute(stream_, {{DNNL_ARG_SRC, g.a_mem}, {DNNL_ARG_WEIGHTS, g.b_mem},
-                                       {DNNL_ARG_DST, g.c_mem}});
+        g.primitive->execute(
+            stream_,
+            {{DNNL_ARG_SRC, g.a_mem}, {DNNL_ARG_WEIGHTS, g.b_mem}, {DNNL_ARG_DST, g.c_mem}});
         stream_.wait();
       } else {
-        check_dnnl(dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f,
-                              g.a.data(), g.ta ? g.m : g.k, g.b.data(), g.tb ? g.k : g.n, 0.0f,
-                              g.c.data(), g.n),
-                   "dnnl_sgemm");
+        check_dnnl(
+            dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, g.a.data(),
+                       g.ta ? g.m : g.k, g.b.data(), g.tb ? g.k : g.n, 0.0f, g.c.data(), g.n),
+            "dnnl_sgemm");
       }
       seconds += seconds_since(t0) * g.count;
       flops += 2.0 * g.m * g.n * g.k * g.count;
@@ -404,15 +407,16 @@ int bench_train(const BenchTrainOptions& o) {
   const bool gpu = parse_device_kind(o.device, "--device") == DeviceKind::kCuda;
 
   const PeakFma start_peak = measure_peak_fma();
-  log.rank0("zt-bench train: {} ({:.1f}M parameters), B={} T={} AdamW{}, {} threads "
-            "(omp_get_max_threads){}",
-            o.model, Gpt2(config).forward_flops_per_token(0) / 2e6, B, T,
-            o.checkpoint ? ", activation checkpointing" : "", start_peak.threads,
-            o.profile ? ", --profile" : "");
-  log.rank0("CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s ({} loop on {} threads, best of 5 x "
-            "50 ms)",
-            cpu_model_name(), cpu_simd_features(), start_peak.gflops, start_peak.isa,
-            start_peak.threads);
+  log.rank0(
+      "zt-bench train: {} ({:.1f}M parameters), B={} T={} AdamW{}, {} threads "
+      "(omp_get_max_threads){}",
+      o.model, Gpt2(config).forward_flops_per_token(0) / 2e6, B, T,
+      o.checkpoint ? ", activation checkpointing" : "", start_peak.threads,
+      o.profile ? ", --profile" : "");
+  log.rank0(
+      "CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s ({} loop on {} threads, best of 5 x "
+      "50 ms)",
+      cpu_model_name(), cpu_simd_features(), start_peak.gflops, start_peak.isa, start_peak.threads);
   std::unique_ptr<CpuReferences> cpu;
   if (!gpu) {
     cpu = std::make_unique<CpuReferences>();
@@ -423,40 +427,50 @@ int bench_train(const BenchTrainOptions& o) {
                       std::any_of(o.precisions.begin(), o.precisions.end(),
                                   [](const std::string& p) { return p.starts_with("bf16"); });
     if (bf16) cpu->bf16 = std::make_unique<GemmProbe>(config, B * T, true);
-    log.rank0("oneDNN {}.{}: kernels for {} (dnnl_get_effective_cpu_isa){}",
-              dnnl_version()->major, dnnl_version()->minor,
-              onednn_isa_name(),
+    log.rank0("oneDNN {}.{}: kernels for {} (dnnl_get_effective_cpu_isa){}", dnnl_version()->major,
+              dnnl_version()->minor, onednn_isa_name(),
               bf16 ? "; bf16 matmul implementations: " + cpu->bf16->implementations() : "");
   }
   const std::vector<PrecisionRow> rows = measure_rows(o, config, batch, cpu.get());
   if (gpu) {
-    log.rank0("{:>10} {:>10} {:>10} {:>10} {:>7} | peak MiB: {:>8} {:>8} {:>8} {:>8} {:>8} "
-              "{:>8}",
-              "precision", "ms/step", "tokens/s", "TFLOP/s", "MFU", "params", "grads", "optim",
-              "activ", "work", "total");
+    log.rank0(
+        "{:>10} {:>10} {:>10} {:>10} {:>7} | peak MiB: {:>8} {:>8} {:>8} {:>8} {:>8} "
+        "{:>8}",
+        "precision", "ms/step", "tokens/s", "TFLOP/s", "MFU", "params", "grads", "optim", "activ",
+        "work", "total");
     for (const PrecisionRow& r : rows) {
       const MemoryTracker& m = r.memory;
-      log.rank0("{:>10} {:>10.2f} {:>10.0f} {:>10.1f} {:>6.1f}% | {:>18.1f} {:>8.1f} {:>8.1f} "
-                "{:>8.1f} {:>8.1f} {:>8.1f}",
-                r.name, r.ms, r.tokens_per_s, r.gflops / 1e3, 100.0 * r.mfu,
-                mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
-                mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
-                mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
+      log.rank0(
+          "{:>10} {:>10.2f} {:>10.0f} {:>10.1f} {:>6.1f}% | {:>18.1f} {:>8.1f} {:>8.1f} "
+          "{:>8.1f} {:>8.1f} {:>8.1f}",
+          r.name, r.ms, r.tokens_per_s, r.gflops / 1e3, 100.0 * r.mfu,
+          mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
+          mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
+          mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
     }
-    log.rank0("MFU: model FLOPs (6 x params + attention, {:.3g}/token) per second over {} "
-              "TFLOP/s", flops_per_token, o.peak_tflops);
+    log.rank0(
+        "MFU: model FLOPs (6 x params + attention, {:.3g}/token) per second over {} "
+        "TFLOP/s",
+        flops_per_token, o.peak_tflops);
     print_paired_ratios(log, rows);
     if (o.profile)
       for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
     if (!o.json_path.empty()) {
-      nlohmann::json j = {{"bench", "train"}, {"device", o.device}, {"model", o.model},
-                          {"batch", B}, {"seq_len", T}, {"peak_tflops", o.peak_tflops},
+      nlohmann::json j = {{"bench", "train"},
+                          {"device", o.device},
+                          {"model", o.model},
+                          {"batch", B},
+                          {"seq_len", T},
+                          {"peak_tflops", o.peak_tflops},
                           {"activation_checkpointing", o.checkpoint},
                           {"rows", nlohmann::json::array()}};
       for (const PrecisionRow& r : rows) {
-        j["rows"].push_back({{"precision", r.name}, {"ms_per_step", r.ms},
-                             {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu},
-                             {"step_ms", r.step_ms}, {"losses", r.losses},
+        j["rows"].push_back({{"precision", r.name},
+                             {"ms_per_step", r.ms},
+                             {"tokens_per_s", r.tokens_per_s},
+                             {"mfu", r.mfu},
+                             {"step_ms", r.step_ms},
+                             {"losses", r.losses},
                              {"skipped_steps", r.skipped},
                              {"peak_bytes_total", r.memory.peak_total()},
                              {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)},
@@ -471,37 +485,42 @@ int bench_train(const BenchTrainOptions& o) {
   }
   const double square = square_sgemm_gflops();
 
-  log.rank0("{:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8} | peak MiB: {:>8} {:>8} {:>8} "
-            "{:>8} {:>8} {:>8}",
-            "precision", "ms/step", "tokens/s", "GFLOP/s", "GEMM GF/s", "peak GF/s", "of peak",
-            "params", "grads", "optim", "activ", "work", "total");
+  log.rank0(
+      "{:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8} | peak MiB: {:>8} {:>8} {:>8} "
+      "{:>8} {:>8} {:>8}",
+      "precision", "ms/step", "tokens/s", "GFLOP/s", "GEMM GF/s", "peak GF/s", "of peak", "params",
+      "grads", "optim", "activ", "work", "total");
   for (const PrecisionRow& r : rows) {
     const MemoryTracker& m = r.memory;
-    log.rank0("{:>10} {:>10.1f} {:>10.0f} {:>9.1f} {:>10.1f} {:>10.1f} {:>7.1f}% | {:>18.1f} "
-              "{:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}",
-              r.name, r.ms, r.tokens_per_s, r.gflops, r.gemm, r.peak, 100.0 * r.fraction,
-              mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
-              mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
-              mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
+    log.rank0(
+        "{:>10} {:>10.1f} {:>10.0f} {:>9.1f} {:>10.1f} {:>10.1f} {:>7.1f}% | {:>18.1f} "
+        "{:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}",
+        r.name, r.ms, r.tokens_per_s, r.gflops, r.gemm, r.peak, 100.0 * r.fraction,
+        mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
+        mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
+        mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
     if (r.skipped > 0)
       log.rank0("{:>10} {} of {} steps skipped on fp16 overflow", "", r.skipped,
                 o.warmup + o.steps);
   }
-  log.rank0("model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps, "
-            "the rows stepping in turn",
-            flops_per_token, o.steps);
+  log.rank0(
+      "model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps, "
+      "the rows stepping in turn",
+      flops_per_token, o.steps);
   print_paired_ratios(log, rows);
-  log.rank0("'of peak': the row's GFLOP/s over 'peak GF/s', the median of the cores' fp32 FMA "
-            "rate measured right after each step ({}, {} loop, {} threads). 'GEMM GF/s': the "
-            "median rate, after each step, of the model's forward, dinput and dweight matmul "
-            "shapes in {} (bf16 rows: {})",
-            cpu_model_name(), start_peak.isa, start_peak.threads, cpu->sgemm->name(),
-            cpu->bf16 ? cpu->bf16->name() : "none asked");
-  log.rank0("square 1024^3 oneDNN sgemm in the same run: {:.1f} GFLOP/s ({:.1f}% of the "
-            "start-up peak). The step's GEMMs: {}. Kernels read 16-bit parameters as stored "
-            "and round activations where they write them; 'work' is tracked workspace (the "
-            "kernels' blocking scratch is per thread, untracked)",
-            square, 100.0 * square / start_peak.gflops, cpu_gemm_description());
+  log.rank0(
+      "'of peak': the row's GFLOP/s over 'peak GF/s', the median of the cores' fp32 FMA "
+      "rate measured right after each step ({}, {} loop, {} threads). 'GEMM GF/s': the "
+      "median rate, after each step, of the model's forward, dinput and dweight matmul "
+      "shapes in {} (bf16 rows: {})",
+      cpu_model_name(), start_peak.isa, start_peak.threads, cpu->sgemm->name(),
+      cpu->bf16 ? cpu->bf16->name() : "none asked");
+  log.rank0(
+      "square 1024^3 oneDNN sgemm in the same run: {:.1f} GFLOP/s ({:.1f}% of the "
+      "start-up peak). The step's GEMMs: {}. Kernels read 16-bit parameters as stored "
+      "and round activations where they write them; 'work' is tracked workspace (the "
+      "kernels' blocking scratch is per thread, untracked)",
+      square, 100.0 * square / start_peak.gflops, cpu_gemm_description());
   if (o.profile)
     for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
 

@@ -26,10 +26,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct StageFigures {
-  double ms = 0;         // median step time without overlap, max over ranks
-  double ms_overlap = 0; // the same with overlap_comm
-  double reduce_ms = 0;  // time in gradient reductions per step (the communication thread's)
-  double gather_ms = 0;  // time in all-gathers per step
+  double ms = 0;          // median step time without overlap, max over ranks
+  double ms_overlap = 0;  // the same with overlap_comm
+  double reduce_ms = 0;   // time in gradient reductions per step (the communication thread's)
+  double gather_ms = 0;   // time in all-gathers per step
   std::array<double, kNumMemCategories> peak{};  // max over ranks
 };
 
@@ -97,12 +97,13 @@ StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int 
   f.ms_overlap = median(ms_on);
   *gain_ms = median(gain);
   const CommStats s = off.engine.comm_stats();
-  f.reduce_ms = max_over_ranks(1e3 * (s[CollectiveKind::kReduceScatter].seconds +
-                                      s[CollectiveKind::kAllReduce].seconds) / o.steps);
+  f.reduce_ms = max_over_ranks(
+      1e3 * (s[CollectiveKind::kReduceScatter].seconds + s[CollectiveKind::kAllReduce].seconds) /
+      o.steps);
   f.gather_ms = max_over_ranks(1e3 * s[CollectiveKind::kAllGather].seconds / o.steps);
   for (int c = 0; c < kNumMemCategories; ++c)
-    f.peak[c] = max_over_ranks(
-        static_cast<double>(on.device.memory().peak(static_cast<MemCategory>(c))));
+    f.peak[c] =
+        max_over_ranks(static_cast<double>(on.device.memory().peak(static_cast<MemCategory>(c))));
   return f;
 }
 
@@ -115,11 +116,13 @@ int bench_zero(const BenchZeroOptions& o) {
   choose_cpu_threads(0, cpus.mine().threads);
   Logger log(rank, world);
   const Gpt2Config config = gpt2_zoo_config(o.model);
-  log.rank0("zt-bench zero: {} on {} ranks, {} thread(s) each, B={} T={} per rank, fp32 AdamW, "
-            "median of {} steps", o.model, world, cpu_threads(), o.batch, o.seq_len, o.steps);
-  log.rank0("{:>5} {:>12} {:>12} {:>12} {:>9} {:>11} {:>11} {:>11} {:>11}", "stage",
-            "ms (no ovl)", "ms (overlap)", "reduce ms", "hidden", "params MiB", "grads MiB",
-            "optim MiB", "comm MiB");
+  log.rank0(
+      "zt-bench zero: {} on {} ranks, {} thread(s) each, B={} T={} per rank, fp32 AdamW, "
+      "median of {} steps",
+      o.model, world, cpu_threads(), o.batch, o.seq_len, o.steps);
+  log.rank0("{:>5} {:>12} {:>12} {:>12} {:>9} {:>11} {:>11} {:>11} {:>11}", "stage", "ms (no ovl)",
+            "ms (overlap)", "reduce ms", "hidden", "params MiB", "grads MiB", "optim MiB",
+            "comm MiB");
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (int stage = 0; stage <= 3; ++stage) {
     double gain_ms = 0;
@@ -127,9 +130,10 @@ int bench_zero(const BenchZeroOptions& o) {
     // Share of the reduce time that overlap took off the step: median paired gain / reduce time.
     const double hidden = f.reduce_ms > 0 ? gain_ms / f.reduce_ms : 0.0;
     auto mib = [](double b) { return b / 1048576.0; };
-    log.rank0("{:>5} {:>12.1f} {:>12.1f} {:>12.1f} {:>8.0f}% {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f}",
-              stage, f.ms, f.ms_overlap, f.reduce_ms, 100.0 * hidden, mib(f.peak[0]),
-              mib(f.peak[1]), mib(f.peak[2]), mib(f.peak[4]));
+    log.rank0(
+        "{:>5} {:>12.1f} {:>12.1f} {:>12.1f} {:>8.0f}% {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f}",
+        stage, f.ms, f.ms_overlap, f.reduce_ms, 100.0 * hidden, mib(f.peak[0]), mib(f.peak[1]),
+        mib(f.peak[2]), mib(f.peak[4]));
     nlohmann::ordered_json peak;
     for (int c = 0; c < kNumMemCategories; ++c)
       peak[std::string(mem_category_name(static_cast<MemCategory>(c)))] = f.peak[c];
@@ -143,14 +147,19 @@ int bench_zero(const BenchZeroOptions& o) {
                     {"hidden_fraction", hidden},
                     {"peak_bytes", peak}});
   }
-  log.rank0("hidden = median over step pairs of (ms without overlap - ms with overlap), over the "
-            "reduce ms: the share of the gradient reduction time overlap_comm removes; steps of "
-            "the two engines alternate so both see the same machine");
+  log.rank0(
+      "hidden = median over step pairs of (ms without overlap - ms with overlap), over the "
+      "reduce ms: the share of the gradient reduction time overlap_comm removes; steps of "
+      "the two engines alternate so both see the same machine");
   if (rank == 0 && !o.json_path.empty()) {
     std::ofstream out(o.json_path);
     if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-    out << nlohmann::ordered_json{{"bench", "zero"}, {"model", o.model}, {"batch", o.batch},
-                                  {"seq_len", o.seq_len}, {"rows", rows}}.dump(2)
+    out << nlohmann::ordered_json{{"bench", "zero"},
+                                  {"model", o.model},
+                                  {"batch", o.batch},
+                                  {"seq_len", o.seq_len},
+                                  {"rows", rows}}
+               .dump(2)
         << "\n";
   }
   return 0;

@@ -136,10 +136,11 @@ std::string format_inspect_report(const InspectReport& report) {
   const CheckpointManifest& m = report.manifest;
   std::ostringstream out;
   out << fmt::format("checkpoint {}\n", report.dir);
-  out << fmt::format("  step {} | world size {} | ZeRO stage {} | compute {} | gradients {} | "
-                     "format version {}\n",
-                     m.step, m.world_size, m.zero_stage, dtype_name(m.compute_dtype),
-                     dtype_name(m.grad_dtype), m.format_version);
+  out << fmt::format(
+      "  step {} | world size {} | ZeRO stage {} | compute {} | gradients {} | "
+      "format version {}\n",
+      m.step, m.world_size, m.zero_stage, dtype_name(m.compute_dtype), dtype_name(m.grad_dtype),
+      m.format_version);
   const nlohmann::json& t = m.trainer_state;
   if (const auto engine = t.find("engine"); engine != t.end() && engine->is_object()) {
     out << fmt::format("  trainer: optimizer steps {} | optimizer state {} | precision {}",
@@ -258,8 +259,8 @@ ConsolidateResult consolidate_checkpoint(const std::string& path, const std::str
         writer.write(first, static_cast<size_t>(count) * element);
         continue;
       }
-      CountedBuffer converted(budget, static_cast<size_t>(std::min(count, kConvertElements)) *
-                                          out_element);
+      CountedBuffer converted(budget,
+                              static_cast<size_t>(std::min(count, kConvertElements)) * out_element);
       for (int64_t at = 0; at < count; at += kConvertElements) {
         const int64_t n = std::min(kConvertElements, count - at);
         convert(first + static_cast<size_t>(at) * element, from, converted.data(), dtype, n);
@@ -275,9 +276,9 @@ ConsolidateResult consolidate_checkpoint(const std::string& path, const std::str
 }
 
 std::string format_consolidate_result(const ConsolidateResult& r, const std::string& out) {
-  std::string text = fmt::format("wrote {}: {} tensors, {} {} from step {} of {} ({})\n", out,
-                                 r.tensors, mib(r.file_bytes), dtype_name(r.dtype), r.step, r.dir,
-                                 r.source_kind);
+  std::string text =
+      fmt::format("wrote {}: {} tensors, {} {} from step {} of {} ({})\n", out, r.tensors,
+                  mib(r.file_bytes), dtype_name(r.dtype), r.step, r.dir, r.source_kind);
   const double largest = static_cast<double>(std::max<int64_t>(r.largest_unit_bytes, 1));
   text += fmt::format(
       "memory: peak RSS {} (VmHWM{}) = {:.2f} x the largest unit ({}, {} in fp32); RSS before "
@@ -295,9 +296,10 @@ ImportResult import_weights(const std::string& weights, const std::string& root,
                             const ImportOptions& options) {
   std::error_code ec;
   if (fs::exists(root, ec) && !(fs::is_directory(root, ec) && fs::is_empty(root, ec)))
-    throw_input(fmt::format("{} exists and is not an empty directory: import writes a new "
-                            "checkpoint root",
-                            root));
+    throw_input(
+        fmt::format("{} exists and is not an empty directory: import writes a new "
+                    "checkpoint root",
+                    root));
   const SafetensorsSet file = SafetensorsSet::open(weights);
   const auto matched = match_weight_entries(file, model);  // every check before any write
   const std::vector<std::string> kinds = optimizer_state_names(options.optimizer);
@@ -331,9 +333,9 @@ ImportResult import_weights(const std::string& weights, const std::string& root,
     for (const std::string& kind : kinds) {  // fresh optimizer state: zeros
       shard.begin_record(units[u]->name(), kind, DType::kF32, 0, shape.padded);
       for (int64_t at = 0; at < shape.padded; at += kConvertElements)
-        shard.append(zeros.data(),
-                     static_cast<size_t>(std::min(kConvertElements, shape.padded - at)) *
-                         sizeof(float));
+        shard.append(
+            zeros.data(),
+            static_cast<size_t>(std::min(kConvertElements, shape.padded - at)) * sizeof(float));
       shard.end_record();
     }
   }

@@ -50,13 +50,13 @@ ProcessMemory process_memory();
 bool reset_peak_rss();
 
 struct ConsolidateResult {
-  std::string dir;          // the step directory read
+  std::string dir;  // the step directory read
   int64_t step = 0;
-  std::string source_kind;  // "master" (fp32) or "working" (pure 16-bit checkpoints)
+  std::string source_kind;    // "master" (fp32) or "working" (pure 16-bit checkpoints)
   DType dtype = DType::kF32;  // of the file's tensors
   int64_t tensors = 0;
   int64_t file_bytes = 0;
-  std::string largest_unit;     // by elements
+  std::string largest_unit;        // by elements
   int64_t largest_unit_bytes = 0;  // its numel x 4 (fp32)
   int64_t buffer_peak_bytes = 0;   // the most bytes this call's own buffers held at once
   ProcessMemory before;            // after opening the checkpoint, before the first unit
@@ -90,7 +90,7 @@ struct ImportOptions {
   int64_t micro_batch = 1;
   int64_t seq_len = 1;
   uint64_t seed = 1337;
-  std::string config_source;   // recorded in trainer_state.config.source
+  std::string config_source;  // recorded in trainer_state.config.source
 };
 
 struct ImportResult {

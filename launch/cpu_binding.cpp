@@ -54,8 +54,8 @@ CpuBinding bind_local_cpus(const ProcessGroup& group) {
   ZT_MPI_CHECK(
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, group.rank, MPI_INFO_NULL, &local));
   std::vector<RankCpus> all(group.local_world);
-  const int gather_rc = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine,
-                                      MPI_BYTE, local);
+  const int gather_rc =
+      MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, local);
   ZT_MPI_CHECK(MPI_Comm_free(&local));
   ZT_MPI_CHECK(gather_rc);
 

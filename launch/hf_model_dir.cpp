@@ -24,8 +24,8 @@ namespace {
 
 // The tokenizer files transformers' AutoTokenizer looks for, and the generation defaults.
 constexpr const char* kTokenizerFiles[] = {
-    "tokenizer.json",  "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-    "merges.txt",      "added_tokens.json",     "generation_config.json",
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "added_tokens.json",     "generation_config.json",
 };
 
 const char* torch_dtype(DType d) {
@@ -93,7 +93,8 @@ class HfConfigReader {
     if (!present(key)) return fallback;
     const nlohmann::json& v = j_.at(key);
     if (!v.is_number() || !(v.get<double>() > 0.0))
-      throw_input(fmt::format("{}: \"{}\" must be a positive number, not {}", source_, key, v.dump()));
+      throw_input(
+          fmt::format("{}: \"{}\" must be a positive number, not {}", source_, key, v.dump()));
     return static_cast<float>(v.get<double>());
   }
   bool boolean_or(const char* key, bool fallback) const {
@@ -112,7 +113,8 @@ class HfConfigReader {
   }
   // A key (not null) whose every value but `accepted` changes the model in a way this one
   // does not compute: refused rather than trained differently.
-  void refuse_unless(const char* key, const nlohmann::json& accepted, const std::string& why) const {
+  void refuse_unless(const char* key, const nlohmann::json& accepted,
+                     const std::string& why) const {
     if (present(key) && j_.at(key) != accepted)
       throw_input(fmt::format("{}: \"{}\": {} is not supported ({})", source_, key,
                               j_.at(key).dump(), why));
@@ -121,7 +123,8 @@ class HfConfigReader {
   HfConfigReader object(const char* key) const {
     const nlohmann::json& v = j_.at(key);
     if (!v.is_object())
-      throw_input(fmt::format("{}: \"{}\" must be an object or null, not {}", source_, key, v.dump()));
+      throw_input(
+          fmt::format("{}: \"{}\" must be an object or null, not {}", source_, key, v.dump()));
     return HfConfigReader(v, fmt::format("{}: \"{}\"", source_, key));
   }
   bool present(const char* key) const {
@@ -144,11 +147,15 @@ Gpt2Config gpt2_from_hf(const HfConfigReader& r) {
   c.n_positions = r.positive("n_positions");
   const std::string act = r.string_or("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    throw_input(fmt::format("{}: activation_function '{}' is not supported (GPT-2 here uses the "
-                            "tanh GELU, gelu_new)", r.source(), act));
+    throw_input(
+        fmt::format("{}: activation_function '{}' is not supported (GPT-2 here uses the "
+                    "tanh GELU, gelu_new)",
+                    r.source(), act));
   if (!r.boolean_or("tie_word_embeddings", true))
-    throw_input(fmt::format("{}: tie_word_embeddings false is not supported for gpt2 (its head is "
-                            "tied to wte)", r.source()));
+    throw_input(
+        fmt::format("{}: tie_word_embeddings false is not supported for gpt2 (its head is "
+                    "tied to wte)",
+                    r.source()));
   validate_gpt2_config(c, r.source());
   return c;
 }
@@ -156,7 +163,8 @@ Gpt2Config gpt2_from_hf(const HfConfigReader& r) {
 // rope_scaling's "linear" and "llama3" (Llama 3.1/3.2); the others (dynamic, yarn, longrope)
 // change the frequencies with the sequence length or the attention's scale: refused by name.
 RopeScaling rope_scaling_from_hf(const HfConfigReader& r) {
-  const std::string type = r.present("rope_type") ? r.string_or("rope_type", "") : r.string_or("type", "");
+  const std::string type =
+      r.present("rope_type") ? r.string_or("rope_type", "") : r.string_or("type", "");
   RopeScaling s;
   if (type == "default") return s;
   s.factor = r.number_or("factor", 1.0f);
@@ -168,8 +176,10 @@ RopeScaling rope_scaling_from_hf(const HfConfigReader& r) {
     s.high_freq_factor = r.number_or("high_freq_factor", 4.0f);
     s.original_max_position = r.positive("original_max_position_embeddings");
   } else {
-    throw_input(fmt::format("{}: rope_type '{}' is not supported (supported: default, linear, "
-                            "llama3)", r.source(), type));
+    throw_input(
+        fmt::format("{}: rope_type '{}' is not supported (supported: default, linear, "
+                    "llama3)",
+                    r.source(), type));
   }
   return s;
 }
@@ -222,7 +232,8 @@ ModelSpec model_spec_from_hf_config(const nlohmann::json& j, const std::string& 
 
 ModelSpec read_hf_config(const std::string& dir) {
   const std::string file = (fs::path(dir) / kHfConfigName).string();
-  const nlohmann::json j = nlohmann::json::parse(read_file(file, "the model config"), nullptr, false);
+  const nlohmann::json j =
+      nlohmann::json::parse(read_file(file, "the model config"), nullptr, false);
   if (j.is_discarded()) throw_input(fmt::format("{}: not a JSON object", file));
   return model_spec_from_hf_config(j, file);
 }
@@ -232,8 +243,7 @@ namespace {
 nlohmann::ordered_json rope_scaling_json(const RopeScaling& s) {
   switch (s.type) {
     case RopeScalingType::kNone: return nullptr;
-    case RopeScalingType::kLinear:
-      return {{"rope_type", "linear"}, {"factor", shortest(s.factor)}};
+    case RopeScalingType::kLinear: return {{"rope_type", "linear"}, {"factor", shortest(s.factor)}};
     case RopeScalingType::kLlama3:
       return {{"rope_type", "llama3"},
               {"factor", shortest(s.factor)},
@@ -351,8 +361,7 @@ SavePretrainedResult save_pretrained(Engine& engine, const ModelSpec& model,
     std::error_code ec;
     fs::remove_all(partial, ec);
     fs::create_directories(partial, ec);
-    if (ec)
-      throw_system(fmt::format("cannot create {}: {}", partial.string(), ec.message()));
+    if (ec) throw_system(fmt::format("cannot create {}: {}", partial.string(), ec.message()));
   }
   std::vector<float> full;
   std::vector<std::byte> converted;
@@ -416,7 +425,8 @@ SavePretrainedResult save_pretrained(Engine& engine, const ModelSpec& model,
     if (ec) throw_system(fmt::format("cannot move {} aside: {}", o.dir, ec.message()));
   }
   fs::rename(partial, final_dir, ec);
-  if (ec) throw_system(fmt::format("cannot rename {} to {}: {}", partial.string(), o.dir, ec.message()));
+  if (ec)
+    throw_system(fmt::format("cannot rename {} to {}: {}", partial.string(), o.dir, ec.message()));
   sync_parent_directory(final_dir.string());
   fs::remove_all(old, ec);
   return result;

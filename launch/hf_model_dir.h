@@ -53,8 +53,8 @@ struct SavePretrainedOptions {
 
 // What a save wrote (rank 0; other ranks: zeros).
 struct SavePretrainedResult {
-  int files = 0;          // safetensors files
-  uint64_t bytes = 0;     // tensor bytes in them
+  int files = 0;       // safetensors files
+  uint64_t bytes = 0;  // tensor bytes in them
   int tokenizer_files = 0;
 };
 

@@ -101,15 +101,13 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
       row.activations = activations;
       row.comm_elements = comm_elements_per_step(r.unit_numels, o);
       if (r.model) {
-        row.device_peak =
-            device_peak_bytes(*r.model, step_replay_options(e, o, a, r.comm_staging));
+        row.device_peak = device_peak_bytes(*r.model, step_replay_options(e, o, a, r.comm_staging));
       }
       const bool cpu_offload = offload != OffloadDevice::kNone;
       row.deepspeed = stage < 3 ? deepspeed_zero2_estimate(r.params, per_node, r.nodes, cpu_offload)
-                                : deepspeed_zero3_estimate(r.params, r.largest_unit_params, per_node,
-                                                           r.nodes, cpu_offload,
-                                                           param_offload != OffloadDevice::kNone,
-                                                           true);
+                                : deepspeed_zero3_estimate(
+                                      r.params, r.largest_unit_params, per_node, r.nodes,
+                                      cpu_offload, param_offload != OffloadDevice::kNone, true);
       rows.push_back(row);
     }
   }
@@ -161,7 +159,8 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
       "per rank, {} (1 {} = {:.0e} bytes). Model states as the engine holds them between steps;\n"
       "activations: the peak of one micro-batch; device peak: the training step's whole peak on\n"
       "the device (states, activations, stage-3 gathers, gradient and reduction buffers,\n"
-      "communicator staging, workspace), what the fit is judged on. offload: the optimizer's tier, +p\n"
+      "communicator staging, workspace), what the fit is judged on. offload: the optimizer's tier, "
+      "+p\n"
       "when the stage-3 parameters are offloaded there too (host par, nvme: their bytes). host\n"
       "grads: the cpu step's gradient shards (nvme: its staging chunk). DeepSpeed: estimate_zero2\n"
       "(stages 0-2) / estimate_zero3 (stage 3, zero_init) model states, GPU per rank and CPU per\n"
@@ -169,21 +168,20 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
       s.name, s.name, s.divisor);
   if (r.model) {
     const int64_t budget = logits_chunk_budget(r);
-    out += fmt::format("LM head: logits in chunks of at most {} of fp32 ({}).\n",
-                       format_bytes(budget),
-                       !r.cuda ? "the CPU's budget"
-                       : r.device_memory > 0
-                           ? "a GPU's budget, 1/32 of its memory, taken as the device memory"
-                           : "the CPU's budget: a GPU's is 1/32 of its memory, not given "
-                             "(--device-memory or zt.device_memory_limit), so its logits are "
-                             "under-counted");
+    out += fmt::format(
+        "LM head: logits in chunks of at most {} of fp32 ({}).\n", format_bytes(budget),
+        !r.cuda               ? "the CPU's budget"
+        : r.device_memory > 0 ? "a GPU's budget, 1/32 of its memory, taken as the device memory"
+                              : "the CPU's budget: a GPU's is 1/32 of its memory, not given "
+                                "(--device-memory or zt.device_memory_limit), so its logits are "
+                                "under-counted");
   }
   out += "\n";
-  out += fmt::format("{:>5} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} | {:>11} "
-                     "{:>12} | {:>12} | {:>9} {:>9}\n",
-                     "stage", "offload", "params", "grads", "optim", "host par", "host grad",
-                     "host optim", "host work", "nvme", "activations", "device peak",
-                     "comm elems", "ds gpu", "ds cpu");
+  out += fmt::format(
+      "{:>5} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} | {:>11} "
+      "{:>12} | {:>12} | {:>9} {:>9}\n",
+      "stage", "offload", "params", "grads", "optim", "host par", "host grad", "host optim",
+      "host work", "nvme", "activations", "device peak", "comm elems", "ds gpu", "ds cpu");
   for (const PlanRow& row : rows) {
     const TierBytes& b = row.states;
     const bool mine = row.stage == r.config_stage && row.offload == r.config_offload &&
@@ -195,8 +193,7 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
         fig(b.get(Tier::kDevice, MemCategory::kParams)),
         fig(b.get(Tier::kDevice, MemCategory::kGrads)),
         fig(b.get(Tier::kDevice, MemCategory::kOptimizer)),
-        fig(b.get(Tier::kHost, MemCategory::kParams)),
-        fig(b.get(Tier::kHost, MemCategory::kGrads)),
+        fig(b.get(Tier::kHost, MemCategory::kParams)), fig(b.get(Tier::kHost, MemCategory::kGrads)),
         fig(b.get(Tier::kHost, MemCategory::kOptimizer)),
         fig(b.get(Tier::kHost, MemCategory::kWorkspace)),
         fig(b.get(Tier::kNvme, MemCategory::kOptimizer) + b.get(Tier::kNvme, MemCategory::kParams)),
@@ -208,11 +205,11 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
   if (r.config_stage >= 0) out += "(* the config's own choice)\n";
   if (r.device_memory > 0) {
     const std::vector<const PlanRow*> fit = fitting_rows(r, rows);
-    out += fmt::format("\nfits {} of device memory ({}), cheapest first:",
-                       format_bytes(r.device_memory),
-                       rows.empty() || rows[0].device_peak
-                           ? "the step's device peak"
-                           : "device states only: no model, no activations or buffers");
+    out += fmt::format(
+        "\nfits {} of device memory ({}), cheapest first:", format_bytes(r.device_memory),
+        rows.empty() || rows[0].device_peak
+            ? "the step's device peak"
+            : "device states only: no model, no activations or buffers");
     if (fit.empty()) out += " none";
     for (const PlanRow* row : fit)
       out += fmt::format(" stage {}{}{}{};", row->stage,
@@ -251,7 +248,8 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
       nlohmann::ordered_json per;
       for (int c = 0; c < kNumMemCategories; ++c) {
         const auto cat = static_cast<MemCategory>(c);
-        if (row.states.get(t, cat) != 0) per[std::string(mem_category_name(cat))] = row.states.get(t, cat);
+        if (row.states.get(t, cat) != 0)
+          per[std::string(mem_category_name(cat))] = row.states.get(t, cat);
       }
       detail[tier_name(t)] = per.is_null() ? nlohmann::ordered_json::object() : per;
     }
@@ -269,8 +267,7 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
       e["device_peak_bytes_by_category"] = peak;
     }
     e["deepspeed"] = {{"gpu_bytes", row.deepspeed.gpu}, {"cpu_bytes_per_node", row.deepspeed.cpu}};
-    if (r.device_memory > 0)
-      e["fits"] = std::find(fit.begin(), fit.end(), &row) != fit.end();
+    if (r.device_memory > 0) e["fits"] = std::find(fit.begin(), fit.end(), &row) != fit.end();
     list.push_back(e);
   }
   j["choices"] = list;

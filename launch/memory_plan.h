@@ -22,11 +22,11 @@
 namespace zt {
 
 struct PlanRequest {
-  std::string what;                 // the model, as the table's title names it
+  std::string what;                  // the model, as the table's title names it
   std::vector<int64_t> unit_numels;  // FlatLayout::numel() per unit
-  int64_t params = 0;               // real parameters (padding excluded): DeepSpeed's Ψ
-  int64_t largest_unit_params = 0;  // DeepSpeed's largest_layer_params
-  Model* model = nullptr;           // for activations; null: not estimated
+  int64_t params = 0;                // real parameters (padding excluded): DeepSpeed's Ψ
+  int64_t largest_unit_params = 0;   // DeepSpeed's largest_layer_params
+  Model* model = nullptr;            // for activations; null: not estimated
   // Precision, optimizer, persistence threshold and checkpoint mask (the policy and offload
   // tiers are each row's own).
   EngineOptions engine;
@@ -34,11 +34,11 @@ struct PlanRequest {
   int nodes = 1;
   int64_t micro_batch = 1;
   int64_t seq_len = 1;
-  bool cuda = false;              // a GPU job (zt.device "cuda"): the token ids are copied to it
-  bool batch_positions = false;   // packed instruction data: document positions copied too
+  bool cuda = false;             // a GPU job (zt.device "cuda"): the token ids are copied to it
+  bool batch_positions = false;  // packed instruction data: document positions copied too
   // Bytes the communicators allocate on the device once (communicator_staging_bytes).
   int64_t comm_staging = 0;
-  uint64_t device_memory = 0;     // 0: no fit list
+  uint64_t device_memory = 0;  // 0: no fit list
   // The configuration's own choice, marked in the table (stage -1: none).
   int config_stage = -1;
   OffloadDevice config_offload = OffloadDevice::kNone;
@@ -50,8 +50,8 @@ struct PlanRow {
   int stage = 0;
   OffloadDevice offload = OffloadDevice::kNone;
   OffloadDevice param_offload = OffloadDevice::kNone;  // offload_param (stage 3)
-  TierBytes states;                   // model_state_bytes (and the host staging)
-  std::optional<int64_t> activations;  // activation_peak_bytes
+  TierBytes states;                                    // model_state_bytes (and the host staging)
+  std::optional<int64_t> activations;                  // activation_peak_bytes
   int64_t comm_elements = 0;
   DeepSpeedEstimate deepspeed;  // zero2 for stages 0-2, zero3 for stage 3
   // The device's whole peak over a training step (device_peak_bytes: states, activations,

@@ -64,12 +64,13 @@ RunRequest parse_run_request(std::span<const std::string> args) {
     } else if (arg == "--help" || arg == "-h") {
       request.help = true;
     } else if (!arg.starts_with("-")) {
-      throw_input(fmt::format("missing '--' before the program '{}': zt-run -np N -- {} ...", arg,
-                              arg));
+      throw_input(
+          fmt::format("missing '--' before the program '{}': zt-run -np N -- {} ...", arg, arg));
     } else {
-      throw_input(fmt::format("unknown option '{}' before '--' (zt-run takes -np, --hostfile, "
-                              "--cpu, --dry-run; the program and its arguments follow '--')",
-                              arg));
+      throw_input(
+          fmt::format("unknown option '{}' before '--' (zt-run takes -np, --hostfile, "
+                      "--cpu, --dry-run; the program and its arguments follow '--')",
+                      arg));
     }
   }
   if (request.help) return request;
@@ -99,8 +100,8 @@ int hostfile_slots(std::string_view text, int cores_per_node, std::string_view p
         if (!word.starts_with(k)) continue;
         *count = positive_int(std::string_view(word).substr(k.size()));
         if (*count == 0)
-          throw_input(fmt::format("{}:{}: '{}' must be a positive integer", path, line_number,
-                                  word));
+          throw_input(
+              fmt::format("{}:{}: '{}' must be a positive integer", path, line_number, word));
       }
     }
     total += slots > 0 ? slots : max_slots > 0 ? max_slots : std::max(1, cores_per_node);

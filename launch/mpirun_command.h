@@ -14,12 +14,12 @@ namespace zt {
 
 // zt-run -np N [--hostfile F] [--cpu] [--dry-run] -- PROGRAM [ARGS...]
 struct RunRequest {
-  int ranks = 0;                      // -np N, N >= 1
-  std::string hostfile;               // --hostfile F; empty: this machine only
-  bool cpu = false;                   // --cpu: ranks run on CPUs (no GPU each), may oversubscribe
-  bool dry_run = false;               // --dry-run: print the line, run nothing
-  bool help = false;                  // --help
-  std::vector<std::string> program;   // everything after "--": the program and its arguments
+  int ranks = 0;                     // -np N, N >= 1
+  std::string hostfile;              // --hostfile F; empty: this machine only
+  bool cpu = false;                  // --cpu: ranks run on CPUs (no GPU each), may oversubscribe
+  bool dry_run = false;              // --dry-run: print the line, run nothing
+  bool help = false;                 // --help
+  std::vector<std::string> program;  // everything after "--": the program and its arguments
 };
 
 // Parses zt-run's arguments (argv without argv[0]). kInput naming the problem for an unknown
@@ -32,8 +32,8 @@ std::string run_usage();
 
 // What the machine zt-run starts on is.
 struct LaunchHost {
-  bool root = false;         // euid 0: Open MPI refuses root without --allow-run-as-root
-  int slots = 1;             // what Open MPI counts: the hostfile's slots, else this machine's cores
+  bool root = false;  // euid 0: Open MPI refuses root without --allow-run-as-root
+  int slots = 1;      // what Open MPI counts: the hostfile's slots, else this machine's cores
   bool gpu_visible = false;  // a CUDA device is visible (and CUDA_VISIBLE_DEVICES does not hide it)
   std::vector<std::string> environment;  // names of the variables set in the caller's environment
 };

@@ -55,9 +55,10 @@ std::optional<TestFault> TestFault::from_environment() {
                       Point::kSave, Point::kCheckpoint, Point::kCommit})
         if (value == test_fault_point_name(p)) fault.point = p, known = true;
       if (!known)
-        throw_input(fmt::format("ZT_TEST_FAULT: unknown point '{}'; use forward, backward, "
-                                "optimizer, evaluation, save, checkpoint or commit",
-                                value));
+        throw_input(
+            fmt::format("ZT_TEST_FAULT: unknown point '{}'; use forward, backward, "
+                        "optimizer, evaluation, save, checkpoint or commit",
+                        value));
     } else if (key == "rank") {
       have_rank = true;
       fault.rank = static_cast<int>(parse_integer(value, "ZT_TEST_FAULT", key));

@@ -13,8 +13,8 @@
 //                                 file is complete, before rank R (0: it commits) goes on
 // at unit U (default: the first unit the point reaches). With ",action=kill" the rank kills
 // itself with SIGKILL there instead of throwing (tests/e2e/checkpoint_resume.sh: a save that
-// dies at any point leaves the previous checkpoint as the latest). tests/e2e/fault_injection.sh drives it
-// to show that an error on one rank at any point ends every rank within seconds.
+// dies at any point leaves the previous checkpoint as the latest). tests/e2e/fault_injection.sh
+// drives it to show that an error on one rank at any point ends every rank within seconds.
 //   ZT_TEST_WRITE_LIMIT=BYTES
 // makes metrics.jsonl fail with ENOSPC after BYTES bytes, for machines where a small tmpfs cannot
 // be mounted (tests/e2e/disk_full.sh). Nothing here is read unless the variable is set.

@@ -26,9 +26,10 @@ ModelSpec resolve_model(const Config& config) {
   const std::string& from = config.zt.init_from;
   const bool hf = !from.empty() && is_hf_model_dir(from);
   if (!given && !hf)
-    throw_input(fmt::format("{}: 'zt.model' is missing, and 'zt.init_from' {} is not a Hugging "
-                            "Face model directory (no {} there) to take the model from",
-                            config.source, from, kHfConfigName));
+    throw_input(
+        fmt::format("{}: 'zt.model' is missing, and 'zt.init_from' {} is not a Hugging "
+                    "Face model directory (no {} there) to take the model from",
+                    config.source, from, kHfConfigName));
   ModelSpec c;
   if (!given)
     c = read_hf_config(from);
@@ -45,25 +46,26 @@ ModelSpec resolve_model(const Config& config) {
     const nlohmann::ordered_json theirs = hf_config_json(d, DType::kF32);
     for (const auto& [key, value] : mine.items())
       if (!theirs.contains(key) || theirs[key] != value)
-        throw_input(fmt::format("{}: 'zt.model' has {} {}, but {}/{} says {} (leave zt.model out "
-                                "to take the directory's)",
-                                config.source, key, value.dump(), from, kHfConfigName,
-                                theirs.contains(key) ? theirs[key].dump() : "nothing"));
+        throw_input(
+            fmt::format("{}: 'zt.model' has {} {}, but {}/{} says {} (leave zt.model out "
+                        "to take the directory's)",
+                        config.source, key, value.dump(), from, kHfConfigName,
+                        theirs.contains(key) ? theirs[key].dump() : "nothing"));
   }
   if (config.zt.seq_len > c.max_positions())
-    throw_input(fmt::format("{}: 'zt.seq_len' is {} but the model has {} positions",
-                            config.source, config.zt.seq_len, c.max_positions()));
+    throw_input(fmt::format("{}: 'zt.seq_len' is {} but the model has {} positions", config.source,
+                            config.zt.seq_len, c.max_positions()));
   return c;
 }
 
 namespace {
 
-
 // Features the config accepts whose machinery lands with later work: refused plainly rather
 // than silently ignored.
 void refuse_unbuilt_features(const Config& config) {
   auto refuse = [&](bool used, const char* what) {
-    if (used) throw_input(fmt::format("{}: {} is not supported by this build yet", config.source, what));
+    if (used)
+      throw_input(fmt::format("{}: {} is not supported by this build yet", config.source, what));
   };
   const OffloadConfig& oo = config.zero_optimization.offload_optimizer;
   refuse(oo.device != OffloadDevice::kNone && oo.ratio < 1.0,
@@ -107,9 +109,10 @@ EngineOptions engine_options(const Config& config, Model& model) {
   const auto& ac = config.activation_checkpointing;
   auto layers = model.layers();
   o.checkpoint.assign(layers.size(), false);
-  int remaining = ac.policy == ActivationCheckpointing::Policy::kEveryUnit ? static_cast<int>(layers.size())
-                  : ac.policy == ActivationCheckpointing::Policy::kCount   ? ac.count
-                                                                           : 0;
+  int remaining = ac.policy == ActivationCheckpointing::Policy::kEveryUnit
+                      ? static_cast<int>(layers.size())
+                  : ac.policy == ActivationCheckpointing::Policy::kCount ? ac.count
+                                                                         : 0;
   for (size_t l = 0; l < layers.size() && remaining > 0; ++l) {
     if (!layers[l]->checkpointable()) continue;
     o.checkpoint[l] = true;
@@ -125,12 +128,12 @@ TrainSetup prepare_training(const std::string& config_path,
   refuse_unbuilt_features(config);
   precision_from_config(config);  // rejects data types that do not fit the precision
   if (config.zt.device == "cuda" && cuda_device_count() == 0)
-    throw_input(fmt::format("{}: 'zt.device' is cuda, but {}", config.source,
-                            cuda_unavailable_reason()));
+    throw_input(
+        fmt::format("{}: 'zt.device' is cuda, but {}", config.source, cuda_unavailable_reason()));
   if (config.zt.comm_backend == "nccl" && (!nccl_built() || config.zt.device != "cuda"))
-    throw_input(fmt::format("{}: 'zt.comm_backend' is nccl, but {}", config.source,
-                            nccl_built() ? "'zt.device' is not cuda"
-                                         : "this build has no NCCL communicator"));
+    throw_input(fmt::format(
+        "{}: 'zt.comm_backend' is nccl, but {}", config.source,
+        nccl_built() ? "'zt.device' is not cuda" : "this build has no NCCL communicator"));
   const ModelSpec model = resolve_model(config);
   // zero_optimization sizes given as "auto" follow the hidden size, as the Hugging Face Trainer
   // derives them; each adds a start-up note.
@@ -148,9 +151,10 @@ TrainSetup prepare_training(const std::string& config_path,
   if (!config.zt.init_from.empty()) {
     check_weights_file(config.zt.init_from, *build_model(model));  // tables only
   }
-  std::string checkpoint_root = config.zt.checkpoint.dir.empty()
-                                    ? (std::filesystem::path(config.zt.output_dir) / "checkpoints").string()
-                                    : config.zt.checkpoint.dir;
+  std::string checkpoint_root =
+      config.zt.checkpoint.dir.empty()
+          ? (std::filesystem::path(config.zt.output_dir) / "checkpoints").string()
+          : config.zt.checkpoint.dir;
   std::optional<CheckpointReader> reader;
   if (resume) {
     // Every file read whole and checked, on every rank: a bad checkpoint is refused by all.
@@ -163,9 +167,10 @@ TrainSetup prepare_training(const std::string& config_path,
   const auto check_nvme_path = [&](const char* key, OffloadDevice device, const std::string& path) {
     std::error_code ec;
     if (device == OffloadDevice::kNvme && !std::filesystem::is_directory(path, ec))
-      throw_input(fmt::format("{}: '{}' is '{}', which is not an existing directory on this "
-                              "node (each rank writes its swap files under it)",
-                              config.source, key, path));
+      throw_input(
+          fmt::format("{}: '{}' is '{}', which is not an existing directory on this "
+                      "node (each rank writes its swap files under it)",
+                      config.source, key, path));
   };
   const auto& zero = config.zero_optimization;
   check_nvme_path("zero_optimization.offload_optimizer.nvme_path", zero.offload_optimizer.device,
@@ -179,7 +184,8 @@ TrainSetup prepare_training(const std::string& config_path,
       throw_input(fmt::format("{}: cannot create zt.output_dir '{}': {}", config.source,
                               config.zt.output_dir, ec.message()));
   }
-  return TrainSetup{std::move(config), model,   std::move(train_file), std::move(val_file),
+  return TrainSetup{std::move(config),          model,
+                    std::move(train_file),      std::move(val_file),
                     std::move(checkpoint_root), std::move(reader)};
 }
 

@@ -129,11 +129,11 @@ int build_engine(const TrainSetup& setup, Device& device, Communicator& comm, co
     Model& built = *model_slot;
     built.set_chunk_budget_bytes(device.chunk_budget_bytes());  // the LM head's logits chunk
     EngineOptions engine_opts = engine_options(config, built);
-    engine_opts.offload = set_up_offload(
-        config, device, comm.rank(),
-        {.rank0 = [&](const std::string& line) { log.rank0("{}", line); },
-         .all = [&](const std::string& line) { log.all("{}", line); }},
-        offload);
+    engine_opts.offload =
+        set_up_offload(config, device, comm.rank(),
+                       {.rank0 = [&](const std::string& line) { log.rank0("{}", line); },
+                        .all = [&](const std::string& line) { log.all("{}", line); }},
+                       offload);
     engine_slot.emplace(device, comm, built, std::move(engine_opts));
     if (offload.host && offload.host->pinning()) {
       if (!offload.host->pinning_failure().empty())
@@ -225,9 +225,10 @@ Resumed resume_training(const TrainSetup& setup, Engine& engine, Communicator& c
   train_loader.seek(position);
   if (val_loader) val_loader->seek(point.val_position);
   if (point.seed != config.zt.seed)
-    resumed.notes.push_back(fmt::format("the checkpoint was trained with zt.seed {}, this run has "
-                                        "{} (it changes the shuffled data order)",
-                                        point.seed, config.zt.seed));
+    resumed.notes.push_back(
+        fmt::format("the checkpoint was trained with zt.seed {}, this run has "
+                    "{} (it changes the shuffled data order)",
+                    point.seed, config.zt.seed));
   return resumed;
 }
 
@@ -235,9 +236,10 @@ Resumed resume_training(const TrainSetup& setup, Engine& engine, Communicator& c
 void report_save(const SaveReport& s, const std::string& root, int world, const Logger& log,
                  MetricsWriter& metrics) {
   const std::string how =
-      s.async ? fmt::format("async: training blocked {:.0f} ms for the snapshot, the file written "
-                            "in {:.0f} ms behind it, committed {:.0f} ms after the save began",
-                            s.blocked_ms, s.write_ms, s.save_ms)
+      s.async ? fmt::format(
+                    "async: training blocked {:.0f} ms for the snapshot, the file written "
+                    "in {:.0f} ms behind it, committed {:.0f} ms after the save began",
+                    s.blocked_ms, s.write_ms, s.save_ms)
               : fmt::format("{:.0f} ms", s.save_ms);
   log.rank0("step {:>5} | saved checkpoint {} ({:.1f} MiB in {} shard file{}, {})", s.step,
             checkpoint_step_dir(root, s.step), s.bytes / 1048576.0, world, world > 1 ? "s" : "",
@@ -264,13 +266,14 @@ void log_start(const TrainSetup& setup, const CpuBinding& cpus, const std::vecto
   int64_t params = 0;
   for (const Unit* u : engine.model().units()) params += u->layout().param_count();
   const Precision& precision = engine.options().precision;
-  log.rank0("zt-train: {} | {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | {} | "
-            "B={} T={} accumulation={} | {} train tokens{}",
-            config.source, setup.model.model_type(), params / 1e6, setup.model.layers(), world,
-            world > 1 ? "s" : "", config.zero_optimization.stage, precision_name(precision),
-            config.train_micro_batch_size_per_gpu, config.zt.seq_len,
-            config.gradient_accumulation_steps, setup.train_file.size(),
-            setup.val_file ? fmt::format(", {} val tokens", setup.val_file->size()) : "");
+  log.rank0(
+      "zt-train: {} | {} | {:.2f}M parameters | {} layers | {} rank{} | ZeRO stage {} | {} | "
+      "B={} T={} accumulation={} | {} train tokens{}",
+      config.source, setup.model.model_type(), params / 1e6, setup.model.layers(), world,
+      world > 1 ? "s" : "", config.zero_optimization.stage, precision_name(precision),
+      config.train_micro_batch_size_per_gpu, config.zt.seq_len, config.gradient_accumulation_steps,
+      setup.train_file.size(),
+      setup.val_file ? fmt::format(", {} val tokens", setup.val_file->size()) : "");
   log.rank0("{}", describe_cpu_binding(cpus, threads));
   if (config.zt.device == "cpu") log.rank0("cpu kernels: {}", cpu_gemm_description());
   if (device.memory_limit() > 0)
@@ -280,47 +283,52 @@ void log_start(const TrainSetup& setup, const CpuBinding& cpus, const std::vecto
   for (const std::string& note : config.notes) log.rank0("note: {}", note);
   if (setup.resume) {
     const CheckpointManifest& m = setup.resume->manifest();
-    log.rank0("resumed from {}: step {} of a ZeRO stage {} {} run on {} rank{}; training steps {} "
-              "to {}",
-              setup.resume->dir(), resumed.first_step - 1, m.zero_stage,
-              dtype_name(m.compute_dtype), m.world_size, m.world_size > 1 ? "s" : "",
-              resumed.first_step, config.zt.steps);
+    log.rank0(
+        "resumed from {}: step {} of a ZeRO stage {} {} run on {} rank{}; training steps {} "
+        "to {}",
+        setup.resume->dir(), resumed.first_step - 1, m.zero_stage, dtype_name(m.compute_dtype),
+        m.world_size, m.world_size > 1 ? "s" : "", resumed.first_step, config.zt.steps);
     for (const std::string& note : resumed.notes) log.rank0("note: {}", note);
     metrics.write(nlohmann::ordered_json{{"resumed_from", setup.resume->dir()},
                                          {"at_step", resumed.first_step - 1}});
   }
   if (precision.mixed())
-    log.rank0("precision: {} working parameters, activations and gradients; gradients stored in "
-              "{}, reduced in {}; {}{}",
-              dtype_name(precision.compute), dtype_name(precision.grad_accum),
-              dtype_name(precision.comm),
-              precision.has_master() ? "fp32 master weights" : "no master weights",
-              precision.loss_scaling()
-                  ? (precision.fp16.loss_scale > 0
-                         ? fmt::format("; static loss scale {}", precision.fp16.loss_scale)
-                         : fmt::format("; dynamic loss scale from 2^{}",
-                                       precision.fp16.initial_scale_power))
-                  : std::string());
+    log.rank0(
+        "precision: {} working parameters, activations and gradients; gradients stored in "
+        "{}, reduced in {}; {}{}",
+        dtype_name(precision.compute), dtype_name(precision.grad_accum), dtype_name(precision.comm),
+        precision.has_master() ? "fp32 master weights" : "no master weights",
+        precision.loss_scaling()
+            ? (precision.fp16.loss_scale > 0
+                   ? fmt::format("; static loss scale {}", precision.fp16.loss_scale)
+                   : fmt::format("; dynamic loss scale from 2^{}",
+                                 precision.fp16.initial_scale_power))
+            : std::string());
   const ZeroConfig& zero = config.zero_optimization;
   if (zero.stage == 3 && zero.stage3_max_reuse_distance > 0)
-    log.rank0("stage 3: a unit used again before {} more elements are gathered stays gathered "
-              "(stage3_max_reuse_distance, DeepSpeed's behaviour), within "
-              "stage3_max_live_parameters = {}; set stage3_max_reuse_distance to 0 to release "
-              "every unit after use",
-              zero.stage3_max_reuse_distance, zero.stage3_max_live_parameters);
+    log.rank0(
+        "stage 3: a unit used again before {} more elements are gathered stays gathered "
+        "(stage3_max_reuse_distance, DeepSpeed's behaviour), within "
+        "stage3_max_live_parameters = {}; set stage3_max_reuse_distance to 0 to release "
+        "every unit after use",
+        zero.stage3_max_reuse_distance, zero.stage3_max_live_parameters);
   if (precision.mixed() && !precision.master_weights)
-    log.rank0("warning: pure {} training (no fp32 master weights) is less stable than mixed "
-              "precision: updates smaller than half a unit in the last place of a weight are "
-              "lost; use it to compare memory, not to train for quality",
-              dtype_name(precision.compute));
+    log.rank0(
+        "warning: pure {} training (no fp32 master weights) is less stable than mixed "
+        "precision: updates smaller than half a unit in the last place of a weight are "
+        "lost; use it to compare memory, not to train for quality",
+        dtype_name(precision.compute));
 }
 
 // A training step's row of metrics.jsonl (its val_loss and wall_clock_ms added by the loop).
 nlohmann::ordered_json step_row(const StepResult& r, int64_t step, double ms, double tokens_per_s,
                                 const Device& device, const Engine& engine, bool documents) {
-  nlohmann::ordered_json row = {{"step", step},        {"loss", r.loss},
-                                {"lr", r.lr},          {"grad_norm", r.grad_norm},
-                                {"ms", ms},            {"tokens_per_s", tokens_per_s},
+  nlohmann::ordered_json row = {{"step", step},
+                                {"loss", r.loss},
+                                {"lr", r.lr},
+                                {"grad_norm", r.grad_norm},
+                                {"ms", ms},
+                                {"tokens_per_s", tokens_per_s},
                                 {"peak_bytes", peak_bytes_json(device.memory())}};
   // Instruction data: the targets the loss counted (completion tokens) of the B*T*accumulation
   // *world positions.
@@ -342,16 +350,18 @@ void log_step(const Config& config, const StepResult& r, int64_t step, double ms
   const int64_t steps = config.zt.steps;
   const bool print = step == 1 || step % config.steps_per_print == 0 || step == steps;
   if (print)
-    log.rank0("step {:>5}/{} | loss {:.9g} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | "
-              "{:.1f} ms | peak {:.1f} MiB",
-              step, steps, r.loss, r.lr, r.grad_norm, tokens_per_s, ms,
-              device.memory().peak_total() / 1048576.0);
+    log.rank0(
+        "step {:>5}/{} | loss {:.9g} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | "
+        "{:.1f} ms | peak {:.1f} MiB",
+        step, steps, r.loss, r.lr, r.grad_norm, tokens_per_s, ms,
+        device.memory().peak_total() / 1048576.0);
   if (val_loss) log.rank0("step {:>5} | val loss {:.6f}", step, *val_loss);
   if (config.wall_clock_breakdown && print)
-    log.rank0("step {:>5} | time (ms, rank 0) | forward {:.1f} | backward {:.1f} | "
-              "optimizer {:.1f} | reduce {:.1f} | gather {:.1f}",
-              step, 1e3 * r.times.forward, 1e3 * r.times.backward, 1e3 * r.times.optimizer,
-              1e3 * r.times.reduce, 1e3 * r.times.gather);
+    log.rank0(
+        "step {:>5} | time (ms, rank 0) | forward {:.1f} | backward {:.1f} | "
+        "optimizer {:.1f} | reduce {:.1f} | gather {:.1f}",
+        step, 1e3 * r.times.forward, 1e3 * r.times.backward, 1e3 * r.times.optimizer,
+        1e3 * r.times.reduce, 1e3 * r.times.gather);
 }
 
 // Preemption: a signal on any rank stops every rank after the same step. The same gather says
@@ -362,9 +372,9 @@ struct AfterStep {
 };
 
 AfterStep agree_after_step(Communicator& comm, const Checkpointer& checkpointer) {
-  const std::vector<double> flags = all_gather_doubles(
-      comm, std::array{static_cast<double>(preempt_signal.load()),
-                       checkpointer.pending_written() ? 1.0 : 0.0});
+  const std::vector<double> flags =
+      all_gather_doubles(comm, std::array{static_cast<double>(preempt_signal.load()),
+                                          checkpointer.pending_written() ? 1.0 : 0.0});
   AfterStep a;
   a.all_written = checkpointer.pending();
   for (int r = 0; r < comm.world(); ++r) {
@@ -380,8 +390,8 @@ void export_weights(const Config& config, const ModelSpec& model_spec, Engine& e
   const int64_t steps = config.zt.steps;
   const Precision& precision = engine.options().precision;
   if (!config.zt.save_weights.empty()) {
-    const bool sixteen_bit = config.zero_optimization.stage3_gather_16bit_weights_on_model_save &&
-                             precision.mixed();
+    const bool sixteen_bit =
+        config.zero_optimization.stage3_gather_16bit_weights_on_model_save && precision.mixed();
     engine.set_context(fmt::format("weights save after step {}", steps));
     save_weights(engine, config.zt.save_weights,
                  sixteen_bit ? WeightsDtype::kWorking : WeightsDtype::kMaster,
@@ -398,11 +408,11 @@ void export_weights(const Config& config, const ModelSpec& model_spec, Engine& e
     o.max_shard_size = hf.max_shard_size;
     if (is_hf_model_dir(config.zt.init_from)) o.tokenizer_from = config.zt.init_from;
     const SavePretrainedResult saved = save_pretrained(engine, model_spec, o);
-    log.rank0("saved a Hugging Face model directory {} ({} weights in {} safetensors file{}, {}; "
-              "{} tokenizer file{} copied)",
-              hf.dir, hf.dtype, saved.files, saved.files == 1 ? "" : "s",
-              format_bytes(saved.bytes), saved.tokenizer_files,
-              saved.tokenizer_files == 1 ? "" : "s");
+    log.rank0(
+        "saved a Hugging Face model directory {} ({} weights in {} safetensors file{}, {}; "
+        "{} tokenizer file{} copied)",
+        hf.dir, hf.dtype, saved.files, saved.files == 1 ? "" : "s", format_bytes(saved.bytes),
+        saved.tokenizer_files, saved.tokenizer_files == 1 ? "" : "s");
   }
 }
 
@@ -422,10 +432,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   DataLoader train_loader(setup.train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
   if (setup.val_file) val_loader.emplace(*setup.val_file, B, T, rank, world, false, config.zt.seed);
-  MetricsWriter metrics(std::filesystem::path(config.zt.output_dir) / "metrics.jsonl", rank,
-                        setup.resume ? std::optional<int64_t>(resume_point(*setup.resume).step)
-                                     : std::nullopt,
-                        test_write_limit_from_environment());
+  MetricsWriter metrics(
+      std::filesystem::path(config.zt.output_dir) / "metrics.jsonl", rank,
+      setup.resume ? std::optional<int64_t>(resume_point(*setup.resume).step) : std::nullopt,
+      test_write_limit_from_environment());
 
   TrainResult result;
   result.exit_code = build_engine(setup, device, comm, log, model_slot, offload, engine_slot);
@@ -454,8 +464,8 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
            [&](const SaveReport& s) { report_save(s, setup.checkpoint_root, world, log, metrics); },
        .fault = checkpoint_fault_hook(*model_slot, rank)});
   auto save = [&](int64_t step) {
-    nlohmann::json state = trainer_state(config, world, step, train_loader, val_loader,
-                                         engine.options().precision);
+    nlohmann::json state =
+        trainer_state(config, world, step, train_loader, val_loader, engine.options().precision);
     if (checkpointing.async)
       checkpointer.begin_async(step, std::move(state));
     else
@@ -474,9 +484,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   }
   if (checkpointing.async && (checkpointing.every_n_steps > 0 || checkpointing.given)) {
     const Checkpointer::SnapshotMapping mapped = checkpointer.map_snapshot();
-    log.rank0("zt.checkpoint.async: {:.1f} MiB of host memory per rank for the save snapshot, "
-              "mapped in {:.0f} ms before training",
-              mapped.bytes / 1048576.0, mapped.ms);
+    log.rank0(
+        "zt.checkpoint.async: {:.1f} MiB of host memory per rank for the save snapshot, "
+        "mapped in {:.0f} ms before training",
+        mapped.bytes / 1048576.0, mapped.ms);
   }
 
   std::vector<BatchArrays> arrays(accumulation, BatchArrays(B, T, setup.train_file.has_flags()));
@@ -507,8 +518,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
       // Every rank holds the same (reduced) loss, so every rank stops here together.
       result.exit_code = kExitFailure;
       if (rank == 0)
-        result.failure = fmt::format("{}: loss became {} at step {}; lower optimizer.params.lr or "
-                                     "enable gradient_clipping", config.source, r.loss, step);
+        result.failure = fmt::format(
+            "{}: loss became {} at step {}; lower optimizer.params.lr or "
+            "enable gradient_clipping",
+            config.source, r.loss, step);
       return result;
     }
 
@@ -543,7 +556,9 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
         result.failure = fmt::format(
             "preempted ({}) after step {} of {}: checkpoint {} saved; continue with zt-train "
             "--resume (exit code {})",
-            after.signal == SIGTERM ? "SIGTERM" : after.signal == SIGUSR1 ? "SIGUSR1" : "signal",
+            after.signal == SIGTERM   ? "SIGTERM"
+            : after.signal == SIGUSR1 ? "SIGUSR1"
+                                      : "signal",
             step, steps, checkpoint_step_dir(setup.checkpoint_root, step), kExitPreempted);
       }
       return result;

@@ -28,8 +28,8 @@ struct TrainSetup {
   ModelSpec model;
   TokenFile train_file;
   std::optional<TokenFile> val_file;
-  std::string checkpoint_root;              // zt.checkpoint.dir, or <zt.output_dir>/checkpoints
-  std::optional<CheckpointReader> resume;   // --resume: the validated checkpoint to continue
+  std::string checkpoint_root;             // zt.checkpoint.dir, or <zt.output_dir>/checkpoints
+  std::optional<CheckpointReader> resume;  // --resume: the validated checkpoint to continue
 };
 
 // The model a config names (zt.model: a zoo name or an object; else zt.init_from's
@@ -90,8 +90,8 @@ using TrainErrorHandler = std::function<void()>;
 // agree over it on model states that do not fit). metrics.jsonl (rank 0) is a log written as
 // the run goes: every row is one checked write, so a failed write (a full disk) ends the run in
 // the step it happened, naming the file and the OS error; rows before it stay, the failed one
-// may be cut short. The weights file is written atomically (it is complete under its name, or absent).
-// `cpus` is this process's bind_local_cpus(): its thread count is the default for
+// may be cut short. The weights file is written atomically (it is complete under its name, or
+// absent). `cpus` is this process's bind_local_cpus(): its thread count is the default for
 // zt.num_threads, and rank 0's start-up line reports every local rank's threads and CPUs.
 TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
                   Communicator& comm, const Logger& log, const TrainErrorHandler& on_error = {});

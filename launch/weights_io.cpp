@@ -16,7 +16,8 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -56,8 +57,8 @@ void save_weights(Engine& engine, const std::string& path, WeightsDtype which,
 
 // Finds every parameter of `model` in the file (checking shapes) and every file entry among the
 // parameters or the ignorable buffers; returns the entry for each parameter, units in order.
-std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
-    const SafetensorsSet& reader, Model& model) {
+std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(const SafetensorsSet& reader,
+                                                                       Model& model) {
   const std::string& path = reader.path();
   std::set<std::string> used;
   std::vector<std::vector<const SafetensorsEntry*>> matched;
@@ -70,8 +71,7 @@ std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
       const auto expected = exported_shape(e.spec);
       if (entry->shape != expected)
         throw_input(fmt::format("{}: tensor '{}' has shape {}, expected {} for this model",
-                                reader.file_of(*entry),
-                                entry->name, shape_string(entry->shape),
+                                reader.file_of(*entry), entry->name, shape_string(entry->shape),
                                 shape_string(expected)));
       matched.back().push_back(entry);
       used.insert(entry->name);

@@ -1,5 +1,5 @@
-// Weights in and out as safetensors with the models' Hugging Face names and shapes (fp32). Reads and
-// writes the engine's full unit buffers through the model's FlatLayouts; padded vocabulary rows
+// Weights in and out as safetensors with the models' Hugging Face names and shapes (fp32). Reads
+// and writes the engine's full unit buffers through the model's FlatLayouts; padded vocabulary rows
 // are left out on export and zero on import. Knows no model beyond the Unit interface.
 #pragma once
 

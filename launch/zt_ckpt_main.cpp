@@ -50,19 +50,21 @@ struct CommandLine {
 CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   CommandLine cl;
   po::options_description desc(kUsage);
-  desc.add_options()("help,h", "show this help")
-      ("dtype", po::value(&cl.dtype), "consolidate: the file's dtype, fp32 (default), bf16 or fp16")
-      ("model", po::value(&cl.model), "a zoo model: gpt2-tiny, gpt2-124M, gpt2-350M, gpt2-774M, "
-       "gpt2-1558M (import: required unless --config; consolidate: checked against the "
-       "checkpoint)")
-      ("config", po::value(&cl.config_path), "a zt-train job config: its model, and for import "
-       "its optimizer, micro-batch, seq_len and seed (the fine-tuning run's)")
-      ("set", po::value(&cl.overrides)->composing(), "override a config key (with --config)")
-      ("optimizer", po::value(&cl.optimizer), "import with --model: the optimizer whose (zero) "
-       "state to write: adamw or adam (exp_avg, exp_avg_sq), sgd-momentum (momentum), sgd (none)");
+  desc.add_options()("help,h", "show this help")(
+      "dtype", po::value(&cl.dtype), "consolidate: the file's dtype, fp32 (default), bf16 or fp16")(
+      "model", po::value(&cl.model),
+      "a zoo model: gpt2-tiny, gpt2-124M, gpt2-350M, gpt2-774M, "
+      "gpt2-1558M (import: required unless --config; consolidate: checked against the "
+      "checkpoint)")("config", po::value(&cl.config_path),
+                     "a zt-train job config: its model, and for import "
+                     "its optimizer, micro-batch, seq_len and seed (the fine-tuning run's)")(
+      "set", po::value(&cl.overrides)->composing(), "override a config key (with --config)")(
+      "optimizer", po::value(&cl.optimizer),
+      "import with --model: the optimizer whose (zero) "
+      "state to write: adamw or adam (exp_avg, exp_avg_sq), sgd-momentum (momentum), sgd (none)");
   po::options_description hidden;
-  hidden.add_options()("command", po::value(&cl.command))(
-      "paths", po::value(&cl.paths)->composing());
+  hidden.add_options()("command", po::value(&cl.command))("paths",
+                                                          po::value(&cl.paths)->composing());
   po::options_description all;
   all.add(desc).add(hidden);
   po::positional_options_description positional;
@@ -80,9 +82,10 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   if (cl.help) return cl;
   const size_t wanted = cl.command == "inspect" ? 1 : 2;
   if (cl.command != "inspect" && cl.command != "consolidate" && cl.command != "import")
-    zt::throw_input(fmt::format("the command must be inspect, consolidate or import; got '{}' "
-                                "(see zt-ckpt --help)",
-                                cl.command));
+    zt::throw_input(
+        fmt::format("the command must be inspect, consolidate or import; got '{}' "
+                    "(see zt-ckpt --help)",
+                    cl.command));
   if (cl.paths.size() != wanted)
     zt::throw_input(fmt::format("zt-ckpt {} takes {} path{}; got {} (see zt-ckpt --help)",
                                 cl.command, wanted, wanted == 1 ? "" : "s", cl.paths.size()));
@@ -110,13 +113,17 @@ zt::DType dtype_named(const std::string& name) {
 zt::OptimizerOptions optimizer_named(const std::string& name) {
   zt::OptimizerOptions o;
   using Type = zt::OptimizerOptions::Type;
-  if (name == "adamw") o.type = Type::kAdamW;
-  else if (name == "adam") o.type = Type::kAdam;
-  else if (name == "sgd-momentum") o.type = Type::kSgd, o.momentum = 0.9f;
-  else if (name == "sgd") o.type = Type::kSgd;
+  if (name == "adamw")
+    o.type = Type::kAdamW;
+  else if (name == "adam")
+    o.type = Type::kAdam;
+  else if (name == "sgd-momentum")
+    o.type = Type::kSgd, o.momentum = 0.9f;
+  else if (name == "sgd")
+    o.type = Type::kSgd;
   else
-    zt::throw_input(fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'",
-                                name));
+    zt::throw_input(
+        fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'", name));
   return o;
 }
 
@@ -157,13 +164,13 @@ int run(const CommandLine& cl) {
     options.config_source = "zt-ckpt import --model " + cl.model;
   }
   const zt::ImportResult r = zt::import_weights(cl.paths[0], cl.paths[1], *model, options);
-  std::printf("wrote %s: %.2fM parameters from %s, optimizer state [%s] zeros, step 0 (%.1f MiB; "
-              "buffers held at most %.1f MiB, largest unit %.1f MiB)\n"
-              "fine-tune with: zt-train --config CONFIG --resume %s\n",
-              r.dir.c_str(), r.params / 1e6, cl.paths[0].c_str(),
-              fmt::format("{}", fmt::join(r.optimizer_state, ", ")).c_str(),
-              r.file_bytes / 1048576.0, r.buffer_peak_bytes / 1048576.0,
-              r.largest_unit_bytes / 1048576.0, cl.paths[1].c_str());
+  std::printf(
+      "wrote %s: %.2fM parameters from %s, optimizer state [%s] zeros, step 0 (%.1f MiB; "
+      "buffers held at most %.1f MiB, largest unit %.1f MiB)\n"
+      "fine-tune with: zt-train --config CONFIG --resume %s\n",
+      r.dir.c_str(), r.params / 1e6, cl.paths[0].c_str(),
+      fmt::format("{}", fmt::join(r.optimizer_state, ", ")).c_str(), r.file_bytes / 1048576.0,
+      r.buffer_peak_bytes / 1048576.0, r.largest_unit_bytes / 1048576.0, cl.paths[1].c_str());
   return 0;
 }
 

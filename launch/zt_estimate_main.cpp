@@ -45,25 +45,32 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   po::options_description desc(
       "usage: zt-estimate (--model NAME | --config FILE | --params N) [options]\n"
       "Memory per rank for ZeRO stages 0-3 with and without offload_optimizer. Options");
-  desc.add_options()("help,h", "show this help")
-      ("model", po::value(&cl.model), "a zoo model: gpt2-tiny, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M")
-      ("config", po::value(&cl.config_path), "a zt-train job config (its model, batch, precision, "
-       "optimizer, checkpointing, stage and zt.device_memory_limit)")
-      ("set", po::value(&cl.overrides)->composing(), "override a config key (with --config)")
-      ("params", po::value(&cl.params), "a raw parameter count, e.g. 7.5e9 (model states only)")
-      ("units", po::value(&cl.units), "with --params: units it is split into (default 1)")
-      ("ranks", po::value(&cl.ranks), "ranks in all (data-parallel world size; default 1)")
-      ("nodes", po::value(&cl.nodes), "nodes the ranks are on (DeepSpeed's CPU figures are per node)")
-      ("micro-batch", po::value(&cl.micro_batch), "micro-batch per rank (default: the config's, or 1)")
-      ("seq-len", po::value(&cl.seq_len), "sequence length (default: the config's, or n_positions)")
-      ("precision", po::value(&cl.precision), "fp32, fp16 or bf16 (mixed, fp32 master; default bf16)")
-      ("optimizer", po::value(&cl.optimizer), "adamw, adam (2 state tensors), sgd-momentum (1) or sgd (0)")
-      ("checkpoint", po::bool_switch(&cl.checkpoint), "activation checkpointing of every block")
-      ("persistence-threshold", po::value(&cl.persistence_threshold),
-       "stage 3: units this small stay gathered (default 100000)")
-      ("device-memory", po::value(&cl.device_memory), "device memory per rank, e.g. 6GB or 80GiB: "
-       "list the choices that fit, cheapest first (default: the config's zt.device_memory_limit)")
-      ("json", po::value(&cl.json_path), "also write the plan as JSON to this file");
+  desc.add_options()("help,h", "show this help")(
+      "model", po::value(&cl.model),
+      "a zoo model: gpt2-tiny, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M")(
+      "config", po::value(&cl.config_path),
+      "a zt-train job config (its model, batch, precision, "
+      "optimizer, checkpointing, stage and zt.device_memory_limit)")(
+      "set", po::value(&cl.overrides)->composing(), "override a config key (with --config)")(
+      "params", po::value(&cl.params), "a raw parameter count, e.g. 7.5e9 (model states only)")(
+      "units", po::value(&cl.units), "with --params: units it is split into (default 1)")(
+      "ranks", po::value(&cl.ranks), "ranks in all (data-parallel world size; default 1)")(
+      "nodes", po::value(&cl.nodes),
+      "nodes the ranks are on (DeepSpeed's CPU figures are per node)")(
+      "micro-batch", po::value(&cl.micro_batch),
+      "micro-batch per rank (default: the config's, or 1)")(
+      "seq-len", po::value(&cl.seq_len), "sequence length (default: the config's, or n_positions)")(
+      "precision", po::value(&cl.precision),
+      "fp32, fp16 or bf16 (mixed, fp32 master; default bf16)")(
+      "optimizer", po::value(&cl.optimizer),
+      "adamw, adam (2 state tensors), sgd-momentum (1) or sgd (0)")(
+      "checkpoint", po::bool_switch(&cl.checkpoint), "activation checkpointing of every block")(
+      "persistence-threshold", po::value(&cl.persistence_threshold),
+      "stage 3: units this small stay gathered (default 100000)")(
+      "device-memory", po::value(&cl.device_memory),
+      "device memory per rank, e.g. 6GB or 80GiB: "
+      "list the choices that fit, cheapest first (default: the config's zt.device_memory_limit)")(
+      "json", po::value(&cl.json_path), "also write the plan as JSON to this file");
   try {
     po::store(po::parse_command_line(argc, argv, desc), cl.vm);
     po::notify(cl.vm);
@@ -100,13 +107,17 @@ zt::Precision precision_named(const std::string& name) {
 zt::OptimizerOptions optimizer_named(const std::string& name) {
   zt::OptimizerOptions o;
   using Type = zt::OptimizerOptions::Type;
-  if (name == "adamw") o.type = Type::kAdamW;
-  else if (name == "adam") o.type = Type::kAdam;
-  else if (name == "sgd-momentum") o.type = Type::kSgd, o.momentum = 0.9f;
-  else if (name == "sgd") o.type = Type::kSgd;
+  if (name == "adamw")
+    o.type = Type::kAdamW;
+  else if (name == "adam")
+    o.type = Type::kAdam;
+  else if (name == "sgd-momentum")
+    o.type = Type::kSgd, o.momentum = 0.9f;
+  else if (name == "sgd")
+    o.type = Type::kSgd;
   else
-    zt::throw_input(fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'",
-                                name));
+    zt::throw_input(
+        fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'", name));
   return o;
 }
 

@@ -63,9 +63,10 @@ size_t validation_count(const PrepOptions& options, size_t count, std::string_vi
   size_t val_count = static_cast<size_t>(std::llround(options.val_fraction * count));
   val_count = std::max<size_t>(val_count, 1);
   if (val_count >= count) {
-    zt::throw_input(fmt::format("--val-fraction {} of {} {} leaves none for --out; give more "
-                                "inputs or a smaller fraction", options.val_fraction, count,
-                                what));
+    zt::throw_input(
+        fmt::format("--val-fraction {} of {} {} leaves none for --out; give more "
+                    "inputs or a smaller fraction",
+                    options.val_fraction, count, what));
   }
   return val_count;
 }
@@ -130,14 +131,14 @@ void write_instruction_split(zt::BpeTokenizer& tokenizer, const PrepOptions& opt
   std::string without_completion;
   if (packed.without_completion > 0) {
     without_completion = fmt::format(", {} examples without completion tokens (the first at {})",
-                                     packed.without_completion,
-                                     packed.first_without_completion);
+                                     packed.without_completion, packed.first_without_completion);
   }
-  fmt::print("{}: {} examples, {} blocks of {} tokens, {} completion tokens ({:.1f}%), {} "
-             "padding tokens, {} truncated examples{}\n", out, packed.examples, packed.blocks,
-             options.seq_len, packed.completion_tokens,
-             100.0 * static_cast<double>(packed.completion_tokens) / block_tokens,
-             packed.padding_tokens, packed.truncated, without_completion);
+  fmt::print(
+      "{}: {} examples, {} blocks of {} tokens, {} completion tokens ({:.1f}%), {} "
+      "padding tokens, {} truncated examples{}\n",
+      out, packed.examples, packed.blocks, options.seq_len, packed.completion_tokens,
+      100.0 * static_cast<double>(packed.completion_tokens) / block_tokens, packed.padding_tokens,
+      packed.truncated, without_completion);
 }
 
 void prep_instruction_data(const PrepOptions& options) {
@@ -177,28 +178,27 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
       "...]} with R system, user or assistant; each ends with the separator token and is packed\n"
       "into blocks of N tokens, the loss on C or on the assistant's X only (template and file\n"
       "format: docs/data_format.md). Options");
-  visible.add_options()
-      ("help,h", "print this help")
-      ("vocab", po::value(&options.vocab_dir),
-       "directory holding GPT-2's encoder.json and vocab.bpe")
-      ("tokenizer", po::value(&options.tokenizer_path),
-       "a Hugging Face tokenizer.json (byte-level BPE), or a directory holding one")
-      ("separator", po::value(&options.separator),
-       "the token put before each document, or after each .jsonl example and as its padding "
-       "(default <|endoftext|>), e.g. <|end_of_text|>")
-      ("out", po::value(&options.out)->required(), "token file to write (training split)")
-      ("val-out", po::value(&options.val_out), "token file for the validation split")
-      ("val-fraction", po::value(&options.val_fraction),
-       "share of the documents or examples (the last ones, in order) that go to --val-out; "
-       "0 < F < 1")
-      ("seq-len", po::value(&options.seq_len),
-       ".jsonl: the block length N examples are packed into (train with seq_len a multiple of "
-       "N); longer examples are cut to N")
-      ("bos", po::value(&options.bos),
-       ".jsonl: a token put first in every example (not trained on), e.g. <|begin_of_text|>")
-      ("pad", po::bool_switch(&options.pad),
-       ".jsonl: one example per block, the rest padding (for attention without document "
-       "masks)");
+  visible.add_options()("help,h", "print this help")(
+      "vocab", po::value(&options.vocab_dir),
+      "directory holding GPT-2's encoder.json and vocab.bpe")(
+      "tokenizer", po::value(&options.tokenizer_path),
+      "a Hugging Face tokenizer.json (byte-level BPE), or a directory holding one")(
+      "separator", po::value(&options.separator),
+      "the token put before each document, or after each .jsonl example and as its padding "
+      "(default <|endoftext|>), e.g. <|end_of_text|>")("out", po::value(&options.out)->required(),
+                                                       "token file to write (training split)")(
+      "val-out", po::value(&options.val_out), "token file for the validation split")(
+      "val-fraction", po::value(&options.val_fraction),
+      "share of the documents or examples (the last ones, in order) that go to --val-out; "
+      "0 < F < 1")(
+      "seq-len", po::value(&options.seq_len),
+      ".jsonl: the block length N examples are packed into (train with seq_len a multiple of "
+      "N); longer examples are cut to N")(
+      "bos", po::value(&options.bos),
+      ".jsonl: a token put first in every example (not trained on), e.g. <|begin_of_text|>")(
+      "pad", po::bool_switch(&options.pad),
+      ".jsonl: one example per block, the rest padding (for attention without document "
+      "masks)");
   po::options_description hidden;
   hidden.add_options()("input", po::value(&options.inputs)->multitoken(),
                        "input text or .jsonl files");
@@ -222,17 +222,19 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
   const auto jsonl = std::find_if(options.inputs.begin(), options.inputs.end(), is_jsonl);
   const auto text = std::find_if_not(options.inputs.begin(), options.inputs.end(), is_jsonl);
   if (jsonl != options.inputs.end() && text != options.inputs.end()) {
-    zt::throw_input(fmt::format("the INPUTs mix instruction data ({}) and text ({}); prepare "
-                                "them in separate calls", *jsonl, *text));
+    zt::throw_input(
+        fmt::format("the INPUTs mix instruction data ({}) and text ({}); prepare "
+                    "them in separate calls",
+                    *jsonl, *text));
   }
   if (jsonl != options.inputs.end()) {
     if (!vm.count("seq-len")) {
-      zt::throw_input("instruction data (.jsonl) needs --seq-len N, the block length examples "
-                      "are packed into (see zt-prep --help)");
+      zt::throw_input(
+          "instruction data (.jsonl) needs --seq-len N, the block length examples "
+          "are packed into (see zt-prep --help)");
     }
     if (options.seq_len < 1 || options.seq_len > INT32_MAX) {
-      zt::throw_input(fmt::format("--seq-len must be 1..{}; got {}", INT32_MAX,
-                                  options.seq_len));
+      zt::throw_input(fmt::format("--seq-len must be 1..{}; got {}", INT32_MAX, options.seq_len));
     }
   } else if (vm.count("seq-len") || vm.count("bos") || options.pad) {
     zt::throw_input("--seq-len, --bos and --pad apply to instruction data (.jsonl inputs) only");

@@ -61,8 +61,8 @@ int cores_of_this_machine() {
   std::set<std::pair<std::string, std::string>> cores;
   const std::vector<int> cpus = zt::this_thread_cpus();
   for (int cpu : cpus) {
-    const fs::path topology = fs::path("/sys/devices/system/cpu") / ("cpu" + std::to_string(cpu)) /
-                              "topology";
+    const fs::path topology =
+        fs::path("/sys/devices/system/cpu") / ("cpu" + std::to_string(cpu)) / "topology";
     const std::string package = read_sysfs_line(topology / "physical_package_id");
     const std::string core = read_sysfs_line(topology / "core_id");
     if (core.empty())
@@ -115,8 +115,9 @@ int run(int argc, char** argv) {
   }
   const std::string mpirun = find_on_path("mpirun");
   if (mpirun.empty())
-    zt::throw_input("mpirun is not on PATH: install Open MPI (openmpi-bin) or add its bin "
-                    "directory to PATH");
+    zt::throw_input(
+        "mpirun is not on PATH: install Open MPI (openmpi-bin) or add its bin "
+        "directory to PATH");
 
   zt::LaunchHost host;
   host.root = ::geteuid() == 0;
@@ -127,8 +128,8 @@ int run(int argc, char** argv) {
   if (!request.hostfile.empty()) {
     std::ifstream in(request.hostfile);
     if (!in)
-      zt::throw_input(fmt::format("cannot read hostfile {}: {}", request.hostfile,
-                                  std::strerror(errno)));
+      zt::throw_input(
+          fmt::format("cannot read hostfile {}: {}", request.hostfile, std::strerror(errno)));
     std::ostringstream text;
     text << in.rdbuf();
     host.slots = zt::hostfile_slots(text.str(), cores, request.hostfile);

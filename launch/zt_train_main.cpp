@@ -40,15 +40,15 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   po::options_description desc(
       "usage: zt-train --config FILE [--set key.path=value]... [--resume [DIR]]");
   std::string resume;
-  desc.add_options()("help,h", "show this help")
-      ("config,c", po::value(&cl.config_path), "job config (JSON, DeepSpeed key names + zt block)")
-      ("set", po::value(&cl.overrides)->composing(),
-       "override a config key, e.g. --set zt.steps=100 (repeatable; value parsed as JSON)")
-      ("dry-run", po::bool_switch(&cl.dry_run),
-       "print the memory plan per rank for this config and world size (zt-estimate's) and exit")
-      ("resume", po::value(&resume)->implicit_value(""),
-       "continue from a checkpoint: DIR (a checkpoint root or a step directory), or without DIR "
-       "the latest under zt.checkpoint.dir");
+  desc.add_options()("help,h", "show this help")(
+      "config,c", po::value(&cl.config_path), "job config (JSON, DeepSpeed key names + zt block)")(
+      "set", po::value(&cl.overrides)->composing(),
+      "override a config key, e.g. --set zt.steps=100 (repeatable; value parsed as JSON)")(
+      "dry-run", po::bool_switch(&cl.dry_run),
+      "print the memory plan per rank for this config and world size (zt-estimate's) and exit")(
+      "resume", po::value(&resume)->implicit_value(""),
+      "continue from a checkpoint: DIR (a checkpoint root or a step directory), or without DIR "
+      "the latest under zt.checkpoint.dir");
   // "--resume DIR" as "--resume=DIR": boost takes an implicit value only when attached.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i + 1 < args.size(); ++i)
@@ -107,8 +107,9 @@ int main(int argc, char** argv) {
       help = true;  // nothing more to do
       return 0;
     }
-    if (!help) setup = zt::prepare_training(cl.config_path, cl.overrides, group.rank, group.world,
-                                           cl.resume);
+    if (!help)
+      setup =
+          zt::prepare_training(cl.config_path, cl.overrides, group.rank, group.world, cl.resume);
     return 0;
   });
   if (setup_code != 0) return setup_code;
@@ -129,46 +130,51 @@ int main(int argc, char** argv) {
   // which ends the job the same way with exit code 3.
   bool agreed_failure = false;
   const int report_rank = group.world > 1 ? group.rank : -1;
-  const int code = zt::run_tool("zt-train", [&] {
-    const zt::ZtConfig& zc = setup->config.zt;
-    // One GPU per rank by local rank (CUDA_VISIBLE_DEVICES honoured by the CUDA runtime).
-    std::unique_ptr<zt::Device> device = zt::make_device(
-        zt::parse_device_kind(zc.device, setup->config.source + ": zt.device"), group.local_rank);
-    zt::set_allow_tf32(*device, zc.allow_tf32);
-    device->set_memory_limit(zc.device_memory_limit);
-    // The communicator's staging buffers are the first device memory of the job, allocated
-    // after its collectives (duplicating the world): that they do not fit the device is agreed
-    // on as in phase 1, and so are the model states (train()). Other errors end the job.
-    std::unique_ptr<zt::Communicator> comm;
-    std::string out_of_memory;
-    try {
-      comm = zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s,
-                                   zc.comm_init_timeout_s);
-    } catch (const zt::Error& e) {
-      if (e.kind() != zt::ErrorKind::kOutOfMemory) throw;
-      zt::describe_current_exception(&out_of_memory);
-    }
-    if (const int agreed = zt::agree_on_failure("zt-train", group.rank, group.world,
-                                                out_of_memory.empty() ? 0 : zt::kExitFailure,
-                                                out_of_memory)) {
-      agreed_failure = true;
-      return agreed;
-    }
-    comm->set_watchdog(zc.comm_timeout_s, [&](const zt::CollectiveTimeout& timeout) {
-      zt::abort_job("zt-train", report_rank, timeout.message(), zt::kExitCommTimeout);
-    });
-    auto abort_on_error = [&] {
-      if (group.world == 1) return;  // nobody waits: run_tool below reports it
-      std::string message;
-      const int error_code = zt::describe_current_exception(&message);
-      zt::abort_job("zt-train", report_rank, message, error_code);
-    };
-    const zt::TrainResult result = zt::train(*setup, *cpus, *device, *comm, log, abort_on_error);
-    if (result.exit_code == 0) return 0;
-    agreed_failure = true;
-    if (!result.failure.empty()) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());
-    return result.exit_code;
-  }, report_rank);
+  const int code = zt::run_tool(
+      "zt-train",
+      [&] {
+        const zt::ZtConfig& zc = setup->config.zt;
+        // One GPU per rank by local rank (CUDA_VISIBLE_DEVICES honoured by the CUDA runtime).
+        std::unique_ptr<zt::Device> device =
+            zt::make_device(zt::parse_device_kind(zc.device, setup->config.source + ": zt.device"),
+                            group.local_rank);
+        zt::set_allow_tf32(*device, zc.allow_tf32);
+        device->set_memory_limit(zc.device_memory_limit);
+        // The communicator's staging buffers are the first device memory of the job, allocated
+        // after its collectives (duplicating the world): that they do not fit the device is agreed
+        // on as in phase 1, and so are the model states (train()). Other errors end the job.
+        std::unique_ptr<zt::Communicator> comm;
+        std::string out_of_memory;
+        try {
+          comm = zt::make_communicator(zc.comm_backend, *device, zc.comm_timeout_s,
+                                       zc.comm_init_timeout_s);
+        } catch (const zt::Error& e) {
+          if (e.kind() != zt::ErrorKind::kOutOfMemory) throw;
+          zt::describe_current_exception(&out_of_memory);
+        }
+        if (const int agreed =
+                zt::agree_on_failure("zt-train", group.rank, group.world,
+                                     out_of_memory.empty() ? 0 : zt::kExitFailure, out_of_memory)) {
+          agreed_failure = true;
+          return agreed;
+        }
+        comm->set_watchdog(zc.comm_timeout_s, [&](const zt::CollectiveTimeout& timeout) {
+          zt::abort_job("zt-train", report_rank, timeout.message(), zt::kExitCommTimeout);
+        });
+        auto abort_on_error = [&] {
+          if (group.world == 1) return;  // nobody waits: run_tool below reports it
+          std::string message;
+          const int error_code = zt::describe_current_exception(&message);
+          zt::abort_job("zt-train", report_rank, message, error_code);
+        };
+        const zt::TrainResult result =
+            zt::train(*setup, *cpus, *device, *comm, log, abort_on_error);
+        if (result.exit_code == 0) return 0;
+        agreed_failure = true;
+        if (!result.failure.empty()) std::fprintf(stderr, "zt-train: %s\n", result.failure.c_str());
+        return result.exit_code;
+      },
+      report_rank);
   if (code != 0 && group.world > 1 && !agreed_failure) mpi.abort(code);
   return code;
 }

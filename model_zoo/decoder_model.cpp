@@ -34,13 +34,11 @@ void EmbeddingLayer::forward(Kernels& k, const LayerIO& io, ActivationStore&) {
                       b.positions);
 }
 
-void EmbeddingLayer::backward(Kernels& k, const LayerIO& io, ActivationStore&,
-                              ActivationStore&) {
+void EmbeddingLayer::backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) {
   const Batch& b = *io.batch;
-  const Operand d_positions_table =
-      positions_table_ < 0 ? Operand() : root_.grad(positions_table_);
-  k.embedding_backward(root_.grad(table_), d_positions_table, io.d_output, b.inputs, b.B, b.T,
-                       C_, b.positions);
+  const Operand d_positions_table = positions_table_ < 0 ? Operand() : root_.grad(positions_table_);
+  k.embedding_backward(root_.grad(table_), d_positions_table, io.d_output, b.inputs, b.B, b.T, C_,
+                       b.positions);
 }
 
 }  // namespace zt::zoo

@@ -20,8 +20,19 @@ using zoo::TableUnit;
 enum RootParam { kWte, kWpe, kLnfW, kLnfB, kRootParamCount };
 // Block tensors, in table order (Hugging Face's order within h.{i}).
 enum BlockParam {
-  kLn1W, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB,
-  kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kBlockParamCount
+  kLn1W,
+  kLn1B,
+  kAttnW,
+  kAttnB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+  kBlockParamCount
 };
 
 ParamSpec weight(std::string name, std::vector<int64_t> shape, float std) {
@@ -51,18 +62,18 @@ std::vector<ParamSpec> block_specs(const Gpt2Config& c, int layer) {
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(c.n_layer));
   const std::string p = "h." + std::to_string(layer) + ".";
   std::vector<ParamSpec> specs = {
-      norm_weight(p + "ln_1.weight", C),                 // (C)
-      bias(p + "ln_1.bias", C),                          // (C)
-      weight(p + "attn.c_attn.weight", {C, 3 * C}, 0.02f),  // (C, 3C)
-      bias(p + "attn.c_attn.bias", 3 * C),               // (3C)
-      weight(p + "attn.c_proj.weight", {C, C}, proj_std),   // (C, C)
-      bias(p + "attn.c_proj.bias", C),                   // (C)
-      norm_weight(p + "ln_2.weight", C),                 // (C)
-      bias(p + "ln_2.bias", C),                          // (C)
-      weight(p + "mlp.c_fc.weight", {C, 4 * C}, 0.02f),     // (C, 4C)
-      bias(p + "mlp.c_fc.bias", 4 * C),                  // (4C)
-      weight(p + "mlp.c_proj.weight", {4 * C, C}, proj_std), // (4C, C)
-      bias(p + "mlp.c_proj.bias", C),                    // (C)
+      norm_weight(p + "ln_1.weight", C),                      // (C)
+      bias(p + "ln_1.bias", C),                               // (C)
+      weight(p + "attn.c_attn.weight", {C, 3 * C}, 0.02f),    // (C, 3C)
+      bias(p + "attn.c_attn.bias", 3 * C),                    // (3C)
+      weight(p + "attn.c_proj.weight", {C, C}, proj_std),     // (C, C)
+      bias(p + "attn.c_proj.bias", C),                        // (C)
+      norm_weight(p + "ln_2.weight", C),                      // (C)
+      bias(p + "ln_2.bias", C),                               // (C)
+      weight(p + "mlp.c_fc.weight", {C, 4 * C}, 0.02f),       // (C, 4C)
+      bias(p + "mlp.c_fc.bias", 4 * C),                       // (4C)
+      weight(p + "mlp.c_proj.weight", {4 * C, C}, proj_std),  // (4C, C)
+      bias(p + "mlp.c_proj.bias", C),                         // (C)
   };
   ZT_ASSERT(specs.size() == kBlockParamCount, "block table has {} entries", specs.size());
   for (int i : {kAttnW, kAttnProjW, kFcW, kFcProjW}) specs[i].grad_written_whole = true;
@@ -80,8 +91,20 @@ class BlockLayer final : public Layer {
   bool checkpointable() const override { return true; }
 
   // Saved activations, by allocation order (ActivationStore::at).
-  enum Saved { kLn1, kLn1Mean, kLn1Rstd, kQkv, kAtt, kAtty, kRes2, kLn2, kLn2Mean, kLn2Rstd,
-               kFc, kGelu };
+  enum Saved {
+    kLn1,
+    kLn1Mean,
+    kLn1Rstd,
+    kQkv,
+    kAtt,
+    kAtty,
+    kRes2,
+    kLn2,
+    kLn2Mean,
+    kLn2Rstd,
+    kFc,
+    kGelu
+  };
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
     const int64_t B = io.batch->B, T = io.batch->T, C = c_.n_embd, NH = c_.n_head, N = B * T;
@@ -107,8 +130,7 @@ class BlockLayer final : public Layer {
                      WeightLayout::kInOut);
     k.residual_forward(res2, res2, x, N * C);
     k.layernorm_forward(ln2, ln2_mean, ln2_rstd, res2, u_.param(kLn2W), u_.param(kLn2B), N, C);
-    k.matmul_forward(fc, ln2, u_.param(kFcW), u_.param(kFcB), N, C, 4 * C,
-                     WeightLayout::kInOut);
+    k.matmul_forward(fc, ln2, u_.param(kFcW), u_.param(kFcB), N, C, 4 * C, WeightLayout::kInOut);
     k.gelu_forward(gelu, fc, N * 4 * C);
     k.matmul_forward(io.output, gelu, u_.param(kFcProjW), u_.param(kFcProjB), N, 4 * C, C,
                      WeightLayout::kInOut);
@@ -119,8 +141,8 @@ class BlockLayer final : public Layer {
   std::optional<LayerActivations> activations(int64_t B, int64_t T, bool) const override {
     const int64_t C = c_.n_embd, NH = c_.n_head, N = B * T;
     LayerActivations a;
-    a.saved = {{N * C}, {N, true}, {N, true}, {N * 3 * C}, {B * NH * T * T}, {N * C}, {N * C},
-               {N * C}, {N, true}, {N, true}, {N * 4 * C}, {N * 4 * C}};
+    a.saved = {{N * C}, {N, true}, {N, true}, {N * 3 * C}, {B * NH * T * T}, {N * C},
+               {N * C}, {N * C},   {N, true}, {N, true},   {N * 4 * C},      {N * 4 * C}};
     ZT_ASSERT(a.saved.size() == kGelu + 1, "{} saved buffers declared", a.saved.size());
     a.scratch = N * C + 4 * N * C + 4 * N * C + N * C + N * C + 3 * N * C + N * C;
     return a;
@@ -144,12 +166,11 @@ class BlockLayer final : public Layer {
     k.fill(d_qkv, 0.0f, 3 * N * C);
     constexpr GradOutput kWrite = GradOutput::kWrite;
 
-    k.matmul_backward(d_gelu, u_.grad(kFcProjW), u_.grad(kFcProjB), io.d_output,
-                      acts.at(kGelu), u_.param(kFcProjW), N, 4 * C, C, WeightLayout::kInOut,
-                      kWrite);
+    k.matmul_backward(d_gelu, u_.grad(kFcProjW), u_.grad(kFcProjB), io.d_output, acts.at(kGelu),
+                      u_.param(kFcProjW), N, 4 * C, C, WeightLayout::kInOut, kWrite);
     k.gelu_backward(d_fc, acts.at(kFc), d_gelu, N * 4 * C);
-    k.matmul_backward(d_ln2, u_.grad(kFcW), u_.grad(kFcB), d_fc, acts.at(kLn2), u_.param(kFcW),
-                      N, C, 4 * C, WeightLayout::kInOut, kWrite);
+    k.matmul_backward(d_ln2, u_.grad(kFcW), u_.grad(kFcB), d_fc, acts.at(kLn2), u_.param(kFcW), N,
+                      C, 4 * C, WeightLayout::kInOut, kWrite);
     k.layernorm_backward(d_res2, u_.grad(kLn2W), u_.grad(kLn2B), d_ln2, acts.at(kRes2),
                          u_.param(kLn2W), acts.at(kLn2Mean), acts.at(kLn2Rstd), N, C);
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
@@ -172,12 +193,13 @@ class BlockLayer final : public Layer {
 }  // namespace
 
 Gpt2Config gpt2_zoo_config(const std::string& name) {
-  struct Entry { const char* name; Gpt2Config config; };
+  struct Entry {
+    const char* name;
+    Gpt2Config config;
+  };
   static const Entry kZoo[] = {
-      {"gpt2-tiny", {4, 4, 128, 50257, 256}},
-      {"gpt2-124M", {12, 12, 768, 50257, 1024}},
-      {"gpt2-350M", {24, 16, 1024, 50257, 1024}},
-      {"gpt2-774M", {36, 20, 1280, 50257, 1024}},
+      {"gpt2-tiny", {4, 4, 128, 50257, 256}},      {"gpt2-124M", {12, 12, 768, 50257, 1024}},
+      {"gpt2-350M", {24, 16, 1024, 50257, 1024}},  {"gpt2-774M", {36, 20, 1280, 50257, 1024}},
       {"gpt2-1558M", {48, 25, 1600, 50257, 1024}},
   };
   std::string known;
@@ -192,8 +214,7 @@ void validate_gpt2_config(const Gpt2Config& c, const std::string& source) {
   auto require = [&](bool ok, const char* what) {
     if (!ok) throw_input(fmt::format("{}: zt.model: {}", source, what));
   };
-  require(c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0 && c.vocab_size > 0 &&
-              c.n_positions > 0,
+  require(c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0 && c.vocab_size > 0 && c.n_positions > 0,
           "n_layer, n_head, n_embd, vocab_size and n_positions must be > 0");
   require(c.n_embd % c.n_head == 0, "n_embd must be divisible by n_head");
   require(c.vocab_size <= 65536, "vocab_size must be <= 65536 (token files hold uint16 ids)");
@@ -208,8 +229,8 @@ Gpt2::Gpt2(const Gpt2Config& config) : config_(config) {
     add_layer(std::make_unique<BlockLayer>(config, block, l + 1));
   }
   // The tied head: wte, (Vp, C), its padding rows zero.
-  add_layer(std::make_unique<zoo::LmHeadLayer>(root, zoo::FinalNorm::layer_norm(kLnfW, kLnfB),
-                                               kWte, config.n_embd, config.vocab_size,
+  add_layer(std::make_unique<zoo::LmHeadLayer>(root, zoo::FinalNorm::layer_norm(kLnfW, kLnfB), kWte,
+                                               config.n_embd, config.vocab_size,
                                                config.padded_vocab_size(), logits_chunking()));
 }
 
@@ -218,8 +239,7 @@ Gpt2::~Gpt2() = default;
 double Gpt2::forward_flops_per_token(int64_t T) const {
   // 2 FLOPs per parameter per token for the matmuls (the tied head counted through wte), plus
   // attention's two (T x T x C) products per layer: QKᵀ and att·V, 2·2·T·C per token.
-  return 2.0 * parameter_count() +
-         4.0 * config_.n_layer * static_cast<double>(T) * config_.n_embd;
+  return 2.0 * parameter_count() + 4.0 * config_.n_layer * static_cast<double>(T) * config_.n_embd;
 }
 
 }  // namespace zt

@@ -32,9 +32,8 @@ enum RootParam { kEmbed, kNorm, kLmHead };
 
 // Where each tensor of a decoder layer sits in its table; -1: absent (an optional bias).
 struct BlockIndex {
-  int ln1 = -1, q = -1, k = -1, v = -1, q_bias = -1, k_bias = -1, v_bias = -1, o = -1,
-      o_bias = -1, ln2 = -1, gate = -1, up = -1, gate_bias = -1, up_bias = -1, down = -1,
-      down_bias = -1;
+  int ln1 = -1, q = -1, k = -1, v = -1, q_bias = -1, k_bias = -1, v_bias = -1, o = -1, o_bias = -1,
+      ln2 = -1, gate = -1, up = -1, gate_bias = -1, up_bias = -1, down = -1, down_bias = -1;
 };
 
 // Model dimensions, resolved once.
@@ -67,26 +66,26 @@ std::vector<ParamSpec> block_specs(const LlamaConfig& c, int layer, BlockIndex& 
     index = static_cast<int>(specs.size());
     specs.push_back(std::move(spec));
   };
-  add(at.ln1, zoo::norm_weight_spec(p + "input_layernorm.weight", d.C));               // (C)
-  add(at.q, zoo::weight_spec(p + "self_attn.q_proj.weight", {d.Q, d.C}, kInitStd));    // (Q, C)
-  add(at.k, zoo::weight_spec(p + "self_attn.k_proj.weight", {d.KV, d.C}, kInitStd));   // (KV, C)
-  add(at.v, zoo::weight_spec(p + "self_attn.v_proj.weight", {d.KV, d.C}, kInitStd));   // (KV, C)
+  add(at.ln1, zoo::norm_weight_spec(p + "input_layernorm.weight", d.C));              // (C)
+  add(at.q, zoo::weight_spec(p + "self_attn.q_proj.weight", {d.Q, d.C}, kInitStd));   // (Q, C)
+  add(at.k, zoo::weight_spec(p + "self_attn.k_proj.weight", {d.KV, d.C}, kInitStd));  // (KV, C)
+  add(at.v, zoo::weight_spec(p + "self_attn.v_proj.weight", {d.KV, d.C}, kInitStd));  // (KV, C)
   if (c.attention_bias) {
-    add(at.q_bias, zoo::bias_spec(p + "self_attn.q_proj.bias", d.Q));    // (Q)
-    add(at.k_bias, zoo::bias_spec(p + "self_attn.k_proj.bias", d.KV));   // (KV)
-    add(at.v_bias, zoo::bias_spec(p + "self_attn.v_proj.bias", d.KV));   // (KV)
+    add(at.q_bias, zoo::bias_spec(p + "self_attn.q_proj.bias", d.Q));   // (Q)
+    add(at.k_bias, zoo::bias_spec(p + "self_attn.k_proj.bias", d.KV));  // (KV)
+    add(at.v_bias, zoo::bias_spec(p + "self_attn.v_proj.bias", d.KV));  // (KV)
   }
-  add(at.o, zoo::weight_spec(p + "self_attn.o_proj.weight", {d.C, d.Q}, kInitStd));    // (C, Q)
+  add(at.o, zoo::weight_spec(p + "self_attn.o_proj.weight", {d.C, d.Q}, kInitStd));  // (C, Q)
   if (c.attention_bias && c.attention_out_bias)
-    add(at.o_bias, zoo::bias_spec(p + "self_attn.o_proj.bias", d.C));   // (C)
-  add(at.ln2, zoo::norm_weight_spec(p + "post_attention_layernorm.weight", d.C));      // (C)
-  add(at.gate, zoo::weight_spec(p + "mlp.gate_proj.weight", {d.F, d.C}, kInitStd));    // (F, C)
-  add(at.up, zoo::weight_spec(p + "mlp.up_proj.weight", {d.F, d.C}, kInitStd));        // (F, C)
+    add(at.o_bias, zoo::bias_spec(p + "self_attn.o_proj.bias", d.C));                // (C)
+  add(at.ln2, zoo::norm_weight_spec(p + "post_attention_layernorm.weight", d.C));    // (C)
+  add(at.gate, zoo::weight_spec(p + "mlp.gate_proj.weight", {d.F, d.C}, kInitStd));  // (F, C)
+  add(at.up, zoo::weight_spec(p + "mlp.up_proj.weight", {d.F, d.C}, kInitStd));      // (F, C)
   if (c.mlp_bias) {
-    add(at.gate_bias, zoo::bias_spec(p + "mlp.gate_proj.bias", d.F));   // (F)
-    add(at.up_bias, zoo::bias_spec(p + "mlp.up_proj.bias", d.F));       // (F)
+    add(at.gate_bias, zoo::bias_spec(p + "mlp.gate_proj.bias", d.F));  // (F)
+    add(at.up_bias, zoo::bias_spec(p + "mlp.up_proj.bias", d.F));      // (F)
   }
-  add(at.down, zoo::weight_spec(p + "mlp.down_proj.weight", {d.C, d.F}, kInitStd));    // (C, F)
+  add(at.down, zoo::weight_spec(p + "mlp.down_proj.weight", {d.C, d.F}, kInitStd));  // (C, F)
   if (c.mlp_bias) add(at.down_bias, zoo::bias_spec(p + "mlp.down_proj.bias", d.C));  // (C)
   // Written whole by their products; k, v and up are written by the fused products through
   // q's and gate's views, so they start zeroed instead (never handed out themselves).
@@ -145,8 +144,7 @@ class DecoderLayer final : public Layer {
     k.rope_forward(qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
                    io.batch->positions);
     k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd, io.batch->positions);
-    k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C,
-                     WeightLayout::kOutIn);
+    k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C, WeightLayout::kOutIn);
     k.residual_forward(res2, res2, x, N * C);
     k.rmsnorm_forward(ln2, ln2_rstd, res2, param(at_.ln2), N, C, eps);
     k.matmul_forward(gate_up, ln2, param(at_.gate), param(at_.gate_bias), N, C, 2 * F,
@@ -161,8 +159,8 @@ class DecoderLayer final : public Layer {
   std::optional<LayerActivations> activations(int64_t B, int64_t T, bool) const override {
     const int64_t N = B * T, C = d_.C, F = d_.F;
     LayerActivations a;
-    a.saved = {{N * C},          {N, true}, {N * d_.R}, {B * d_.NH * T * T}, {N * d_.Q},
-               {N * C},          {N * C},   {N, true},  {N * 2 * F},         {N * F}};
+    a.saved = {{N * C}, {N, true}, {N * d_.R}, {B * d_.NH * T * T}, {N * d_.Q},
+               {N * C}, {N * C},   {N, true},  {N * 2 * F},         {N * F}};
     ZT_ASSERT(a.saved.size() == kSwiglu + 1, "{} saved buffers declared", a.saved.size());
     a.scratch = N * C + N * F + 2 * N * F + N * C + N * d_.Q + N * d_.R + N * C;
     return a;
@@ -187,24 +185,24 @@ class DecoderLayer final : public Layer {
     k.fill(d_qkv, 0.0f, N * d_.R);
     constexpr GradOutput kWrite = GradOutput::kWrite;
 
-    k.matmul_backward(d_swiglu, grad(at_.down), grad(at_.down_bias), io.d_output,
-                      acts.at(kSwiglu), param(at_.down), N, F, C, WeightLayout::kOutIn, kWrite);
+    k.matmul_backward(d_swiglu, grad(at_.down), grad(at_.down_bias), io.d_output, acts.at(kSwiglu),
+                      param(at_.down), N, F, C, WeightLayout::kOutIn, kWrite);
     k.swiglu_backward(d_gate_up, acts.at(kGateUp), d_swiglu, N, F);
     k.matmul_backward(d_ln2, grad(at_.gate), grad(at_.gate_bias), d_gate_up, acts.at(kLn2),
                       param(at_.gate), N, C, 2 * F, WeightLayout::kOutIn, kWrite);
     k.rmsnorm_backward(d_res2, grad(at_.ln2), d_ln2, acts.at(kRes2), param(at_.ln2),
                        acts.at(kLn2Rstd), N, C);
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
-    k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty),
-                      param(at_.o), N, d_.Q, C, WeightLayout::kOutIn, kWrite);
+    k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty), param(at_.o),
+                      N, d_.Q, C, WeightLayout::kOutIn, kWrite);
     k.gqa_attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, NH, NKV, hd,
                              io.batch->positions);
     // d_qkv now holds the gradient w.r.t. the rotated q and k; rotated back in place, it is the
     // gradient w.r.t. the projection's output.
     k.rope_backward(d_qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
                     io.batch->positions);
-    k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q),
-                      N, C, d_.R, WeightLayout::kOutIn, kWrite);
+    k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q), N,
+                      C, d_.R, WeightLayout::kOutIn, kWrite);
     k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),
                        acts.at(kLn1Rstd), N, C);
   }
@@ -240,7 +238,10 @@ LlamaConfig llama_zoo_config(const std::string& name) {
     c.attention_out_bias = false;  // Qwen2's q/k/v-only biases where biases are on
     return c;
   };
-  struct Entry { const char* name; LlamaConfig config; };
+  struct Entry {
+    const char* name;
+    LlamaConfig config;
+  };
   const Entry kZoo[] = {
       {"llama-tiny", make(64, 176, 2, 4, 2, 256, 256, 10000.0f, 1e-5f, false, false)},
       {"qwen2-tiny", make(64, 176, 2, 4, 2, 256, 256, 1000000.0f, 1e-6f, true, true)},
@@ -277,13 +278,15 @@ void validate_llama_config(const LlamaConfig& c, const std::string& source) {
   positive(c.vocab_size, "vocab_size");
   positive(c.max_position_embeddings, "max_position_embeddings");
   require(c.head_dim >= 0, fmt::format("head_dim must be >= 0 (0: hidden_size / "
-                                       "num_attention_heads); got {}", c.head_dim));
+                                       "num_attention_heads); got {}",
+                                       c.head_dim));
   require(c.num_attention_heads % c.num_key_value_heads == 0,
           fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
                       c.num_attention_heads, c.num_key_value_heads));
   require(c.head_dim > 0 || c.hidden_size % c.num_attention_heads == 0,
           fmt::format("hidden_size ({}) must be divisible by num_attention_heads ({}) when "
-                      "head_dim is not given", c.hidden_size, c.num_attention_heads));
+                      "head_dim is not given",
+                      c.hidden_size, c.num_attention_heads));
   require(c.resolved_head_dim() % 2 == 0,
           fmt::format("head_dim must be even (rotary embeddings rotate its two halves); got {}",
                       c.resolved_head_dim()));
@@ -307,7 +310,8 @@ void validate_llama_config(const LlamaConfig& c, const std::string& source) {
           fmt::format("hidden_size must be a multiple of 16; got {}", c.hidden_size));
   require(!c.attention_bias || (int64_t(c.num_key_value_heads) * c.resolved_head_dim()) % 16 == 0,
           fmt::format("with attention_bias, num_key_value_heads * head_dim must be a multiple of "
-                      "16; got {}", int64_t(c.num_key_value_heads) * c.resolved_head_dim()));
+                      "16; got {}",
+                      int64_t(c.num_key_value_heads) * c.resolved_head_dim()));
   require(!c.mlp_bias || c.intermediate_size % 16 == 0,
           fmt::format("with mlp_bias, intermediate_size must be a multiple of 16; got {}",
                       c.intermediate_size));
@@ -343,8 +347,8 @@ double Llama::forward_flops_per_token(int64_t T) const {
   double params = parameter_count();
   if (!config_.tie_word_embeddings)
     params -= static_cast<double>(config_.vocab_size) * config_.hidden_size;
-  const double q_width = static_cast<double>(config_.num_attention_heads) *
-                         config_.resolved_head_dim();
+  const double q_width =
+      static_cast<double>(config_.num_attention_heads) * config_.resolved_head_dim();
   return 2.0 * params + 4.0 * config_.num_hidden_layers * static_cast<double>(T) * q_width;
 }
 

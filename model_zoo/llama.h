@@ -31,13 +31,15 @@ struct LlamaConfig {
   RopeScaling rope_scaling;  // runtime/rope.h: none, linear or llama3
   int vocab_size = 32000;
   int max_position_embeddings = 2048;
-  bool attention_bias = false;      // biases on q/k/v (and o_proj, below)
-  bool attention_out_bias = true;   // with attention_bias, o_proj too (Llama); false: Qwen2's
-                                    // q/k/v-only biases
-  bool mlp_bias = false;            // biases on gate/up/down
+  bool attention_bias = false;       // biases on q/k/v (and o_proj, below)
+  bool attention_out_bias = true;    // with attention_bias, o_proj too (Llama); false: Qwen2's
+                                     // q/k/v-only biases
+  bool mlp_bias = false;             // biases on gate/up/down
   bool tie_word_embeddings = false;  // lm_head is embed_tokens (no lm_head.weight)
 
-  int resolved_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  int resolved_head_dim() const {
+    return head_dim > 0 ? head_dim : hidden_size / num_attention_heads;
+  }
 };
 
 // Zoo names: llama-tiny (GQA, untied, no biases), qwen2-tiny (GQA, tied, q/k/v biases),

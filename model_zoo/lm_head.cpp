@@ -7,7 +7,7 @@ namespace zt::zoo {
 
 std::vector<ActivationBuffer> FinalNorm::statistics(int64_t N) const {
   if (kind_ == Kind::kLayerNorm) return {{N, true}, {N, true}};  // mean, rstd
-  return {{N, true}};                                             // rstd
+  return {{N, true}};                                            // rstd
 }
 
 void FinalNorm::forward(Kernels& k, const TableUnit& u, float* out, const float* inp,
@@ -29,8 +29,8 @@ void FinalNorm::backward(Kernels& k, const TableUnit& u, float* d_inp, const flo
     k.layernorm_backward(d_inp, u.grad(weight_), u.grad(bias_), d_out, inp, u.param(weight_),
                          acts.at(first_stat), acts.at(first_stat + 1), N, C);
   else
-    k.rmsnorm_backward(d_inp, u.grad(weight_), d_out, inp, u.param(weight_),
-                       acts.at(first_stat), N, C);
+    k.rmsnorm_backward(d_inp, u.grad(weight_), d_out, inp, u.param(weight_), acts.at(first_stat), N,
+                       C);
 }
 
 // Saved buffers: the norm's output (index 0), its statistics (1 ..), then d norm-output.
@@ -57,8 +57,7 @@ void LmHeadLayer::forward(Kernels& k, const LayerIO& io, ActivationStore& acts) 
   }
 }
 
-void LmHeadLayer::backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
-                           ActivationStore&) {
+void LmHeadLayer::backward(Kernels& k, const LayerIO& io, ActivationStore& acts, ActivationStore&) {
   const int64_t N = io.batch->B * io.batch->T;
   const size_t d_normed = 1 + norm_.statistics(N).size();
   norm_.backward(k, root_, io.d_input, acts.at(d_normed), io.input, acts, 1, N, C_);

@@ -28,13 +28,12 @@ class FinalNorm {
   // The statistics' buffers for N rows, as forward allocates them.
   std::vector<ActivationBuffer> statistics(int64_t N) const;
   // out (N,C) = norm(inp (N,C)), the statistics allocated in `acts` (after what it holds).
-  void forward(Kernels& k, const TableUnit& u, float* out, const float* inp,
-               ActivationStore& acts, int64_t N, int64_t C) const;
+  void forward(Kernels& k, const TableUnit& u, float* out, const float* inp, ActivationStore& acts,
+               int64_t N, int64_t C) const;
   // d_inp (N,C) += the gradient through the norm from d_out; the weights' gradients added to.
   // The statistics are acts.at(first_stat) on.
-  void backward(Kernels& k, const TableUnit& u, float* d_inp, const float* d_out,
-                const float* inp, const ActivationStore& acts, size_t first_stat, int64_t N,
-                int64_t C) const;
+  void backward(Kernels& k, const TableUnit& u, float* d_inp, const float* d_out, const float* inp,
+                const ActivationStore& acts, size_t first_stat, int64_t N, int64_t C) const;
 
  private:
   enum class Kind { kLayerNorm, kRmsNorm };
@@ -61,8 +60,7 @@ class LmHeadLayer final : public Layer {
   void backward(Kernels& k, const LayerIO& io, ActivationStore& acts, ActivationStore&) override;
   // forward's buffers (the norm's output, its statistics, d norm-output when training) and its
   // logits chunk, as forward allocates them.
-  std::optional<LayerActivations> activations(int64_t B, int64_t T,
-                                               bool training) const override;
+  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override;
 
  private:
   int64_t chunk_rows(int64_t N) const { return chunking_.rows_for(N, Vp_); }

@@ -22,23 +22,27 @@ std::string ModelSpec::model_type() const {
 }
 
 int ModelSpec::layers() const {
-  return visit_model(*this, [](const Gpt2Config& c) { return c.n_layer; },
-                     [](const LlamaConfig& c) { return c.num_hidden_layers; });
+  return visit_model(
+      *this, [](const Gpt2Config& c) { return c.n_layer; },
+      [](const LlamaConfig& c) { return c.num_hidden_layers; });
 }
 
 int ModelSpec::hidden_size() const {
-  return visit_model(*this, [](const Gpt2Config& c) { return c.n_embd; },
-                     [](const LlamaConfig& c) { return c.hidden_size; });
+  return visit_model(
+      *this, [](const Gpt2Config& c) { return c.n_embd; },
+      [](const LlamaConfig& c) { return c.hidden_size; });
 }
 
 int ModelSpec::vocab_size() const {
-  return visit_model(*this, [](const Gpt2Config& c) { return c.vocab_size; },
-                     [](const LlamaConfig& c) { return c.vocab_size; });
+  return visit_model(
+      *this, [](const Gpt2Config& c) { return c.vocab_size; },
+      [](const LlamaConfig& c) { return c.vocab_size; });
 }
 
 int ModelSpec::max_positions() const {
-  return visit_model(*this, [](const Gpt2Config& c) { return c.n_positions; },
-                     [](const LlamaConfig& c) { return c.max_position_embeddings; });
+  return visit_model(
+      *this, [](const Gpt2Config& c) { return c.n_positions; },
+      [](const LlamaConfig& c) { return c.max_position_embeddings; });
 }
 
 ModelSpec zoo_model_spec(const std::string& name) {
@@ -57,8 +61,7 @@ ModelSpec zoo_model_spec(const std::string& name) {
   } catch (const Error& e) {
     llama_names = e.message();
   }
-  throw_input(fmt::format("{}; {}", gpt2_names,
-                          llama_names.substr(llama_names.find(';') + 2)));
+  throw_input(fmt::format("{}; {}", gpt2_names, llama_names.substr(llama_names.find(';') + 2)));
 }
 
 void validate_model_spec(const ModelSpec& spec, const std::string& source) {

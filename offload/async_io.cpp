@@ -26,13 +26,13 @@ struct AioRequest {
   AioRequestSpec spec;
   int64_t block_size = 0;
   int64_t num_blocks = 0;
-  int64_t next_block = 0;            // under AioEngine::mutex_
-  std::atomic<bool> failed{false};   // once set, blocks not yet taken are dropped
-  std::mutex mutex;                  // guards the completion fields below
+  int64_t next_block = 0;           // under AioEngine::mutex_
+  std::atomic<bool> failed{false};  // once set, blocks not yet taken are dropped
+  std::mutex mutex;                 // guards the completion fields below
   std::condition_variable finished_cv;
-  int64_t finished = 0;              // blocks done, failed or dropped
+  int64_t finished = 0;  // blocks done, failed or dropped
   bool done = false;
-  std::exception_ptr error;          // the first error
+  std::exception_ptr error;  // the first error
 
   void finish(int64_t blocks, std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -66,8 +66,8 @@ class AioWorker {
     BlockIo io;
     std::shared_ptr<AioRequest> request;
     int64_t block = 0;
-    size_t bytes = 0;         // the block's own bytes (io.bytes may add padding)
-    char* user = nullptr;     // the block in the caller's memory
+    size_t bytes = 0;      // the block's own bytes (io.bytes may add padding)
+    char* user = nullptr;  // the block in the caller's memory
     bool staged = false;
     std::unique_ptr<char, decltype(&std::free)> staging{nullptr, &std::free};
   };
@@ -166,8 +166,7 @@ std::unique_ptr<AioQueue> make_queue(AioBackend backend, int depth, std::string*
       *refused = "not in this build (libaio was not found when it was configured)";
       return nullptr;
 #endif
-    case AioBackend::kThreads:
-      return make_thread_queue(depth);
+    case AioBackend::kThreads: return make_thread_queue(depth);
   }
   return nullptr;
 }
@@ -181,8 +180,10 @@ AioEngine::AioEngine(const AioOptions& options, AioBackend backend) {
     std::string refused;
     queues.push_back(make_queue(backend, options.queue_depth, &refused));
     if (!queues.back())
-      throw_system(fmt::format("async I/O back end {}: {}; choose another with ZT_AIO_BACKEND "
-                               "(io_uring, libaio, threads)", aio_backend_name(backend), refused));
+      throw_system(
+          fmt::format("async I/O back end {}: {}; choose another with ZT_AIO_BACKEND "
+                      "(io_uring, libaio, threads)",
+                      aio_backend_name(backend), refused));
   }
   for (std::unique_ptr<AioQueue>& queue : queues)
     workers_.push_back(std::make_unique<AioWorker>(*this, options, std::move(queue)));
@@ -257,8 +258,8 @@ bool AioWorker::prepare(Slot& s, std::shared_ptr<AioRequest> r, int64_t block) {
   const int64_t start = block * r->block_size;
   const size_t bytes = static_cast<size_t>(std::min(r->block_size, spec.bytes - start));
   char* user = static_cast<char*>(spec.data) + start;
-  const bool staged = reinterpret_cast<uintptr_t>(user) % kAioAlignment != 0 ||
-                      bytes % kAioAlignment != 0;
+  const bool staged =
+      reinterpret_cast<uintptr_t>(user) % kAioAlignment != 0 || bytes % kAioAlignment != 0;
   const size_t io_bytes = (bytes + kAioAlignment - 1) / kAioAlignment * kAioAlignment;
   const bool write = spec.op == AioRequestSpec::Op::kWrite;
   char* buffer = user;
@@ -269,7 +270,8 @@ bool AioWorker::prepare(Slot& s, std::shared_ptr<AioRequest> r, int64_t block) {
       if (!s.staging) {
         r->finish(1, block_error(*r, block, bytes,
                                  fmt::format("cannot allocate a {}-byte staging buffer",
-                                             options_.block_size), ENOMEM));
+                                             options_.block_size),
+                                 ENOMEM));
         return false;
       }
     }
@@ -350,11 +352,11 @@ std::exception_ptr AioWorker::block_error(const AioRequest& r, int64_t block, si
                                           const std::string& reason, int error) const {
   const int64_t first = r.spec.offset + block * r.block_size;
   const int64_t last = first + static_cast<int64_t>(bytes) - 1;
-  return std::make_exception_ptr(Error(
-      ErrorKind::kSystem,
-      fmt::format("cannot {} {}: block {} (bytes {}–{}): {}{}",
-                  r.spec.op == AioRequestSpec::Op::kWrite ? "write" : "read", r.spec.what, block,
-                  first, last, reason, error == ENOSPC ? r.spec.full_hint : "")));
+  return std::make_exception_ptr(
+      Error(ErrorKind::kSystem,
+            fmt::format("cannot {} {}: block {} (bytes {}–{}): {}{}",
+                        r.spec.op == AioRequestSpec::Op::kWrite ? "write" : "read", r.spec.what,
+                        block, first, last, reason, error == ENOSPC ? r.spec.full_hint : "")));
 }
 
 }  // namespace detail
@@ -380,18 +382,17 @@ const AioBackendChoice& default_aio_backend() {
   static const AioBackendChoice choice = [] {
     if (const char* forced = std::getenv("ZT_AIO_BACKEND"); forced && *forced) {
       const AioBackend b = parse_aio_backend(forced, "ZT_AIO_BACKEND");
-      return AioBackendChoice{
-          b, fmt::format("async I/O: {} (ZT_AIO_BACKEND)", aio_backend_name(b))};
+      return AioBackendChoice{b,
+                              fmt::format("async I/O: {} (ZT_AIO_BACKEND)", aio_backend_name(b))};
     }
     std::string refusals;
     for (AioBackend b : {AioBackend::kIoUring, AioBackend::kLibaio}) {
       std::string refused;
       if (detail::make_queue(b, 1, &refused))
-        return AioBackendChoice{
-            b, fmt::format("async I/O: {}{}", aio_backend_name(b),
-                           refusals.empty() ? "" : " (" + refusals + ")")};
-      refusals += fmt::format("{}{}: {}", refusals.empty() ? "" : "; ", aio_backend_name(b),
-                              refused);
+        return AioBackendChoice{b, fmt::format("async I/O: {}{}", aio_backend_name(b),
+                                               refusals.empty() ? "" : " (" + refusals + ")")};
+      refusals +=
+          fmt::format("{}{}: {}", refusals.empty() ? "" : "; ", aio_backend_name(b), refused);
     }
     return AioBackendChoice{AioBackend::kThreads,
                             fmt::format("async I/O: threads with pread/pwrite ({})", refusals)};

@@ -30,12 +30,12 @@ namespace zt {
 
 // DeepSpeed's `aio` block, its key names and defaults (use_gds is refused by the config).
 struct AioOptions {
-  int64_t block_size = 1 << 20;   // bytes per submitted I/O; a positive multiple of 4096
-  int queue_depth = 8;            // blocks in flight per worker thread
-  int intra_op_parallelism = 1;   // worker threads, each with its own queue (old: thread_count)
-  bool single_submit = false;     // submit blocks one call each instead of in batches
-  bool overlap_events = true;     // submit as soon as any block completes; false: refill only
-                                  // once the whole batch in flight completed
+  int64_t block_size = 1 << 20;  // bytes per submitted I/O; a positive multiple of 4096
+  int queue_depth = 8;           // blocks in flight per worker thread
+  int intra_op_parallelism = 1;  // worker threads, each with its own queue (old: thread_count)
+  bool single_submit = false;    // submit blocks one call each instead of in batches
+  bool overlap_events = true;    // submit as soon as any block completes; false: refill only
+                                 // once the whole batch in flight completed
 };
 
 // O_DIRECT's alignment of buffer addresses, lengths and file offsets on the disks we meet
@@ -92,11 +92,11 @@ struct AioRequestSpec {
   enum class Op { kRead, kWrite };
   Op op = Op::kRead;
   int fd = -1;
-  void* data = nullptr;   // host memory; valid and untouched by the caller until wait returns
+  void* data = nullptr;  // host memory; valid and untouched by the caller until wait returns
   int64_t bytes = 0;
-  int64_t offset = 0;     // a multiple of kAioAlignment
-  std::string what;       // the file as errors name it: "swap file /x/h3.master.swp"
-  std::string full_hint;  // appended to an ENOSPC error ("; the NVMe path /x is full")
+  int64_t offset = 0;                 // a multiple of kAioAlignment
+  std::string what;                   // the file as errors name it: "swap file /x/h3.master.swp"
+  std::string full_hint;              // appended to an ENOSPC error ("; the NVMe path /x is full")
   std::shared_ptr<BlockHooks> hooks;  // may be null
 };
 
@@ -104,8 +104,7 @@ class AsyncIo {
  public:
   // kInput naming the option when an option is out of range; kSystem when the back end cannot
   // be initialised (a forced one that the kernel refuses names the back end and the reason).
-  explicit AsyncIo(const AioOptions& options,
-                   std::optional<AioBackend> backend = std::nullopt);
+  explicit AsyncIo(const AioOptions& options, std::optional<AioBackend> backend = std::nullopt);
   // Waits for every request submitted, then stops the workers. Errors are not reported here.
   ~AsyncIo();
   AsyncIo(const AsyncIo&) = delete;

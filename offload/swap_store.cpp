@@ -37,8 +37,7 @@ void check_key(std::string_view key) {
   for (char c : key)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
       ok = false;
-  if (!ok)
-    throw_internal(fmt::format("swap key '{}' is not a file name of [A-Za-z0-9._-]", key));
+  if (!ok) throw_internal(fmt::format("swap key '{}' is not a file name of [A-Za-z0-9._-]", key));
 }
 
 // Computes each block's checksum just before it is written; counts bytes for the test limit.
@@ -70,11 +69,11 @@ class ReadHooks final : public BlockHooks {
     const uint32_t read = crc32c(data, bytes);
     if (read == checksums_[index]) return;
     const int64_t first = index * block_size_;
-    throw_system(fmt::format("swap file {}: block {} (bytes {}–{}) fails its checksum (crc32c "
-                             "{:08x} written, {:08x} read: the file changed on disk); refusing to "
-                             "use it",
-                             path_, index, first, first + static_cast<int64_t>(bytes) - 1,
-                             checksums_[index], read));
+    throw_system(fmt::format(
+        "swap file {}: block {} (bytes {}–{}) fails its checksum (crc32c "
+        "{:08x} written, {:08x} read: the file changed on disk); refusing to "
+        "use it",
+        path_, index, first, first + static_cast<int64_t>(bytes) - 1, checksums_[index], read));
   }
 
  private:
@@ -89,8 +88,8 @@ SwapStore::SwapStore(SwapStoreOptions options) : options_(std::move(options)) {
   ZT_ASSERT(options_.rank >= 0, "rank {}", options_.rank);
   std::error_code ec;
   if (options_.nvme_path.empty() || !fs::is_directory(options_.nvme_path, ec))
-    throw_input(fmt::format("offload nvme_path '{}' is not an existing directory",
-                            options_.nvme_path));
+    throw_input(
+        fmt::format("offload nvme_path '{}' is not an existing directory", options_.nvme_path));
   swap_root_ = (fs::path(options_.nvme_path) / "zt_swap").string();
   directory_ = (fs::path(swap_root_) / fmt::format("rank{}", options_.rank)).string();
   lock_path_ = (fs::path(directory_) / ".lock").string();
@@ -140,11 +139,12 @@ void SwapStore::take_lock() {
         throw_input(fmt::format(
             "swap directory {} is in use by a live process (pid {} holds {}): two jobs, or two "
             "swap stores of rank {}, share nvme_path {}; give each job its own nvme_path",
-            directory_, n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown",
-            lock_path_, options_.rank, options_.nvme_path));
+            directory_, n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown", lock_path_,
+            options_.rank, options_.nvme_path));
       throw_system(fmt::format("cannot lock {}: {}", lock_path_, os_error(error)));
     }
-    struct stat by_fd {}, by_path {};
+    struct stat by_fd {
+    }, by_path{};
     if (::fstat(fd, &by_fd) == 0 && ::stat(lock_path_.c_str(), &by_path) == 0 &&
         by_fd.st_ino == by_path.st_ino && by_fd.st_dev == by_path.st_dev) {
       const std::string pid = std::to_string(::getpid());
@@ -167,19 +167,20 @@ void SwapStore::remove_stale_files() {
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(directory_, ec)) {
     const std::string name = e.path().filename().string();
-    const bool stale = name == kProbeName ||
-                       (name.size() > 4 && name.compare(name.size() - 4, 4, kSuffix) == 0);
+    const bool stale =
+        name == kProbeName || (name.size() > 4 && name.compare(name.size() - 4, 4, kSuffix) == 0);
     if (!stale) continue;
     if (::unlink(e.path().c_str()) != 0)
-      throw_system(fmt::format("cannot remove stale swap file {}: {}", e.path().string(),
-                               os_error(errno)));
+      throw_system(
+          fmt::format("cannot remove stale swap file {}: {}", e.path().string(), os_error(errno)));
     if (name != kProbeName) ++removed;
   }
   if (ec) throw_system(fmt::format("cannot list swap directory {}: {}", directory_, ec.message()));
   if (removed > 0 && options_.notice)
-    options_.notice(fmt::format("swap directory {}: removed {} stale swap file{} of an earlier "
-                                "run that did not exit cleanly",
-                                directory_, removed, removed == 1 ? "" : "s"));
+    options_.notice(
+        fmt::format("swap directory {}: removed {} stale swap file{} of an earlier "
+                    "run that did not exit cleanly",
+                    directory_, removed, removed == 1 ? "" : "s"));
 }
 
 void SwapStore::probe_direct_io() {
@@ -197,19 +198,22 @@ void SwapStore::probe_direct_io() {
   ::unlink(probe.c_str());
   if (error == 0) return;
   if (error != EINVAL && error != EOPNOTSUPP)
-    throw_system(fmt::format("cannot write in swap directory {}: {}{}", directory_,
-                             os_error(error), error == ENOSPC ? full_hint() : ""));
+    throw_system(fmt::format("cannot write in swap directory {}: {}{}", directory_, os_error(error),
+                             error == ENOSPC ? full_hint() : ""));
   direct_io_ = false;
   if (options_.notice)
-    options_.notice(fmt::format("warning: swap directory {} does not support O_DIRECT ({}; tmpfs "
-                                "before Linux 6.6 does not): swap files use buffered I/O through "
-                                "the page cache",
-                                directory_, os_error(error)));
+    options_.notice(
+        fmt::format("warning: swap directory {} does not support O_DIRECT ({}; tmpfs "
+                    "before Linux 6.6 does not): swap files use buffered I/O through "
+                    "the page cache",
+                    directory_, os_error(error)));
 }
 
 std::string SwapStore::full_hint() const {
-  return fmt::format(" (nvme_path {} is full: free space there or point the offload nvme_path "
-                     "at a larger disk)", options_.nvme_path);
+  return fmt::format(
+      " (nvme_path {} is full: free space there or point the offload nvme_path "
+      "at a larger disk)",
+      options_.nvme_path);
 }
 
 std::string SwapStore::path_of(std::string_view key) const {
@@ -270,8 +274,8 @@ SwapHandle SwapStore::write(std::string_view key, const void* src, int64_t bytes
   spec.bytes = bytes;
   spec.what = "swap file " + e.path;
   spec.full_hint = full_hint();
-  spec.hooks = std::make_shared<WriteHooks>(e.checksums.data(), &written_,
-                                            options_.test_write_limit);
+  spec.hooks =
+      std::make_shared<WriteHooks>(e.checksums.data(), &written_, options_.test_write_limit);
   return SwapHandle(io_->submit(std::move(spec)), std::string(key));
 }
 
@@ -282,17 +286,21 @@ SwapHandle SwapStore::read(std::string_view key, void* dst, int64_t bytes) {
             "swap key '{}' read before it was written", key);
   Entry& e = it->second;
   if (e.state == EntryState::kFailed)
-    throw_system(fmt::format("swap file {}: its last write failed; it holds nothing to read",
-                             e.path));
-  ZT_ASSERT(e.state == EntryState::kWritten, "swap key '{}' read while a request on it is in "
-            "flight", key);
+    throw_system(
+        fmt::format("swap file {}: its last write failed; it holds nothing to read", e.path));
+  ZT_ASSERT(e.state == EntryState::kWritten,
+            "swap key '{}' read while a request on it is in "
+            "flight",
+            key);
   ZT_ASSERT(bytes == e.bytes, "swap key '{}': {} bytes asked, {} written", key, bytes, e.bytes);
   struct stat st {};
   if (::fstat(e.fd, &st) != 0)
     throw_system(fmt::format("cannot stat swap file {}: {}", e.path, os_error(errno)));
   if (st.st_size < e.file_bytes)
-    throw_system(fmt::format("swap file {} is truncated: {} bytes on disk, {} written; refusing "
-                             "to use it", e.path, static_cast<int64_t>(st.st_size), e.file_bytes));
+    throw_system(
+        fmt::format("swap file {} is truncated: {} bytes on disk, {} written; refusing "
+                    "to use it",
+                    e.path, static_cast<int64_t>(st.st_size), e.file_bytes));
   e.state = EntryState::kReading;
   AioRequestSpec spec;
   spec.op = AioRequestSpec::Op::kRead;

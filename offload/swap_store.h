@@ -107,8 +107,8 @@ class SwapStore {
   struct Entry {
     std::string path;
     int fd = -1;
-    int64_t bytes = 0;          // what the last write wrote
-    int64_t file_bytes = 0;     // the file's size as this store made it (bytes padded to 4096)
+    int64_t bytes = 0;       // what the last write wrote
+    int64_t file_bytes = 0;  // the file's size as this store made it (bytes padded to 4096)
     EntryState state = EntryState::kEmpty;
     std::vector<uint32_t> checksums;  // one per block of the last write
   };
@@ -120,8 +120,8 @@ class SwapStore {
   std::string full_hint() const;
 
   SwapStoreOptions options_;
-  std::string swap_root_;   // <nvme_path>/zt_swap
-  std::string directory_;   // <nvme_path>/zt_swap/rank<R>
+  std::string swap_root_;  // <nvme_path>/zt_swap
+  std::string directory_;  // <nvme_path>/zt_swap/rank<R>
   std::string lock_path_;
   int lock_fd_ = -1;
   bool direct_io_ = true;

@@ -6,11 +6,9 @@
 namespace zt {
 
 float* ActivationStore::alloc(int64_t n, bool stats) {
-  ZT_ASSERT(!packed(), "allocation in an activation store packed to {}",
-            dtype_name(packed_dtype_));
+  ZT_ASSERT(!packed(), "allocation in an activation store packed to {}", dtype_name(packed_dtype_));
   buffers_.push_back(Entry{
-      device_->alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kActivations), n,
-      stats});
+      device_->alloc(static_cast<size_t>(n) * sizeof(float), MemCategory::kActivations), n, stats});
   return buffers_.back().buffer.as<float>();
 }
 

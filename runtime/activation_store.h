@@ -44,7 +44,7 @@ class ActivationStore {
 
  private:
   struct Entry {
-    Buffer buffer;     // fp32, or packed_dtype_ while packed (stats entries never packed)
+    Buffer buffer;  // fp32, or packed_dtype_ while packed (stats entries never packed)
     int64_t n = 0;
     bool stats = false;
   };

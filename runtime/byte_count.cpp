@@ -85,8 +85,8 @@ ParsedByteCount parse_byte_count(std::string_view text) {
       continue;
     }
     if (digits + zeros + 1 > kMaxDigits)
-      return problem(fmt::format("more significant digits than a byte count needs (at most {})",
-                                 kMaxDigits));
+      return problem(
+          fmt::format("more significant digits than a byte count needs (at most {})", kMaxDigits));
     for (int64_t z = 0; z < zeros; ++z) significand *= 10;
     significand = significand * 10 + static_cast<unsigned>(d);
     digits += static_cast<int>(zeros) + 1;
@@ -122,9 +122,10 @@ ParsedByteCount parse_byte_count(std::string_view text) {
         name.size() == 1 && std::string_view("kmgtp").find(name[0]) != std::string_view::npos;
     if (!found && bare_prefix) {
       const char p = static_cast<char>(name[0] - 'a' + 'A');
-      return problem(fmt::format("the unit '{}' could mean {}B (powers of 1000) or {}iB (powers "
-                                 "of 1024); write one of them",
-                                 unit_text, p == 'K' ? 'k' : p, p));
+      return problem(
+          fmt::format("the unit '{}' could mean {}B (powers of 1000) or {}iB (powers "
+                      "of 1024); write one of them",
+                      unit_text, p == 'K' ? 'k' : p, p));
     }
     if (!found) return problem(fmt::format("unknown unit '{}'; {}", unit_text, kUnitList));
     unit = found->bytes;

@@ -40,7 +40,14 @@ struct OptimizerConfig {
 };
 
 // scheduler {type, params}: DeepSpeed's schedules. zero/lr_schedule.h evaluates them.
-enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
+enum class SchedulerType {
+  kNone,
+  kWarmupLR,
+  kWarmupDecayLR,
+  kWarmupCosineLR,
+  kOneCycle,
+  kLRRangeTest
+};
 enum class WarmupType { kLog, kLinear };
 struct SchedulerConfig {
   SchedulerType type = SchedulerType::kNone;  // kNone: constant optimizer lr
@@ -59,18 +66,18 @@ struct SchedulerConfig {
   // OneCycle: one triangle from cycle_min_lr up to cycle_max_lr (first step size) and back down
   // (second step size, default the first), optionally in stairs, then decay from cycle_min_lr.
   // Momentum cycling (cycle_momentum, cycle_min_mom, ...) is accepted with a note: no effect.
-  double cycle_min_lr = 0.0;                   // required
-  double cycle_max_lr = 0.0;                   // required
-  double decay_lr_rate = 0.0;                  // 0: no decay after the cycle
-  int64_t cycle_first_step_size = 2000;        // > 0
-  int64_t cycle_second_step_size = -1;         // >= 0; -1 (absent): cycle_first_step_size
-  int64_t cycle_first_stair_count = 0;         // 0: continuous
-  int64_t cycle_second_stair_count = -1;       // -1 (absent): cycle_first_stair_count
-  int64_t decay_step_size = 0;                 // 0: no decay after the cycle
+  double cycle_min_lr = 0.0;              // required
+  double cycle_max_lr = 0.0;              // required
+  double decay_lr_rate = 0.0;             // 0: no decay after the cycle
+  int64_t cycle_first_step_size = 2000;   // > 0
+  int64_t cycle_second_step_size = -1;    // >= 0; -1 (absent): cycle_first_step_size
+  int64_t cycle_first_stair_count = 0;    // 0: continuous
+  int64_t cycle_second_stair_count = -1;  // -1 (absent): cycle_first_stair_count
+  int64_t decay_step_size = 0;            // 0: no decay after the cycle
   // LRRangeTest: lr_range_test_min_lr * (1 + step_rate * (step + 1) / step_size), the ratio
   // floored when staircase.
   double lr_range_test_min_lr = 1e-3;
-  int64_t lr_range_test_step_size = 2000;      // > 0
+  int64_t lr_range_test_step_size = 2000;  // > 0
   double lr_range_test_step_rate = 1.0;
   bool lr_range_test_staircase = false;
 };
@@ -82,13 +89,13 @@ struct OffloadConfig {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;  // required when device is nvme
   bool pin_memory = false;
-  int buffer_count = 4;  // DeepSpeed: 4 for offload_optimizer, 5 for offload_param
-  int64_t buffer_size = 100'000'000;  // offload_param only: elements per NVMe buffer
-  int64_t max_in_cpu = 1'000'000'000; // offload_param only: elements kept in host memory (NVMe)
-  bool pipeline_read = false;         // offload_optimizer only: overlap the next tile's read
-  bool pipeline_write = false;        // offload_optimizer only: overlap the last tile's write
-  bool fast_init = false;             // offload_optimizer only
-  double ratio = 1.0;                 // offload_optimizer only: fraction offloaded, [0, 1]
+  int buffer_count = 4;                // DeepSpeed: 4 for offload_optimizer, 5 for offload_param
+  int64_t buffer_size = 100'000'000;   // offload_param only: elements per NVMe buffer
+  int64_t max_in_cpu = 1'000'000'000;  // offload_param only: elements kept in host memory (NVMe)
+  bool pipeline_read = false;          // offload_optimizer only: overlap the next tile's read
+  bool pipeline_write = false;         // offload_optimizer only: overlap the last tile's write
+  bool fast_init = false;              // offload_optimizer only
+  double ratio = 1.0;                  // offload_optimizer only: fraction offloaded, [0, 1]
 };
 
 // zero_optimization. Sizes are element counts, as in DeepSpeed. Each "stage3_" key is also
@@ -96,7 +103,7 @@ struct OffloadConfig {
 // with no effect here (contiguous_gradients, reduce_scatter, allgather_partitions,
 // sub_group_size, ...) are not fields: they become start-up notes (runtime/config/key_rules.cpp).
 struct ZeroConfig {
-  int stage = 0;  // 0..3
+  int stage = 0;              // 0..3
   bool overlap_comm = false;  // absent: true at stage 3, false below (DeepSpeed)
   // Gradient elements reduced per bucket (stages 0/1 reduce after the last micro-batch).
   int64_t reduce_bucket_size = 500'000'000;
@@ -126,7 +133,7 @@ struct ZeroConfig {
 
 struct Fp16Config {
   bool enabled = false;
-  double loss_scale = 0.0;  // 0: dynamic loss scaling; > 0: this fixed scale
+  double loss_scale = 0.0;       // 0: dynamic loss scaling; > 0: this fixed scale
   int initial_scale_power = 16;  // dynamic: the first scale is 2^initial_scale_power
   int loss_scale_window = 1000;
   int hysteresis = 2;
@@ -137,7 +144,7 @@ struct Fp16Config {
   bool fp16_master_weights_and_grads = false;
 };
 struct Bf16Config {
-  bool enabled = false;  // block "bf16" or its alias "bfloat16"
+  bool enabled = false;                        // block "bf16" or its alias "bfloat16"
   bool bf16_master_weights_and_grads = false;  // pure 16-bit, as the fp16 key
 };
 struct DataTypesConfig {
@@ -188,11 +195,11 @@ struct ModelChoice {
 // `zt-train --resume` looks by default. Without the block nothing is saved on a schedule, but a
 // preempted run (SIGTERM, SIGUSR1) still saves into `dir` before it exits.
 struct CheckpointConfig {
-  bool given = false;         // the block is present: a checkpoint is also saved after the last step
-  std::string dir;            // empty: <zt.output_dir>/checkpoints
+  bool given = false;  // the block is present: a checkpoint is also saved after the last step
+  std::string dir;     // empty: <zt.output_dir>/checkpoints
   int64_t every_n_steps = 0;  // a checkpoint after every n-th step; 0: none on a schedule
-  int keep_last = 0;          // committed checkpoints kept, newest by step; 0: all (DeepSpeed's way)
-  bool async = false;         // save behind training: only the host snapshot blocks it
+  int keep_last = 0;   // committed checkpoints kept, newest by step; 0: all (DeepSpeed's way)
+  bool async = false;  // save behind training: only the host snapshot blocks it
 };
 
 // zt.save_pretrained: "DIR", or {"dir": DIR, "dtype": "fp32" | "bf16" | "fp16",
@@ -209,24 +216,24 @@ struct ZtConfig {
   // Required, unless zt.init_from is a Hugging Face model directory: its config.json then
   // shapes the model (and, when both are given, they must agree).
   ModelChoice model;
-  int seq_len = 0;            // required, > 0
-  std::string train_data;     // required
-  std::string val_data;       // empty: no validation set
-  int64_t steps = 0;          // required, > 0 optimizer steps
-  int64_t eval_every = 0;     // 0: never
+  int seq_len = 0;         // required, > 0
+  std::string train_data;  // required
+  std::string val_data;    // empty: no validation set
+  int64_t steps = 0;       // required, > 0 optimizer steps
+  int64_t eval_every = 0;  // 0: never
   int eval_batches = 8;
   uint64_t seed = 1337;
   std::string output_dir = "runs/default";
-  std::string init_from;      // empty: fresh initialisation
-  std::string save_weights;   // empty: do not export
+  std::string init_from;     // empty: fresh initialisation
+  std::string save_weights;  // empty: do not export
   SavePretrainedConfig save_pretrained;
   bool shuffle = false;
-  int num_threads = 0;        // 0: automatic
-  std::string device = "cpu";        // "cpu" or "cuda" (one GPU per rank: local rank -> GPU)
-  bool allow_tf32 = false;           // CUDA: fp32 GEMMs may use TF32 tensor cores
-  std::string comm_backend = "auto"; // "auto", "mpi" or "nccl"
-  double comm_timeout_s = 1800.0;    // a collective stuck longer ends the job (exit 3); 30 min,
-                                     // DeepSpeed's default (PyTorch's NCCL default: 10 min)
+  int num_threads = 0;                 // 0: automatic
+  std::string device = "cpu";          // "cpu" or "cuda" (one GPU per rank: local rank -> GPU)
+  bool allow_tf32 = false;             // CUDA: fp32 GEMMs may use TF32 tensor cores
+  std::string comm_backend = "auto";   // "auto", "mpi" or "nccl"
+  double comm_timeout_s = 1800.0;      // a collective stuck longer ends the job (exit 3); 30 min,
+                                       // DeepSpeed's default (PyTorch's NCCL default: 10 min)
   double comm_init_timeout_s = 120.0;  // NCCL's communicator init may take this long (its own
                                        // deadline: a first init in a VM takes many seconds)
   // The most bytes the device's buffers may hold at once, on any back end (Device::
@@ -237,8 +244,8 @@ struct ZtConfig {
 };
 
 struct Config {
-  std::string source;        // the file the config came from, as given
-  nlohmann::json resolved;   // the JSON after overrides, for logging
+  std::string source;       // the file the config came from, as given
+  nlohmann::json resolved;  // the JSON after overrides, for logging
 
   // Batch sizes after DeepSpeed's derivation: train_batch_size ==
   // train_micro_batch_size_per_gpu * gradient_accumulation_steps * world_size.
@@ -272,7 +279,8 @@ struct Config {
     bool stage3_prefetch_bucket_size = false;         // 0.9 * hidden * hidden
     bool stage3_param_persistence_threshold = false;  // 10 * hidden
     bool any() const {
-      return reduce_bucket_size || stage3_prefetch_bucket_size || stage3_param_persistence_threshold;
+      return reduce_bucket_size || stage3_prefetch_bucket_size ||
+             stage3_param_persistence_threshold;
     }
   } auto_from_model;
 

@@ -29,8 +29,7 @@ std::string_view what_would_fit(MemCategory category) {
       return "communication buffers do not fit: lower zero_optimization.reduce_bucket_size, "
              "allgather_bucket_size or stage3_prefetch_bucket_size";
     case MemCategory::kWorkspace:
-    case MemCategory::kOther:
-      break;
+    case MemCategory::kOther: break;
   }
   return "lower train_micro_batch_size_per_gpu, or shard more state (a higher "
          "zero_optimization.stage, more ranks)";
@@ -62,10 +61,8 @@ std::string out_of_memory_message(const std::string& device_name, MemCategory ca
 }  // namespace
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : device_(std::exchange(other.device_, nullptr)),
-      data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      category_(other.category_) {}
+    : device_(std::exchange(other.device_, nullptr)), data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)), category_(other.category_) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {

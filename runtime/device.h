@@ -50,7 +50,9 @@ class Buffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
   MemCategory category() const { return category_; }
   explicit operator bool() const { return data_ != nullptr; }

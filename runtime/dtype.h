@@ -13,7 +13,7 @@ namespace zt {
 enum class DType : uint8_t { kF32, kF16, kBF16 };
 
 constexpr size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
-std::string_view dtype_name(DType t);  // "fp32", "fp16", "bf16"
+std::string_view dtype_name(DType t);      // "fp32", "fp16", "bf16"
 DType parse_dtype(std::string_view name);  // throws kInput on an unknown name
 
 inline uint16_t fp32_to_bf16(float f) {
@@ -28,7 +28,7 @@ inline uint16_t fp32_to_fp16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
   if (abs < 0x38800000u) {  // below the smallest normal fp16 (2^-14): subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to zero
@@ -103,15 +103,9 @@ struct BF16Codec {
 template <class F>
 inline void visit_codec(DType t, const F& f) {
   switch (t) {
-    case DType::kF32:
-      f(F32Codec{});
-      return;
-    case DType::kF16:
-      f(F16Codec{});
-      return;
-    case DType::kBF16:
-      f(BF16Codec{});
-      return;
+    case DType::kF32: f(F32Codec{}); return;
+    case DType::kF16: f(F16Codec{}); return;
+    case DType::kBF16: f(BF16Codec{}); return;
   }
 }
 

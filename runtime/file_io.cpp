@@ -40,8 +40,7 @@ std::string read_file(const std::string& path, std::string_view what, std::strin
 
 CheckedFile::CheckedFile(std::string path, Mode mode, std::string shown)
     : path_(std::move(path)), shown_(shown.empty() ? path_ : std::move(shown)) {
-  const int flags =
-      O_WRONLY | O_CREAT | O_CLOEXEC | (mode == Mode::kAppend ? O_APPEND : O_TRUNC);
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (mode == Mode::kAppend ? O_APPEND : O_TRUNC);
   do {
     fd_ = ::open(path_.c_str(), flags, 0644);
   } while (fd_ < 0 && errno == EINTR);
@@ -49,11 +48,8 @@ CheckedFile::CheckedFile(std::string path, Mode mode, std::string shown)
 }
 
 CheckedFile::CheckedFile(CheckedFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      shown_(std::move(other.shown_)),
-      fd_(std::exchange(other.fd_, -1)),
-      written_(other.written_),
-      limit_(other.limit_) {}
+    : path_(std::move(other.path_)), shown_(std::move(other.shown_)),
+      fd_(std::exchange(other.fd_, -1)), written_(other.written_), limit_(other.limit_) {}
 
 CheckedFile& CheckedFile::operator=(CheckedFile&& other) noexcept {
   if (this != &other) {
@@ -134,8 +130,8 @@ void AtomicFile::commit() {
   temp_.close();
   if (::rename(temp_.path().c_str(), path_.c_str()) != 0) {
     const int error = errno;
-    throw_system(fmt::format("cannot rename {} to {}: {}", temp_.path(), path_,
-                             std::strerror(error)));
+    throw_system(
+        fmt::format("cannot rename {} to {}: {}", temp_.path(), path_, std::strerror(error)));
   }
   committed_ = true;
   sync_parent_directory(path_);

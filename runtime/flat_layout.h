@@ -50,7 +50,7 @@ class FlatLayout {
 
   std::span<const Entry> entries() const { return entries_; }
   const Entry* find(const std::string& name) const;  // nullptr if absent
-  int64_t numel() const { return numel_; }          // padded total, a multiple of `align`
+  int64_t numel() const { return numel_; }           // padded total, a multiple of `align`
   int64_t param_count() const;                       // real parameters, padding excluded
 
  private:

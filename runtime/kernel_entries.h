@@ -25,6 +25,10 @@
 #error "define ZT_KERNEL(ret, name, params, args, memory) before including kernel_entries.h"
 #endif
 
+// Not clang-formatted: the rows' memory lists hold products (K * N) that it would read as
+// pointer types.
+// clang-format off
+
 // ---- Matrix products --------------------------------------------------------------------------
 
 // out (M,N) = inp (M,K) · W + bias (N; may be null). W is (K,N) or (N,K) by layout.
@@ -225,4 +229,5 @@ ZT_KERNEL(void, fill, (float* x, float value, int64_t n), (x, value, n), (x))
 // Sum of x², x in its stored dtype, accumulated in double over fixed blocks added in order.
 ZT_KERNEL(double, sum_squares, (ConstOperand x, int64_t n), (x, n), (operand(x, n)))
 
+// clang-format on
 #undef ZT_KERNEL

@@ -15,7 +15,13 @@ namespace zt {
 // operands (the CUDA back end: 16-bit copies of a GEMM's activation operand and output, column
 // reductions' partial sums). Not model state.
 enum class MemCategory {
-  kParams, kGrads, kOptimizer, kActivations, kCommBuffers, kWorkspace, kOther
+  kParams,
+  kGrads,
+  kOptimizer,
+  kActivations,
+  kCommBuffers,
+  kWorkspace,
+  kOther
 };
 inline constexpr int kNumMemCategories = 7;
 // "params", "grads", "optimizer", "activations", "comm", "workspace", "other": the metrics

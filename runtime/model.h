@@ -123,7 +123,7 @@ class Model {
   virtual std::span<Layer* const> layers() = 0;  // forward order
   virtual int64_t hidden_size() const = 0;       // C of the (B, T, C) hidden states
   virtual int64_t max_seq_len() const = 0;
-  virtual int64_t vocab_size() const = 0;        // token ids must be below this
+  virtual int64_t vocab_size() const = 0;  // token ids must be below this
   // Forward FLOPs per token at sequence length T (matmuls + attention), for MFU figures.
   virtual double forward_flops_per_token(int64_t T) const = 0;
   // The device's Device::chunk_budget_bytes, for layers that compute in chunks (an LM head's

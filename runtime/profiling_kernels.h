@@ -63,8 +63,10 @@ class ProfilingKernels final : public Kernels {
 
   // Every entry of runtime/kernel_entries.h: the base's entry with the same arguments, timed
   // under the entry's name.
-#define ZT_KERNEL(ret, name, params, args, memory) \
-  ret name params override { return timed(#name, [&] { return base_.name args; }); }
+#define ZT_KERNEL(ret, name, params, args, memory)        \
+  ret name params override {                              \
+    return timed(#name, [&] { return base_.name args; }); \
+  }
 #include "runtime/kernel_entries.h"
 
  private:

@@ -1,6 +1,6 @@
 // Rotary position embedding's frequencies: rope_theta and the rope_scaling of a Hugging Face
 // config.json that rescale them: "linear" (every frequency divided by factor, as positions
-// divided by it) and "llama3" (Llama 3.1/3.2: wavelengths past original_max_position / 
+// divided by it) and "llama3" (Llama 3.1/3.2: wavelengths past original_max_position /
 // low_freq_factor divided by factor, those below original_max_position / high_freq_factor kept,
 // a linear blend between). What the rope kernels rotate by, on the host and on a GPU alike: one
 // function computes the inverse frequency for both, so their tables agree.
@@ -22,9 +22,9 @@ enum class RopeScalingType : int32_t { kNone, kLinear, kLlama3 };
 // config.json's rope_scaling (its rope_type, or the older key type, and parameters).
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
-  float factor = 1.0f;            // kLinear, kLlama3
-  float low_freq_factor = 1.0f;   // kLlama3
-  float high_freq_factor = 4.0f;  // kLlama3
+  float factor = 1.0f;                   // kLinear, kLlama3
+  float low_freq_factor = 1.0f;          // kLlama3
+  float high_freq_factor = 4.0f;         // kLlama3
   int32_t original_max_position = 8192;  // kLlama3: original_max_position_embeddings
   bool operator==(const RopeScaling&) const = default;
 };
@@ -42,7 +42,8 @@ struct RopeFrequencies {
 // and, unscaled, rounded to fp32 (kernels.h's precision); scaled, the scaling applied in double
 // before the one rounding.
 ZT_HOST_DEVICE inline float rope_inv_freq(const RopeFrequencies& r, int64_t i, int64_t hd) {
-  const double inv = 1.0 / pow(static_cast<double>(r.theta), static_cast<double>(2 * i) / double(hd));
+  const double inv =
+      1.0 / pow(static_cast<double>(r.theta), static_cast<double>(2 * i) / double(hd));
   const RopeScaling& s = r.scaling;
   switch (s.type) {
     case RopeScalingType::kNone: break;

@@ -8,8 +8,8 @@ namespace zt {
 namespace {
 // Call sites are printed relative to the source tree: "runtime/status.cpp", not an absolute path.
 const char* short_path(const char* path) {
-  for (const char* layer : {"runtime/", "comm/", "zero/", "offload/", "model_zoo/", "launch/",
-                            "tests/"}) {
+  for (const char* layer :
+       {"runtime/", "comm/", "zero/", "offload/", "model_zoo/", "launch/", "tests/"}) {
     if (const char* p = std::strstr(path, layer)) return p;
   }
   return path;
@@ -17,11 +17,8 @@ const char* short_path(const char* path) {
 }  // namespace
 
 Error::Error(ErrorKind kind, std::string message, std::source_location where)
-    : std::runtime_error(message),
-      kind_(kind),
-      message_(std::move(message)),
-      file_(short_path(where.file_name())),
-      line_(static_cast<int>(where.line())) {}
+    : std::runtime_error(message), kind_(kind), message_(std::move(message)),
+      file_(short_path(where.file_name())), line_(static_cast<int>(where.line())) {}
 
 std::string Error::describe() const {
   std::string prefix = rank_ >= 0 ? fmt::format("rank {}: ", rank_) : std::string();

@@ -54,8 +54,8 @@ class Error : public std::runtime_error {
 }  // namespace zt
 
 // Invariant check for internal errors: ZT_ASSERT(n % world == 0, "n={} world={}", n, world).
-#define ZT_ASSERT(cond, ...)                                                          \
-  do {                                                                                \
-    if (!(cond)) ::zt::throw_internal(std::string("check failed: " #cond ": ") +      \
-                                      fmt::format(__VA_ARGS__));                      \
+#define ZT_ASSERT(cond, ...)                                                                     \
+  do {                                                                                           \
+    if (!(cond))                                                                                 \
+      ::zt::throw_internal(std::string("check failed: " #cond ": ") + fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -9,6 +9,7 @@ packages=(cmake g++ make pkg-config ca-certificates
           liburing-dev libaio-dev  # the NVMe swap store's io_uring and libaio back ends
           jq  # the tests and the Llama demo build tokenizer.json from GPT-2's files
           xz-utils  # scripts/bundle_device.sh packs the GPU machine's bundle (e2e.device_check_dry_run)
+          clang-format  # e2e.format: the sources follow .clang-format
           gnuplot-nox)  # zt-bench scale's plots (without it: the .gp/.dat files only)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches the corpus and the tokenizer
 

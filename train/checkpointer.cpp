@@ -50,8 +50,7 @@ int64_t Checkpointer::commit(int64_t step, const ShardFileInfo& info, nlohmann::
     manifest.step = step;
     engine_.describe_checkpoint(manifest);
     for (int r = 0; r < world; ++r) {
-      manifest.files.push_back(ShardFileInfo{shard_file_name(r),
-                                             static_cast<int64_t>(files[2 * r]),
+      manifest.files.push_back(ShardFileInfo{shard_file_name(r), static_cast<int64_t>(files[2 * r]),
                                              static_cast<uint32_t>(files[2 * r + 1])});
       bytes += manifest.files.back().bytes;
     }
@@ -65,8 +64,8 @@ int64_t Checkpointer::commit(int64_t step, const ShardFileInfo& info, nlohmann::
 void Checkpointer::save_sync(int64_t step, nlohmann::json trainer_state) {
   const auto t0 = Clock::now();
   ShardFileWriter writer(begin_step_dir(step), comm_.rank());
-  trainer_state["engine"] = engine_.save_state(
-      writer, [&](int unit) { fault(SavePoint::kShardRecord, step, unit); });
+  trainer_state["engine"] =
+      engine_.save_state(writer, [&](int unit) { fault(SavePoint::kShardRecord, step, unit); });
   const ShardFileInfo info = writer.finish();
   SaveReport report;
   report.step = step;

@@ -37,7 +37,7 @@ namespace zt {
 // A committed save, as the caller reports it (zt-train: a log line and a metrics.jsonl row).
 struct SaveReport {
   int64_t step = 0;
-  int64_t bytes = 0;        // every shard file of the checkpoint (rank 0; 0 on other ranks)
+  int64_t bytes = 0;  // every shard file of the checkpoint (rank 0; 0 on other ranks)
   bool async = false;
   double blocked_ms = 0.0;  // training waited: the whole save (sync), the snapshot (async)
   double write_ms = 0.0;    // async: the writer thread's shard file

@@ -100,8 +100,8 @@ Tier gather_tier(std::string name, std::string key, const MemoryTracker* mem, co
     mine[c] = mem ? static_cast<double>(mem->peak(category))
                   : static_cast<double>(engine.nvme_bytes(category));
   }
-  mine[kNumMemCategories] = mem ? static_cast<double>(mem->peak_total())
-                                : static_cast<double>(engine.nvme_bytes());
+  mine[kNumMemCategories] =
+      mem ? static_cast<double>(mem->peak_total()) : static_cast<double>(engine.nvme_bytes());
   const std::vector<double> all = all_gather_doubles(comm, mine);
   Tier t{std::move(name), std::move(key), {all.begin(), all.begin() + rows}, {}};
   t.hi = t.lo;
@@ -178,8 +178,10 @@ nlohmann::ordered_json peak_bytes_json(const MemoryTracker& mem) {
 // forward/backward/optimizer are the training thread's phases; reduce/gather the communication
 // threads' busy time, which overlaps them.
 nlohmann::ordered_json wall_clock_json(const StepTimes& t) {
-  return {{"forward", 1e3 * t.forward},     {"backward", 1e3 * t.backward},
-          {"optimizer", 1e3 * t.optimizer}, {"reduce", 1e3 * t.reduce},
+  return {{"forward", 1e3 * t.forward},
+          {"backward", 1e3 * t.backward},
+          {"optimizer", 1e3 * t.optimizer},
+          {"reduce", 1e3 * t.reduce},
           {"gather", 1e3 * t.gather}};
 }
 
@@ -235,14 +237,14 @@ void StepTraffic::summarize(int64_t last_step, nlohmann::ordered_json& summary,
     return;
   }
   summary["internode_bytes_per_step"] = sum / timed_steps;
-  print(fmt::format("between the {} nodes per step (their interfaces' tx counters, TCP/IP "
-                    "headers and other traffic included): {:.2f} MiB",
-                    nodes_, sum / timed_steps / 1048576.0));
+  print(
+      fmt::format("between the {} nodes per step (their interfaces' tx counters, TCP/IP "
+                  "headers and other traffic included): {:.2f} MiB",
+                  nodes_, sum / timed_steps / 1048576.0));
 }
 
-void write_summary(MetricsWriter& metrics, Engine& engine, const Device& device,
-                   Communicator& comm, StepTraffic& traffic, int64_t last_step,
-                   const LinePrinter& print) {
+void write_summary(MetricsWriter& metrics, Engine& engine, const Device& device, Communicator& comm,
+                   StepTraffic& traffic, int64_t last_step, const LinePrinter& print) {
   // Every rank's peak bytes per category, gathered, shown as min/max over ranks, a column pair
   // per tier where bytes live (the device; with an offloaded optimizer the host tier; with NVMe
   // the swap files of the optimizer state and the parameters, in their categories).

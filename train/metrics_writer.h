@@ -83,8 +83,7 @@ class StepTraffic {
 // Collective: the peak-memory table (device; host tier; NVMe swap files), the traffic lines,
 // fp16's skipped steps, printed with `print`; then the {"summary": ...} row written, and the
 // file synced and closed.
-void write_summary(MetricsWriter& metrics, Engine& engine, const Device& device,
-                   Communicator& comm, StepTraffic& traffic, int64_t last_step,
-                   const LinePrinter& print);
+void write_summary(MetricsWriter& metrics, Engine& engine, const Device& device, Communicator& comm,
+                   StepTraffic& traffic, int64_t last_step, const LinePrinter& print);
 
 }  // namespace zt

@@ -50,21 +50,24 @@ OffloadPlan set_up_offload(const Config& config, Device& device, int rank,
     if (std::optional<HostPinning> pinning = host_pinning_for(device))
       host.set_pinning(std::move(*pinning));
     else
-      print.rank0(fmt::format("note: pin_memory has no effect on zt.device {}: the device reads "
-                              "host memory directly",
-                              config.zt.device));
+      print.rank0(
+          fmt::format("note: pin_memory has no effect on zt.device {}: the device reads "
+                      "host memory directly",
+                      config.zt.device));
   }
   if (oo.device == OffloadDevice::kNvme) {
     SwapStore& swap =
         stores.optimizer_swap.emplace(swap_options(config, oo.nvme_path, rank, print));
     plan.optimizer.emplace(host, &swap);
-    print.rank0(fmt::format("offload_optimizer: fp32 master and optimizer state in swap files "
-                            "under {}, streamed through host memory; {}",
-                            swap.directory(), default_aio_backend().describe));
+    print.rank0(
+        fmt::format("offload_optimizer: fp32 master and optimizer state in swap files "
+                    "under {}, streamed through host memory; {}",
+                    swap.directory(), default_aio_backend().describe));
   } else {
     plan.optimizer.emplace(host);
-    print.rank0("offload_optimizer: fp32 master and optimizer state in host memory, updated by "
-                "the CPU kernels");
+    print.rank0(
+        "offload_optimizer: fp32 master and optimizer state in host memory, updated by "
+        "the CPU kernels");
   }
   if (op.device == OffloadDevice::kNone) return plan;
   // ZeRO-Infinity's parameter tier (stage 3: checked by the config and the engine). One swap
@@ -73,15 +76,17 @@ OffloadPlan set_up_offload(const Config& config, Device& device, int rank,
   params.buffers = op.buffer_count;
   if (op.device == OffloadDevice::kNvme) {
     const bool shared = stores.optimizer_swap && op.nvme_path == oo.nvme_path;
-    params.swap = shared ? &*stores.optimizer_swap
-                         : &stores.param_swap.emplace(
-                               swap_options(config, op.nvme_path, rank, print));
-    print.rank0(fmt::format("offload_param: stage-3 parameter shards in swap files under {}, "
-                            "through {} host buffers that prefetch the next units' shards",
-                            params.swap->directory(), op.buffer_count));
+    params.swap = shared
+                      ? &*stores.optimizer_swap
+                      : &stores.param_swap.emplace(swap_options(config, op.nvme_path, rank, print));
+    print.rank0(
+        fmt::format("offload_param: stage-3 parameter shards in swap files under {}, "
+                    "through {} host buffers that prefetch the next units' shards",
+                    params.swap->directory(), op.buffer_count));
   } else {
-    print.rank0("offload_param: stage-3 parameter shards in host memory, copied in for each "
-                "gather");
+    print.rank0(
+        "offload_param: stage-3 parameter shards in host memory, copied in for each "
+        "gather");
   }
   return plan;
 }

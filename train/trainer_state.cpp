@@ -13,9 +13,10 @@ ResumePoint resume_point(const CheckpointReader& reader) {
   auto integer = [&](const char* key, int64_t lowest) {
     const auto it = t.find(key);
     if (it == t.end() || !it->is_number_integer() || it->get<int64_t>() < lowest)
-      throw_input(fmt::format("{}: trainer_state.{} is missing or not an integer >= {} (not a "
-                              "zt-train checkpoint?)",
-                              where, key, lowest));
+      throw_input(
+          fmt::format("{}: trainer_state.{} is missing or not an integer >= {} (not a "
+                      "zt-train checkpoint?)",
+                      where, key, lowest));
     return it->get<int64_t>();
   };
   ResumePoint p;
@@ -37,18 +38,18 @@ nlohmann::json trainer_state(const Config& config, int world, int64_t step,
                              const DataLoader& train_loader,
                              const std::optional<DataLoader>& val_loader,
                              const Precision& precision) {
-  return nlohmann::json{
-      {"step", step},
-      {"train_position", train_loader.position()},
-      {"val_position", val_loader ? val_loader->position() : 0},
-      {"world", world},
-      {"micro_batch", config.train_micro_batch_size_per_gpu},
-      {"seq_len", config.zt.seq_len},
-      {"gradient_accumulation_steps", config.gradient_accumulation_steps},
-      {"seed", config.zt.seed},
-      {"config", {{"source", config.source},
-                  {"zero_stage", config.zero_optimization.stage},
-                  {"precision", precision_name(precision)}}}};
+  return nlohmann::json{{"step", step},
+                        {"train_position", train_loader.position()},
+                        {"val_position", val_loader ? val_loader->position() : 0},
+                        {"world", world},
+                        {"micro_batch", config.train_micro_batch_size_per_gpu},
+                        {"seq_len", config.zt.seq_len},
+                        {"gradient_accumulation_steps", config.gradient_accumulation_steps},
+                        {"seed", config.zt.seed},
+                        {"config",
+                         {{"source", config.source},
+                          {"zero_stage", config.zero_optimization.stage},
+                          {"precision", precision_name(precision)}}}};
 }
 
 int64_t resumed_train_position(const ResumePoint& point, int world, int64_t B, int64_t T,

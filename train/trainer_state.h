@@ -20,14 +20,14 @@ namespace zt {
 
 // Where a checkpoint's trainer_state says training stopped (written by trainer_state below).
 struct ResumePoint {
-  int64_t step = 0;             // the last step trained
-  int64_t train_position = 0;   // the training DataLoader's position() after it
+  int64_t step = 0;            // the last step trained
+  int64_t train_position = 0;  // the training DataLoader's position() after it
   int64_t val_position = 0;
-  int world = 1;                // the saving run's world size, micro-batch and sequence length:
-  int64_t micro_batch = 1;      // the data position is remapped when they differ
+  int world = 1;            // the saving run's world size, micro-batch and sequence length:
+  int64_t micro_batch = 1;  // the data position is remapped when they differ
   int64_t seq_len = 1;
   uint64_t seed = 0;
-  nlohmann::json engine;        // Engine::save_state's
+  nlohmann::json engine;  // Engine::save_state's
 };
 
 // The checkpoint's trainer_state, checked: kInput naming manifest.json and the key otherwise.

@@ -94,8 +94,7 @@ class PassState {
   }
   // After a forward: the fp32 output copy stored as the working dtype.
   void store_output(size_t l, const float* output) {
-    if (pack_ && output)
-      k_.cast(hidden_[l].data(), act_dtype_, output, DType::kF32, n_);
+    if (pack_ && output) k_.cast(hidden_[l].data(), act_dtype_, output, DType::kF32, n_);
   }
   void drop_copies() {
     input_copy_.reset();
@@ -145,25 +144,19 @@ class PassState {
 }  // namespace
 
 Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions options)
-    : device_(device),
-      comm_(comm),
-      model_(model),
-      options_(std::move(options)),
+    : device_(device), comm_(comm), model_(model), options_(std::move(options)),
       kernels_(table(options_, device.kernels())),
       compute_kernels_(options_.precision.mixed()
                            ? table(options_, device.kernels_for(options_.precision.compute))
                            : kernels_),
-      policy_(options_.policy),
-      reduce_queue_(std::make_unique<CommQueue>(comm)),
-      gather_comm_(comm.duplicate()),
-      gather_queue_(std::make_unique<CommQueue>(*gather_comm_)) {
+      policy_(options_.policy), reduce_queue_(std::make_unique<CommQueue>(comm)),
+      gather_comm_(comm.duplicate()), gather_queue_(std::make_unique<CommQueue>(*gather_comm_)) {
   policy_.validate();
   const OffloadPlan& offload = options_.offload;
   Device* host = offload.host();
-  switch (offload_problem(host != nullptr, offload.params() != nullptr, policy_,
-                          options_.precision)) {
-    case OffloadProblem::kNone:
-      break;
+  switch (
+      offload_problem(host != nullptr, offload.params() != nullptr, policy_, options_.precision)) {
+    case OffloadProblem::kNone: break;
     case OffloadProblem::kOptimizerNeedsStage1:
       throw_input("zero_optimization.offload_optimizer needs zero_optimization.stage >= 1");
     case OffloadProblem::kOptimizerNeedsMaster:
@@ -188,10 +181,10 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     size_t largest = 0;  // the largest shard of a unit whose parameters are sharded
     for (Unit* unit : model_.units())
       if (unit->layout().numel() > options_.persistence_threshold)
-        largest = std::max(largest, static_cast<size_t>(ShardLayout(unit->layout().numel(),
-                                                                    comm_.world(), comm_.rank())
-                                                            .shard) *
-                                        dtype_size(options_.precision.compute));
+        largest = std::max(
+            largest, static_cast<size_t>(
+                         ShardLayout(unit->layout().numel(), comm_.world(), comm_.rank()).shard) *
+                         dtype_size(options_.precision.compute));
     offloaded_params_ =
         std::make_unique<OffloadedParams>(*host, params->swap, params->buffers, largest);
   }
@@ -201,7 +194,8 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     std::vector<int64_t> master_sizes;
     for (Unit* unit : units) {
       names.push_back(unit->name());
-      master_sizes.push_back(ShardLayout(unit->layout().numel(), comm_.world(), comm_.rank()).shard);
+      master_sizes.push_back(
+          ShardLayout(unit->layout().numel(), comm_.world(), comm_.rank()).shard);
     }
     swapped_ = std::make_unique<SwappedState>(*offload.optimizer_swap(), *host, std::move(names),
                                               std::move(master_sizes),
@@ -239,9 +233,9 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
         const auto n = static_cast<size_t>(sizes[u]);
         host_grads_.push_back(
             host->alloc(n * dtype_size(groups_[u]->grad_dtype()), MemCategory::kGrads));
-        host_working_.push_back(compute == DType::kF32
-                                    ? Buffer()
-                                    : host->alloc(n * dtype_size(compute), MemCategory::kWorkspace));
+        host_working_.push_back(
+            compute == DType::kF32 ? Buffer()
+                                   : host->alloc(n * dtype_size(compute), MemCategory::kWorkspace));
       }
       host_updates_.resize(groups_.size());
     } else {
@@ -253,10 +247,9 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
       offload_working_ = host->alloc(chunk * dtype_size(compute), MemCategory::kWorkspace);
     }
   }
-  optimizer_ = std::make_unique<Optimizer>(host ? *host : device_,
-                                           host ? *offload_kernels_ : kernels_,
-                                           options_.optimizer, std::move(ranges),
-                                           std::move(sizes), swapped_ != nullptr);
+  optimizer_ = std::make_unique<Optimizer>(
+      host ? *host : device_, host ? *offload_kernels_ : kernels_, options_.optimizer,
+      std::move(ranges), std::move(sizes), swapped_ != nullptr);
   if (pipelined) host_worker_ = std::make_unique<HostWorker>();
   const GatherLimits limits{options_.prefetch_bucket_size, options_.max_live_parameters,
                             options_.max_reuse_distance};
@@ -284,14 +277,14 @@ void Engine::for_each_fp32_chunk(const void* src, DType dtype, int64_t n,
                                  const std::function<void(float*, int64_t, int64_t)>& f) {
   ZT_ASSERT(dtype != DType::kF32, "for_each_fp32_chunk widens 16-bit values; got fp32");
   const int64_t chunk = std::min(n, kWorkspaceChunk);
-  Buffer scratch = device_.alloc(static_cast<size_t>(chunk) * sizeof(float),
-                                 MemCategory::kWorkspace);
+  Buffer scratch =
+      device_.alloc(static_cast<size_t>(chunk) * sizeof(float), MemCategory::kWorkspace);
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t count = std::min(chunk, n - begin);
-    kernels_.cast(scratch.data(), DType::kF32,
-                           static_cast<const std::byte*>(src) +
-                               static_cast<size_t>(begin) * dtype_size(dtype),
-                           dtype, count);
+    kernels_.cast(
+        scratch.data(), DType::kF32,
+        static_cast<const std::byte*>(src) + static_cast<size_t>(begin) * dtype_size(dtype), dtype,
+        count);
     f(scratch.as<float>(), begin, count);
   }
 }
@@ -322,9 +315,8 @@ int64_t Engine::gather_window_bytes() const {
     if (g->params_sharded()) largest = std::max(largest, g->shard().padded);
   const int64_t bound = training_schedule_->live_bound(largest);
   const int64_t size = static_cast<int64_t>(dtype_size(options_.precision.compute));
-  return bound > std::numeric_limits<int64_t>::max() / size
-             ? std::numeric_limits<int64_t>::max()
-             : size * bound;
+  return bound > std::numeric_limits<int64_t>::max() / size ? std::numeric_limits<int64_t>::max()
+                                                            : size * bound;
 }
 
 CommStats Engine::comm_stats() const {
@@ -365,8 +357,7 @@ ParamGroup& Engine::use_unit(const UnitSchedule& schedule, size_t at) {
 
 void Engine::prefetch_offloaded(const UnitSchedule& schedule, size_t at) {
   if (!offloaded_params_ || !offloaded_params_->on_nvme()) return;
-  const size_t window =
-      static_cast<size_t>(std::max(1, options_.offload.params()->buffers - 1));
+  const size_t window = static_cast<size_t>(std::max(1, options_.offload.params()->buffers - 1));
   std::vector<int> slots;
   for (size_t j = at + 1; j < schedule.size() && slots.size() < window; ++j) {
     const ParamGroup& v = *groups_[schedule[j].unit];
@@ -488,7 +479,8 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   // of prompt and padding. Stages 0/1 reduce after the last micro-batch; sharded gradients are
   // reduced every micro-batch.
   double local_targets = 0.0;
-  for (const Batch& batch : micro_batches) local_targets += static_cast<double>(counted_targets(batch));
+  for (const Batch& batch : micro_batches)
+    local_targets += static_cast<double>(counted_targets(batch));
   const double targets = all_ranks_sum(local_targets);  // integers: exact in double
   result.targets = static_cast<int64_t>(targets);
   const float dloss = static_cast<float>(scale / std::max(targets, 1.0));
@@ -521,8 +513,8 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   auto t0 = Clock::now();
   double partial = 0.0;
   for (auto& g : groups_)
-    partial += kernels_.sum_squares(ConstOperand(g->grad_shard(), g->grad_dtype()),
-                                    g->shard().shard);
+    partial +=
+        kernels_.sum_squares(ConstOperand(g->grad_shard(), g->grad_dtype()), g->shard().shard);
   const double norm_squared = all_ranks_sum(partial);
   result.grad_norm = std::sqrt(norm_squared) / scale;
   auto finish_times = [&] {
@@ -679,10 +671,9 @@ void Engine::offloaded_optimizer_step(int u, float lr, float grad_scale) {
     const size_t at = static_cast<size_t>(begin), count_bytes = static_cast<size_t>(count);
     device_.copy_to_host(offload_grads_.data(), grads + at * gsize, count_bytes * gsize);
     void* rounded = to_tier ? static_cast<void*>(to_tier + at * wsize) : offload_working_.data();
-    optimizer_->step_part_host(u, begin, begin + count, master,
-                               ConstOperand(offload_grads_.data(), gdtype),
-                               fp32 ? Operand() : Operand(rounded, dtype), lr, grad_scale, step_,
-                               state);
+    optimizer_->step_part_host(
+        u, begin, begin + count, master, ConstOperand(offload_grads_.data(), gdtype),
+        fp32 ? Operand() : Operand(rounded, dtype), lr, grad_scale, step_, state);
     if (to_tier) {
       if (fp32) std::memcpy(to_tier + at * wsize, master, count_bytes * wsize);
       return;
@@ -715,21 +706,20 @@ void Engine::optimizer_step(int u, float lr, float grad_scale) {
   if (master) {
     // Mixed precision: the working copy is the master rounded, written in the update's own
     // pass (fp32: master and working parameters are one buffer).
-    const Operand working = options_.precision.has_master()
-                                ? Operand(g.working_master_range(), dtype)
-                                : Operand();
+    const Operand working =
+        options_.precision.has_master() ? Operand(g.working_master_range(), dtype) : Operand();
     optimizer_->step_part(u, 0, n, master, grads, lr, grad_scale, step_, working);
   } else {
     // Pure 16-bit: the update computed in fp32 from the working values, a chunk at a time (the
     // update is element-wise, so the bits are those of one pass), and rounded back.
     for_each_fp32_chunk(g.working_master_range(), dtype, n,
                         [&](float* params, int64_t begin, int64_t count) {
-      void* working = static_cast<std::byte*>(g.working_master_range()) +
-                      static_cast<size_t>(begin) * dtype_size(dtype);
-      optimizer_->step_part(u, begin, begin + count, params, grads.at(begin), lr, grad_scale,
-                            step_);
-      k.cast(working, dtype, params, DType::kF32, count);
-    });
+                          void* working = static_cast<std::byte*>(g.working_master_range()) +
+                                          static_cast<size_t>(begin) * dtype_size(dtype);
+                          optimizer_->step_part(u, begin, begin + count, params, grads.at(begin),
+                                                lr, grad_scale, step_);
+                          k.cast(working, dtype, params, DType::kF32, count);
+                        });
   }
 }
 
@@ -774,8 +764,8 @@ void Engine::read_unit_params(int u, float* dst) {
         g.master_device().copy_to_host(dst, master, numel_bytes);
       return;
     }
-    Buffer full = device_.alloc(static_cast<size_t>(s.padded) * sizeof(float),
-                                MemCategory::kWorkspace);
+    Buffer full =
+        device_.alloc(static_cast<size_t>(s.padded) * sizeof(float), MemCategory::kWorkspace);
     const float* shard = master;
     Buffer staged;  // an offloaded master goes through the device to be gathered
     if (&g.master_device() != &device_) {
@@ -831,8 +821,8 @@ std::vector<float> Engine::unit_grads(int u) {
   ParamGroup& g = *groups_[u];
   const ShardLayout& s = g.shard();
   const DType dtype = g.grad_dtype();
-  Buffer full = device_.alloc(static_cast<size_t>(s.padded) * dtype_size(dtype),
-                              MemCategory::kWorkspace);
+  Buffer full =
+      device_.alloc(static_cast<size_t>(s.padded) * dtype_size(dtype), MemCategory::kWorkspace);
   gather_queue_->all_gather(g.grad_shard(), full.data(), s.shard, dtype).wait();
   Buffer widened;
   const void* values = full.data();

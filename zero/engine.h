@@ -45,9 +45,9 @@ struct EngineOptions {
   // Per layer of model.layers(): recompute in backward instead of keeping activations.
   // Empty = none. Entries for non-checkpointable layers must be false.
   std::vector<bool> checkpoint;
-  ZeroPolicy policy;                            // what is sharded (validated by the engine)
-  bool overlap_comm = false;                    // reductions run behind the backward pass
-  int64_t reduce_bucket_size = 500'000'000;     // elements of gradient per reduction launch
+  ZeroPolicy policy;                         // what is sharded (validated by the engine)
+  bool overlap_comm = false;                 // reductions run behind the backward pass
+  int64_t reduce_bucket_size = 500'000'000;  // elements of gradient per reduction launch
   // Elements of parameters all-gathered at once after the optimizer step (stages 1-2, and
   // stage 3's persistent units): a bucket is finished before the next is launched.
   int64_t allgather_bucket_size = 500'000'000;
@@ -56,8 +56,8 @@ struct EngineOptions {
   int64_t prefetch_bucket_size = 50'000'000;
   int64_t max_live_parameters = std::numeric_limits<int64_t>::max();
   int64_t max_reuse_distance = 0;
-  int64_t persistence_threshold = 100'000;      // stage 3: units this small stay gathered
-  Precision precision;                          // fp32, mixed or pure 16-bit
+  int64_t persistence_threshold = 100'000;  // stage 3: units this small stay gathered
+  Precision precision;                      // fp32, mixed or pure 16-bit
   // zero_optimization.offload_optimizer and offload_param (zero/offload_plan.h): the host tier
   // and swap stores, which must outlive the engine. Default: nothing offloaded.
   // The optimizer offloaded (stages 1-3, not pure 16-bit): the host tier's kernels run the
@@ -118,9 +118,9 @@ struct StepResult {
   std::string failure;
 };
 
-// Called with this rank's gradient of a unit (compute dtype) as soon as the micro-batch's backward has
-// completed it, before it is reduced or stored (tests inject faults through it). Under fp32 with
-// unsharded gradients the buffer is the store itself: the step's micro-batches so far.
+// Called with this rank's gradient of a unit (compute dtype) as soon as the micro-batch's backward
+// has completed it, before it is reduced or stored (tests inject faults through it). Under fp32
+// with unsharded gradients the buffer is the store itself: the step's micro-batches so far.
 using GradientHook = std::function<void(int unit, Operand grad, int64_t numel)>;
 
 // Where the engine calls its fault hook (tests and zt-train's test-only fault injection throw
@@ -313,10 +313,10 @@ class Engine {
   std::vector<std::unique_ptr<ParamGroup>> groups_;  // one per unit
   std::unique_ptr<UnitSchedule> training_schedule_, evaluation_schedule_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<LossScaler> loss_scaler_;     // fp16
-  Buffer offload_grads_, offload_working_;      // host staging of offloaded steps
-  Kernels* offload_kernels_ = nullptr;          // the host tier's table (options_.kernels applied)
-  std::unique_ptr<SwappedState> swapped_;       // optimizer_swap: the state's swap files
+  std::unique_ptr<LossScaler> loss_scaler_;  // fp16
+  Buffer offload_grads_, offload_working_;   // host staging of offloaded steps
+  Kernels* offload_kernels_ = nullptr;       // the host tier's table (options_.kernels applied)
+  std::unique_ptr<SwappedState> swapped_;    // optimizer_swap: the state's swap files
   std::unique_ptr<OffloadedParams> offloaded_params_;  // offload_param: the parameter tier
   // The pipelined offloaded step: per unit, its gradient shard and (16-bit) updated working
   // values on the host tier, and where its update stands this step.
@@ -328,7 +328,7 @@ class Engine {
   std::vector<Buffer> host_grads_, host_working_;
   std::vector<HostUpdate> host_updates_;
   std::vector<int> host_update_order_;  // units in the order their updates were submitted
-  bool collecting_grads_ = false;  // the last micro-batch's backward is running
+  bool collecting_grads_ = false;       // the last micro-batch's backward is running
   // ... and the updates start at once: the step's lr and Adam step (no global scaling).
   struct EarlyUpdates {
     float lr;

@@ -28,11 +28,11 @@ T* advance(T* base, int64_t elements, DType dtype) {
 }
 
 // `count` elements of `dtype` at `src` in `device`'s memory into the writer's open record.
-void append_from(RecordSink& writer, Device& device, const void* src, DType dtype,
-                 int64_t count, std::vector<std::byte>& staging) {
+void append_from(RecordSink& writer, Device& device, const void* src, DType dtype, int64_t count,
+                 std::vector<std::byte>& staging) {
   for (int64_t at = 0; at < count; at += kStagingElements) {
-    const size_t bytes = static_cast<size_t>(std::min(kStagingElements, count - at)) *
-                         dtype_size(dtype);
+    const size_t bytes =
+        static_cast<size_t>(std::min(kStagingElements, count - at)) * dtype_size(dtype);
     if (std::byte* direct = writer.append_space(bytes)) {  // a snapshot: one copy
       device.copy_to_host(direct, advance(src, at, dtype), bytes);
       continue;
@@ -79,8 +79,8 @@ std::vector<CheckpointUnit> Engine::checkpoint_units() const {
   std::vector<CheckpointUnit> units;
   auto model_units = model_.units();
   for (size_t u = 0; u < groups_.size(); ++u)
-    units.push_back(checkpoint_unit(groups_[u]->name(), model_units[u]->layout(),
-                                    groups_[u]->shard().padded));
+    units.push_back(
+        checkpoint_unit(groups_[u]->name(), model_units[u]->layout(), groups_[u]->shard().padded));
   return units;
 }
 
@@ -119,8 +119,7 @@ nlohmann::json Engine::save_state(RecordSink& writer,
       if (swapped_)
         append_from(writer, *swapped_, u, 0, in_master, count, staging);
       else
-        append_from(writer, g.master_device(), g.master() + in_master, DType::kF32, count,
-                    staging);
+        append_from(writer, g.master_device(), g.master() + in_master, DType::kF32, count, staging);
     }
     writer.end_record();
     const std::vector<float*> state = swapped_ ? std::vector<float*>() : optimizer_->state(u);
@@ -164,11 +163,13 @@ std::vector<std::string> Engine::load_state(const CheckpointReader& reader,
     saved.push_back(k.get<std::string>());
   }
   if (saved != kinds)
-    refuse(fmt::format("the checkpoint's optimizer keeps [{}], this run's keeps [{}]: another "
-                       "optimizer type (or SGD momentum on/off) cannot continue its state",
-                       fmt::join(saved, ", "), fmt::join(kinds, ", ")));
+    refuse(
+        fmt::format("the checkpoint's optimizer keeps [{}], this run's keeps [{}]: another "
+                    "optimizer type (or SGD momentum on/off) cannot continue its state",
+                    fmt::join(saved, ", "), fmt::join(kinds, ", ")));
   std::optional<LossScalerState> scaler_state;
-  if (const auto it = engine_state.find("loss_scaler"); it != engine_state.end() && !it->is_null()) {
+  if (const auto it = engine_state.find("loss_scaler");
+      it != engine_state.end() && !it->is_null()) {
     try {
       LossScalerState s;
       s.scale = it->at("scale").get<double>();
@@ -209,8 +210,8 @@ std::vector<std::string> Engine::load_state(const CheckpointReader& reader,
     for (const std::string& k : kinds) {
       if (!reader.has(name, k)) refuse(fmt::format("unit {}: no {} records", name, k));
       if (reader.dtype(name, k) != DType::kF32)
-        refuse(fmt::format("unit {}: {} is {}, not fp32", name, k,
-                           dtype_name(reader.dtype(name, k))));
+        refuse(
+            fmt::format("unit {}: {} is {}, not fp32", name, k, dtype_name(reader.dtype(name, k))));
     }
   }
   if (manifest.compute_dtype != compute)
@@ -220,16 +221,19 @@ std::vector<std::string> Engine::load_state(const CheckpointReader& reader,
         dtype_name(manifest.compute_dtype), dtype_name(compute), dtype_name(compute)));
   const bool keeps_master = !options_.precision.mixed() || options_.precision.has_master();
   if (masterless && keeps_master)
-    notes.push_back(fmt::format("the checkpoint has no fp32 master (pure 16-bit): the master "
-                                "starts from its {} working parameters, widened",
-                                dtype_name(manifest.compute_dtype)));
+    notes.push_back(
+        fmt::format("the checkpoint has no fp32 master (pure 16-bit): the master "
+                    "starts from its {} working parameters, widened",
+                    dtype_name(manifest.compute_dtype)));
   if (scaler_state && !loss_scaler_)
-    notes.push_back("the checkpoint's fp16 loss scaler state is not used: this run does not "
-                    "scale the loss");
+    notes.push_back(
+        "the checkpoint's fp16 loss scaler state is not used: this run does not "
+        "scale the loss");
   if (!scaler_state && loss_scaler_)
-    notes.push_back(fmt::format("the checkpoint has no loss scaler state: fp16 loss scaling "
-                                "starts afresh at {}",
-                                loss_scaler_->scale()));
+    notes.push_back(
+        fmt::format("the checkpoint has no loss scaler state: fp16 loss scaling "
+                    "starts afresh at {}",
+                    loss_scaler_->scale()));
 
   // ---- set this rank's ranges ----
   Device& state_device = options_.offload.host() ? *options_.offload.host() : device_;

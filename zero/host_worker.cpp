@@ -36,7 +36,7 @@ void HostWorker::run_worker() {
   for (;;) {
     work_ready_.wait(lock, [&] { return stopping_ || next_run_ < first_ + tasks_.size(); });
     if (next_run_ == first_ + tasks_.size()) return;  // stopping, nothing left to run
-    Task& task = tasks_[next_run_ - first_];  // deque references survive push_back
+    Task& task = tasks_[next_run_ - first_];          // deque references survive push_back
     const std::function<void()> run = std::move(task.run);
     lock.unlock();
     const Clock::time_point start = Clock::now();
@@ -75,9 +75,7 @@ void HostWorker::drain() {
   task_done_.wait(lock, [&] { return next_run_ == first_ + tasks_.size(); });
 }
 
-double HostWorker::busy_seconds() const {
-  return busy_seconds_before(Clock::time_point::max());
-}
+double HostWorker::busy_seconds() const { return busy_seconds_before(Clock::time_point::max()); }
 
 double HostWorker::busy_seconds_before(Clock::time_point point) const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -17,8 +17,7 @@ bool LossScalerEvent::skipped() const {
 
 std::string LossScalerEvent::describe() const {
   switch (kind) {
-    case LossScaleUpdate::kClean:
-      return fmt::format("loss scale {}", scale_after);
+    case LossScaleUpdate::kClean: return fmt::format("loss scale {}", scale_after);
     case LossScaleUpdate::kGrown:
       return fmt::format("loss scale {} -> {} after {} clean steps", scale_before, scale_after,
                          clean_steps - 1);
@@ -38,13 +37,9 @@ std::string LossScalerEvent::describe() const {
 }
 
 LossScaler::LossScaler(const Fp16Config& config, AtMinScale at_min)
-    : dynamic_(config.loss_scale == 0.0),
-      at_min_(at_min),
-      hysteresis_(config.hysteresis),
-      window_(config.loss_scale_window),
-      consecutive_hysteresis_(config.consecutive_hysteresis),
-      min_scale_(config.min_loss_scale),
-      scale_(config.loss_scale),
+    : dynamic_(config.loss_scale == 0.0), at_min_(at_min), hysteresis_(config.hysteresis),
+      window_(config.loss_scale_window), consecutive_hysteresis_(config.consecutive_hysteresis),
+      min_scale_(config.min_loss_scale), scale_(config.loss_scale),
       hysteresis_left_(config.hysteresis) {
   if (!(config.loss_scale >= 0.0) || !std::isfinite(config.loss_scale)) {
     throw_input(fmt::format("fp16.loss_scale must be 0 (dynamic) or a finite scale > 0; got {}",
@@ -52,8 +47,8 @@ LossScaler::LossScaler(const Fp16Config& config, AtMinScale at_min)
   }
   if (dynamic_) {
     if (config.loss_scale_window < 1) {
-      throw_input(fmt::format("fp16.loss_scale_window must be >= 1; got {}",
-                              config.loss_scale_window));
+      throw_input(
+          fmt::format("fp16.loss_scale_window must be >= 1; got {}", config.loss_scale_window));
     }
     if (config.hysteresis < 1) {
       throw_input(fmt::format("fp16.hysteresis must be >= 1; got {}", config.hysteresis));
@@ -128,7 +123,8 @@ LossScalerState LossScaler::state() const {
 
 void LossScaler::restore(const LossScalerState& state) {
   if (!(state.scale > 0.0) || !std::isfinite(state.scale))
-    throw_input(fmt::format("loss scaler state: scale must be finite and > 0; got {}", state.scale));
+    throw_input(
+        fmt::format("loss scaler state: scale must be finite and > 0; got {}", state.scale));
   const LossScalerCounters& c = state.counters;
   if (state.clean_steps < 0 || c.steps < 0 || c.skipped_steps < 0 || c.scale_decreases < 0 ||
       c.scale_increases < 0)
@@ -137,8 +133,8 @@ void LossScaler::restore(const LossScalerState& state) {
   hysteresis_left_ = std::clamp(state.hysteresis_left, 1, std::max(hysteresis_, 1));
   clean_steps_ = state.clean_steps;
   counters_ = c;
-  last_update_ = LossScalerEvent{LossScaleUpdate::kClean, scale_, scale_, hysteresis_left_,
-                                 clean_steps_};
+  last_update_ =
+      LossScalerEvent{LossScaleUpdate::kClean, scale_, scale_, hysteresis_left_, clean_steps_};
 }
 
 }  // namespace zt

@@ -10,8 +10,7 @@
 namespace zt {
 
 LrSchedule::LrSchedule(const SchedulerConfig& scheduler, double optimizer_lr)
-    : scheduler_(scheduler),
-      optimizer_lr_(optimizer_lr),
+    : scheduler_(scheduler), optimizer_lr_(optimizer_lr),
       warmup_steps_(std::max<int64_t>(2, scheduler.warmup_num_steps)) {}
 
 double LrSchedule::warmup_gamma(int64_t step) const {
@@ -24,7 +23,8 @@ double LrSchedule::warmup_gamma(int64_t step) const {
 // WarmupDecayLR after warm-up: linear from 1 at the end of warm-up to 0 at total_num_steps, then 0.
 double LrSchedule::warmup_decay_gamma(int64_t step) const {
   double remaining = static_cast<double>(scheduler_.total_num_steps - step);
-  double span = std::max<double>(1.0, static_cast<double>(scheduler_.total_num_steps - warmup_steps_));
+  double span =
+      std::max<double>(1.0, static_cast<double>(scheduler_.total_num_steps - warmup_steps_));
   return std::max(0.0, remaining / span);
 }
 
@@ -37,7 +37,8 @@ double LrSchedule::cosine_ratio(int64_t step) const {
     return min_ratio + warmup_gamma(step) * (1.0 - min_ratio);
   }
   double done = static_cast<double>(step - warmup_steps_ + 1);
-  double span = static_cast<double>(std::max<int64_t>(1, scheduler_.total_num_steps - warmup_steps_));
+  double span =
+      static_cast<double>(std::max<int64_t>(1, scheduler_.total_num_steps - warmup_steps_));
   double progress = std::min(1.0, done / span);
   double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   double min_ratio = scheduler_.cos_min_ratio;
@@ -70,8 +71,9 @@ double LrSchedule::one_cycle_lr(int64_t step) const {
     }
     if (stairs > 0) {
       const double in_cycle = std::fmod(iteration, total);
-      const double position = in_cycle <= first ? in_cycle * static_cast<double>(stairs) / first
-                                                : (total - in_cycle) * static_cast<double>(stairs) / second;
+      const double position = in_cycle <= first
+                                  ? in_cycle * static_cast<double>(stairs) / first
+                                  : (total - in_cycle) * static_cast<double>(stairs) / second;
       scale = std::floor(position) / static_cast<double>(stairs);
     }
     return s.cycle_min_lr + (s.cycle_max_lr - s.cycle_min_lr) * scale;
@@ -94,8 +96,7 @@ float LrSchedule::lr_at(int64_t step) const {
   const SchedulerConfig& s = scheduler_;
   double delta = s.warmup_max_lr - s.warmup_min_lr;
   switch (s.type) {
-    case SchedulerType::kNone:
-      return static_cast<float>(optimizer_lr_);
+    case SchedulerType::kNone: return static_cast<float>(optimizer_lr_);
     case SchedulerType::kWarmupLR: {
       double gamma = step < warmup_steps_ ? warmup_gamma(step) : 1.0;
       return static_cast<float>(s.warmup_min_lr + delta * gamma);
@@ -106,10 +107,8 @@ float LrSchedule::lr_at(int64_t step) const {
     }
     case SchedulerType::kWarmupCosineLR:
       return static_cast<float>(optimizer_lr_ * cosine_ratio(step));
-    case SchedulerType::kOneCycle:
-      return static_cast<float>(one_cycle_lr(step));
-    case SchedulerType::kLRRangeTest:
-      return static_cast<float>(range_test_lr(step));
+    case SchedulerType::kOneCycle: return static_cast<float>(one_cycle_lr(step));
+    case SchedulerType::kLRRangeTest: return static_cast<float>(range_test_lr(step));
   }
   throw_internal("unknown scheduler type");
 }

@@ -55,14 +55,11 @@ std::string state_options_problem(const StateOptions& o) {
     return "offload_param needs offload_optimizer";
   switch (offload_problem(o.offload_optimizer != OffloadDevice::kNone,
                           o.offload_param != OffloadDevice::kNone, o.policy, o.precision)) {
-    case OffloadProblem::kNone:
-      return {};
-    case OffloadProblem::kOptimizerNeedsStage1:
-      return "offload_optimizer needs stage >= 1";
+    case OffloadProblem::kNone: return {};
+    case OffloadProblem::kOptimizerNeedsStage1: return "offload_optimizer needs stage >= 1";
     case OffloadProblem::kOptimizerNeedsMaster:
       return "offload_optimizer needs an fp32 master (not pure 16-bit)";
-    case OffloadProblem::kParamsNeedStage3:
-      return "offload_param needs stage 3";
+    case OffloadProblem::kParamsNeedStage3: return "offload_param needs stage 3";
   }
   return {};
 }
@@ -109,8 +106,8 @@ void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int s
   // NVMe buffers is added once, in model_state_bytes).
   const Tier params_tier = !params_sharded || o.offload_param == OffloadDevice::kNone
                                ? Tier::kDevice
-                               : o.offload_param == OffloadDevice::kCpu ? Tier::kHost
-                                                                        : Tier::kNvme;
+                           : o.offload_param == OffloadDevice::kCpu ? Tier::kHost
+                                                                    : Tier::kNvme;
   out.at(params_tier, MemCategory::kParams) += bytes_of(working, p.compute);
   out.at(Tier::kDevice, MemCategory::kGrads) += bytes_of(grads, grad_dtype);
   if (o.offload_optimizer == OffloadDevice::kCpu) {  // the pipelined step's per-unit buffers
@@ -151,8 +148,10 @@ TierBytes model_state_bytes(std::span<const int64_t> numels, const StateOptions&
   for (int64_t numel : numels) {
     const ShardLayout shard(numel, o.world, 0);
     add_unit_state_bytes(shard, o, state_tensors, out);
-    largest_master = std::max(largest_master, o.policy.shard_optimizer ? shard.shard : shard.padded);
-    if (numel > o.persistence_threshold) largest_param_shard = std::max(largest_param_shard, shard.shard);
+    largest_master =
+        std::max(largest_master, o.policy.shard_optimizer ? shard.shard : shard.padded);
+    if (numel > o.persistence_threshold)
+      largest_param_shard = std::max(largest_param_shard, shard.shard);
   }
   if (o.offload_param == OffloadDevice::kNvme) {  // OffloadedParams' pool, 4 KiB aligned
     const int64_t bytes = bytes_of(largest_param_shard, o.precision.compute);
@@ -403,8 +402,8 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
   // DeviceBatch, then PassState (hidden states in the compute dtype, losses, two fp32 hidden
   // gradients), then the layers.
   const int64_t token_bytes = o.tokens_on_device ? (o.batch_positions ? 3 : 2) * N * 4 : 0;
-  const int64_t pass_bytes = token_bytes + static_cast<int64_t>(L - 1) * N * C * packed + 4 * N +
-                             2 * hidden_fp32;
+  const int64_t pass_bytes =
+      token_bytes + static_cast<int64_t>(L - 1) * N * C * packed + 4 * N + 2 * hidden_fp32;
   if (o.tokens_on_device) t.alloc(kActs, token_bytes);
   t.alloc(kActs, static_cast<int64_t>(L - 1) * N * C * packed);
   t.alloc(kActs, 4 * N);
@@ -471,8 +470,7 @@ std::optional<int64_t> activation_peak_bytes(Model& model, const ActivationOptio
 }
 
 StepReplayOptions step_replay_options(const EngineOptions& engine, const StateOptions& states,
-                                      const ActivationOptions& activations,
-                                      int64_t comm_staging) {
+                                      const ActivationOptions& activations, int64_t comm_staging) {
   StepReplayOptions step;
   step.states = states;
   step.activations = activations;
@@ -586,9 +584,9 @@ DeepSpeedEstimate deepspeed_zero3_estimate(int64_t params, int64_t largest_layer
                                            : psi * std::max(4.0 * per_node, 16.0 * g) * f);
   } else {
     e.gpu = largest + static_cast<int64_t>(18.0 * psi / gpus);
-    e.cpu = static_cast<int64_t>(zero_init
-                                     ? static_cast<double>(largest_layer_params) * 4.0 * per_node * f
-                                     : psi * 4.0 * per_node * f);
+    e.cpu = static_cast<int64_t>(zero_init ? static_cast<double>(largest_layer_params) * 4.0 *
+                                                 per_node * f
+                                           : psi * 4.0 * per_node * f);
   }
   return e;
 }

@@ -59,7 +59,7 @@ struct TierBytes {
 struct StateOptions {
   ZeroPolicy policy;
   Precision precision;
-  OptimizerOptions optimizer;  // its state tensors: optimizer_state_names()
+  OptimizerOptions optimizer;               // its state tensors: optimizer_state_names()
   int64_t persistence_threshold = 100'000;  // stage 3: units this small stay gathered
   // offload_optimizer.device: kCpu keeps the fp32 master and the optimizer state on the host
   // tier (EngineOptions::offload, zero/offload_plan.h), kNvme in swap files.
@@ -114,7 +114,7 @@ TierBytes model_state_bytes(std::span<const int64_t> unit_numels, const StateOpt
 struct ActivationOptions {
   int64_t B = 1;
   int64_t T = 1;
-  DType compute = DType::kF32;  // hidden states kept in it; stores packed to it when 16-bit
+  DType compute = DType::kF32;   // hidden states kept in it; stores packed to it when 16-bit
   std::vector<bool> checkpoint;  // per layer, as EngineOptions::checkpoint; empty: none
   // A device the host cannot address (a GPU) holds a copy of the token ids: 2 * B * T int32,
   // 3 * B * T with batch_positions (batches of packed documents, Batch::positions).
@@ -149,14 +149,13 @@ struct StepReplayOptions {
   int64_t comm_staging = 0;  // bytes on the device, allocated before the model states
 };
 struct DevicePeak {
-  int64_t total = 0;                                   // at the step's highest point
+  int64_t total = 0;                                  // at the step's highest point
   std::array<int64_t, kNumMemCategories> category{};  // each category's own peak
 };
 // The replay's options for an engine built with `engine` (its gather limits, reduce buckets and
 // overlap_comm), holding `states`, running micro-batches as `activations` says.
 StepReplayOptions step_replay_options(const EngineOptions& engine, const StateOptions& states,
-                                      const ActivationOptions& activations,
-                                      int64_t comm_staging);
+                                      const ActivationOptions& activations, int64_t comm_staging);
 // nullopt when a layer declares no activations (Layer::activations).
 std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOptions& o);
 

@@ -52,7 +52,12 @@ struct OffloadPlan {
 // What the rest of a run's options forbid of an offload plan: the optimizer offloaded needs the
 // optimizer state sharded (stage >= 1) and an fp32 master (not pure 16-bit); the parameters
 // offloaded need them sharded (stage 3).
-enum class OffloadProblem { kNone, kOptimizerNeedsStage1, kOptimizerNeedsMaster, kParamsNeedStage3 };
+enum class OffloadProblem {
+  kNone,
+  kOptimizerNeedsStage1,
+  kOptimizerNeedsMaster,
+  kParamsNeedStage3
+};
 OffloadProblem offload_problem(bool optimizer_offloaded, bool params_offloaded,
                                const ZeroPolicy& policy, const Precision& precision);
 

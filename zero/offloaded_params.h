@@ -4,9 +4,10 @@
 //   cpu   in the host tier's memory, one buffer per unit (kParams on the host tier), or
 //   nvme  in a swap file "<unit>.params" of a SwapStore, with a pool of `buffers` host buffers
 //         (offload_param.buffer_count), each the largest shard rounded up to 4 KiB plus 4 KiB to
-//         align it for O_DIRECT (kParams on the host tier), holding the shards in use, the ones fetched ahead, and the ones kept while
-//         there is room: a pooled shard is clean (its file has the same bytes) once its write
-//         finished, so it can be dropped at any time without writing.
+//         align it for O_DIRECT (kParams on the host tier), holding the shards in use, the ones
+//         fetched ahead, and the ones kept while there is room: a pooled shard is clean (its file
+//         has the same bytes) once its write finished, so it can be dropped at any time without
+//         writing.
 // The engine copies a fetched shard to the device for its gather (fetch, release) and writes
 // the updated shard after the optimizer step (begin_write, finish_write). Knows keys and bytes,
 // not gathers or devices beyond the host tier. Not thread-safe: the engine's thread.
@@ -63,8 +64,8 @@ class OffloadedParams {
   struct Slot {
     std::string key;
     size_t bytes = 0;
-    Buffer own;        // cpu: the shard itself
-    int buffer = -1;   // nvme: the pool buffer holding the shard, or -1
+    Buffer own;       // cpu: the shard itself
+    int buffer = -1;  // nvme: the pool buffer holding the shard, or -1
     bool written = false;
   };
   struct PoolBuffer {

@@ -27,8 +27,8 @@ std::vector<DecayRange> decay_ranges(const FlatLayout& layout, int64_t begin, in
 }
 
 Optimizer::Optimizer(Device& device, Kernels& kernels, const OptimizerOptions& options,
-                     std::vector<std::vector<DecayRange>> ranges,
-                     std::vector<int64_t> range_sizes, bool state_elsewhere)
+                     std::vector<std::vector<DecayRange>> ranges, std::vector<int64_t> range_sizes,
+                     bool state_elsewhere)
     : device_(device), kernels_(kernels), options_(options), ranges_(std::move(ranges)) {
   ZT_ASSERT(ranges_.size() == range_sizes.size(), "{} vs {}", ranges_.size(), range_sizes.size());
   const bool adam = options_.type != OptimizerOptions::Type::kSgd;
@@ -49,8 +49,9 @@ Optimizer::Optimizer(Device& device, Kernels& kernels, const OptimizerOptions& o
 AdamWArgs Optimizer::adam_args(const DecayRange& r, float lr, float grad_scale,
                                int64_t step) const {
   const float wd = r.decay == Decay::kYes ? options_.weight_decay : 0.0f;
-  return AdamWArgs{lr, options_.beta1, options_.beta2, options_.eps, wd, step, grad_scale,
-                   options_.type == OptimizerOptions::Type::kAdamW};
+  return AdamWArgs{
+      lr, options_.beta1, options_.beta2, options_.eps,
+      wd, step,           grad_scale,     options_.type == OptimizerOptions::Type::kAdamW};
 }
 
 void Optimizer::step_part_host(int range, int64_t begin, int64_t end, float* master,
@@ -59,9 +60,8 @@ void Optimizer::step_part_host(int range, int64_t begin, int64_t end, float* mas
   update(range, begin, end, master, grads, working, lr, grad_scale, step, state, true);
 }
 
-void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params,
-                          ConstOperand grads, float lr, float grad_scale, int64_t step,
-                          Operand working) {
+void Optimizer::step_part(int range, int64_t begin, int64_t end, float* params, ConstOperand grads,
+                          float lr, float grad_scale, int64_t step, Operand working) {
   update(range, begin, end, params, grads, working, lr, grad_scale, step, nullptr, false);
 }
 
@@ -72,8 +72,8 @@ void Optimizer::update(int range, int64_t begin, int64_t end, float* master, Con
   // padding between and after tensors, which no update touches (everything, after SGD).
   auto copy_unchanged = [&](int64_t lo, int64_t hi) {
     if (working && lo < hi)
-      kernels_.cast(working.at(lo - begin).data, working.dtype, master + (lo - begin),
-                    DType::kF32, hi - lo);
+      kernels_.cast(working.at(lo - begin).data, working.dtype, master + (lo - begin), DType::kF32,
+                    hi - lo);
   };
   // State tensor k at element lo of the range, whoever holds it.
   const size_t kinds = state_names().size();

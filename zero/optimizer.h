@@ -55,8 +55,8 @@ class Optimizer {
   // working (may be null): end - begin elements that receive the updated params rounded to
   // their dtype, in the update's own pass for Adam (Kernels::adamw's `working`); the bits of
   // step_part followed by Kernels::cast.
-  void step_part(int range, int64_t begin, int64_t end, float* params, ConstOperand grads,
-                 float lr, float grad_scale, int64_t step, Operand working = nullptr);
+  void step_part(int range, int64_t begin, int64_t end, float* params, ConstOperand grads, float lr,
+                 float grad_scale, int64_t step, Operand working = nullptr);
   // The same update of an fp32 master in host memory (an offloaded optimizer), writing the
   // updated values also into `working` (end - begin elements of its dtype: the working params'
   // staging) in the same pass: CpuAdam for Adam and AdamW, the kernels' sgd then cast for SGD.

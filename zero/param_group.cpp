@@ -47,15 +47,9 @@ void init_flat_range(const FlatLayout& layout, uint64_t seed, int64_t begin, int
 ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
                        const ZeroPolicy& policy, const Precision& precision, bool persistent,
                        uint64_t seed, OffloadTiers tiers)
-    : device_(device),
-      offload_(tiers.optimizer),
-      param_tier_(nullptr),
-      master_sink_(std::move(tiers.master_sink)),
-      unit_(unit),
-      shard_(shard),
-      policy_(policy),
-      precision_(precision),
-      compute_(precision.compute),
+    : device_(device), offload_(tiers.optimizer), param_tier_(nullptr),
+      master_sink_(std::move(tiers.master_sink)), unit_(unit), shard_(shard), policy_(policy),
+      precision_(precision), compute_(precision.compute),
       grad_dtype_(precision.mixed() ? precision.grad_accum : DType::kF32),
       params_sharded_(policy.shard_params && !persistent),
       separate_grads_(policy.shard_grads || precision.mixed()),
@@ -135,8 +129,8 @@ void ParamGroup::assign(const UnitValues& values) {
 }
 
 void ParamGroup::wrong_state(const char* call) const {
-  throw_internal(fmt::format("unit {} on rank {}: {} called in state {}", name(), shard_.rank,
-                             call, param_state_name(state_)));
+  throw_internal(fmt::format("unit {} on rank {}: {} called in state {}", name(), shard_.rank, call,
+                             param_state_name(state_)));
 }
 
 void ParamGroup::bind() {
@@ -223,9 +217,9 @@ void* ParamGroup::working_master_range() {
 void* ParamGroup::begin_working_update() {
   ZT_ASSERT(param_tier_, "unit {}: begin_working_update without offloaded parameters", name());
   // Stage 3 shards the master and the parameters alike: the master's range is the shard.
-  ZT_ASSERT(offset_in(master_range_, working_range_) == 0 &&
-                master_range_.size == working_range_.size,
-            "unit {}: the master range is not the parameter shard", name());
+  ZT_ASSERT(
+      offset_in(master_range_, working_range_) == 0 && master_range_.size == working_range_.size,
+      "unit {}: the master range is not the parameter shard", name());
   return param_tier_->begin_write(param_slot_);
 }
 
@@ -234,8 +228,8 @@ void ParamGroup::finish_working_update() { param_tier_->finish_write(param_slot_
 CommHandle ParamGroup::begin_refresh(CommQueue& queue) {
   if (params_sharded_ || !policy_.shard_optimizer) return CommHandle();
   void* full = params_.data();
-  return queue.all_gather(offset_by(full, shard_.begin(), compute_), full, shard_.shard,
-                          compute_, name());
+  return queue.all_gather(offset_by(full, shard_.begin(), compute_), full, shard_.shard, compute_,
+                          name());
 }
 
 void ParamGroup::zero_grads() {
@@ -247,8 +241,7 @@ void ParamGroup::zero_grads() {
   } else {
     // The backward writes the store: the ranges between tensors written whole are zeroed (the
     // padding included), those tensors are handed out fresh.
-    ZT_ASSERT(grads_range_.size == shard_.padded, "unit {}: a partial store written whole",
-              name());
+    ZT_ASSERT(grads_range_.size == shard_.padded, "unit {}: a partial store written whole", name());
     int64_t zero_from = 0;
     auto zero_to = [&](int64_t end) {
       if (end > zero_from)
@@ -276,9 +269,9 @@ void ParamGroup::settle_fresh_grads() {
 
 void ParamGroup::ensure_grads() {
   if (!kernels_write_store() && !grads_full_) {
-    grads_full_ = device_.alloc_zeroed(param_bytes(shard_.padded),
-                                       precision_.mixed() ? MemCategory::kWorkspace
-                                                          : MemCategory::kCommBuffers);
+    grads_full_ = device_.alloc_zeroed(param_bytes(shard_.padded), precision_.mixed()
+                                                                       ? MemCategory::kWorkspace
+                                                                       : MemCategory::kCommBuffers);
     bind();
   }
 }
@@ -291,15 +284,13 @@ Operand ParamGroup::full_grads() {
 
 void ParamGroup::finish_grads(Kernels& k, bool reduce) {
   if (!precision_.mixed()) return;
-  const bool into_store =
-      !policy_.shard_grads && (!reduce || precision_.comm == grad_dtype_);
+  const bool into_store = !policy_.shard_grads && (!reduce || precision_.comm == grad_dtype_);
   if (produce_in_store_) {
     // Already in the store; a reduction in another dtype reads it from a rounded copy.
     produce_in_store_ = false;
     if (reduce && !into_store) {
-      reduce_buf_ = device_.alloc(
-          static_cast<size_t>(shard_.padded) * dtype_size(precision_.comm),
-          MemCategory::kCommBuffers);
+      reduce_buf_ = device_.alloc(static_cast<size_t>(shard_.padded) * dtype_size(precision_.comm),
+                                  MemCategory::kCommBuffers);
       k.cast(reduce_buf_.data(), precision_.comm, grads_.data(), grad_dtype_, shard_.padded);
     }
     bind();

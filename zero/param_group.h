@@ -75,8 +75,7 @@ class ParamGroup {
 
   // `persistent`: a small unit kept gathered under stage 3 (stage3_param_persistence_threshold).
   ParamGroup(Device& device, Unit& unit, const ShardLayout& shard, const ZeroPolicy& policy,
-             const Precision& precision, bool persistent, uint64_t seed,
-             OffloadTiers tiers = {});
+             const Precision& precision, bool persistent, uint64_t seed, OffloadTiers tiers = {});
 
   const ShardLayout& shard() const { return shard_; }
   const std::string& name() const { return unit_.name(); }
@@ -103,10 +102,10 @@ class ParamGroup {
   // `values`. Not collective; sharded parameters must be kSharded (a gathered copy would go
   // stale).
   void assign(const UnitValues& values);
-  float* full_params();                 // fp32 training, kFull only; padded buffer
+  float* full_params();  // fp32 training, kFull only; padded buffer
   // kFull: the full working parameters (padded), compute dtype, for reading them.
   const void* full_working_data() { return full_working(); }
-  int64_t gathered_bytes() const;       // bytes of the gathered copy now held (0 if none)
+  int64_t gathered_bytes() const;  // bytes of the gathered copy now held (0 if none)
   int64_t gather_count() const { return gather_count_; }  // begin_gather calls so far
   // The fp32 range this rank's optimizer updates: shard().shard elements (whole padded buffer
   // when the optimizer is not sharded), in master_device()'s memory. Null under pure 16-bit
@@ -135,7 +134,7 @@ class ParamGroup {
   // The unit's gradient of this micro-batch is complete: a tensor still fresh (its backward
   // never wrote it) is zeroed, and none is fresh any more. Before anything reads the gradient.
   void settle_fresh_grads();
-  void ensure_grads();                // the produced-gradient buffer exists (allocated zeroed)
+  void ensure_grads();  // the produced-gradient buffer exists (allocated zeroed)
   // The full gradient the unit's backward accumulates into (after ensure_grads()), in the
   // compute dtype (fp32 training: fp32).
   Operand full_grads();
@@ -177,7 +176,7 @@ class ParamGroup {
   bool kernels_write_store() const { return !separate_grads_ || produce_in_store_; }
 
   Device& device_;
-  Device* offload_;  // the master's device when offloaded, else null
+  Device* offload_;              // the master's device when offloaded, else null
   OffloadedParams* param_tier_;  // where the sharded working params live, or null
   int param_slot_ = -1;
   MasterSink master_sink_;  // where the master lives when not in master_
@@ -188,7 +187,7 @@ class ParamGroup {
   DType compute_;     // working params' dtype
   DType grad_dtype_;  // stored gradients' dtype
   bool params_sharded_;
-  bool separate_grads_;  // the backward writes a buffer other than the store
+  bool separate_grads_;            // the backward writes a buffer other than the store
   bool produce_in_store_ = false;  // this micro-batch's gradient is produced in the store
   // Computed once: what each buffer covers of the padded flat buffer.
   FlatRange working_range_;  // params_: this rank's shard when sharded, else everything
@@ -196,12 +195,12 @@ class ParamGroup {
   FlatRange grads_range_;    // grads_: the shard when gradients are sharded
   FlatRange shard_range_;    // this rank's shard
   ParamState state_;
-  Buffer params_;        // working params: full or this rank's shard (empty when offloaded)
-  Buffer master_;        // mixed precision with a master, or offloaded (master_device())
-  Buffer gathered_;      // stage 3
-  Buffer grads_;         // stored gradients: full or this rank's shard
-  Buffer grads_full_;    // produced gradients (separate_grads_)
-  Buffer reduce_buf_;    // mixed precision: the gradient in the communication dtype
+  Buffer params_;      // working params: full or this rank's shard (empty when offloaded)
+  Buffer master_;      // mixed precision with a master, or offloaded (master_device())
+  Buffer gathered_;    // stage 3
+  Buffer grads_;       // stored gradients: full or this rank's shard
+  Buffer grads_full_;  // produced gradients (separate_grads_)
+  Buffer reduce_buf_;  // mixed precision: the gradient in the communication dtype
   CommHandle pending_gather_;
   int64_t gather_count_ = 0;
 };

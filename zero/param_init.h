@@ -11,8 +11,7 @@
 namespace zt {
 
 // Fills elements [begin, end) of one tensor (indices within the tensor) at `dst`.
-void init_param_range(const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t end,
-                      float* dst);
+void init_param_range(const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t end, float* dst);
 // Fills a whole flat buffer of `layout`; padding between tensors and padded rows become 0.
 void init_flat_buffer(const FlatLayout& layout, uint64_t seed, float* flat);
 

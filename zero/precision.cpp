@@ -14,13 +14,15 @@ Precision precision_from_config(const Config& config) {
   if (!p.mixed()) {
     // fp32 training: a 16-bit gradient store or reduction would only lose bits.
     if (accum && *accum != DType::kF32)
-      throw_input(fmt::format("{}: 'data_types.grad_accum_dtype' is {} but neither fp16 nor bf16 "
-                              "is enabled; use fp32 or enable one of them",
-                              config.source, dtype_name(*accum)));
+      throw_input(
+          fmt::format("{}: 'data_types.grad_accum_dtype' is {} but neither fp16 nor bf16 "
+                      "is enabled; use fp32 or enable one of them",
+                      config.source, dtype_name(*accum)));
     if (comm && *comm != DType::kF32)
-      throw_input(fmt::format("{}: 'communication_data_type' is {} but neither fp16 nor bf16 is "
-                              "enabled; use fp32 or enable one of them",
-                              config.source, dtype_name(*comm)));
+      throw_input(
+          fmt::format("{}: 'communication_data_type' is {} but neither fp16 nor bf16 is "
+                      "enabled; use fp32 or enable one of them",
+                      config.source, dtype_name(*comm)));
     return p;
   }
   auto check_family = [&](DType t, const char* key) {

@@ -58,8 +58,7 @@ void SwappedState::start_reads(Set& set, int u, int64_t c) {
     set.pending.push_back(store_.read(key(u, k, c), set.state[k].data(), chunk_size(u, c) * 4));
 }
 
-void SwappedState::write_part(int u, int kind, int64_t begin, const float* values,
-                              int64_t count) {
+void SwappedState::write_part(int u, int kind, int64_t begin, const float* values, int64_t count) {
   ZT_ASSERT(begin >= 0 && count >= 0 && begin + count <= sizes_[u],
             "unit {}: master range [{}, {}) outside its {} elements", units_[u], begin,
             begin + count, sizes_[u]);

@@ -9,13 +9,11 @@ namespace zt {
 
 UnitSchedule::UnitSchedule(std::span<Layer* const> layers, PassMode mode,
                            std::vector<int64_t> gathered_elements, GatherLimits limits)
-    : num_layers_(layers.size()),
-      gathered_elements_(std::move(gathered_elements)),
+    : num_layers_(layers.size()), gathered_elements_(std::move(gathered_elements)),
       limits_(limits) {
   for (size_t l = 0; l < layers.size(); ++l) steps_.push_back({l, false, layers[l]->unit_index()});
   if (mode == PassMode::kTraining)
-    for (size_t l = layers.size(); l-- > 0;)
-      steps_.push_back({l, true, layers[l]->unit_index()});
+    for (size_t l = layers.size(); l-- > 0;) steps_.push_back({l, true, layers[l]->unit_index()});
   for (const Step& s : steps_)
     ZT_ASSERT(s.unit >= 0 && static_cast<size_t>(s.unit) < gathered_elements_.size(),
               "layer {} uses unit {} of {}", s.layer, s.unit, gathered_elements_.size());

@@ -16,9 +16,10 @@ ZeroPolicy ZeroPolicy::for_stage(int stage) {
 
 void ZeroPolicy::validate() const {
   if ((shard_params && !shard_grads) || (shard_grads && !shard_optimizer))
-    throw_internal(fmt::format("ZeRO policy {} is not a stage: sharded parameters need sharded "
-                               "gradients, and sharded gradients a sharded optimizer",
-                               describe()));
+    throw_internal(
+        fmt::format("ZeRO policy {} is not a stage: sharded parameters need sharded "
+                    "gradients, and sharded gradients a sharded optimizer",
+                    describe()));
 }
 
 std::string ZeroPolicy::describe() const {

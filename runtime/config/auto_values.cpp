@@ -46,7 +46,8 @@ bool given(const json& obj, std::string_view key) {
 AutoBatch batch_auto(json& j, std::vector<Unresolved>& out) {
   AutoBatch a{auto_at(&j, kTbs), auto_at(&j, kMicro), auto_at(&j, kGas)};
   if (!a.train_batch_size && !a.micro && !a.gas) return a;
-  const bool tbs = given(j, kTbs), micro = given(j, kMicro), gas = given(j, kGas) || !Reader::find(j, kGas);
+  const bool tbs = given(j, kTbs), micro = given(j, kMicro),
+             gas = given(j, kGas) || !Reader::find(j, kGas);
   if (int(tbs) + int(micro) + int(gas) >= 2) {
     for (std::string_view key : {kTbs, kMicro, kGas}) {
       if (auto_at(&j, key)) j.erase(std::string(key));
@@ -58,7 +59,8 @@ AutoBatch batch_auto(json& j, std::vector<Unresolved>& out) {
     if (a.micro) out.push_back({std::string(kMicro), "", "the other batch sizes"});
     return a;
   }
-  if (a.micro || !Reader::find(j, kMicro)) out.push_back({std::string(kMicro), fmt::format("{}=8", kMicro), ""});
+  if (a.micro || !Reader::find(j, kMicro))
+    out.push_back({std::string(kMicro), fmt::format("{}=8", kMicro), ""});
   if (a.gas) out.push_back({std::string(kGas), fmt::format("{}=1", kGas), ""});
   if (a.train_batch_size) out.push_back({std::string(kTbs), "", "the other batch sizes"});
   return a;
@@ -94,8 +96,10 @@ void scheduler_auto(const Reader& r, json& j, std::vector<Unresolved>& out) {
   const std::string p = "scheduler.params";
   if (auto_at(params, "warmup_min_lr")) {
     (*params)["warmup_min_lr"] = 0;
-    r.note(fmt::format("'{}.warmup_min_lr' is \"auto\": resolved to 0, as the Hugging Face "
-                       "Trainer fills it in", p));
+    r.note(
+        fmt::format("'{}.warmup_min_lr' is \"auto\": resolved to 0, as the Hugging Face "
+                    "Trainer fills it in",
+                    p));
   }
   if (auto_at(params, "warmup_max_lr")) {
     json* optimizer = child_object(j, "optimizer");
@@ -106,16 +110,19 @@ void scheduler_auto(const Reader& r, json& j, std::vector<Unresolved>& out) {
     } else {
       json value = lr ? *lr : json(OptimizerConfig{}.lr);
       (*params)["warmup_max_lr"] = value;
-      r.note(fmt::format("'{}.warmup_max_lr' is \"auto\": resolved to {}, the optimizer's lr{}, as "
-                         "the Hugging Face Trainer fills it in",
-                         p, value.dump(), lr ? "" : " (its default)"));
+      r.note(
+          fmt::format("'{}.warmup_max_lr' is \"auto\": resolved to {}, the optimizer's lr{}, as "
+                      "the Hugging Face Trainer fills it in",
+                      p, value.dump(), lr ? "" : " (its default)"));
     }
   }
   if (auto_at(params, "total_num_steps")) {
     int64_t steps = run_steps(r, j);
     (*params)["total_num_steps"] = steps;
-    r.note(fmt::format("'{}.total_num_steps' is \"auto\": resolved to {}, zt.steps (the run's "
-                       "optimizer steps, which the Hugging Face Trainer fills in)", p, steps));
+    r.note(
+        fmt::format("'{}.total_num_steps' is \"auto\": resolved to {}, zt.steps (the run's "
+                    "optimizer steps, which the Hugging Face Trainer fills in)",
+                    p, steps));
   }
   if (auto_at(params, "warmup_num_steps")) {
     int64_t example = std::max<int64_t>(1, run_steps(r, j) / 10);
@@ -139,12 +146,14 @@ void precision_auto(const Reader& r, json& j) {
     const json* other;
     std::string_view other_name;
   };
-  const Side sides[] = {{fp16, "fp16", "--fp16", bf16, bf16_name}, {bf16, bf16_name, "--bf16", fp16, "fp16"}};
+  const Side sides[] = {{fp16, "fp16", "--fp16", bf16, bf16_name},
+                        {bf16, bf16_name, "--bf16", fp16, "fp16"}};
   // "amp" (Apex) is the Trainer's only with --fp16_backend apex; "auto" there is false too.
   if (json* amp = child_object(j, "amp"); auto_at(amp, "enabled")) {
     (*amp)["enabled"] = false;
-    r.note("'amp.enabled' is \"auto\": resolved to false, as the Hugging Face Trainer does without "
-           "Apex (mixed precision comes from the fp16 or bf16 block)");
+    r.note(
+        "'amp.enabled' is \"auto\": resolved to false, as the Hugging Face Trainer does without "
+        "Apex (mixed precision comes from the fp16 or bf16 block)");
   }
   for (const Side& s : sides) {
     if (!auto_at(s.block, "enabled")) continue;
@@ -153,9 +162,11 @@ void precision_auto(const Reader& r, json& j) {
       r.note(fmt::format("'{}.enabled' is \"auto\": resolved to false, since '{}.enabled' is true",
                          s.name, s.other_name));
     } else {
-      r.note(fmt::format("'{}.enabled' is \"auto\": resolved to false, as the Hugging Face Trainer "
-                         "does without {} (zt-train has no such flag; --set {}.enabled=true trains "
-                         "in {})", s.name, s.flag, s.name, s.name));
+      r.note(
+          fmt::format("'{}.enabled' is \"auto\": resolved to false, as the Hugging Face Trainer "
+                      "does without {} (zt-train has no such flag; --set {}.enabled=true trains "
+                      "in {})",
+                      s.name, s.flag, s.name, s.name));
     }
   }
 }
@@ -165,7 +176,8 @@ void zero_auto(const Reader& r, json& j, Config::AutoFromModel& from_model) {
   if (!zero) return;
   const std::tuple<std::string_view, std::string_view, bool*> sized[] = {
       {"reduce_bucket_size", "", &from_model.reduce_bucket_size},
-      {"stage3_prefetch_bucket_size", "prefetch_bucket_size", &from_model.stage3_prefetch_bucket_size},
+      {"stage3_prefetch_bucket_size", "prefetch_bucket_size",
+       &from_model.stage3_prefetch_bucket_size},
       {"stage3_param_persistence_threshold", "param_persistence_threshold",
        &from_model.stage3_param_persistence_threshold}};
   for (auto [key, alias, flag] : sized) {
@@ -177,13 +189,15 @@ void zero_auto(const Reader& r, json& j, Config::AutoFromModel& from_model) {
       *flag = true;  // resolve_auto_from_model fills it in and notes it
     }
   }
-  for (std::string_view name : {"stage3_gather_16bit_weights_on_model_save",
-                                "gather_16bit_weights_on_model_save",
-                                "stage3_gather_fp16_weights_on_model_save"}) {
+  for (std::string_view name :
+       {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+        "stage3_gather_fp16_weights_on_model_save"}) {
     if (!auto_at(zero, name)) continue;
     (*zero)[std::string(name)] = false;
-    r.note(fmt::format("'zero_optimization.{}' is \"auto\": resolved to false, the default the "
-                       "Hugging Face tools fill in (true saves gathered 16-bit weights)", name));
+    r.note(
+        fmt::format("'zero_optimization.{}' is \"auto\": resolved to false, the default the "
+                    "Hugging Face tools fill in (true saves gathered 16-bit weights)",
+                    name));
   }
 }
 
@@ -212,12 +226,15 @@ AutoBatch resolve_auto(const Reader& r, json& j, Config::AutoFromModel& from_mod
   std::string fixes, follows;
   for (const Unresolved& u : unresolved) {
     if (!u.fix.empty()) fixes += " --set " + u.fix;
-    if (!u.follows.empty()) follows += fmt::format("{}'{}' then follows from {}", follows.empty() ? "" : ", ", u.key, u.follows);
+    if (!u.follows.empty())
+      follows +=
+          fmt::format("{}'{}' then follows from {}", follows.empty() ? "" : ", ", u.key, u.follows);
   }
-  r.fail(fmt::format("{} {} \"auto\", which the Hugging Face Trainer fills in from its own "
-                     "arguments; zt-train has none, so give values, e.g.{}{}",
-                     quoted_list(unresolved), unresolved.size() == 1 ? "is" : "are", fixes,
-                     follows.empty() ? "" : fmt::format(" ({})", follows)));
+  r.fail(
+      fmt::format("{} {} \"auto\", which the Hugging Face Trainer fills in from its own "
+                  "arguments; zt-train has none, so give values, e.g.{}{}",
+                  quoted_list(unresolved), unresolved.size() == 1 ? "is" : "are", fixes,
+                  follows.empty() ? "" : fmt::format(" ({})", follows)));
 }
 
 void note_auto_batch(const Reader& r, const AutoBatch& batch, const Config& c, int world) {
@@ -248,16 +265,18 @@ void resolve_auto_from_model(Config& config, int64_t hidden_size) {
   ZeroConfig& z = config.zero_optimization;
   const int64_t h = hidden_size;
   auto note = [&](std::string_view key, int64_t value, std::string_view rule) {
-    config.notes.push_back(fmt::format("'zero_optimization.{}' is \"auto\": resolved to {} ({} for "
-                                       "hidden size {}, as the Hugging Face Trainer derives it)",
-                                       key, value, rule, h));
+    config.notes.push_back(
+        fmt::format("'zero_optimization.{}' is \"auto\": resolved to {} ({} for "
+                    "hidden size {}, as the Hugging Face Trainer derives it)",
+                    key, value, rule, h));
   };
   if (a.reduce_bucket_size) {
     z.reduce_bucket_size = h * h;
     note("reduce_bucket_size", z.reduce_bucket_size, "hidden * hidden");
   }
   if (a.stage3_prefetch_bucket_size) {
-    z.stage3_prefetch_bucket_size = static_cast<int64_t>(std::floor(0.9 * static_cast<double>(h * h)));
+    z.stage3_prefetch_bucket_size =
+        static_cast<int64_t>(std::floor(0.9 * static_cast<double>(h * h)));
     note("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, "0.9 * hidden * hidden");
   }
   if (a.stage3_param_persistence_threshold) {

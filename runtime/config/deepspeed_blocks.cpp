@@ -58,9 +58,9 @@ void resolve_batch(const Reader& r, const json& j, int world, Config& c) {
                          fmt::format("{} = {} {} / ({} {} * world size {})", kGas, kTbs, *tbs,
                                      kMicro, *micro, world));
   } else if (tbs && gas) {
-    micro = divide_exactly(r, *tbs, product(r, *gas, world),
-                           fmt::format("{} = {} {} / ({} {} * world size {})", kMicro, kTbs, *tbs,
-                                       kGas, *gas, world));
+    micro = divide_exactly(
+        r, *tbs, product(r, *gas, world),
+        fmt::format("{} = {} {} / ({} {} * world size {})", kMicro, kTbs, *tbs, kGas, *gas, world));
   } else if (micro && gas) {
     tbs = product(r, product(r, *micro, *gas), world);
   } else if (tbs) {
@@ -118,21 +118,24 @@ void parse_offload(const Reader& r, const json& zero, std::string_view key,
   if (key == "offload_optimizer")
     for (const char* k : {"buffer_count", "pipeline_read", "pipeline_write", "fast_init"})
       if (Reader::find(*block, k))
-        r.note(fmt::format("'{}.{}' has no effect in ZeroTrain: the NVMe optimizer step always "
-                           "reads the next chunk and writes the last while it updates one, "
-                           "through two staging sets",
-                           path, k));
+        r.note(
+            fmt::format("'{}.{}' has no effect in ZeroTrain: the NVMe optimizer step always "
+                        "reads the next chunk and writes the last while it updates one, "
+                        "through two staging sets",
+                        path, k));
   // The parameter tier's pool: buffer_count buffers, each sized to the largest unit's shard, so
   // no shard ever misses its buffer; the shards in host memory are those buffers' at most.
   if (key == "offload_param") {
     if (Reader::find(*block, "buffer_size"))
-      r.note(fmt::format("'{}.buffer_size' has no effect in ZeroTrain: each of the buffer_count "
-                         "parameter buffers is sized to the largest unit's shard",
-                         path));
+      r.note(
+          fmt::format("'{}.buffer_size' has no effect in ZeroTrain: each of the buffer_count "
+                      "parameter buffers is sized to the largest unit's shard",
+                      path));
     if (Reader::find(*block, "max_in_cpu"))
-      r.note(fmt::format("'{}.max_in_cpu' has no effect in ZeroTrain: with nvme, host memory "
-                         "holds the buffer_count parameter buffers and no other shard",
-                         path));
+      r.note(
+          fmt::format("'{}.max_in_cpu' has no effect in ZeroTrain: with nvme, host memory "
+                      "holds the buffer_count parameter buffers and no other shard",
+                      path));
   }
   if (out.device == OffloadDevice::kNvme && out.nvme_path.empty()) {
     r.fail(fmt::format("'{}.nvme_path' is required when '{}.device' is \"nvme\"", path, path));
@@ -154,8 +157,8 @@ void parse_older_offload(const Reader& r, const json& zero, ZeroConfig& z) {
     const std::string path = join("zero_optimization", o.key);
     bool on = r.boolean(*v, path);
     if (Reader::find(zero, o.block)) {
-      r.fail(fmt::format("'{}' is the older spelling of 'zero_optimization.{}'; give only one", path,
-                         o.block));
+      r.fail(fmt::format("'{}' is the older spelling of 'zero_optimization.{}'; give only one",
+                         path, o.block));
     }
     if (on) o.out->device = OffloadDevice::kCpu;
   }
@@ -165,8 +168,10 @@ void parse_older_offload(const Reader& r, const json& zero, ZeroConfig& z) {
     for (std::string_view block : {"offload_optimizer", "offload_param"}) {
       const json* b = Reader::find(zero, block);
       if (b && b->is_object() && b->contains("pin_memory")) {
-        r.fail(fmt::format("'{}' is the older spelling of 'zero_optimization.{}.pin_memory'; give "
-                           "only one", path, block));
+        r.fail(
+            fmt::format("'{}' is the older spelling of 'zero_optimization.{}.pin_memory'; give "
+                        "only one",
+                        path, block));
       }
     }
     z.offload_optimizer.pin_memory = z.offload_param.pin_memory = pin;
@@ -198,14 +203,16 @@ void check_offload_stage(const Reader& r, const ZeroConfig& z) {
     r.fail("'zero_optimization.offload_optimizer' needs zero_optimization.stage >= 1, got stage 0");
   }
   if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
-    r.fail(fmt::format("'zero_optimization.offload_param' needs zero_optimization.stage 3, got stage {}",
-                       z.stage));
+    r.fail(fmt::format(
+        "'zero_optimization.offload_param' needs zero_optimization.stage 3, got stage {}",
+        z.stage));
   }
   if (z.offload_param.device != OffloadDevice::kNone &&
       z.offload_optimizer.device == OffloadDevice::kNone) {
-    r.fail("'zero_optimization.offload_param' needs 'zero_optimization.offload_optimizer' too "
-           "(device \"cpu\" or \"nvme\"): the optimizer writes the updated parameter shards where "
-           "it runs, on the host");
+    r.fail(
+        "'zero_optimization.offload_param' needs 'zero_optimization.offload_optimizer' too "
+        "(device \"cpu\" or \"nvme\"): the optimizer writes the updated parameter shards where "
+        "it runs, on the host");
   }
 }
 
@@ -215,16 +222,18 @@ ZeroConfig parse_zero(const Reader& r, const json* block) {
   ZeroConfig z;
   if (!block) return z;
   const std::string path = "zero_optimization";
-  r.check_keys(*block, path,
-               concat(keys_of(kZeroFields, {"offload_optimizer", "offload_param", "cpu_offload",
-                                            "cpu_offload_param", "cpu_offload_use_pin_memory",
-                                            kGatherFp16}),
-                      rule_keys(zero_rules())));
+  r.check_keys(
+      *block, path,
+      concat(keys_of(kZeroFields, {"offload_optimizer", "offload_param", "cpu_offload",
+                                   "cpu_offload_param", "cpu_offload_use_pin_memory", kGatherFp16}),
+             rule_keys(zero_rules())));
   read_fields(r, *block, path, kZeroFields, z);
   if (const json* v = Reader::find(*block, kGatherFp16)) {
     if (find_field(r, *block, path, kZeroFields[std::size(kZeroFields) - 1], nullptr)) {
-      r.fail(fmt::format("'{}.{}' is the older spelling of '{}.stage3_gather_16bit_weights_on_model_save'; "
-                         "give only one", path, kGatherFp16, path));
+      r.fail(fmt::format(
+          "'{}.{}' is the older spelling of '{}.stage3_gather_16bit_weights_on_model_save'; "
+          "give only one",
+          path, kGatherFp16, path));
     }
     z.stage3_gather_16bit_weights_on_model_save = r.boolean(*v, join(path, kGatherFp16));
   }
@@ -254,10 +263,10 @@ constexpr Field<Fp16Config> kFp16Fields[] = {
 };
 
 // DeepSpeed's DtypeEnum spellings.
-constexpr Choice<DType> kDTypes[] = {
-    {"fp32", DType::kF32}, {"float32", DType::kF32}, {"float", DType::kF32},
-    {"fp16", DType::kF16}, {"float16", DType::kF16}, {"half", DType::kF16},
-    {"bf16", DType::kBF16}, {"bfloat16", DType::kBF16}};
+constexpr Choice<DType> kDTypes[] = {{"fp32", DType::kF32},    {"float32", DType::kF32},
+                                     {"float", DType::kF32},   {"fp16", DType::kF16},
+                                     {"float16", DType::kF16}, {"half", DType::kF16},
+                                     {"bf16", DType::kBF16},   {"bfloat16", DType::kBF16}};
 
 Fp16Config parse_fp16(const Reader& r, const json* block) {
   Fp16Config f;
@@ -347,16 +356,18 @@ AioConfig parse_aio(const Reader& r, const json* block, bool nvme_offload) {
   if (Reader::find(*block, "intra_op_parallelism") && Reader::find(*block, "thread_count"))
     r.fail("'aio.thread_count' is the older name of 'aio.intra_op_parallelism': give one of them");
   if (const json* gds = Reader::find(*block, "use_gds"); gds && r.boolean(*gds, "aio.use_gds"))
-    r.fail("'aio.use_gds' is true: GPUDirect Storage (NVMe straight to GPU memory) is not "
-           "supported; swap files go through host memory (set it false)");
+    r.fail(
+        "'aio.use_gds' is true: GPUDirect Storage (NVMe straight to GPU memory) is not "
+        "supported; swap files go through host memory (set it false)");
   read_fields(r, *block, "aio", kAioFields, a);
   if (a.block_size % 4096 != 0)
     r.fail(fmt::format("'aio.block_size' is {}: O_DIRECT I/O needs a multiple of 4096 bytes",
                        a.block_size));
   if (!nvme_offload)
-    r.note("'aio' has no effect in ZeroTrain here: it tunes NVMe offload "
-           "(zero_optimization.offload_optimizer or offload_param with device \"nvme\"), which "
-           "this config does not use");
+    r.note(
+        "'aio' has no effect in ZeroTrain here: it tunes NVMe offload "
+        "(zero_optimization.offload_optimizer or offload_param with device \"nvme\"), which "
+        "this config does not use");
   return a;
 }
 

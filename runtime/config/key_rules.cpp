@@ -15,10 +15,12 @@ using H = Harmless;
 constexpr KeyRule kTopLevel[] = {
     {"prescale_gradients", E::kBool, H::kAlways,
      "gradients are always divided by the world size before the reduction (each rank's loss is "
-     "scaled by 1/world)", ""},
+     "scaled by 1/world)",
+     ""},
     {"gradient_predivide_factor", E::kNumber, H::kAlways,
      "gradients are divided by the whole world size before the reduction, so no other "
-     "pre-division applies", "", Bound::kPositive},
+     "pre-division applies",
+     "", Bound::kPositive},
     {"gradient_allreduce_op", E::kString, H::kMean, "gradients are always averaged over ranks",
      "is not supported: ZeroTrain always averages gradients over ranks (\"mean\"); for a sum, "
      "scale optimizer.params.lr by the world size instead"},
@@ -29,15 +31,19 @@ constexpr KeyRule kTopLevel[] = {
     {"managed_gradient_accumulation", E::kBool, H::kAlways,
      "zt-train runs the loop itself and steps after gradient_accumulation_steps micro-batches", ""},
     {"zero_allow_untested_optimizer", E::kBool, H::kAlways,
-     "the optimizer is one of ZeroTrain's own (Adam, AdamW, SGD), each tested with every stage", ""},
+     "the optimizer is one of ZeroTrain's own (Adam, AdamW, SGD), each tested with every stage",
+     ""},
     {"zero_force_ds_cpu_optimizer", E::kBool, H::kAlways,
-     "it concerns DeepSpeed's CPU Adam under offload; ZeroTrain chooses its optimizer kernel itself",
+     "it concerns DeepSpeed's CPU Adam under offload; ZeroTrain chooses its optimizer kernel "
+     "itself",
      ""},
     {"dump_state", E::kBool, H::kAlways, "zt-train prints its own start-up summary", ""},
     {"memory_breakdown", E::kBool, H::kAlways,
      "zt-train always reports peak memory per category, at the end of the run and in "
-     "metrics.jsonl", ""},
-    {"dataloader_drop_last", E::kBool, H::kAlways, "zt-train's loader yields whole batches only", ""},
+     "metrics.jsonl",
+     ""},
+    {"dataloader_drop_last", E::kBool, H::kAlways, "zt-train's loader yields whole batches only",
+     ""},
     {"disable_allgather", E::kBool, H::kAlways,
      "stages 0-2 always all-gather the updated working params", ""},
     {"graph_harvesting", E::kBool, H::kAlways, "ZeroTrain does not capture CUDA graphs", ""},
@@ -49,7 +55,8 @@ constexpr KeyRule kTopLevel[] = {
      "is not supported: ZeroTrain has no sequence parallelism; remove it or set 1"},
     {"flops_profiler", E::kObject, H::kAlways,
      "ZeroTrain has no flops profiler; metrics.jsonl has tokens/s per step and zt-bench reports "
-     "MFU", ""},
+     "MFU",
+     ""},
     {"tensorboard", E::kObject, H::kAlways,
      "zt-train writes no TensorBoard files; its metrics go to zt.output_dir/metrics.jsonl", ""},
     {"wandb", E::kObject, H::kAlways,
@@ -63,7 +70,8 @@ constexpr KeyRule kTopLevel[] = {
     {"timers", E::kObject, H::kAlways, "zt-train reports step time and tokens/s itself", ""},
     {"checkpoint", E::kObject, H::kAlways,
      "ZeroTrain checkpoints are its own (a manifest and one shard file per rank), loadable at any "
-     "world size", ""},
+     "world size",
+     ""},
     {"compile", E::kObject, H::kAlways,
      "ZeroTrain is compiled C++; there is no graph compiler to configure", ""},
     {"elasticity", E::kObject, H::kDisabled, "ZeroTrain has no elastic batch-size search",
@@ -96,7 +104,8 @@ constexpr KeyRule kTopLevel[] = {
     {"amp", E::kObject, H::kDisabled, "mixed precision comes from the fp16 or bf16 block",
      "is not supported: Apex AMP is not used; use the fp16 or bf16 block (16-bit compute, fp32 "
      "master weights)"},
-    {"torch_autocast", E::kObject, H::kDisabled, "mixed precision comes from the fp16 or bf16 block",
+    {"torch_autocast", E::kObject, H::kDisabled,
+     "mixed precision comes from the fp16 or bf16 block",
      "is not supported: there is no autocast; use the fp16 or bf16 block (16-bit compute, fp32 "
      "master weights)"},
     {"expert_parallel", E::kObject, H::kDisabled, "ZeroTrain's models have no experts",
@@ -133,15 +142,18 @@ constexpr KeyRule kZero[] = {
      "updated parameters are always all-gathered, never broadcast", ""},
     {"sub_group_size", E::kInteger, H::kAlways,
      "it sizes the optimizer's sub-groups; ZeroTrain steps each unit's shard, and an offloaded "
-     "optimizer streams it in chunks of 2^20 elements", ""},
+     "optimizer streams it in chunks of 2^20 elements",
+     ""},
     {"load_from_fp32_weights", E::kBool, H::kAlways,
      "ZeroTrain checkpoints hold the fp32 master and a load restores it", ""},
     {"grad_hooks", E::kBool, H::kAlways,
      "stages 2/3 reduce a unit's gradients as its backward finishes, stages 0/1 after the last "
-     "micro-batch", ""},
+     "micro-batch",
+     ""},
     {"round_robin_gradients", E::kBool, H::kAlways,
      "it spreads gradient copies for CPU offload across ranks; ZeroTrain's offloaded optimizer "
-     "copies each rank's own gradient shard to the host a chunk at a time", ""},
+     "copies each rank's own gradient shard to the host a chunk at a time",
+     ""},
     {"elastic_checkpoint", E::kBool, H::kAlways,
      "every ZeroTrain checkpoint loads into any world size", ""},
     {"ignore_unused_parameters", E::kBool, H::kAlways,
@@ -166,7 +178,8 @@ constexpr KeyRule kZero[] = {
     {"memory_efficient_linear", E::kBool, H::kAlways,
      "stage 3 gathers a unit again for its backward instead of keeping its full weights", ""},
     {"pipeline_loading_checkpoint", E::kBool, H::kAlways, "ZeroTrain has no pipeline mode", ""},
-    {"override_module_apply", E::kBool, H::kAlways, "ZeroTrain has no module hooks to override", ""},
+    {"override_module_apply", E::kBool, H::kAlways, "ZeroTrain has no module hooks to override",
+     ""},
     {"log_trace_cache_warnings", E::kBool, H::kAlways,
      "the unit order comes from the model, never from a traced cache", ""},
     {"enable_sanity_checks", E::kBool, H::kAlways,
@@ -178,7 +191,8 @@ constexpr KeyRule kZero[] = {
      "it tunes zero_quantized_gradients, which is not built", ""},
     {"zero_hpz_partition_size", E::kInteger, H::kOne, "1 is no secondary partition",
      "is not supported: hierarchical partitioning (ZeRO++ hpZ) is not built; remove it or set 1"},
-    {"zero_quantized_weights", E::kBool, H::kFalse, "false is what ZeroTrain does", kNoZeroPlusPlus},
+    {"zero_quantized_weights", E::kBool, H::kFalse, "false is what ZeroTrain does",
+     kNoZeroPlusPlus},
     {"zero_quantized_nontrainable_weights", E::kBool, H::kFalse, "false is what ZeroTrain does",
      kNoZeroPlusPlus},
     {"zero_quantized_gradients", E::kBool, H::kFalse, "false is what ZeroTrain does",
@@ -203,7 +217,8 @@ constexpr KeyRule kBf16[] = {
      "is not supported: ZeroTrain keeps optimizer states in fp32; set it to false"},
     {"immediate_grad_update", E::kBool, H::kAlways,
      "gradients go to the gradient store as each unit's backward finishes (stages 2/3) or after "
-     "the last micro-batch (0/1)", ""},
+     "the last micro-batch (0/1)",
+     ""},
     {"check_grad_overflow", E::kBool, H::kAlways,
      "bf16 training needs no overflow check, and ZeroTrain runs none", ""},
 };
@@ -215,12 +230,14 @@ constexpr KeyRule kOptimizerBlock[] = {
 };
 
 #define ZT_TORCH_OPTIMIZER_RULES                                                                  \
-  {"foreach", E::kBool, H::kAlways, "ZeroTrain runs its own optimizer kernel over each shard", ""}, \
-  {"fused", E::kBool, H::kAlways, "ZeroTrain runs its own fused kernel over each shard", ""},       \
-  {"capturable", E::kBool, H::kAlways, "ZeroTrain does not capture CUDA graphs", ""},               \
-  {"differentiable", E::kBool, H::kAlways, "optimizer steps are never differentiated", ""},         \
-  {"maximize", E::kBool, H::kFalse, "ZeroTrain minimises the loss",                                \
-   "is not supported: ZeroTrain minimises the loss; set it to false"}
+  {"foreach", E::kBool, H::kAlways, "ZeroTrain runs its own optimizer kernel over each shard",    \
+   ""},                                                                                           \
+      {"fused", E::kBool, H::kAlways, "ZeroTrain runs its own fused kernel over each shard", ""}, \
+      {"capturable", E::kBool, H::kAlways, "ZeroTrain does not capture CUDA graphs", ""},         \
+      {"differentiable", E::kBool, H::kAlways, "optimizer steps are never differentiated", ""}, { \
+    "maximize", E::kBool, H::kFalse, "ZeroTrain minimises the loss",                              \
+        "is not supported: ZeroTrain minimises the loss; set it to false"                         \
+  }
 
 constexpr KeyRule kAdam[] = {
     ZT_TORCH_OPTIMIZER_RULES,
@@ -266,7 +283,8 @@ constexpr KeyRule kCheckpointing[] = {
      "is not supported yet; set it to false"},
     {"contiguous_memory_optimization", E::kBool, H::kAlways,
      "checkpointed blocks keep their inputs in the engine's activation store, with no separate "
-     "contiguous buffer", ""},
+     "contiguous buffer",
+     ""},
     {"synchronize_checkpoint_boundary", E::kBool, H::kAlways,
      "it is a debugging synchronisation; ZeroTrain orders a rank's compute on one stream", ""},
     {"profile", E::kBool, H::kAlways, "ZeroTrain has no checkpointing profiler", ""},
@@ -323,7 +341,8 @@ void apply_rules(const Reader& r, const json& block, std::string_view path,
     if (v->is_number()) r.check_bound(*v, rule.bound, key_path);
     if (!harmless(rule, *v)) r.fail(fmt::format("'{}' {}", key_path, rule.refusal));
     if (rule.harmless == H::kDisabled) {
-      r.note(fmt::format("'{}' is disabled and has no effect in ZeroTrain: {}", key_path, rule.why));
+      r.note(
+          fmt::format("'{}' is disabled and has no effect in ZeroTrain: {}", key_path, rule.why));
     } else {
       r.note(fmt::format("'{}' has no effect in ZeroTrain: {}", key_path, rule.why));
     }

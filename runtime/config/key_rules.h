@@ -33,8 +33,8 @@ struct KeyRule {
   std::string_view key;
   Expect expect;
   Harmless harmless;
-  std::string_view why;      // the note: "'<key>' has no effect in ZeroTrain: <why>"
-  std::string_view refusal;  // the error: "'<key>' <refusal>" (reason and what to do instead)
+  std::string_view why;       // the note: "'<key>' has no effect in ZeroTrain: <why>"
+  std::string_view refusal;   // the error: "'<key>' <refusal>" (reason and what to do instead)
   Bound bound = Bound::kAny;  // numbers: the range DeepSpeed accepts, checked before the note
 };
 

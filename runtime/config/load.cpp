@@ -34,8 +34,8 @@ constexpr Field<Config> kTopFields[] = {
 
 std::vector<std::string_view> top_level_keys() {
   std::vector<std::string_view> keys =
-      keys_of(kTopFields, {kTbs, kMicro, kGas, "optimizer", "scheduler", "zero_optimization", "fp16",
-                           "bf16", "bfloat16", "data_types", "communication_data_type",
+      keys_of(kTopFields, {kTbs, kMicro, kGas, "optimizer", "scheduler", "zero_optimization",
+                           "fp16", "bf16", "bfloat16", "data_types", "communication_data_type",
                            "activation_checkpointing", "aio", "zt"});
   for (std::string_view key : rule_keys(top_level_rules())) keys.push_back(key);
   return keys;
@@ -45,7 +45,8 @@ std::vector<std::string_view> top_level_keys() {
 
 std::string read_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw_input(fmt::format("{}: is a directory, not a config file", path));
+  if (std::filesystem::is_directory(path, ec))
+    throw_input(fmt::format("{}: is a directory, not a config file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_input(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
   std::ostringstream text;
@@ -97,13 +98,17 @@ json parse_json_text(const std::string& text, const std::string& path) {
   } catch (const json::parse_error& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
     std::string detail = e.what();
-    if (size_t end = detail.find("] "); detail.starts_with("[json.exception") && end != std::string::npos) {
+    if (size_t end = detail.find("] ");
+        detail.starts_with("[json.exception") && end != std::string::npos) {
       detail = detail.substr(end + 2);
     }
     throw_input(fmt::format("{}: malformed JSON: {}", path, detail));
   }
-  if (!finder.duplicate().empty()) throw_input(fmt::format("{}: duplicate key '{}'", path, finder.duplicate()));
-  if (!j.is_object()) throw_input(fmt::format("{}: the top level must be an object, got {}", path, describe_value(j)));
+  if (!finder.duplicate().empty())
+    throw_input(fmt::format("{}: duplicate key '{}'", path, finder.duplicate()));
+  if (!j.is_object())
+    throw_input(
+        fmt::format("{}: the top level must be an object, got {}", path, describe_value(j)));
   return j;
 }
 
@@ -113,7 +118,8 @@ std::vector<std::string> split_key_path(const std::string& key_path, const std::
   while (true) {
     size_t dot = key_path.find('.', start);
     keys.push_back(key_path.substr(start, dot - start));
-    if (keys.back().empty()) throw_input(fmt::format("--set '{}': empty key in '{}'", spec, key_path));
+    if (keys.back().empty())
+      throw_input(fmt::format("--set '{}': empty key in '{}'", spec, key_path));
     if (dot == std::string::npos) return keys;
     start = dot + 1;
   }
@@ -136,7 +142,8 @@ void apply_override(json& root, const std::string& spec) {
     json& child = (*node)[keys[i]];
     if (child.is_null()) child = json::object();
     if (!child.is_object()) {
-      throw_input(fmt::format("--set '{}': '{}' is {}, not an object", spec, path, describe_value(child)));
+      throw_input(
+          fmt::format("--set '{}': '{}' is {}, not an object", spec, path, describe_value(child)));
     }
     node = &child;
   }
@@ -155,7 +162,8 @@ Config parse_config(const json& given, const std::string& source, int world_size
   ZT_ASSERT(world_size > 0, "world_size={}", world_size);
   Config c;
   Reader r(source, c.notes);
-  if (!given.is_object()) r.fail(fmt::format("the top level must be an object, got {}", describe_value(given)));
+  if (!given.is_object())
+    r.fail(fmt::format("the top level must be an object, got {}", describe_value(given)));
   r.check_keys(given, "", top_level_keys());
   c.source = source;
   json j = given;  // "auto" values are resolved in this copy
@@ -168,7 +176,8 @@ Config parse_config(const json& given, const std::string& source, int world_size
   apply_rules(r, j, "", top_level_rules());
   c.zero_optimization = parse_zero(r, find_block(r, j, "", "zero_optimization"));
   parse_precision(r, j, c);
-  c.activation_checkpointing = parse_checkpointing(r, find_block(r, j, "", "activation_checkpointing"));
+  c.activation_checkpointing =
+      parse_checkpointing(r, find_block(r, j, "", "activation_checkpointing"));
   c.aio = parse_aio(r, find_block(r, j, "", "aio"),
                     c.zero_optimization.offload_optimizer.device == OffloadDevice::kNvme ||
                         c.zero_optimization.offload_param.device == OffloadDevice::kNvme);
@@ -177,7 +186,8 @@ Config parse_config(const json& given, const std::string& source, int world_size
   return c;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   int world_size) {
   return parse_config(load_config_json(path, overrides), path, world_size);
 }
 

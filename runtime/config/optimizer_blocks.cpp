@@ -33,8 +33,7 @@ constexpr RefusedOptimizer kRefusedOptimizers[] = {
      "needs a trust ratio per tensor, that is per-tensor norms across shards, which ZeroTrain "
      "does not build; use \"AdamW\""},
     {"FusedLamb", "is LAMB, which needs per-tensor norms across shards (not built); use \"AdamW\""},
-    {"Muon",
-     "orthogonalises whole weight matrices, which shards do not hold; use \"AdamW\""},
+    {"Muon", "orthogonalises whole weight matrices, which shards do not hold; use \"AdamW\""},
     {"Lion", "is not built; use \"AdamW\""},
     {"Adagrad", "is not built; use \"AdamW\""},
 };
@@ -51,7 +50,8 @@ constexpr Field<OptimizerConfig> kOptimizerFields[] = {
 std::vector<std::string_view> optimizer_params(OptimizerType type) {
   switch (type) {
     case OptimizerType::kAdam:
-      return concat({"lr", "betas", "eps", "weight_decay", "adam_w_mode"}, rule_keys(adam_param_rules(false)));
+      return concat({"lr", "betas", "eps", "weight_decay", "adam_w_mode"},
+                    rule_keys(adam_param_rules(false)));
     case OptimizerType::kAdamW:
       return concat({"lr", "betas", "eps", "weight_decay"}, rule_keys(adam_param_rules(true)));
     case OptimizerType::kSGD:
@@ -61,7 +61,8 @@ std::vector<std::string_view> optimizer_params(OptimizerType type) {
 }
 
 std::span<const KeyRule> param_rules(OptimizerType type) {
-  return type == OptimizerType::kSGD ? sgd_param_rules() : adam_param_rules(type == OptimizerType::kAdamW);
+  return type == OptimizerType::kSGD ? sgd_param_rules()
+                                     : adam_param_rules(type == OptimizerType::kAdamW);
 }
 
 std::array<double, 2> read_betas(const Reader& r, const json& v, const std::string& path) {
@@ -88,7 +89,8 @@ OptimizerConfig parse_optimizer(const Reader& r, const json* block) {
   if (type.is_string()) {
     for (const RefusedOptimizer& refused : kRefusedOptimizers) {
       if (equal_ignoring_case(type.get<std::string>(), refused.name)) {
-        r.fail(fmt::format("'optimizer.type' \"{}\" is not supported: it {}", refused.name, refused.reason));
+        r.fail(fmt::format("'optimizer.type' \"{}\" is not supported: it {}", refused.name,
+                           refused.reason));
       }
     }
   }
@@ -99,7 +101,8 @@ OptimizerConfig parse_optimizer(const Reader& r, const json* block) {
                fmt::format(" (not a parameter of optimizer type {})", type.dump()));
   read_fields(r, *params, "optimizer.params", kOptimizerFields, o);
   if (o.type == OptimizerType::kAdamW) o.adam_w_mode = true;  // its rule refuses false
-  if (const json* betas = Reader::find(*params, "betas")) o.betas = read_betas(r, *betas, "optimizer.params.betas");
+  if (const json* betas = Reader::find(*params, "betas"))
+    o.betas = read_betas(r, *betas, "optimizer.params.betas");
   apply_rules(r, *params, "optimizer.params", param_rules(o.type));
   return o;
 }
@@ -114,7 +117,8 @@ constexpr Choice<SchedulerType> kSchedulerTypes[] = {
     {"WarmupCosineLR", SchedulerType::kWarmupCosineLR},
     {"OneCycle", SchedulerType::kOneCycle},
     {"LRRangeTest", SchedulerType::kLRRangeTest}};
-constexpr Choice<WarmupType> kWarmupTypes[] = {{"log", WarmupType::kLog}, {"linear", WarmupType::kLinear}};
+constexpr Choice<WarmupType> kWarmupTypes[] = {{"log", WarmupType::kLog},
+                                               {"linear", WarmupType::kLinear}};
 
 constexpr Field<SchedulerConfig> kSchedulerFields[] = {
     {"warmup_min_lr", &SchedulerConfig::warmup_min_lr, Bound::kNonNegative},
@@ -149,14 +153,21 @@ std::vector<std::string_view> scheduler_params(SchedulerType type) {
       keys = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"};
       break;
     case SchedulerType::kWarmupDecayLR:
-      keys = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps"};
+      keys = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+              "total_num_steps"};
       break;
     case SchedulerType::kWarmupCosineLR:
-      keys = {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type"};
+      keys = {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio",
+              "warmup_type"};
       break;
     case SchedulerType::kOneCycle:
-      keys = {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size",
-              "cycle_second_step_size", "cycle_first_stair_count", "cycle_second_stair_count",
+      keys = {"cycle_min_lr",
+              "cycle_max_lr",
+              "decay_lr_rate",
+              "cycle_first_step_size",
+              "cycle_second_step_size",
+              "cycle_first_stair_count",
+              "cycle_second_stair_count",
               "decay_step_size"};
       keys.insert(keys.end(), std::begin(kMomentumKeys), std::end(kMomentumKeys));
       break;
@@ -175,8 +186,9 @@ void note_momentum_cycling(const Reader& r, const json& params) {
   const json* cycle = Reader::find(params, "cycle_momentum");
   bool cycling = !cycle || r.boolean(*cycle, "scheduler.params.cycle_momentum");
   if (cycling) {
-    r.note("'scheduler.params.cycle_momentum' (OneCycle cycles momentum unless it is false) has no "
-           "effect in ZeroTrain: betas and momentum stay fixed for the run; only the lr cycles");
+    r.note(
+        "'scheduler.params.cycle_momentum' (OneCycle cycles momentum unless it is false) has no "
+        "effect in ZeroTrain: betas and momentum stay fixed for the run; only the lr cycles");
   }
   for (std::string_view key : kMomentumKeys) {
     if (key == "cycle_momentum") continue;

@@ -50,8 +50,8 @@ bool is_subsequence(std::string_view a, std::string_view b) {
 }  // namespace
 
 bool equal_ignoring_case(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                            [](char x, char y) { return lower(x) == lower(y); });
 }
 
 // Close means within a third of the word's length (at least one edit). Among close options, one
@@ -95,9 +95,10 @@ void Reader::fail(const std::string& message) const {
 
 void Reader::type_error(const json& v, const std::string& path, std::string_view expected) const {
   if (is_auto(v)) {
-    fail(fmt::format("'{}' is \"auto\", a value the Hugging Face Trainer fills in for some keys, "
-                     "but not this one; give {}",
-                     path, expected));
+    fail(
+        fmt::format("'{}' is \"auto\", a value the Hugging Face Trainer fills in for some keys, "
+                    "but not this one; give {}",
+                    path, expected));
   }
   fail(fmt::format("'{}' must be {}, got {}", path, expected, describe_value(v)));
 }
@@ -123,7 +124,8 @@ void Reader::check_keys(const json& obj, std::string_view path,
     if (is_comment_key(key)) continue;
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
     std::string message = fmt::format("unknown key '{}'{}", join(path, key), note);
-    if (auto near = nearest(key, allowed)) message += fmt::format(" (did you mean '{}'?)", join(path, *near));
+    if (auto near = nearest(key, allowed))
+      message += fmt::format(" (did you mean '{}'?)", join(path, *near));
     fail(message);
   }
 }
@@ -211,10 +213,12 @@ void Reader::check_bound(const json& v, Bound bound, const std::string& path) co
 }
 
 void Reader::check_range(int64_t x, int64_t lo, int64_t hi, const std::string& path) const {
-  if (x < lo || x > hi) fail(fmt::format("'{}' must be between {} and {}, got {}", path, lo, hi, x));
+  if (x < lo || x > hi)
+    fail(fmt::format("'{}' must be between {} and {}, got {}", path, lo, hi, x));
 }
 
-const json* find_block(const Reader& r, const json& parent, std::string_view path, std::string_view key) {
+const json* find_block(const Reader& r, const json& parent, std::string_view path,
+                       std::string_view key) {
   const json* block = Reader::find(parent, key);
   if (block) r.expect_object(*block, join(path, key));
   return block;

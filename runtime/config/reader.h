@@ -37,7 +37,9 @@ std::string describe_value(const json& v);
 inline bool is_comment_key(std::string_view key) { return !key.empty() && key.front() == '_'; }
 
 // True for the Hugging Face Trainer's placeholder string "auto".
-inline bool is_auto(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+inline bool is_auto(const json& v) {
+  return v.is_string() && v.get_ref<const std::string&>() == "auto";
+}
 
 enum class Bound { kAny, kPositive, kNonNegative, kUnitInterval };
 enum class Case { kSensitive, kInsensitive };
@@ -51,14 +53,16 @@ struct Choice {
 class Reader {
  public:
   // `notes` collects the start-up notes (one line each); the reader never prints.
-  Reader(const std::string& source, std::vector<std::string>& notes) : source_(source), notes_(notes) {}
+  Reader(const std::string& source, std::vector<std::string>& notes)
+      : source_(source), notes_(notes) {}
 
   const std::string& source() const { return source_; }
 
   [[noreturn]] void fail(const std::string& message) const;
   // "'path' must be <expected>, got <value>"; for the string "auto" it says where "auto" is
   // filled in instead.
-  [[noreturn]] void type_error(const json& v, const std::string& path, std::string_view expected) const;
+  [[noreturn]] void type_error(const json& v, const std::string& path,
+                               std::string_view expected) const;
 
   // One start-up line, printed by rank 0 (launch/trainer.cpp).
   void note(std::string line) const { notes_.push_back(std::move(line)); }
@@ -90,7 +94,8 @@ class Reader {
 
   // One of a fixed set of strings: `'optimizer.type' must be one of "Adam", ... got "Adamm"`.
   template <class E, size_t N>
-  E choice(const json& v, const std::string& path, const Choice<E> (&choices)[N], Case match) const {
+  E choice(const json& v, const std::string& path, const Choice<E> (&choices)[N],
+           Case match) const {
     std::vector<std::string_view> names;
     for (const Choice<E>& c : choices) names.push_back(c.name);
     std::string quoted = fmt::format("\"{}\"", fmt::join(names, "\", \""));
@@ -100,7 +105,8 @@ class Reader {
       if (match == Case::kSensitive ? s == c.name : equal_ignoring_case(s, c.name)) return c.value;
     }
     if (is_auto(v)) type_error(v, path, "one of " + quoted);
-    std::string message = fmt::format("'{}' must be one of {}, got {}", path, quoted, describe_value(v));
+    std::string message =
+        fmt::format("'{}' must be one of {}, got {}", path, quoted, describe_value(v));
     if (auto near = nearest(s, names)) message += fmt::format(" (did you mean \"{}\"?)", *near);
     fail(message);
   }
@@ -118,7 +124,8 @@ class Reader {
 template <class T>
 struct Field {
   std::string_view key;
-  std::variant<bool T::*, int T::*, int64_t T::*, uint64_t T::*, double T::*, std::string T::*> member;
+  std::variant<bool T::*, int T::*, int64_t T::*, uint64_t T::*, double T::*, std::string T::*>
+      member;
   Bound bound = Bound::kAny;
   std::string_view alias = {};
 };
@@ -178,7 +185,8 @@ void read_fields(const Reader& r, const json& obj, std::string_view path,
                  const Field<T> (&fields)[N], T& out) {
   for (const Field<T>& f : fields) {
     std::string_view used;
-    if (const json* v = find_field(r, obj, path, f, &used)) read_field(r, *v, join(path, used), f, out);
+    if (const json* v = find_field(r, obj, path, f, &used))
+      read_field(r, *v, join(path, used), f, out);
   }
 }
 
@@ -190,6 +198,7 @@ inline std::vector<std::string_view> concat(std::vector<std::string_view> a,
 }
 
 // An optional sub-block: nullptr when absent, else checked to be an object.
-const json* find_block(const Reader& r, const json& parent, std::string_view path, std::string_view key);
+const json* find_block(const Reader& r, const json& parent, std::string_view path,
+                       std::string_view key);
 
 }  // namespace zt::config_detail

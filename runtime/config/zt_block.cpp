@@ -89,11 +89,13 @@ SavePretrainedConfig parse_save_pretrained(const Reader& r, const json& v) {
     c.dir = v.get<std::string>();
   } else {
     if (!v.is_object())
-      r.type_error(v, "zt.save_pretrained", "a directory or an object {dir, dtype, max_shard_size}");
+      r.type_error(v, "zt.save_pretrained",
+                   "a directory or an object {dir, dtype, max_shard_size}");
     static constexpr std::string_view kKeys[] = {"dir", "dtype", "max_shard_size"};
     r.check_keys(v, "zt.save_pretrained", kKeys);
     c.dir = r.string(r.require(v, "zt.save_pretrained", "dir"), "zt.save_pretrained.dir");
-    if (const json* d = Reader::find(v, "dtype")) c.dtype = r.string(*d, "zt.save_pretrained.dtype");
+    if (const json* d = Reader::find(v, "dtype"))
+      c.dtype = r.string(*d, "zt.save_pretrained.dtype");
     if (const json* m = Reader::find(v, "max_shard_size"))
       c.max_shard_size = r.byte_size(*m, "zt.save_pretrained.max_shard_size");
   }
@@ -109,8 +111,9 @@ SavePretrainedConfig parse_save_pretrained(const Reader& r, const json& v) {
 ZtConfig parse_zt(const Reader& r, const json& j) {
   const json& block = r.require(j, "", "zt");
   r.expect_object(block, "zt");
-  r.check_keys(block, "zt",
-               keys_of(kZtFields, {"model", "device_memory_limit", "checkpoint", "save_pretrained"}));
+  r.check_keys(
+      block, "zt",
+      keys_of(kZtFields, {"model", "device_memory_limit", "checkpoint", "save_pretrained"}));
   for (std::string_view key : {"seq_len", "train_data", "steps"}) r.require(block, "zt", key);
   // zt.model may be left to a Hugging Face model directory's config.json (zt.init_from); the
   // trainer says so when zt.init_from is not one.

@@ -15,8 +15,8 @@
 
 namespace zt {
 
-CpuPlacement place_local_rank(std::span<const std::vector<int>> masks,
-                              std::span<const int> pool, int local_rank) {
+CpuPlacement place_local_rank(std::span<const std::vector<int>> masks, std::span<const int> pool,
+                              int local_rank) {
   const int ranks = static_cast<int>(masks.size());
   ZT_ASSERT(local_rank >= 0 && local_rank < ranks, "local_rank={} ranks={}", local_rank, ranks);
   ZT_ASSERT(!pool.empty(), "the CPU pool is empty");

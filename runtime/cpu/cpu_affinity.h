@@ -33,8 +33,8 @@ struct CpuPlacement {
 // contiguous blocks, the first pool.size() % ranks ranks one CPU larger; with more ranks than
 // CPUs, rank r gets pool[r % pool.size()]. masks and pool must be non-empty, else kInternal.
 // Pinned by tests/runtime/cpu/cpu_affinity_test.cpp.
-CpuPlacement place_local_rank(std::span<const std::vector<int>> masks,
-                              std::span<const int> pool, int local_rank);
+CpuPlacement place_local_rank(std::span<const std::vector<int>> masks, std::span<const int> pool,
+                              int local_rank);
 
 // "CPU 3", "CPUs 0-3", "CPUs 0,2,4-7".
 std::string describe_cpus(std::span<const int> cpus);

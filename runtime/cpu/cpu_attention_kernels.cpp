@@ -49,8 +49,8 @@ inline void gather_rows(float* dst, const float* src, int64_t stride, int64_t T,
 
 // Copies T rows of hs floats, src rows `stride` apart, to dst (hs, ldd) transposed; columns
 // T .. ldd-1 of each row are zeroed (the padding block_dot reads past its last column).
-inline void gather_transposed(float* dst, int64_t ldd, const float* src, int64_t stride,
-                              int64_t T, int64_t hs) {
+inline void gather_transposed(float* dst, int64_t ldd, const float* src, int64_t stride, int64_t T,
+                              int64_t hs) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t d = 0; d < hs; ++d) dst[d * ldd + t] = src[t * stride + d];
   for (int64_t d = 0; d < hs; ++d) std::fill(dst + d * ldd + T, dst + (d + 1) * ldd, 0.0f);
@@ -243,8 +243,7 @@ struct HeadView {
   const float* k;
   const float* v;
   HeadView(const float* qkv, int64_t b, int64_t h, const AttentionShape& s)
-      : q(qkv + b * s.T * s.R + h * s.hs),
-        k(qkv + b * s.T * s.R + s.HD + (h / s.G) * s.hs),
+      : q(qkv + b * s.T * s.R + h * s.hs), k(qkv + b * s.T * s.R + s.HD + (h / s.G) * s.hs),
         v(k + s.NKV * s.hs) {}
 };
 // The (T, T) block of att of pair (b, h).
@@ -361,8 +360,15 @@ void attention_backward_head(const HeadGrads& g, const HeadView& hv, const float
 AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
   ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0,
             "attention: NH={} is not a positive multiple of NKV={} (head_dim {})", NH, NKV, hs);
-  return AttentionShape{T,       NH,      NKV, hs, NH / NKV, (NH + 2 * NKV) * hs,
-                        NH * hs, T + kTransposedPad, 1.0f / std::sqrt(static_cast<float>(hs))};
+  return AttentionShape{T,
+                        NH,
+                        NKV,
+                        hs,
+                        NH / NKV,
+                        (NH + 2 * NKV) * hs,
+                        NH * hs,
+                        T + kTransposedPad,
+                        1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
 }  // namespace
@@ -397,9 +403,8 @@ void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
       float* o = out + b * T * s.HD + h * s.hs;
       float* a = att + att_offset(b, h, s);
       run_isa(isa_, [&](auto lanes) {
-        attention_forward_head<typename decltype(lanes)::type>(o, a, hv, s, kt, vc,
-                                                               positions ? positions + b * T
-                                                                         : nullptr);
+        attention_forward_head<typename decltype(lanes)::type>(
+            o, a, hv, s, kt, vc, positions ? positions + b * T : nullptr);
       });
       if (act_ != DType::kF32) {  // this head's outputs, while in cache
         for (int64_t t = 0; t < T; ++t) round_act(o + t * s.HD, 0, s.hs);

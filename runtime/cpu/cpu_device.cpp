@@ -51,8 +51,8 @@ void stream_zero_sse2(char* p, size_t bytes) {
 
 void parallel_stream_zero(void* dst, size_t bytes) {
   char* p = static_cast<char*>(dst);
-  const size_t head = std::min(bytes, round_up(reinterpret_cast<uintptr_t>(p), 64) -
-                                          reinterpret_cast<uintptr_t>(p));
+  const size_t head = std::min(
+      bytes, round_up(reinterpret_cast<uintptr_t>(p), 64) - reinterpret_cast<uintptr_t>(p));
   std::memset(p, 0, head);
   char* body = p + head;
   const size_t lines = (bytes - head) / 64;
@@ -128,9 +128,10 @@ void* CpuDevice::raw_alloc(size_t bytes, std::string& why) {
           format_bytes(size), format_bytes(static_cast<uint64_t>(limit)),
           format_bytes(pinned_bytes_));
     } else if (std::string failed = pinning_.pin(data, size); !failed.empty()) {
-      pinning_failure_ = fmt::format("{} of {} failed: {} (the lock limit, `ulimit -l`, may be "
-                                     "too low)",
-                                     pinning_.what, format_bytes(size), failed);
+      pinning_failure_ = fmt::format(
+          "{} of {} failed: {} (the lock limit, `ulimit -l`, may be "
+          "too low)",
+          pinning_.what, format_bytes(size), failed);
     } else {
       pinned_.insert(data);
       pinned_bytes_ += size;

@@ -57,7 +57,7 @@ class CpuDevice final : public Device {
 
  private:
   std::unique_ptr<Kernels> kernels_[3];  // by DType: fp32, fp16, bf16
-  std::multimap<size_t, void*> cache_;  // freed blocks by exact size
+  std::multimap<size_t, void*> cache_;   // freed blocks by exact size
   size_t cached_bytes_ = 0;
   HostPinning pinning_;
   std::set<void*> pinned_;  // blocks registered by pinning_

@@ -215,8 +215,8 @@ __attribute__((target("avx2,f16c"))) void round_to_fp16_f16c(float* x, int64_t i
 // dst[0, n) = D(float(a) + float(b)). dst may be a or b itself (each element is read before it
 // is written), not a partial overlap.
 template <class D, class A, class B>
-inline void add_n(typename D::Storage* dst, const typename A::Storage* a, const typename B::Storage* b,
-                  int64_t n) {
+inline void add_n(typename D::Storage* dst, const typename A::Storage* a,
+                  const typename B::Storage* b, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) dst[i] = D::narrow(A::widen(a[i]) + B::widen(b[i]));
 }
@@ -234,8 +234,8 @@ __attribute__((target("avx2,f16c"))) inline const float* block_as_fp32(
   } else if constexpr (std::is_same_v<S, F16Codec>) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(block + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                      reinterpret_cast<const __m128i*>(src + i))));
+      _mm256_storeu_ps(block + i,
+                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     for (; i < n; ++i) block[i] = _cvtsh_ss(src[i]);
     return block;
   } else {
@@ -279,7 +279,7 @@ __attribute__((target("avx512f"))) inline __m512 load16_fp16(const uint16_t* h) 
   return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
 }
 __attribute__((target("avx512f"))) inline void store16_fp16(uint16_t* h, __m512 x,
-                                                           const float* redo) {
+                                                            const float* redo) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(h),
                       _mm512_maskz_cvtps_ph(0xffff, x, _MM_FROUND_TO_NEAREST_INT));
   if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0)
@@ -287,7 +287,7 @@ __attribute__((target("avx512f"))) inline void store16_fp16(uint16_t* h, __m512 
 }
 
 __attribute__((target("avx512f"))) void fp32_to_fp16_avx512(uint16_t* dst, const float* src,
-                                                           int64_t i0, int64_t i1) {
+                                                            int64_t i0, int64_t i1) {
   int64_t i = i0;
   for (; i + 16 <= i1; i += 16) store16_fp16(dst + i, _mm512_loadu_ps(src + i), src + i);
   fp32_to_fp16_f16c(dst, src, i, i1);
@@ -311,7 +311,7 @@ __attribute__((target("avx512f"))) void round_to_fp16_avx512(float* x, int64_t i
 // contract, which VCVTPH2PS alone would break by quieting it): a group whose result holds a NaN
 // is redone by dtype.h.
 __attribute__((target("avx512f"))) void fp16_to_fp32_exact_avx512(float* dst, const uint16_t* src,
-                                                                 int64_t i0, int64_t i1) {
+                                                                  int64_t i0, int64_t i1) {
   int64_t i = i0;
   for (; i + 16 <= i1; i += 16) {
     const __m512 x = load16_fp16(src + i);
@@ -335,7 +335,7 @@ __attribute__((target("avx2,f16c"))) void fp16_to_fp32_exact_f16c(float* dst, co
 
 // d[0, n) = fp16(float(d) + x): add_n_f16c<F16, F16, F32> in one pass, no blocks in between.
 __attribute__((target("avx512f"))) void add_into_fp16_avx512(uint16_t* d, const float* x,
-                                                            int64_t n) {
+                                                             int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 sum = _mm512_add_ps(load16_fp16(d + i), _mm512_loadu_ps(x + i));
@@ -394,8 +394,7 @@ const float* CpuKernels::widened(ConstOperand op, int64_t n, float* scratch) {
 }
 
 // fp32 -> fp16 of [i0, i1) on the widest conversion instructions (f16c_ holds).
-void CpuKernels::narrow_fp16_range(uint16_t* dst, const float* src, int64_t i0,
-                                   int64_t i1) const {
+void CpuKernels::narrow_fp16_range(uint16_t* dst, const float* src, int64_t i0, int64_t i1) const {
   if (isa_ == Isa::kAvx512)
     fp32_to_fp16_avx512(dst, src, i0, i1);
   else
@@ -404,8 +403,7 @@ void CpuKernels::narrow_fp16_range(uint16_t* dst, const float* src, int64_t i0,
 
 // The scalar loop GCC vectorises for fp32_to_bf16 measured 46 GB/s in cache, against 108 for
 // fp16's conversion instructions; the integer lanes of cpu_lane_codecs.h give the same bits.
-void CpuKernels::narrow_bf16_range(uint16_t* dst, const float* src, int64_t i0,
-                                   int64_t i1) const {
+void CpuKernels::narrow_bf16_range(uint16_t* dst, const float* src, int64_t i0, int64_t i1) const {
   run_isa(isa_, [&](auto lanes) {
     simd_loop<typename decltype(lanes)::type>(i0, i1, [&](auto l, int64_t i) {
       using T = typename decltype(l)::type;
@@ -500,8 +498,7 @@ void CpuKernels::round_range(float* x, DType dtype, int64_t i0, int64_t i1) {
 
 void CpuKernels::round_to(float* x, DType dtype, int64_t n) {
   if (dtype == DType::kF32) return;
-  parallel_ranges(n, kElementGrain,
-                  [&](int64_t i0, int64_t i1) { round_range(x, dtype, i0, i1); });
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) { round_range(x, dtype, i0, i1); });
 }
 
 // The rows one after another on each thread, their columns split across threads: a row named
@@ -580,9 +577,9 @@ double CpuKernels::sum_squares(ConstOperand x, int64_t n) {
         for (; b + kK <= full; b += kK)
           blocks_sum_squares<V, kK, S>(v + b, kSumSquaresBlock, &block_sums[b0 + b]);
         for (; b < b1 - b0; ++b)
-          blocks_sum_squares<V, 1, S>(
-              v + b, std::min(n - (b0 + b) * kSumSquaresBlock, kSumSquaresBlock),
-              &block_sums[b0 + b]);
+          blocks_sum_squares<V, 1, S>(v + b,
+                                      std::min(n - (b0 + b) * kSumSquaresBlock, kSumSquaresBlock),
+                                      &block_sums[b0 + b]);
       });
     });
   });

@@ -116,8 +116,8 @@ template <class R>
 __attribute__((target("avx512f"))) inline __m512 round16(__m512 v) {
   if constexpr (std::is_same_v<R, F16Codec>) {
     if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) == 0)
-      return _mm512_maskz_cvtph_ps(
-          0xffff, _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT));
+      return _mm512_maskz_cvtph_ps(0xffff,
+                                   _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT));
     alignas(64) float x[16];
     _mm512_store_ps(x, v);
     round_fp16_lanes(x, 16);
@@ -165,9 +165,9 @@ inline void store_into(typename O::Storage* p, T x) {
 // false) and takes the tile by store_into, added into its values when kAdd.
 template <class Cd, bool kRowsA, class Rd, class Out = F32Codec, bool kAdd = false>
 __attribute__((target("avx512f,fma"), flatten)) void micro_avx512(int64_t kc, const float* A,
-                                                                 int64_t lda, const void* B,
-                                                                 int64_t ldb, void* Cv,
-                                                                 int64_t ldc, bool load) {
+                                                                  int64_t lda, const void* B,
+                                                                  int64_t ldb, void* Cv,
+                                                                  int64_t ldc, bool load) {
   float* C = static_cast<float*>(Cv);
   constexpr int MR = 8, NV = 3;
   const auto* Bk = static_cast<const typename Cd::Storage*>(B);
@@ -214,9 +214,9 @@ __attribute__((target("avx2"))) inline void swap_halves(__m256& x, __m256& y) {
 
 template <class Cd, bool kRowsA, class Rd, class Out = F32Codec, bool kAdd = false>
 __attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, const float* A,
-                                                                 int64_t lda, const void* B,
-                                                                 int64_t ldb, void* Cv,
-                                                                 int64_t ldc, bool load) {
+                                                                  int64_t lda, const void* B,
+                                                                  int64_t ldb, void* Cv,
+                                                                  int64_t ldc, bool load) {
   float* C = static_cast<float*>(Cv);
   constexpr int MR = 6, NV = 2;
   // A bf16 row of 16 is widened by two in-lane interleaves with zeros, one instruction per
@@ -272,8 +272,8 @@ __attribute__((target("avx2,fma,f16c"), flatten)) void micro_avx2(int64_t kc, co
 }
 
 // SSE2 (no FMA): packed A and B only, stored as summed.
-void micro_sse2(int64_t kc, const float* Ap, int64_t /*lda*/, const void* B, int64_t ldb,
-                void* Cv, int64_t ldc, bool load) {
+void micro_sse2(int64_t kc, const float* Ap, int64_t /*lda*/, const void* B, int64_t ldb, void* Cv,
+                int64_t ldc, bool load) {
   constexpr int MR = 4, NV = 2;
   float* C = static_cast<float*>(Cv);
   const float* Bp = static_cast<const float*>(B);
@@ -303,8 +303,7 @@ void micro_sse2(int64_t kc, const float* Ap, int64_t /*lda*/, const void* B, int
 // The microkernel for a B of codec C (fp32: packed panels; 16-bit: B where it is stored), an A
 // packed or read in place (kRowsA) and a tile stored rounded to R's dtype. SSE2 takes packed
 // operands only and stores as summed: null otherwise.
-using Micro = void (*)(int64_t, const float*, int64_t, const void*, int64_t, void*, int64_t,
-                       bool);
+using Micro = void (*)(int64_t, const float*, int64_t, const void*, int64_t, void*, int64_t, bool);
 template <class C, bool kRowsA, class R>
 Micro micro_of(Isa isa) {
   switch (isa) {
@@ -371,8 +370,8 @@ void pack_b_portable(float* Bp, const void* b, int64_t rs, int64_t cs, int64_t k
 
 template <class C>
 __attribute__((target("avx2,f16c"))) void pack_b_avx2(float* Bp, const void* b, int64_t rs,
-                                                     int64_t cs, int64_t kc, int64_t nc,
-                                                     int64_t NR) {
+                                                      int64_t cs, int64_t kc, int64_t nc,
+                                                      int64_t NR) {
   using S = typename C::Storage;
   const S* base = static_cast<const S*>(b);
   for (int64_t j0 = 0; j0 < nc; j0 += NR, Bp += kc * NR) {
@@ -426,8 +425,8 @@ void pack_a_portable(float* Ap, const float* a, int64_t rs, int64_t cs, int64_t 
   }
 }
 
-__attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int64_t rs,
-                                                 int64_t cs, int64_t mc, int64_t kc, int64_t MR) {
+__attribute__((target("avx2"))) void pack_a_avx2(float* Ap, const float* a, int64_t rs, int64_t cs,
+                                                 int64_t mc, int64_t kc, int64_t MR) {
   for (int64_t i0 = 0; i0 < mc; i0 += MR, Ap += kc * MR) {
     const int64_t mr = std::min(MR, mc - i0);
     if (cs != 1) {  // A transposed: a k's rows are adjacent, and with rs == 1 contiguous
@@ -484,8 +483,8 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   ZT_ASSERT(B.row_stride == 1 || B.col_stride == 1, "gemm: B strides {} x {}", B.row_stride,
             B.col_stride);
   const bool c16 = c.dtype != DType::kF32;
-  ZT_ASSERT(!c16 || gemm_takes_16bit_c(K),
-            "gemm: a {} C needs K={} within one packed A", dtype_name(c.dtype), K);
+  ZT_ASSERT(!c16 || gemm_takes_16bit_c(K), "gemm: a {} C needs K={} within one packed A",
+            dtype_name(c.dtype), K);
   if (M <= 0 || N <= 0 || (K <= 0 && accumulate)) return;  // C unchanged
   float* C = c16 ? nullptr : static_cast<float*>(c.data);
   if (K <= 0) {  // C = 0 (zero bits in every dtype)
@@ -572,7 +571,8 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
   if (a_shared_blocks)
     a_shared = reinterpret_cast<float*>(
         (reinterpret_cast<uintptr_t>(thread_scratch<ScratchSlot::kCall>(a_block_floats + 16)) +
-         63) & ~uintptr_t(63));
+         63) &
+        ~uintptr_t(63));
   // A packed whole on a C split by columns, where a thread's columns take more than one B panel
   // (the weight gradients of qkv and fc: 1,152 and 1,536 columns a thread, panels of 768 over
   // 256 tokens): every row block's A is packed once, and each B panel then serves every row
@@ -599,11 +599,10 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
       narrow_range(c.at(at), sums, n);
   };
   const auto body = [&](int t) {
-    float* scratch =
-        thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + cb_floats + 16);
+    float* scratch = thread_scratch<ScratchSlot::kWorker>(ap_floats + bp_floats + cb_floats + 16);
     // 64-byte aligned panels.
-    float* Ap = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) &
-                                         ~uintptr_t(63));
+    float* Ap =
+        reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
     float* Bp = Ap + ap_floats;
     float* Cb = Bp + bp_floats;
     // The panel Bp holds (its first k and n; -1: none yet): one B panel serves every row block
@@ -621,8 +620,8 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     const auto product = [&](const float* Ab, int64_t m0, int64_t mc, int64_t k0, int64_t kc,
                              int64_t n0, int64_t nc) {
       if (!b_in_place && (k0 != packed_k0 || n0 != packed_n0)) {
-        pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride,
-               B.col_stride, kc, nc, NR);
+        pack_b(Bp, B.op.at(k0 * B.row_stride + n0 * B.col_stride).data, B.row_stride, B.col_stride,
+               kc, nc, NR);
         packed_k0 = k0;
         packed_n0 = n0;
       }
@@ -706,8 +705,8 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     // packed whole (pack_a_block), null for an A in place.
     const auto chunk = [&](const float* Ab, int64_t m0, int64_t mc, int64_t n0) {
       for (int64_t k0 = 0; k0 < K; k0 += kKc)
-        product(Ab ? Ab + (k0 / kKc) * a_block_floats : nullptr, m0, mc, k0,
-                std::min(kKc, K - k0), n0, std::min(nc_max, n_hi - n0));
+        product(Ab ? Ab + (k0 / kKc) * a_block_floats : nullptr, m0, mc, k0, std::min(kKc, K - k0),
+                n0, std::min(nc_max, n_hi - n0));
     };
     if (a_all) {  // every row block packed first, row block b at Ap + b·k_blocks·a_block_floats
       if (n_lo >= n_hi) return;
@@ -735,8 +734,8 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
       const auto pack_a_strips = [&](int64_t k0, int64_t s0, int64_t s1) {
         const int64_t kc = std::min(kKc, K - k0), r0 = s0 * MR, rows = std::min(mc, s1 * MR) - r0;
         if (rows > 0)
-          pack_a(a_shared + r0 * kc, a + (m0 + r0) * A.row_stride + k0 * A.col_stride,
-                 A.row_stride, A.col_stride, rows, kc, MR);
+          pack_a(a_shared + r0 * kc, a + (m0 + r0) * A.row_stride + k0 * A.col_stride, A.row_stride,
+                 A.col_stride, rows, kc, MR);
       };
       const int64_t a_strips = (mc + MR - 1) / MR;
       for (int64_t k0 = 0; k0 < K; k0 += kKc) {

@@ -34,9 +34,7 @@ Isa choose_isa() {
 }  // namespace cpu
 
 CpuKernels::CpuKernels(cpu::Isa isa, DType activations)
-    : isa_(isa),
-      act_(activations),
-      native_bf16_(isa == cpu::Isa::kAvx512 && native_bf16_gemm()),
+    : isa_(isa), act_(activations), native_bf16_(isa == cpu::Isa::kAvx512 && native_bf16_gemm()),
       f16c_(isa != cpu::Isa::kSse2 && __builtin_cpu_supports("f16c")) {}
 
 std::unique_ptr<Kernels> make_cpu_kernels(DType activations) {

@@ -77,8 +77,8 @@ class CpuKernels final : public Kernels {
   // native GEMM for their dtype: forward and dinput (fp32 C) and the weight gradient (16-bit
   // C). A is fp32; B any dtype, widened in registers as it is read (in place where its rows are
   // contiguous, else as it is packed), with row_stride or col_stride 1; C has row stride ldc.
-  void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
-            Operand C, int64_t ldc, bool accumulate);
+  void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B, Operand C,
+            int64_t ldc, bool accumulate);
   // Whether gemm takes a 16-bit C for reduction length K: its row block's A packed whole for
   // the reduction (a few MiB), so each block of C is summed to the end before it is added in.
   bool gemm_takes_16bit_c(int64_t K) const;

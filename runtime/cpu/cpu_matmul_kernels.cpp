@@ -56,10 +56,10 @@ int64_t block_size(int64_t per_row, int64_t bytes, int64_t total) {
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B,
-                                      ldb, beta, C, ldc);
-  ZT_ASSERT(st == dnnl_success, "dnnl_sgemm failed with status {} (M={} N={} K={})", int(st), M,
-            N, K);
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  ZT_ASSERT(st == dnnl_success, "dnnl_sgemm failed with status {} (M={} N={} K={})", int(st), M, N,
+            K);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -82,8 +82,7 @@ struct Bf16Gemm {
   // dense (M,N), fp32 or bf16 (c_dtype). oneDNN accumulates in fp32; a bf16 C receives
   // bf16(acc + float(C)) with one rounding (the sum post-op before the down-conversion).
   void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda,
-           const uint16_t* B, int64_t ldb, void* C, bool accumulate,
-           DType c_dtype = DType::kF32) {
+           const uint16_t* B, int64_t ldb, void* C, bool accumulate, DType c_dtype = DType::kF32) {
     using dt = dnnl::memory::data_type;
     const dnnl::memory::desc a_md({M, K}, dt::bf16,
                                   ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
@@ -222,21 +221,20 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
   if (K == 0) {
     if (!bias) fill(out, 0.0f, M * N);
   } else if (weight.dtype == DType::kF32) {
-    sgemm(false, !in_out, M, N, K, inp, K, static_cast<const float*>(weight.data),
-          in_out ? N : K, beta, out, N);
+    sgemm(false, !in_out, M, N, K, inp, K, static_cast<const float*>(weight.data), in_out ? N : K,
+          beta, out, N);
   } else if (weight.dtype == DType::kBF16 && act_ == DType::kBF16 && native_bf16_) {
     const int64_t rows = block_size(K, 2, M);
     uint16_t* a = bf16_scratch(rows * K);
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
       const int64_t m = std::min(rows, M - r0);
       narrow_rows_bf16(a, inp + r0 * K, m, K, K);
-      Bf16Gemm::get().run(false, !in_out, m, N, K, a, K,
-                          static_cast<const uint16_t*>(weight.data), in_out ? N : K,
-                          out + r0 * N, bool(bias));
+      Bf16Gemm::get().run(false, !in_out, m, N, K, a, K, static_cast<const uint16_t*>(weight.data),
+                          in_out ? N : K, out + r0 * N, bool(bias));
     }
   } else {  // the packed GEMM widens W as it reads it and rounds out (cpu_gemm.cpp)
-    gemm(M, N, K, {inp, K, 1}, in_out ? GemmMatrix{weight, N, 1} : GemmMatrix{weight, 1, K},
-         out, N, bool(bias));
+    gemm(M, N, K, {inp, K, 1}, in_out ? GemmMatrix{weight, N, 1} : GemmMatrix{weight, 1, K}, out, N,
+         bool(bias));
     return;
   }
   if (act_ != DType::kF32)
@@ -265,8 +263,8 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   if (dweight && M == 0) dweight = zeroed_if_fresh(dweight, K * N);
   if (M == 0 || N == 0 || K == 0) return;
   const bool in_out = layout == WeightLayout::kInOut;
-  const bool native = act_ == DType::kBF16 && native_bf16_ &&
-                      (!dinp || weight.dtype == DType::kBF16);
+  const bool native =
+      act_ == DType::kBF16 && native_bf16_ && (!dinp || weight.dtype == DType::kBF16);
   // The native path narrows dout into the start of the kOperand scratch; when dinp's product
   // took it whole (one block), the weight gradient reuses it (the scratch keeps its contents
   // when it grows).
@@ -274,8 +272,8 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
 
   if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
     if (weight.dtype == DType::kF32) {
-      sgemm(false, in_out, M, K, N, dout, N, static_cast<const float*>(weight.data),
-            in_out ? N : K, add_dinp ? 1.0f : 0.0f, dinp, K);
+      sgemm(false, in_out, M, K, N, dout, N, static_cast<const float*>(weight.data), in_out ? N : K,
+            add_dinp ? 1.0f : 0.0f, dinp, K);
     } else if (native) {
       // Blocks along N, the reduction dimension, summed in fp32 in dinp: a block of dout's
       // columns narrowed to bf16, times Wᵀ's rows [n0, n0 + nb) (W's columns for kInOut, row
@@ -287,9 +285,8 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
         const int64_t nb = std::min(cols, N - n0);
         const ConstOperand wb = weight.at(in_out ? n0 : n0 * K);
         narrow_rows_bf16(d16, dout + n0, M, nb, N);
-        Bf16Gemm::get().run(false, in_out, M, K, nb, d16, nb,
-                            static_cast<const uint16_t*>(wb.data), in_out ? N : K, dinp,
-                            add_dinp || n0 > 0);
+        Bf16Gemm::get().run(false, in_out, M, K, nb, d16, nb, static_cast<const uint16_t*>(wb.data),
+                            in_out ? N : K, dinp, add_dinp || n0 > 0);
       }
     } else {  // the packed GEMM over Wᵀ's elements (n, k), rounding dinp itself
       gemm(M, K, N, {dout, N, 1}, in_out ? GemmMatrix{weight, 1, N} : GemmMatrix{weight, K, 1},
@@ -317,11 +314,9 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
     if (!dout_narrowed) narrow_rows_bf16(d16, dout, M, N, N);
     narrow_rows_bf16(inp16, inp, M, K, K);
     if (in_out)  // dW (K,N) = bf16(dW + inpᵀ (K,M) · dout (M,N))
-      Bf16Gemm::get().run(true, false, K, N, M, inp16, K, d16, N, dweight.data, add,
-                          DType::kBF16);
+      Bf16Gemm::get().run(true, false, K, N, M, inp16, K, d16, N, dweight.data, add, DType::kBF16);
     else  // dW (N,K) = bf16(dW + doutᵀ (N,M) · inp (M,K))
-      Bf16Gemm::get().run(true, false, N, K, M, d16, N, inp16, K, dweight.data, add,
-                          DType::kBF16);
+      Bf16Gemm::get().run(true, false, N, K, M, d16, N, inp16, K, dweight.data, add, DType::kBF16);
     return;
   }
   if (!native) {

@@ -1,11 +1,11 @@
 // CpuKernels, the neural-network ops: embedding, layer norm, RMSNorm, GELU, SwiGLU, rotary
-// position embeddings and softmax cross-entropy (matmul: cpu_matmul_kernels.cpp). Parameters arrive in their stored dtype: the small ones
-// (layer-norm weight and bias, a row of an embedding table) are widened to fp32 where they are
-// read, and 16-bit gradients receive one rounded addition per element per call. Row kernels handle a row whole on
-// one thread, so their reductions never depend on the thread count; column reductions (bias,
-// layer-norm and RMSNorm weights, embedding tables) add rows in order. Not here: attention
-// (cpu_attention_kernels.cpp), element-wise ops and flat reductions (cpu_elementwise_kernels.cpp),
-// optimizers (cpu_optimizer_kernels.cpp).
+// position embeddings and softmax cross-entropy (matmul: cpu_matmul_kernels.cpp). Parameters arrive
+// in their stored dtype: the small ones (layer-norm weight and bias, a row of an embedding table)
+// are widened to fp32 where they are read, and 16-bit gradients receive one rounded addition per
+// element per call. Row kernels handle a row whole on one thread, so their reductions never depend
+// on the thread count; column reductions (bias, layer-norm and RMSNorm weights, embedding tables)
+// add rows in order. Not here: attention (cpu_attention_kernels.cpp), element-wise ops and flat
+// reductions (cpu_elementwise_kernels.cpp), optimizers (cpu_optimizer_kernels.cpp).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -318,7 +318,8 @@ void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dou
     {
       std::unordered_map<int32_t, int64_t> first;
       first.reserve(static_cast<size_t>(BT));
-      for (int64_t bt = 0; bt < BT; ++bt) slot[bt] = first.try_emplace(tokens[bt], bt).first->second;
+      for (int64_t bt = 0; bt < BT; ++bt)
+        slot[bt] = first.try_emplace(tokens[bt], bt).first->second;
     }
     const int64_t blocks = (C + kColumnBlock - 1) / kColumnBlock;
     parallel_with_scratch(blocks, BT * kColumnBlock, [&](int64_t blk, float* acc) {
@@ -371,8 +372,8 @@ void CpuKernels::layernorm_forward(float* out, float* mean, float* rstd, const f
     run_isa(isa_, [&](auto lanes) {
       using V = typename decltype(lanes)::type;
       for (int64_t r = r0; r < r1; ++r) {
-        layernorm_forward_row<V>(out + r * C, mean ? mean + r : nullptr,
-                                 rstd ? rstd + r : nullptr, inp + r * C, weight, bias, C);
+        layernorm_forward_row<V>(out + r * C, mean ? mean + r : nullptr, rstd ? rstd + r : nullptr,
+                                 inp + r * C, weight, bias, C);
         round_act(out + r * C, 0, C);  // mean and rstd stay fp32
       }
     });
@@ -438,15 +439,14 @@ void CpuKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
   });
 }
 
-void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
-                                 ConstOperand weight_op, int64_t N, int64_t C, float eps) {
+void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight_op,
+                                 int64_t N, int64_t C, float eps) {
   const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
   parallel_ranges(N, kLayerNormRowBlock, [&](int64_t r0, int64_t r1) {
     run_isa(isa_, [&](auto lanes) {
       using V = typename decltype(lanes)::type;
       for (int64_t r = r0; r < r1; ++r) {
-        rmsnorm_forward_row<V>(out + r * C, rstd ? rstd + r : nullptr, inp + r * C, weight, C,
-                               eps);
+        rmsnorm_forward_row<V>(out + r * C, rstd ? rstd + r : nullptr, inp + r * C, weight, C, eps);
         round_act(out + r * C, 0, C);  // rstd stays fp32
       }
     });
@@ -455,9 +455,8 @@ void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp,
 
 // layernorm_backward's two passes: per row block dinp and the block's dweight partials, then
 // per channel block the partials added in block order (independent of the thread count).
-void CpuKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
-                                  const float* inp, ConstOperand weight_op, const float* rstd,
-                                  int64_t N, int64_t C) {
+void CpuKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
+                                  ConstOperand weight_op, const float* rstd, int64_t N, int64_t C) {
   ZT_ASSERT(!dweight.fresh, "rmsnorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
   const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
@@ -505,8 +504,8 @@ void CpuKernels::swiglu_backward(float* dgate_up, const float* gate_up, const fl
     const float* gate = gate_up + r * 2 * F;
     float* d = dgate_up + r * 2 * F;
     run_isa(isa_, [&](auto lanes) {
-      swiglu_backward_range<typename decltype(lanes)::type>(d, d + F, gate, gate + F,
-                                                            dout + r * F, 0, F);
+      swiglu_backward_range<typename decltype(lanes)::type>(d, d + F, gate, gate + F, dout + r * F,
+                                                            0, F);
     });
     round_act(d, 0, 2 * F);
   });
@@ -530,8 +529,8 @@ void rope_table(float* table, int64_t T, int64_t hd, const RopeFrequencies& rope
 
 }  // namespace
 
-void CpuKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                              int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
+void CpuKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                              const RopeFrequencies& rope, const int32_t* positions) {
   rope_apply(qkv, B, T, NH, NKV, hd, rope, positions, 1.0f);
 }
 
@@ -542,8 +541,8 @@ void CpuKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, in
 
 // One token per task: its NH + NKV query and key heads are adjacent in the row. Positions are
 // below T, so the table of positions 0..T-1 serves packed rows too.
-void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hd, const RopeFrequencies& rope, const int32_t* positions, float sign) {
+void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                            const RopeFrequencies& rope, const int32_t* positions, float sign) {
   ZT_ASSERT(hd > 0 && hd % 2 == 0, "rope: head_dim {} must be even", hd);
   if (B <= 0 || T <= 0) return;
   check_positions(positions, B, T, "rope");
@@ -561,8 +560,8 @@ void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_
 }
 
 void CpuKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
-                                       int64_t N, int64_t V, int64_t Vp,
-                                       LogitsOutput logits_output, float dloss) {
+                                       int64_t N, int64_t V, int64_t Vp, LogitsOutput logits_output,
+                                       float dloss) {
   const bool write_grad = logits_output == LogitsOutput::kGradient;
   ZT_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: V={} Vp={}", V, Vp);
   for (int64_t i = 0; i < N; ++i)

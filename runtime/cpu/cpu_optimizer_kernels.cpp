@@ -51,8 +51,8 @@ void CpuKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int6
   // One pass per chunk: a 16-bit gradient widened and the working copy rounded in registers
   // (cpu_adam_fused.h, the loop offload's CpuAdam runs).
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
-    fused_adam(isa, param + i0, grad.at(i0), m + i0, v + i0,
-               working ? working.at(i0) : Operand(), a, args.decoupled, i1 - i0);
+    fused_adam(isa, param + i0, grad.at(i0), m + i0, v + i0, working ? working.at(i0) : Operand(),
+               a, args.decoupled, i1 - i0);
   });
 }
 

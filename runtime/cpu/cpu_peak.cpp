@@ -2,8 +2,8 @@
 // rest of the build stays generic; no -march=native in shipped binaries), chosen by
 // __builtin_cpu_supports.
 //
-// What keeps the loop honest (checked with objdump: the loop body is 20 vfmadd132ps on zmm registers
-// and one counter, nothing else):
+// What keeps the loop honest (checked with objdump: the loop body is 20 vfmadd132ps on zmm
+// registers and one counter, nothing else):
 //   - accumulators are scalar vector variables, not an array (an array spills to the stack);
 //   - an empty asm that reads and writes every accumulator each iteration: without it GCC
 //     deletes a loop whose results are unused, or folds its iterations;
@@ -34,6 +34,8 @@ using Clock = std::chrono::steady_clock;
 #if defined(__x86_64__)
 // X-lists of accumulator indices; S() separates the items (S is a macro name, expanded only
 // after the list is, so it may be a comma).
+// (Not clang-formatted: the lists read as lists.)
+// clang-format off
 #define ZT_ACC12(X, S) X(0) S() X(1) S() X(2) S() X(3) S() X(4) S() X(5) S() X(6) S() X(7) \
   S() X(8) S() X(9) S() X(10) S() X(11)
 #define ZT_ACC20(X, S) ZT_ACC12(X, S) S() X(12) S() X(13) S() X(14) S() X(15) S() X(16) \
@@ -41,8 +43,9 @@ using Clock = std::chrono::steady_clock;
 #define ZT_COMMA() ,
 #define ZT_PLUS() +
 #define ZT_NOTHING()
+// clang-format on
 // a = a * x + y with x just below 1 converges to y / (1 - x) = 1: no overflow, no denormals.
-#define ZT_START(i) a##i = SET1(1.0f + (i) * 1e-3f)
+#define ZT_START(i) a##i = SET1(1.0f + (i)*1e-3f)
 #define ZT_FMA(i) a##i = FMADD(a##i, x, y);
 #define ZT_KEEP(i) "+v"(a##i)
 #define ZT_NAME(i) a##i
@@ -57,10 +60,12 @@ __attribute__((target("avx512f,fma"))) double fma_loop_avx512(int64_t iterations
   for (int64_t i = 0; i < iterations; ++i) {
     ZT_ACC20(ZT_FMA, ZT_NOTHING)
     // GCC allows 30 asm operands and "+v" counts twice: two statements of ten.
-    asm volatile("" : ZT_KEEP(0), ZT_KEEP(1), ZT_KEEP(2), ZT_KEEP(3), ZT_KEEP(4), ZT_KEEP(5),
-                      ZT_KEEP(6), ZT_KEEP(7), ZT_KEEP(8), ZT_KEEP(9));
-    asm volatile("" : ZT_KEEP(10), ZT_KEEP(11), ZT_KEEP(12), ZT_KEEP(13), ZT_KEEP(14),
-                      ZT_KEEP(15), ZT_KEEP(16), ZT_KEEP(17), ZT_KEEP(18), ZT_KEEP(19));
+    asm volatile(""
+                 : ZT_KEEP(0), ZT_KEEP(1), ZT_KEEP(2), ZT_KEEP(3), ZT_KEEP(4), ZT_KEEP(5),
+                   ZT_KEEP(6), ZT_KEEP(7), ZT_KEEP(8), ZT_KEEP(9));
+    asm volatile(""
+                 : ZT_KEEP(10), ZT_KEEP(11), ZT_KEEP(12), ZT_KEEP(13), ZT_KEEP(14), ZT_KEEP(15),
+                   ZT_KEEP(16), ZT_KEEP(17), ZT_KEEP(18), ZT_KEEP(19));
   }
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, ZT_ACC20(ZT_NAME, ZT_PLUS));

@@ -10,9 +10,9 @@
 namespace zt {
 
 struct PeakFma {
-  double gflops = 0.0;      // all threads together; 0 when no FMA instruction set is present
+  double gflops = 0.0;       // all threads together; 0 when no FMA instruction set is present
   const char* isa = "none";  // "avx512" or "avx2": the loop that ran, chosen at run time
-  int threads = 0;          // the OpenMP threads that ran it
+  int threads = 0;           // the OpenMP threads that ran it
 };
 
 // Best of `runs` timed runs of a register-resident FMA loop (independent accumulators, no

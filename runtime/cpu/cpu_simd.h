@@ -283,15 +283,9 @@ __attribute__((target("avx512f"), flatten)) void run_avx512(const F& f) {
 template <class F>
 inline void run_isa(Isa isa, const F& f) {
   switch (isa) {
-    case Isa::kAvx512:
-      run_avx512(f);
-      break;
-    case Isa::kAvx2:
-      run_avx2(f);
-      break;
-    case Isa::kSse2:
-      run_sse2(f);
-      break;
+    case Isa::kAvx512: run_avx512(f); break;
+    case Isa::kAvx2: run_avx2(f); break;
+    case Isa::kSse2: run_sse2(f); break;
   }
 }
 

@@ -37,15 +37,12 @@ int64_t last_level_cache_bytes() {
 }
 
 int64_t StreamTriad::default_elements() {
-  return std::max<int64_t>(int64_t(1) << 24,
-                           4 * last_level_cache_bytes() / int64_t(sizeof(float)));
+  return std::max<int64_t>(int64_t(1) << 24, 4 * last_level_cache_bytes() / int64_t(sizeof(float)));
 }
 
 StreamTriad::StreamTriad(int64_t elements)
-    : n_(elements > 0 ? elements : default_elements()),
-      a_(new float[static_cast<size_t>(n_)]),
-      b_(new float[static_cast<size_t>(n_)]),
-      c_(new float[static_cast<size_t>(n_)]) {
+    : n_(elements > 0 ? elements : default_elements()), a_(new float[static_cast<size_t>(n_)]),
+      b_(new float[static_cast<size_t>(n_)]), c_(new float[static_cast<size_t>(n_)]) {
   per_thread_range(n_, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       a_[i] = 0.0f;

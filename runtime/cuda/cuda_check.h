@@ -16,9 +16,9 @@ namespace zt {
 
 }  // namespace zt
 
-#define ZT_CUDA_CHECK(call)                                                         \
-  do {                                                                              \
-    const cudaError_t zt_cuda_status_ = (call);                                     \
-    if (zt_cuda_status_ != cudaSuccess)                                             \
-      ::zt::throw_cuda_error(#call, zt_cuda_status_, __FILE__, __LINE__);           \
+#define ZT_CUDA_CHECK(call)                                               \
+  do {                                                                    \
+    const cudaError_t zt_cuda_status_ = (call);                           \
+    if (zt_cuda_status_ != cudaSuccess)                                   \
+      ::zt::throw_cuda_error(#call, zt_cuda_status_, __FILE__, __LINE__); \
   } while (0)

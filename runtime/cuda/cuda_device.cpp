@@ -11,8 +11,9 @@
 // A collective (on its communicator's own stream) is waited for before the call returns, so
 // no buffer it uses is freed while it runs.
 // Pinned by tests/runtime/cuda_device_test.cpp (ReusedBlocksHoldTheirNewOwnersData,
-// ImpossibleAllocationNamesCategoryBytesAndWhatWouldFit, MemoryLimitCapsTheGpu); the reuse itself (device_mallocs() flat in
-// steady state) is not visible through Device, so no test there checks it.
+// ImpossibleAllocationNamesCategoryBytesAndWhatWouldFit, MemoryLimitCapsTheGpu); the reuse itself
+// (device_mallocs() flat in steady state) is not visible through Device, so no test there checks
+// it.
 #include "runtime/cuda/cuda_device.h"
 
 #include <utility>
@@ -27,10 +28,10 @@ namespace zt {
 
 namespace {
 
-constexpr size_t kSmallLimit = size_t{1} << 20;   // below: rounded to kSmallRound
+constexpr size_t kSmallLimit = size_t{1} << 20;  // below: rounded to kSmallRound
 constexpr size_t kSmallRound = 512;
-constexpr size_t kLargeRound = size_t{2} << 20;   // from kSmallLimit up: rounded to 2 MiB
-constexpr size_t kMaxReuseFactor = 2;             // a cached block serves requests >= half it
+constexpr size_t kLargeRound = size_t{2} << 20;  // from kSmallLimit up: rounded to 2 MiB
+constexpr size_t kMaxReuseFactor = 2;            // a cached block serves requests >= half it
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -82,9 +83,7 @@ CudaDevice::~CudaDevice() {
   cudaStreamDestroy(compute_);
 }
 
-std::string CudaDevice::name() const {
-  return fmt::format("cuda:{} ({})", ordinal_, device_name_);
-}
+std::string CudaDevice::name() const { return fmt::format("cuda:{} ({})", ordinal_, device_name_); }
 
 Kernels& CudaDevice::kernels_for(DType activations) {
   return *kernels_[static_cast<int>(activations)];
@@ -185,20 +184,21 @@ void* CudaDevice::raw_alloc(size_t bytes, std::string& why) {
     size_t driver_free = 0, driver_total = 0;
     const bool known = cudaMemGetInfo(&driver_free, &driver_total) == cudaSuccess;
     if (!known) cudaGetLastError();
-    why = fmt::format("cudaMalloc of {} failed: {} ({}){}; {} reserved by the caching allocator, "
-                      "{} of it handed out{}",
-                      format_bytes(size), cudaGetErrorString(status), cudaGetErrorName(status),
-                      retried ? " after emptying the cache and retrying" : "",
-                      format_bytes(reserved_), format_bytes(in_use),
-                      known ? fmt::format("; the driver reports {} free of {}",
-                                          format_bytes(driver_free), format_bytes(driver_total))
-                            : std::string());
+    why = fmt::format(
+        "cudaMalloc of {} failed: {} ({}){}; {} reserved by the caching allocator, "
+        "{} of it handed out{}",
+        format_bytes(size), cudaGetErrorString(status), cudaGetErrorName(status),
+        retried ? " after emptying the cache and retrying" : "", format_bytes(reserved_),
+        format_bytes(in_use),
+        known ? fmt::format("; the driver reports {} free of {}", format_bytes(driver_free),
+                            format_bytes(driver_total))
+              : std::string());
     return nullptr;
   }
   if (status != cudaSuccess) {
     cudaGetLastError();
-    throw_system(fmt::format("cudaMalloc of {} bytes ({} asked) failed on {}: {} ({})", size,
-                             bytes, name(), cudaGetErrorString(status), cudaGetErrorName(status)));
+    throw_system(fmt::format("cudaMalloc of {} bytes ({} asked) failed on {}: {} ({})", size, bytes,
+                             name(), cudaGetErrorString(status), cudaGetErrorName(status)));
   }
   ++mallocs_;
   reserved_ += size;

@@ -1,8 +1,8 @@
 // CudaDevice: one GPU. A compute stream on which every kernel and copy of this device runs in
 // order (collectives run on their communicator's own stream, ordered after compute with an
-// event: comm/nccl_communicator.h), and a caching allocator behind Device::alloc: freed blocks are kept in size
-// classes and reused on the compute stream, so steady-state steps call cudaMalloc no more, and
-// every allocation is tracked by category by the base class (current and peak, like
+// event: comm/nccl_communicator.h), and a caching allocator behind Device::alloc: freed blocks are
+// kept in size classes and reused on the compute stream, so steady-state steps call cudaMalloc no
+// more, and every allocation is tracked by category by the base class (current and peak, like
 // torch.cuda.max_memory_allocated); reserved_bytes() is what cudaMalloc holds.
 // Host copies synchronise the compute stream (a read sees every kernel queued before it).
 // Three kernel tables, one per activation dtype (kernels_for), share the compute stream, the
@@ -48,9 +48,9 @@ class CudaDevice final : public Device {
   cudaStream_t compute_stream() const { return compute_; }
   void synchronize();  // the compute stream (each communicator has its own: comm/)
 
-  size_t reserved_bytes() const;     // held from cudaMalloc, in use or cached
-  int64_t device_mallocs() const;    // cudaMalloc calls so far
-  void empty_cache();                // returns cached blocks to the driver
+  size_t reserved_bytes() const;   // held from cudaMalloc, in use or cached
+  int64_t device_mallocs() const;  // cudaMalloc calls so far
+  void empty_cache();              // returns cached blocks to the driver
 
  protected:
   void* raw_alloc(size_t bytes, std::string& why) override;
@@ -61,14 +61,14 @@ class CudaDevice final : public Device {
   void release_cached_locked();
 
   int ordinal_;
-  std::string device_name_;                  // cudaDeviceProp::name
-  int64_t chunk_budget_ = 0;                 // chunk_budget_bytes()
+  std::string device_name_;   // cudaDeviceProp::name
+  int64_t chunk_budget_ = 0;  // chunk_budget_bytes()
   cudaStream_t compute_ = nullptr;
-  std::unique_ptr<CudaKernels> kernels_[3];  // by DType: fp32, fp16, bf16
-  mutable std::mutex mutex_;                 // the allocator's state (below)
-  std::multimap<size_t, void*> free_blocks_; // block size -> cached block
-  std::map<void*, size_t> live_blocks_;      // handed-out block -> its (rounded) size
-  size_t reserved_ = 0;                      // bytes of every block held from cudaMalloc
+  std::unique_ptr<CudaKernels> kernels_[3];   // by DType: fp32, fp16, bf16
+  mutable std::mutex mutex_;                  // the allocator's state (below)
+  std::multimap<size_t, void*> free_blocks_;  // block size -> cached block
+  std::map<void*, size_t> live_blocks_;       // handed-out block -> its (rounded) size
+  size_t reserved_ = 0;                       // bytes of every block held from cudaMalloc
   int64_t mallocs_ = 0;
 };
 

@@ -36,10 +36,10 @@
 namespace zt {
 namespace {
 
-constexpr int kThreads = 256;                 // threads per block of every kernel here
-constexpr int64_t kMaxBlocks = 8192;          // grid cap; grid-stride loops cover the rest
+constexpr int kThreads = 256;         // threads per block of every kernel here
+constexpr int64_t kMaxBlocks = 8192;  // grid cap; grid-stride loops cover the rest
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
-constexpr int64_t kSumSquaresBlock = 16384;   // the CPU's block (cpu_elementwise_kernels.cpp)
+constexpr int64_t kSumSquaresBlock = 16384;  // the CPU's block (cpu_elementwise_kernels.cpp)
 constexpr int kSumSquaresPerThread = kSumSquaresBlock / kThreads;  // 64
 static_assert(kSumSquaresBlock % kThreads == 0);
 static_assert((kThreads & (kThreads - 1)) == 0, "the tree reductions need a power of two");
@@ -51,7 +51,7 @@ unsigned grid_for(int64_t n) {
 void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
 
 // Element indices of this thread in a grid-stride loop over [0, n).
-#define ZT_GRID_STRIDE_LOOP(i, n)                                                       \
+#define ZT_GRID_STRIDE_LOOP(i, n)                                                        \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -97,8 +97,7 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
 }
 
 // dinp += dout * (s + 2 x s (1-s) du/dx), s = 1/(1+e), 1-s = e s.
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                     int64_t n) {
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     const float x = inp[i];
     const float e = exp_bounded(__fmul_rn(-2.0f, gelu_u(x)));
@@ -251,8 +250,7 @@ __global__ void round_kernel(float* x, int64_t n) {
 // rounded by two threads; both read either the old or the rounded value and write the same
 // rounded bits (rounding is idempotent), so the result does not depend on their order.
 template <class S>
-__global__ void round_rows_kernel(float* x, const int32_t* rows, int64_t n_rows,
-                                  int64_t row_len) {
+__global__ void round_rows_kernel(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len) {
   ZT_GRID_STRIDE_LOOP(i, n_rows * row_len) {
     float* e = x + static_cast<int64_t>(rows[i / row_len]) * row_len + i % row_len;
     *e = S::to_fp32(S::from_fp32(*e));
@@ -334,9 +332,7 @@ struct ImplDeleter {
 // Construction.
 
 CudaKernels::CudaKernels(Device& device, cudaStream_t stream)
-    : device_(device),
-      stream_(stream),
-      act_(DType::kF32),
+    : device_(device), stream_(stream), act_(DType::kF32),
       impl_(std::shared_ptr<Impl>(new Impl{}, ImplDeleter{})) {
   Impl& impl = *impl_;
   try {
@@ -381,8 +377,8 @@ const float* CudaKernels::widened(ConstOperand op, int64_t n, Buffer& holder) {
 }
 
 void CudaKernels::set_allow_tf32(bool allow) {
-  ZT_CUBLAS_CHECK(cublasSetMathMode(impl_->cublas,
-                                    allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  ZT_CUBLAS_CHECK(
+      cublasSetMathMode(impl_->cublas, allow ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   impl_->allow_tf32 = allow;
 }
 
@@ -436,8 +432,8 @@ void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, i
   ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_backward: head_dim must be even");
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, positions, n, T, NH + NKV, R, hd,
-                                                     rope, -1.0f);
+  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, positions, n, T, NH + NKV, R, hd, rope,
+                                                     -1.0f);
   check_launch();
   round_act(dqkv, B * T * R);
 }
@@ -495,8 +491,7 @@ void CudaKernels::sgd(float* param, ConstOperand grad, float* momentum_buf, int6
     } else if (momentum) {
       sgd_kernel<false, true, G><<<grid, kThreads, 0, stream_>>>(param, g, momentum_buf, n, args);
     } else {
-      sgd_kernel<false, false, G><<<grid, kThreads, 0, stream_>>>(param, g, momentum_buf, n,
-                                                                  args);
+      sgd_kernel<false, false, G><<<grid, kThreads, 0, stream_>>>(param, g, momentum_buf, n, args);
     }
   });
   check_launch();
@@ -593,8 +588,8 @@ double CudaKernels::sum_squares(ConstOperand x, int64_t n) {
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, kMaxBlocks));
   visit_storage(x.dtype, [&](auto tag) {
     using S = decltype(tag);
-    sum_squares_blocks_kernel<S><<<grid, kThreads, 0, stream_>>>(impl.partials, elems<S>(x), n,
-                                                                 blocks);
+    sum_squares_blocks_kernel<S>
+        <<<grid, kThreads, 0, stream_>>>(impl.partials, elems<S>(x), n, blocks);
   });
   check_launch();
   sum_in_order_kernel<<<1, 1, 0, stream_>>>(impl.partials, blocks);

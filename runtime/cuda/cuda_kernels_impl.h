@@ -17,35 +17,34 @@
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_lt_gemm.h"
 
-#define ZT_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                     \
-    const cublasStatus_t zt_cublas_status_ = (call);                                       \
-    if (zt_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                        \
-      ::zt::throw_cublas_error(#call, static_cast<int>(zt_cublas_status_), __FILE__,       \
-                               __LINE__);                                                  \
+#define ZT_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                          \
+    const cublasStatus_t zt_cublas_status_ = (call);                                            \
+    if (zt_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                             \
+      ::zt::throw_cublas_error(#call, static_cast<int>(zt_cublas_status_), __FILE__, __LINE__); \
   } while (0)
 // A broken invariant inside a .cu file (no fmt there).
-#define ZT_CUDA_ASSERT(cond, message)                                                      \
-  do {                                                                                     \
-    if (!(cond)) ::zt::throw_cuda_internal("check failed: " #cond ": " message, __FILE__,   \
-                                           __LINE__);                                      \
+#define ZT_CUDA_ASSERT(cond, message)                                                     \
+  do {                                                                                    \
+    if (!(cond))                                                                          \
+      ::zt::throw_cuda_internal("check failed: " #cond ": " message, __FILE__, __LINE__); \
   } while (0)
 
 namespace zt {
 
 // Shared by the three tables of a device (CudaKernels(base, activations)); freed with the last.
 struct CudaKernels::Impl {
-  cublasHandle_t cublas = nullptr;     // bound to the stream
+  cublasHandle_t cublas = nullptr;  // bound to the stream
   cublasLtHandle_t lt = nullptr;
-  void* lt_workspace = nullptr;        // cuBLASLt workspace (device)
+  void* lt_workspace = nullptr;  // cuBLASLt workspace (device)
   size_t lt_workspace_bytes = 0;
-  std::unique_ptr<LtGemm> lt_gemm;     // cuBLASLt plans per problem, over lt and lt_workspace
+  std::unique_ptr<LtGemm> lt_gemm;  // cuBLASLt plans per problem, over lt and lt_workspace
   bool allow_tf32 = false;
   // The reduction that returns to the host (sum_squares): device partials and a pinned host
   // landing slot.
   double* partials = nullptr;
-  size_t partials_capacity = 0;        // elements
-  double* host_result = nullptr;       // pinned
+  size_t partials_capacity = 0;   // elements
+  double* host_result = nullptr;  // pinned
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -98,15 +97,9 @@ struct BF16Storage {
 template <class F>
 void visit_storage(DType t, const F& f) {
   switch (t) {
-    case DType::kF32:
-      f(F32Storage{});
-      return;
-    case DType::kF16:
-      f(F16Storage{});
-      return;
-    case DType::kBF16:
-      f(BF16Storage{});
-      return;
+    case DType::kF32: f(F32Storage{}); return;
+    case DType::kF16: f(F16Storage{}); return;
+    case DType::kBF16: f(BF16Storage{}); return;
   }
   ZT_CUDA_ASSERT(false, "unknown DType");
 }

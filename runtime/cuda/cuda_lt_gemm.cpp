@@ -6,10 +6,10 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/status.h"
 
-#define ZT_LT_CHECK(call)                                                                 \
-  do {                                                                                    \
-    const cublasStatus_t zt_lt_status_ = (call);                                          \
-    if (zt_lt_status_ != CUBLAS_STATUS_SUCCESS)                                           \
+#define ZT_LT_CHECK(call)                                                                   \
+  do {                                                                                      \
+    const cublasStatus_t zt_lt_status_ = (call);                                            \
+    if (zt_lt_status_ != CUBLAS_STATUS_SUCCESS)                                             \
       ::zt::throw_cublas_error(#call, static_cast<int>(zt_lt_status_), __FILE__, __LINE__); \
   } while (0)
 
@@ -82,8 +82,8 @@ LtGemm::Plan& LtGemm::plan_for(const LtGemmKey& key) {
   const int64_t a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
   const int64_t b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
   if (key.lda < a_rows || key.ldb < b_rows || key.ldd < key.m)
-    throw_internal(fmt::format("LtGemm: a leading dimension is below its rows in {}",
-                               describe(key)));
+    throw_internal(
+        fmt::format("LtGemm: a leading dimension is below its rows in {}", describe(key)));
 
   Plan plan;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -142,8 +142,8 @@ void LtGemm::run(const LtGemmKey& key, const void* a, const void* b, void* d, co
                  float alpha, float beta, cudaStream_t stream) {
   if (lt_alignment(a) < key.align_a || lt_alignment(b) < key.align_b ||
       lt_alignment(d) < key.align_d || (key.bias && lt_alignment(bias) < key.align_bias))
-    throw_internal(fmt::format("LtGemm: a pointer is less aligned than its plan ({})",
-                               describe(key)));
+    throw_internal(
+        fmt::format("LtGemm: a pointer is less aligned than its plan ({})", describe(key)));
   if (key.bias && !bias) throw_internal("LtGemm: bias epilogue without a bias");
   std::lock_guard<std::mutex> lock(mutex_);
   Plan& plan = plan_for(key);

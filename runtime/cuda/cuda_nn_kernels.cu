@@ -22,10 +22,10 @@
 // dtype: by the matmul itself (the 16-bit forward's cuBLASLt epilogue, see "Matmul" below) or by
 // round_act after the kernel that wrote them: matmul dinp, embedding out, layer-norm and RMSNorm
 // out / dinp (mean and rstd stay fp32), attention out / att / dqkv, and softmax_cross_entropy's
-// logits gradient with LogitsOutput::kGradient (losses stay fp32). 16-bit parameters and parameter gradients
-// are read and written in their dtype: by our kernels (templated on the storage type: a gradient
-// element is widened, accumulated in fp32 and narrowed once), and by the 16-bit GEMMs, whose
-// operands are 16-bit and whose accumulate-into-gradient is one rounding (C = D, beta = 1).
+// logits gradient with LogitsOutput::kGradient (losses stay fp32). 16-bit parameters and parameter
+// gradients are read and written in their dtype: by our kernels (templated on the storage type: a
+// gradient element is widened, accumulated in fp32 and narrowed once), and by the 16-bit GEMMs,
+// whose operands are 16-bit and whose accumulate-into-gradient is one rounding (C = D, beta = 1).
 //
 // Not here: the element-wise ops, optimizers and flat reductions (cuda_kernels.cu).
 #include <cuda_runtime.h>
@@ -42,10 +42,10 @@ namespace {
 
 constexpr float kLayerNormEps = 1e-5f;  // as runtime/cpu/cpu_nn_kernels.cpp
 constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 8;        // warps (one row each) per block of the row kernels
-constexpr int kColumnsPerBlock = 32;    // column reductions: columns per block ...
-constexpr int kColumnRowGroups = 8;     // ... and row groups (rows r ≡ g mod 8) per column
-constexpr int kSoftmaxThreads = 256;    // softmax_cross_entropy: threads per row
+constexpr int kRowsPerBlock = 8;      // warps (one row each) per block of the row kernels
+constexpr int kColumnsPerBlock = 32;  // column reductions: columns per block ...
+constexpr int kColumnRowGroups = 8;   // ... and row groups (rows r ≡ g mod 8) per column
+constexpr int kSoftmaxThreads = 256;  // softmax_cross_entropy: threads per row
 constexpr int kElementThreads = 256;
 
 inline unsigned blocks_for(int64_t n, int64_t per_block) {
@@ -80,9 +80,9 @@ cublasComputeType_t compute_type(bool allow_tf32) {
 }
 
 // Column-major C (m,n) = alpha · op(A) · op(B) + beta · C.
-void gemm(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a,
-          cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a, cublasOperation_t op_b,
+          int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
   check_int(m);
   check_int(n);
   check_int(k);
@@ -171,8 +171,8 @@ __global__ void add_sorted_runs_kernel(typename S::Elem* table, const float* dou
 // dwpe (T,C) += dout[b,t] for b in order, without positions (t is each row's index): the rows of
 // a position sit B apart, so each element sums its own column (coalesced across threads).
 template <class S>
-__global__ void embedding_backward_wpe_kernel(typename S::Elem* dwpe, const float* dout,
-                                              int64_t B, int64_t T, int64_t C) {
+__global__ void embedding_backward_wpe_kernel(typename S::Elem* dwpe, const float* dout, int64_t B,
+                                              int64_t T, int64_t C) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * C) return;
   float acc = S::to_fp32(dwpe[i]);
@@ -376,8 +376,7 @@ void column_partials(float* partials, const Terms& terms, int64_t M, int64_t N,
 }
 
 // Stage 2 into dst (skipped when null) from one value's partials (column_chunks(M) · N floats).
-void column_finish(Operand dst, const float* partials, int64_t M, int64_t N,
-                   cudaStream_t stream) {
+void column_finish(Operand dst, const float* partials, int64_t M, int64_t N, cudaStream_t stream) {
   if (!dst) return;
   visit_storage(dst.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -397,8 +396,8 @@ __device__ __forceinline__ int64_t first_key(const int32_t* positions, int64_t r
 
 // Rows of att (rows × T, row index = (b·NH + h)·T + t) hold scaled scores; each becomes the
 // softmax over the query's keys w..t (first_key), zeros elsewhere. One warp per row.
-__global__ void causal_softmax_kernel(float* att, const int32_t* positions, int64_t rows,
-                                      int64_t T, int64_t NH) {
+__global__ void causal_softmax_kernel(float* att, const int32_t* positions, int64_t rows, int64_t T,
+                                      int64_t NH) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
@@ -447,8 +446,8 @@ __device__ float block_reduce(float v, float* shared) {
   __syncthreads();
   for (int stride = kSoftmaxThreads / 2; stride > 0; stride /= 2) {
     if (tid < stride)
-      shared[tid] = kMax ? fmaxf(shared[tid], shared[tid + stride])
-                         : shared[tid] + shared[tid + stride];
+      shared[tid] =
+          kMax ? fmaxf(shared[tid], shared[tid + stride]) : shared[tid] + shared[tid + stride];
     __syncthreads();
   }
   const float result = shared[0];
@@ -459,11 +458,10 @@ __device__ float block_reduce(float v, float* shared) {
 // One block per row of logits (Vp wide, the first V real). loss = max + log Σ exp(x - max) -
 // x[target], in double at the end as the CPU. With write_grad (LogitsOutput::kGradient) the row
 // becomes dloss·(softmax - onehot) and the padding 0. A negative target (kIgnoreTarget): loss 0
-// and, with write_grad, a zero row. A target >= V gives a NaN loss and leaves the row alone (the CPU
-// throws; a device kernel cannot).
+// and, with write_grad, a zero row. A target >= V gives a NaN loss and leaves the row alone (the
+// CPU throws; a device kernel cannot).
 __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const int32_t* targets,
-                                             int64_t V, int64_t Vp, bool write_grad,
-                                             float dloss) {
+                                             int64_t V, int64_t Vp, bool write_grad, float dloss) {
   __shared__ float shared[kSoftmaxThreads];
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
@@ -527,9 +525,9 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
 namespace {
 
 // The plan key of column-major D (m,n) = op(A) (m,k) · op(B) (k,n) over these pointers.
-LtGemmKey lt_key(DType ab, DType cd, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                 int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, const void* d,
-                 int64_t ldd, const void* bias) {
+LtGemmKey lt_key(DType ab, DType cd, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                 const void* a, int64_t lda, const void* b, int64_t ldb, const void* d, int64_t ldd,
+                 const void* bias) {
   LtGemmKey key;
   key.ab = ab;
   key.cd = cd;
@@ -586,8 +584,8 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
     // fp32, then rounded.
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
-      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0,
-                                 stream_>>>(out, elems<S>(bias), M, N);
+      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
+          out, elems<S>(bias), M, N);
     });
     check_launch();
     const LtGemmKey key = lt_key(act_, DType::kF32, !in_out, false, N, M, K, weight_op.data,
@@ -601,16 +599,16 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
   if (bias || K == 0) {
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
-      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0,
-                                 stream_>>>(out, elems<S>(bias), M, N);
+      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
+          out, elems<S>(bias), M, N);
     });
     check_launch();
   }
   if (K > 0) {
     Buffer weight_fp32;  // a weight of another 16-bit dtype than the table's, widened (K·N)
     const float* weight = widened(weight_op, K * N, weight_fp32);
-    gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M,
-         K, 1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
+    gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M, K,
+         1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
   }
   round_act(out, M * N);
 }
@@ -632,8 +630,8 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
   const bool in_out = layout == WeightLayout::kInOut;
   const bool act16 = act_ != DType::kF32;
   const bool lt_dinp = K > 0 && dinp && act16 && weight_op.dtype == act_;
-  const bool lt_dweight = K > 0 && dweight && act16 &&
-                          (dweight.dtype == act_ || dweight.dtype == DType::kF32);
+  const bool lt_dweight =
+      K > 0 && dweight && act16 && (dweight.dtype == act_ || dweight.dtype == DType::kF32);
   Buffer dout16;  // dout (M,N) narrowed to act, shared by both tensor-core products
   const void* d16 = (lt_dinp || lt_dweight) ? narrowed_to_act(dout, M * N, dout16) : nullptr;
   if (K > 0 && dinp) {
@@ -648,8 +646,8 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
     } else {
       Buffer weight_fp32;  // a weight of another dtype than a 16-bit table's, widened (K·N)
       const float* weight = widened(weight_op, K * N, weight_fp32);
-      gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K,
-           M, N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
+      gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K, M,
+           N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
     }
     round_act(dinp, M * K);
   }
@@ -664,11 +662,10 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
       const void* i16 = narrowed_to_act(inp, M * K, inp16);
       const void* a = in_out ? d16 : i16;
       const void* b = in_out ? i16 : d16;
-      const LtGemmKey key =
-          in_out ? lt_key(act_, dweight.dtype, false, true, N, K, M, a, N, b, K, dweight.data, N,
-                          nullptr)
-                 : lt_key(act_, dweight.dtype, false, true, K, N, M, a, K, b, N, dweight.data, K,
-                          nullptr);
+      const LtGemmKey key = in_out ? lt_key(act_, dweight.dtype, false, true, N, K, M, a, N, b, K,
+                                            dweight.data, N, nullptr)
+                                   : lt_key(act_, dweight.dtype, false, true, K, N, M, a, K, b, N,
+                                            dweight.data, K, nullptr);
       impl_->lt_gemm->run(key, a, b, dweight.data, nullptr, 1.0f, 1.0f, stream_);
     } else {
       // fp32: the GEMM accumulates into dweight (beta = 1). 16 bits: the product goes to an
@@ -686,8 +683,8 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
         gemm(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, K, N, M, 1.0f, inp, K,
              dout, N, beta, dw, K);
       }
-      if (!fp32) add(dweight.data, dweight.dtype, dweight.data, dweight.dtype, dw, DType::kF32,
-                     K * N);
+      if (!fp32)
+        add(dweight.data, dweight.dtype, dweight.data, dweight.dtype, dw, DType::kF32, K * N);
     }
   }
   if (dbias) {  // dbias (N) += column sums of dout, two stages
@@ -721,8 +718,8 @@ void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOper
 // table[keys[bt]] += dout[bt] for bt in 0..BT-1, each row's contributions in ascending bt: the
 // (key, bt) pairs sorted by key (stable, so bt stays ascending within a key), then one block per
 // run head and channel chunk (add_sorted_runs_kernel).
-void CudaKernels::add_rows_by_key(Operand table, const float* dout, const int32_t* keys,
-                                  int64_t BT, int64_t C) {
+void CudaKernels::add_rows_by_key(Operand table, const float* dout, const int32_t* keys, int64_t BT,
+                                  int64_t C) {
   const int n = int(BT);
   Buffer rows = scratch(BT), sorted_keys = scratch(BT), sorted_rows = scratch(BT);
   int32_t* rows_in = static_cast<int32_t*>(rows.data());
@@ -739,8 +736,8 @@ void CudaKernels::add_rows_by_key(Operand table, const float* dout, const int32_
   const unsigned channel_chunks = blocks_for(C, kElementThreads);
   visit_storage(table.dtype, [&](auto tag) {
     using S = decltype(tag);
-    add_sorted_runs_kernel<S><<<dim3(unsigned(BT), channel_chunks), kElementThreads, 0,
-                                stream_>>>(elems<S>(table), dout, keys_out, rows_out, BT, C);
+    add_sorted_runs_kernel<S><<<dim3(unsigned(BT), channel_chunks), kElementThreads, 0, stream_>>>(
+        elems<S>(table), dout, keys_out, rows_out, BT, C);
   });
   check_launch();
 }
@@ -764,8 +761,8 @@ void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* do
   visit_storage(dwpe.dtype, [&](auto tag) {
     using S = decltype(tag);
     embedding_backward_wpe_kernel<S>
-        <<<blocks_for(T * C, kElementThreads), kElementThreads, 0, stream_>>>(elems<S>(dwpe),
-                                                                               dout, B, T, C);
+        <<<blocks_for(T * C, kElementThreads), kElementThreads, 0, stream_>>>(elems<S>(dwpe), dout,
+                                                                              B, T, C);
   });
   check_launch();
 }
@@ -774,8 +771,7 @@ void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* do
 // Layer norm
 
 void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                    ConstOperand weight, ConstOperand bias, int64_t N,
-                                    int64_t C) {
+                                    ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return;
   visit_storage(weight.dtype, [&](auto weight_tag) {
     visit_storage(bias.dtype, [&](auto bias_tag) {
@@ -790,10 +786,9 @@ void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const 
   round_act(out, N * C);  // mean and rstd stay fp32
 }
 
-void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias,
-                                     const float* dout, const float* inp, ConstOperand weight,
-                                     const float* mean, const float* rstd, int64_t N,
-                                     int64_t C) {
+void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
+                                     const float* inp, ConstOperand weight, const float* mean,
+                                     const float* rstd, int64_t N, int64_t C) {
   ZT_CUDA_ASSERT(!dweight.fresh && !dbias.fresh,
                  "layernorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
@@ -863,15 +858,15 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
 // Documents (positions): the GEMMs run over whole rows; the softmax kernels zero att and dS
 // outside each query's document, so the products add exact zeros for the other documents' keys.
 
-void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                    int64_t T, int64_t C, int64_t NH, const int32_t* positions) {
+void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                                    int64_t C, int64_t NH, const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_forward: C is not a multiple of NH");
   gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH, positions);
 }
 
 void CudaKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                     const float* att, int64_t B, int64_t T, int64_t C,
-                                     int64_t NH, const int32_t* positions) {
+                                     const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                     const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_backward: C is not a multiple of NH");
   gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH, positions);
 }
@@ -890,8 +885,8 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
       const float* k = qkv + b * T * R + HD;
       // Scores S (T,T) = scale · Q · Kᵀ. Column-major Sᵀ (T,T) = scale · K (T,hd) · Qᵀ (hd,T),
       // K being the column-major (hd,T) ld R transposed.
-      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, scale,
-                   k, R, hd, q, R, G * hd, 0.0f, att + (b * NH + g) * TT, T, G * TT, NKV);
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, scale, k,
+                   R, hd, q, R, G * hd, 0.0f, att + (b * NH + g) * TT, T, G * TT, NKV);
     }
   const int64_t rows = B * NH * T;
   causal_softmax_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
@@ -901,9 +896,9 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
     for (int64_t g = 0; g < G; ++g) {
       const float* v = qkv + b * T * R + HD + NKV * hd;
       // out (T,hd) = P · V. Column-major outᵀ (hd,T) = Vᵀ (hd,T) · Pᵀ (T,T).
-      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f,
-                   v, R, hd, att + (b * NH + g) * TT, T, G * TT, 0.0f, out + b * T * HD + g * hd,
-                   HD, G * hd, NKV);
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, v, R,
+                   hd, att + (b * NH + g) * TT, T, G * TT, 0.0f, out + b * T * HD + g * hd, HD,
+                   G * hd, NKV);
     }
   // Rounded after both products, as the CPU rounds a head's out and att after computing them.
   round_act(out, B * T * HD);
@@ -930,16 +925,16 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
       const float* att_g = att + (b * NH + g) * TT;
       float* dv = dqkv + b * T * R + HD + NKV * hd;
       // dP (T,T) = dY · Vᵀ. Column-major dPᵀ (T,T) = V (T,hd) · dYᵀ (hd,T), V transposed.
-      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f,
-                   v, R, hd, dy, HD, G * hd, 0.0f, ds + (b * NH + g) * TT, T, G * TT, NKV);
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f, v, R,
+                   hd, dy, HD, G * hd, 0.0f, ds + (b * NH + g) * TT, T, G * TT, NKV);
       // dV (T,hd) += Pᵀ · dY. Column-major dVᵀ (hd,T) += dYᵀ (hd,T) · P (T,T), P being the
       // column-major attᵀ transposed.
-      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f,
-                   dy, HD, G * hd, att_g, T, G * TT, 1.0f, dv, R, hd, NKV);
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, dy,
+                   HD, G * hd, att_g, T, G * TT, 1.0f, dv, R, hd, NKV);
     }
   const int64_t rows = B * NH * T;
-  causal_softmax_backward_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock),
-                                   0, stream_>>>(ds, att, positions, rows, T, NH, scale);
+  causal_softmax_backward_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
+                                   stream_>>>(ds, att, positions, rows, T, NH, scale);
   check_launch();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < G; ++g) {
@@ -949,12 +944,12 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
       float* dq = dqkv + b * T * R + g * hd;
       float* dk = dqkv + b * T * R + HD;
       // dQ (T,hd) += dS · K. Column-major dQᵀ (hd,T) += Kᵀ (hd,T) · dSᵀ (T,T).
-      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f,
-                   k, R, hd, ds_g, T, G * TT, 1.0f, dq, R, G * hd, NKV);
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, k, R,
+                   hd, ds_g, T, G * TT, 1.0f, dq, R, G * hd, NKV);
       // dK (T,hd) += dSᵀ · Q. Column-major dKᵀ (hd,T) += Qᵀ (hd,T) · dS (T,T), dS being the
       // column-major dSᵀ transposed.
-      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f,
-                   q, R, G * hd, ds_g, T, G * TT, 1.0f, dk, R, hd, NKV);
+      gemm_batched(impl_->cublas, impl_->allow_tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, q, R,
+                   G * hd, ds_g, T, G * TT, 1.0f, dk, R, hd, NKV);
     }
   round_act(dqkv, B * T * R);
 }

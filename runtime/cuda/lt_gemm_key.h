@@ -15,13 +15,13 @@
 namespace zt {
 
 struct LtGemmKey {
-  DType ab = DType::kF32;         // A and B (cudaDataType_t in cuda_lt_gemm.cpp)
-  DType cd = DType::kF32;         // C and D (the GEMM writes D in place of C)
-  bool tf32 = false;              // CUBLAS_COMPUTE_32F_FAST_TF32 (fp32 A/B only); else 32F
+  DType ab = DType::kF32;  // A and B (cudaDataType_t in cuda_lt_gemm.cpp)
+  DType cd = DType::kF32;  // C and D (the GEMM writes D in place of C)
+  bool tf32 = false;       // CUBLAS_COMPUTE_32F_FAST_TF32 (fp32 A/B only); else 32F
   bool trans_a = false, trans_b = false;
-  int64_t m = 0, n = 0, k = 0;    // D (m,n) = op(A) (m,k) · op(B) (k,n), column-major
+  int64_t m = 0, n = 0, k = 0;  // D (m,n) = op(A) (m,k) · op(B) (k,n), column-major
   int64_t lda = 0, ldb = 0, ldd = 0;
-  bool bias = false;              // CUBLASLT_EPILOGUE_BIAS: D += bias (m), bias typed as D
+  bool bias = false;  // CUBLASLT_EPILOGUE_BIAS: D += bias (m), bias typed as D
   uint32_t align_a = 0, align_b = 0, align_d = 0, align_bias = 0;  // lt_alignment of each
 
   friend auto operator<=>(const LtGemmKey&, const LtGemmKey&) = default;

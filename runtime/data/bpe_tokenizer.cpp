@@ -113,8 +113,8 @@ struct BpeTokenizer::Impl {
       // and no per-call validity scan of the subject (which would make matching quadratic).
       // UCP gives \s, \w and \d their Unicode meaning, as Hugging Face's Oniguruma does; PCRE2
       // refuses it beside LITERAL, where it means nothing.
-      const uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF |
-                               (spec.literal ? PCRE2_LITERAL : PCRE2_UCP);
+      const uint32_t options =
+          PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (spec.literal ? PCRE2_LITERAL : PCRE2_UCP);
       pattern->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(spec.pattern.data()),
                                     spec.pattern.size(), options, &error, &error_offset, nullptr);
       if (pattern->code == nullptr) {
@@ -253,8 +253,7 @@ struct BpeTokenizer::Impl {
 };
 
 BpeTokenizer::BpeTokenizer(BpeSpec spec)
-    : impl_(std::make_unique<Impl>()),
-      token_bytes_(std::move(spec.token_bytes)),
+    : impl_(std::make_unique<Impl>()), token_bytes_(std::move(spec.token_bytes)),
       source_(std::move(spec.source)) {
   Impl& impl = *impl_;
   impl.ignore_merges = spec.ignore_merges;
@@ -287,8 +286,8 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
   for (int b = 0; b < 256; ++b) {
     auto it = impl.vocab_ids.find(std::string(1, static_cast<char>(b)));
     if (it == impl.vocab_ids.end()) {
-      throw_input(fmt::format("{} has no token for byte {}; byte-level BPE needs all 256",
-                              source_, b));
+      throw_input(
+          fmt::format("{} has no token for byte {}; byte-level BPE needs all 256", source_, b));
     }
     impl.byte_token[b] = it->second;
   }

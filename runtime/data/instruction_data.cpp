@@ -50,8 +50,8 @@ std::string_view kind_of(const json& value) {
   }
 }
 
-const std::string& string_member(const json& object, std::string_view key,
-                                 const std::string& where, const std::string& key_path) {
+const std::string& string_member(const json& object, std::string_view key, const std::string& where,
+                                 const std::string& key_path) {
   auto it = object.find(key);
   if (it == object.end()) throw_input(fmt::format("{}: {} is missing", where, key_path));
   if (!it->is_string()) {
@@ -63,8 +63,7 @@ const std::string& string_member(const json& object, std::string_view key,
 void render_messages(const json& messages, const std::string& where,
                      std::vector<TextSegment>& segments) {
   if (!messages.is_array()) {
-    throw_input(fmt::format("{}: \"messages\" must be an array; got {}", where,
-                            kind_of(messages)));
+    throw_input(fmt::format("{}: \"messages\" must be an array; got {}", where, kind_of(messages)));
   }
   bool any_assistant = false;
   std::string last_role;
@@ -76,8 +75,7 @@ void render_messages(const json& messages, const std::string& where,
                               where, key_path, kind_of(message)));
     }
     const std::string& role = string_member(message, "role", where, key_path + ".role");
-    const std::string& content = string_member(message, "content", where,
-                                               key_path + ".content");
+    const std::string& content = string_member(message, "content", where, key_path + ".content");
     const std::optional<std::string_view> header = role_header(role);
     if (!header) {
       throw_input(fmt::format("{}: {}.role \"{}\" is not system, user or assistant", where,
@@ -91,12 +89,16 @@ void render_messages(const json& messages, const std::string& where,
     last_role = role;
   }
   if (!any_assistant) {
-    throw_input(fmt::format("{}: no assistant message; the loss counts on the assistant's "
-                            "contents only", where));
+    throw_input(
+        fmt::format("{}: no assistant message; the loss counts on the assistant's "
+                    "contents only",
+                    where));
   }
   if (last_role != "assistant") {
-    throw_input(fmt::format("{}: the last message is from the {}; a conversation must end "
-                            "with the assistant's", where, last_role));
+    throw_input(
+        fmt::format("{}: the last message is from the {}; a conversation must end "
+                    "with the assistant's",
+                    where, last_role));
   }
 }
 
@@ -110,23 +112,27 @@ InstructionExample parse_instruction_example(std::string_view line, const std::s
     // what() is "[json.exception.parse_error.101] parse error at line 1, column 7: ...".
     const std::string_view reason = e.what();
     const size_t tag_end = reason.find("] ");
-    throw_input(fmt::format("{}: not JSON: {}", where,
-                            tag_end == std::string_view::npos ? reason
-                                                              : reason.substr(tag_end + 2)));
+    throw_input(
+        fmt::format("{}: not JSON: {}", where,
+                    tag_end == std::string_view::npos ? reason : reason.substr(tag_end + 2)));
   }
   if (!root.is_object()) {
-    throw_input(fmt::format("{}: expected a JSON object with \"prompt\" and \"completion\" or "
-                            "with \"messages\"; got {}", where, kind_of(root)));
+    throw_input(
+        fmt::format("{}: expected a JSON object with \"prompt\" and \"completion\" or "
+                    "with \"messages\"; got {}",
+                    where, kind_of(root)));
   }
   const bool pair = root.contains("prompt") || root.contains("completion");
   const bool chat = root.contains("messages");
   if (pair && chat) {
-    throw_input(fmt::format("{}: has both \"messages\" and \"prompt\"/\"completion\"; give one "
-                            "form per example", where));
+    throw_input(
+        fmt::format("{}: has both \"messages\" and \"prompt\"/\"completion\"; give one "
+                    "form per example",
+                    where));
   }
   if (!pair && !chat) {
-    throw_input(fmt::format("{}: has neither \"prompt\" and \"completion\" nor \"messages\"",
-                            where));
+    throw_input(
+        fmt::format("{}: has neither \"prompt\" and \"completion\" nor \"messages\"", where));
   }
   InstructionExample example{where, {}};
   if (pair) {
@@ -153,8 +159,10 @@ std::vector<InstructionExample> read_instruction_file(const std::string& path) {
     examples.push_back(parse_instruction_example(line, fmt::format("{}:{}", path, line_number)));
   }
   if (examples.empty()) {
-    throw_input(fmt::format("{}: no examples (the file is empty or blank); expected one JSON "
-                            "object per line", path));
+    throw_input(
+        fmt::format("{}: no examples (the file is empty or blank); expected one JSON "
+                    "object per line",
+                    path));
   }
   return examples;
 }

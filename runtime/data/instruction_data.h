@@ -86,10 +86,10 @@ struct PackedExamples {
   std::vector<uint8_t> flags;  // (blocks*seq_len + 1,)
   int64_t examples = 0;
   int64_t blocks = 0;
-  int64_t completion_tokens = 0;   // tokens with kTokenLoss
-  int64_t padding_tokens = 0;      // pad tokens inside the blocks (not the trailing one)
-  int64_t truncated = 0;           // examples longer than seq_len, cut to it
-  int64_t without_completion = 0;  // examples left with no kTokenLoss token
+  int64_t completion_tokens = 0;         // tokens with kTokenLoss
+  int64_t padding_tokens = 0;            // pad tokens inside the blocks (not the trailing one)
+  int64_t truncated = 0;                 // examples longer than seq_len, cut to it
+  int64_t without_completion = 0;        // examples left with no kTokenLoss token
   std::string first_without_completion;  // the first one's where; empty when none
 };
 

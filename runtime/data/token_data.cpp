@@ -121,18 +121,24 @@ bool check_ids_for_writing(const std::string& path, std::span<const int32_t> tok
 std::optional<std::string> flag_problem(std::span<const uint8_t> flags, int64_t packed_length) {
   const auto n = static_cast<int64_t>(flags.size());
   if (n == 0 || (n - 1) % packed_length != 0) {
-    return fmt::format("{} tokens are not whole blocks of the packed length {} plus the one "
-                       "trailing token", n, packed_length);
+    return fmt::format(
+        "{} tokens are not whole blocks of the packed length {} plus the one "
+        "trailing token",
+        n, packed_length);
   }
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t f = flags[static_cast<size_t>(i)];
     if ((f & ~(kTokenLoss | kTokenDocStart)) != 0) {
-      return fmt::format("token {} has flags 0x{:02x}; only bit 0 (loss) and bit 1 (document "
-                         "start) are defined", i, f);
+      return fmt::format(
+          "token {} has flags 0x{:02x}; only bit 0 (loss) and bit 1 (document "
+          "start) are defined",
+          i, f);
     }
     if ((f & kTokenLoss) && (f & kTokenDocStart)) {
-      return fmt::format("token {} both starts a document and counts in the loss; nothing "
-                         "before a document's first token predicts it", i);
+      return fmt::format(
+          "token {} both starts a document and counts in the loss; nothing "
+          "before a document's first token predicts it",
+          i);
     }
     if (i % packed_length == 0 && !(f & kTokenDocStart)) {
       return fmt::format("token {} starts block {} of {} tokens but not a document", i,
@@ -145,8 +151,7 @@ std::optional<std::string> flag_problem(std::span<const uint8_t> flags, int64_t 
 // Writes the header, the ids (uint32 when `wide`, else uint16) and `flags` to path + ".tmp",
 // fsyncs it, renames it to `path` and fsyncs the directory.
 void write_atomically(const std::string& path, const int32_t (&header)[kTokenFileHeaderInts],
-                      std::span<const int32_t> tokens, bool wide,
-                      std::span<const uint8_t> flags) {
+                      std::span<const int32_t> tokens, bool wide, std::span<const uint8_t> flags) {
   const std::string tmp_path = path + ".tmp";
   FileDescriptor out(::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (out.fd < 0) {
@@ -181,8 +186,7 @@ void write_atomically(const std::string& path, const int32_t (&header)[kTokenFil
   if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
     int saved = errno;
     ::unlink(tmp_path.c_str());
-    throw_system(fmt::format("renaming {} to {} failed: {}", tmp_path, path,
-                             std::strerror(saved)));
+    throw_system(fmt::format("renaming {} to {} failed: {}", tmp_path, path, std::strerror(saved)));
   }
   // Make the rename itself durable. Some file systems cannot fsync a directory (EINVAL).
   const std::string dir = parent_directory(path);
@@ -242,41 +246,52 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
   }
   const auto file_bytes = static_cast<int64_t>(info.st_size);
   if (file_bytes < static_cast<int64_t>(kTokenFileHeaderBytes)) {
-    throw_input(fmt::format("token file {} is {} bytes, shorter than the {}-byte header; not an "
-                            "llm.c token file", path, file_bytes, kTokenFileHeaderBytes));
+    throw_input(
+        fmt::format("token file {} is {} bytes, shorter than the {}-byte header; not an "
+                    "llm.c token file",
+                    path, file_bytes, kTokenFileHeaderBytes));
   }
 
   int32_t header[kTokenFileHeaderInts];
   if (read_all(in.fd, header, sizeof header) != static_cast<ssize_t>(sizeof header)) {
-    throw_system(fmt::format("cannot read the header of token file {}: {}", path,
-                             std::strerror(errno)));
+    throw_system(
+        fmt::format("cannot read the header of token file {}: {}", path, std::strerror(errno)));
   }
   if (header[0] != kTokenFileMagic) {
-    throw_input(fmt::format("token file {} has magic number {}, expected {}; not an llm.c token "
-                            "file", path, header[0], kTokenFileMagic));
+    throw_input(
+        fmt::format("token file {} has magic number {}, expected {}; not an llm.c token "
+                    "file",
+                    path, header[0], kTokenFileMagic));
   }
   const int32_t version = header[1];
   if (version != kTokenFileVersion && version != kTokenFileVersionWide &&
       version != kTokenFileVersionPacked) {
-    throw_input(fmt::format("token file {} has version {}; only versions {} (uint16 tokens, "
-                            "llm.c's), {} (uint32 tokens) and {} (tokens with flags) are "
-                            "supported", path, version, kTokenFileVersion,
-                            kTokenFileVersionWide, kTokenFileVersionPacked));
+    throw_input(fmt::format(
+        "token file {} has version {}; only versions {} (uint16 tokens, "
+        "llm.c's), {} (uint32 tokens) and {} (tokens with flags) are "
+        "supported",
+        path, version, kTokenFileVersion, kTokenFileVersionWide, kTokenFileVersionPacked));
   }
   const bool packed = version == kTokenFileVersionPacked;
   if (packed) {
     if (header[3] != 2 && header[3] != 4) {
-      throw_input(fmt::format("token file {} (version 3) has {} bytes per token id in "
-                              "header[3]; expected 2 or 4", path, header[3]));
+      throw_input(
+          fmt::format("token file {} (version 3) has {} bytes per token id in "
+                      "header[3]; expected 2 or 4",
+                      path, header[3]));
     }
     if (header[4] <= 0) {
-      throw_input(fmt::format("token file {} (version 3) has packed length {} in header[4]; "
-                              "expected > 0", path, header[4]));
+      throw_input(
+          fmt::format("token file {} (version 3) has packed length {} in header[4]; "
+                      "expected > 0",
+                      path, header[4]));
     }
     for (size_t i = 5; i < kTokenFileHeaderInts; ++i) {
       if (header[i] != 0) {
-        throw_input(fmt::format("token file {} (version 3) has {} in header[{}]; header[5..255] "
-                                "must be 0", path, header[i], i));
+        throw_input(
+            fmt::format("token file {} (version 3) has {} in header[{}]; header[5..255] "
+                        "must be 0",
+                        path, header[i], i));
       }
     }
   }
@@ -289,13 +304,16 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
     throw_input(fmt::format("token file {} declares a negative token count {}", path, count));
   }
   if (payload_bytes < token_bytes * count) {
-    throw_input(fmt::format("token file {} is truncated: the header declares {} tokens ({} "
-                            "bytes) but only {} bytes follow it", path, count,
-                            token_bytes * count, payload_bytes));
+    throw_input(
+        fmt::format("token file {} is truncated: the header declares {} tokens ({} "
+                    "bytes) but only {} bytes follow it",
+                    path, count, token_bytes * count, payload_bytes));
   }
   if (payload_bytes > token_bytes * count) {
-    throw_input(fmt::format("token file {} has {} trailing bytes after the {} tokens its header "
-                            "declares", path, payload_bytes - token_bytes * count, count));
+    throw_input(
+        fmt::format("token file {} has {} trailing bytes after the {} tokens its header "
+                    "declares",
+                    path, payload_bytes - token_bytes * count, count));
   }
 
   TokenFile file;
@@ -327,8 +345,8 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
       throw_system(fmt::format("error reading token file {}: {}", path, std::strerror(errno)));
     }
     if (static_cast<size_t>(got) != file.flags_.size()) {
-      throw_input(fmt::format("token file {} is truncated: expected {} flag bytes, read {}",
-                              path, file.flags_.size(), got));
+      throw_input(fmt::format("token file {} is truncated: expected {} flag bytes, read {}", path,
+                              file.flags_.size(), got));
     }
     if (auto problem = flag_problem(file.flags_, file.packed_length_)) {
       throw_input(fmt::format("token file {}: {}", path, *problem));
@@ -336,11 +354,13 @@ TokenFile TokenFile::open(const std::string& path, int64_t vocab_size) {
   }
   for (int64_t i = 0; i < count; ++i) {
     if (file.at(i) < 0 || file.at(i) >= vocab_size) {  // a uint32 past INT32_MAX reads negative
-      throw_input(fmt::format("token file {}: token id {} at position {} is not below the "
-                              "vocabulary size {}",
-                              path, wide ? file.wide_tokens_[static_cast<size_t>(i)]
-                                         : uint32_t{file.tokens_[static_cast<size_t>(i)]},
-                              i, vocab_size));
+      throw_input(
+          fmt::format("token file {}: token id {} at position {} is not below the "
+                      "vocabulary size {}",
+                      path,
+                      wide ? file.wide_tokens_[static_cast<size_t>(i)]
+                           : uint32_t{file.tokens_[static_cast<size_t>(i)]},
+                      i, vocab_size));
     }
   }
   return file;
@@ -379,25 +399,29 @@ DataLoader::DataLoader(const TokenFile& file, int64_t B, int64_t T, int rank, in
                        bool shuffle, uint64_t seed)
     : file_(file), B_(B), T_(T), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed) {
   if (B < 1 || T < 1) {
-    throw_input(fmt::format("data loader for {}: batch size B and sequence length T must be "
-                            ">= 1; got B={} T={}", file.path(), B, T));
+    throw_input(
+        fmt::format("data loader for {}: batch size B and sequence length T must be "
+                    ">= 1; got B={} T={}",
+                    file.path(), B, T));
   }
   ZT_ASSERT(world >= 1 && rank >= 0 && rank < world, "rank={} world={}", rank, world);
   const int64_t L = file.packed_length();
   if (file.has_flags() && T % L != 0) {
-    throw_input(fmt::format("data loader for {}: seq_len T={} is not a multiple of the file's "
-                            "packed length {}, so rows would cut examples; use T = {}, {}, "
-                            "{}, ... or prepare the file again with zt-prep --seq-len {}",
-                            file.path(), T, L, L, 2 * L, 3 * L, T));
+    throw_input(
+        fmt::format("data loader for {}: seq_len T={} is not a multiple of the file's "
+                    "packed length {}, so rows would cut examples; use T = {}, {}, "
+                    "{}, ... or prepare the file again with zt-prep --seq-len {}",
+                    file.path(), T, L, L, 2 * L, 3 * L, T));
   }
   int64_t round_tokens = 0;  // world*B*T
   const bool overflow = __builtin_mul_overflow(B, T, &round_tokens) ||
                         __builtin_mul_overflow(round_tokens, int64_t{world}, &round_tokens);
   rounds_ = overflow ? 0 : std::max<int64_t>(file.size() - 1, 0) / round_tokens;
   if (rounds_ == 0) {
-    throw_input(fmt::format("token file {} is too small for B={} T={} world={}: one round needs "
-                            "world*B*T+1 tokens, the file has {}", file.path(), B, T, world,
-                            file.size()));
+    throw_input(
+        fmt::format("token file {} is too small for B={} T={} world={}: one round needs "
+                    "world*B*T+1 tokens, the file has {}",
+                    file.path(), B, T, world, file.size()));
   }
 }
 
@@ -429,8 +453,8 @@ void DataLoader::next(int32_t* inputs, int32_t* targets, int32_t* positions) {
   }
   if (positions != nullptr) {
     for (int64_t i = 0; i < n; ++i) {
-      const bool restart = i % T_ == 0 || (file_.has_flags() &&
-                                           (file_.flag(start + i) & kTokenDocStart));
+      const bool restart =
+          i % T_ == 0 || (file_.has_flags() && (file_.flag(start + i) & kTokenDocStart));
       positions[i] = restart ? 0 : positions[i - 1] + 1;
     }
   }
@@ -439,8 +463,8 @@ void DataLoader::next(int32_t* inputs, int32_t* targets, int32_t* positions) {
 
 void DataLoader::seek(int64_t batch_index) {
   if (batch_index < 0) {
-    throw_input(fmt::format("data position must be >= 0; got {} for {}", batch_index,
-                            file_.path()));
+    throw_input(
+        fmt::format("data position must be >= 0; got {} for {}", batch_index, file_.path()));
   }
   position_ = batch_index;
 }

@@ -28,8 +28,8 @@
 namespace zt {
 
 inline constexpr int32_t kTokenFileMagic = 20240520;
-inline constexpr int32_t kTokenFileVersion = 1;      // uint16 tokens (llm.c, GPT-2)
-inline constexpr int32_t kTokenFileVersionWide = 2;  // uint32 tokens (ours)
+inline constexpr int32_t kTokenFileVersion = 1;        // uint16 tokens (llm.c, GPT-2)
+inline constexpr int32_t kTokenFileVersionWide = 2;    // uint32 tokens (ours)
 inline constexpr int32_t kTokenFileVersionPacked = 3;  // ids of 2 or 4 bytes, then flags (ours)
 inline constexpr size_t kTokenFileHeaderInts = 256;
 inline constexpr size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(int32_t);
@@ -71,8 +71,9 @@ class TokenFile {
   static TokenFile open(const std::string& path, int64_t vocab_size);
 
   const std::string& path() const { return path_; }
-  int64_t size() const { return wide_ ? static_cast<int64_t>(wide_tokens_.size())
-                                      : static_cast<int64_t>(tokens_.size()); }
+  int64_t size() const {
+    return wide_ ? static_cast<int64_t>(wide_tokens_.size()) : static_cast<int64_t>(tokens_.size());
+  }
   int32_t version() const { return version_; }
   int32_t at(int64_t i) const {
     return wide_ ? static_cast<int32_t>(wide_tokens_[static_cast<size_t>(i)])
@@ -84,7 +85,7 @@ class TokenFile {
   // Version 3: per-token flags and the length of the blocks the tokens were packed into.
   bool has_flags() const { return !flags_.empty(); }
   uint8_t flag(int64_t i) const { return flags_[static_cast<size_t>(i)]; }  // has_flags() only
-  int64_t packed_length() const { return packed_length_; }  // 0 without flags
+  int64_t packed_length() const { return packed_length_; }                  // 0 without flags
   // How many of the tokens [begin, begin + n) the loss counts on as targets: those with
   // kTokenLoss, or all n in a file without flags.
   int64_t loss_tokens(int64_t begin, int64_t n) const;
@@ -147,8 +148,8 @@ class DataLoader {
   int rank_, world_;
   bool shuffle_;
   uint64_t seed_;
-  int64_t rounds_;          // R
-  int64_t position_ = 0;    // next batch index
+  int64_t rounds_;        // R
+  int64_t position_ = 0;  // next batch index
   mutable int64_t order_epoch_ = -1;
   mutable std::vector<int64_t> order_;  // (R,) round visited at each step of order_epoch_
 };

@@ -54,8 +54,8 @@ BpeSpec load_gpt2_spec(const std::string& dir) {
     seen[id] = true;
     if (token == kEndOfText) eot = id;
     if (!alphabet_to_bytes(token, bytes)) {
-      throw_input(fmt::format("{}: token \"{}\" is not in GPT-2's byte alphabet", encoder_path,
-                              token));
+      throw_input(
+          fmt::format("{}: token \"{}\" is not in GPT-2's byte alphabet", encoder_path, token));
     }
     spec.token_bytes[id] = bytes;
     bytes_to_id.emplace(bytes, id);
@@ -84,8 +84,10 @@ BpeSpec load_gpt2_spec(const std::string& dir) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line_number == 1) {
       if (!line.starts_with("#version")) {
-        throw_input(fmt::format("{}: line 1 should be the \"#version\" comment of a GPT-2 merges "
-                                "file", merges_path));
+        throw_input(
+            fmt::format("{}: line 1 should be the \"#version\" comment of a GPT-2 merges "
+                        "file",
+                        merges_path));
       }
       continue;
     }

@@ -68,14 +68,15 @@ class JsonFile {
     return value.get_ref<const std::string&>();
   }
   bool boolean(const json& value, const std::string& where) const {
-    if (!value.is_boolean()) fail(where, fmt::format("must be true or false; got {}", shown(value)));
+    if (!value.is_boolean())
+      fail(where, fmt::format("must be true or false; got {}", shown(value)));
     return value.get<bool>();
   }
   int32_t id(const json& value, const std::string& where) const {
     if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
         value.get<int64_t>() > INT32_MAX) {
-      fail(where, fmt::format("must be a token id (an integer 0..{}); got {}", INT32_MAX,
-                              shown(value)));
+      fail(where,
+           fmt::format("must be a token id (an integer 0..{}); got {}", INT32_MAX, shown(value)));
     }
     return static_cast<int32_t>(value.get<int64_t>());
   }
@@ -103,10 +104,12 @@ class JsonFile {
 // see the byte alphabet ("Ġworld"), not the text.
 void read_pre_tokenizer(const JsonFile& file, const json& step, const std::string& where,
                         BpeSpec& spec, bool& byte_level_seen) {
-  const std::string& type = file.string(file.member(step, where, "type"), member_path(where, "type"));
+  const std::string& type =
+      file.string(file.member(step, where, "type"), member_path(where, "type"));
   if (byte_level_seen) {
     file.fail(where, fmt::format("(a {} step) follows ByteLevel; ByteLevel must be the last "
-                                 "step, as it turns the text into the byte alphabet", type));
+                                 "step, as it turns the text into the byte alphabet",
+                                 type));
   }
   if (type == "Sequence") {
     const std::string list_where = member_path(where, "pretokenizers");
@@ -126,14 +129,15 @@ void read_pre_tokenizer(const JsonFile& file, const json& step, const std::strin
       split.pattern = file.string(*literal, split.where);
       split.literal = true;
     } else {
-      file.fail(pattern_where, fmt::format("must hold \"Regex\" or \"String\"; got {}",
-                                           shown(pattern)));
+      file.fail(pattern_where,
+                fmt::format("must hold \"Regex\" or \"String\"; got {}", shown(pattern)));
     }
     const std::string behavior_where = member_path(where, "behavior");
     const std::string& behavior = file.string(file.member(step, where, "behavior"), behavior_where);
     if (behavior != "Isolated") {
       file.fail(behavior_where, fmt::format("'{}' is not supported; only Isolated (each match "
-                                            "is a piece of its own)", behavior));
+                                            "is a piece of its own)",
+                                            behavior));
     }
     if (file.optional_boolean(step, where, "invert", false)) {
       file.fail(member_path(where, "invert"), "true is not supported; only false");
@@ -142,8 +146,8 @@ void read_pre_tokenizer(const JsonFile& file, const json& step, const std::strin
   } else if (type == "ByteLevel") {
     byte_level_seen = true;
     const std::string prefix_where = member_path(where, "add_prefix_space");
-    const bool add_prefix_space = file.boolean(file.member(step, where, "add_prefix_space"),
-                                               prefix_where);
+    const bool add_prefix_space =
+        file.boolean(file.member(step, where, "add_prefix_space"), prefix_where);
     if (add_prefix_space && !spec.split_patterns.empty()) {
       // Hugging Face would add the space to every piece the Split steps made.
       file.fail(prefix_where, "true after a Split step is not supported");
@@ -204,12 +208,12 @@ BpeSpec read_spec(const JsonFile& file, const json& root) {
     const std::string& type =
         file.string(file.member(*normalizer, "normalizer", "type"), "normalizer.type");
     file.fail("normalizer.type", fmt::format("'{}' is not supported; only a null normalizer "
-                                             "(ZeroTrain does no Unicode normalisation)", type));
+                                             "(ZeroTrain does no Unicode normalisation)",
+                                             type));
   }
 
   const json& model = file.member(root, "", "model");
-  const std::string& model_type =
-      file.string(file.member(model, "model", "type"), "model.type");
+  const std::string& model_type = file.string(file.member(model, "model", "type"), "model.type");
   if (model_type != "BPE") {
     file.fail("model.type", fmt::format("'{}' is not supported; {}", model_type, kOnlyByteLevel));
   }
@@ -241,13 +245,13 @@ BpeSpec read_spec(const JsonFile& file, const json& root) {
   }
   bool byte_level_seen = false;
   read_pre_tokenizer(file, *pre_tokenizer, "pre_tokenizer", spec, byte_level_seen);
-  if (!byte_level_seen) file.fail("pre_tokenizer", fmt::format("has no ByteLevel step; {}", kOnlyByteLevel));
+  if (!byte_level_seen)
+    file.fail("pre_tokenizer", fmt::format("has no ByteLevel step; {}", kOnlyByteLevel));
 
   if (const json* decoder = file.find_non_null(root, "", "decoder")) {
     const std::string& type = file.string(file.member(*decoder, "decoder", "type"), "decoder.type");
     if (type != "ByteLevel") {
-      file.fail("decoder.type",
-                fmt::format("'{}' is not supported; only ByteLevel or null", type));
+      file.fail("decoder.type", fmt::format("'{}' is not supported; only ByteLevel or null", type));
     }
   }
 
@@ -265,8 +269,8 @@ BpeSpec read_spec(const JsonFile& file, const json& root) {
     const std::string where = fmt::format("model.vocab[\"{}\"]", token);
     const int32_t id = file.id(value, where);
     if (auto [it, inserted] = id_owner.emplace(id, token); !inserted) {
-      file.fail(where, fmt::format("has id {}, as does \"{}\"; ids must be unique", id,
-                                   it->second));
+      file.fail(where,
+                fmt::format("has id {}, as does \"{}\"; ids must be unique", id, it->second));
     }
     max_id = std::max(max_id, id);
     vocab_ids.emplace(token, id);
@@ -301,7 +305,8 @@ BpeSpec read_spec(const JsonFile& file, const json& root) {
   for (size_t id = 0; id < spec.token_bytes.size(); ++id) {
     if (vocab_token[id] == nullptr && !added.contains(static_cast<int32_t>(id))) {
       file.fail("model.vocab", fmt::format("has no token with id {}, nor has added_tokens; ids "
-                                           "must run 0..{} without gaps", id, max_id));
+                                           "must run 0..{} without gaps",
+                                           id, max_id));
     }
   }
 
@@ -317,8 +322,8 @@ BpeSpec read_spec(const JsonFile& file, const json& root) {
       const size_t space = text.find(' ');
       if (space == std::string::npos || space == 0 || space + 1 == text.size() ||
           text.find(' ', space + 1) != std::string::npos) {
-        file.fail(where, fmt::format("{}: expected two tokens separated by one space",
-                                     shown(merge)));
+        file.fail(where,
+                  fmt::format("{}: expected two tokens separated by one space", shown(merge)));
       }
       left = text.substr(0, space);
       right = text.substr(space + 1);
@@ -327,8 +332,8 @@ BpeSpec read_spec(const JsonFile& file, const json& root) {
       left = merge[0].get<std::string>();
       right = merge[1].get<std::string>();
     } else {
-      file.fail(where, fmt::format("{}: expected \"left right\" or [\"left\", \"right\"]",
-                                   shown(merge)));
+      file.fail(where,
+                fmt::format("{}: expected \"left right\" or [\"left\", \"right\"]", shown(merge)));
     }
     auto left_it = vocab_ids.find(left);
     auto right_it = vocab_ids.find(right);
@@ -340,7 +345,8 @@ BpeSpec read_spec(const JsonFile& file, const json& root) {
     auto merged_it = vocab_ids.find(left + right);
     if (merged_it == vocab_ids.end()) {
       file.fail(where, fmt::format("makes \"{}\" from \"{}\" and \"{}\", which is not in "
-                                   "model.vocab", left + right, left, right));
+                                   "model.vocab",
+                                   left + right, left, right));
     }
     spec.merges.push_back(BpeMerge{left_it->second, right_it->second, merged_it->second});
   }

@@ -231,12 +231,9 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
 }
 
 SafetensorsReader::SafetensorsReader(SafetensorsReader&& other) noexcept
-    : path_(std::move(other.path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      buffer_offset_(other.buffer_offset_),
-      buffer_bytes_(other.buffer_bytes_),
-      entries_(std::move(other.entries_)),
-      index_(std::move(other.index_)),
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)),
+      buffer_offset_(other.buffer_offset_), buffer_bytes_(other.buffer_bytes_),
+      entries_(std::move(other.entries_)), index_(std::move(other.index_)),
       metadata_(std::move(other.metadata_)) {}
 
 SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& other) noexcept {
@@ -432,8 +429,8 @@ void SafetensorsStreamWriter::write(const void* data, size_t bytes) {
 
 void SafetensorsStreamWriter::commit() {
   ZT_ASSERT(!committed_ && written_ == tensor_bytes_,
-            "safetensors file '{}': commit after {} of the declared {} tensor bytes",
-            file_.path(), written_, tensor_bytes_);
+            "safetensors file '{}': commit after {} of the declared {} tensor bytes", file_.path(),
+            written_, tensor_bytes_);
   file_.commit();
   committed_ = true;
 }

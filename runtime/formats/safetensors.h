@@ -138,7 +138,7 @@ class SafetensorsStreamWriter {
   uint64_t file_bytes_ = 0;
   uint64_t tensor_bytes_ = 0;  // every tensor's bytes: what write() must be given in all
   uint64_t written_ = 0;       // tensor bytes written so far
-  uint64_t tensor_begin_ = 0;    // where tensor next_ starts in the buffer
+  uint64_t tensor_begin_ = 0;  // where tensor next_ starts in the buffer
   size_t next_ = 0;
   bool committed_ = false;
 };

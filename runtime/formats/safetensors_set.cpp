@@ -59,8 +59,8 @@ SafetensorsSet SafetensorsSet::open(const std::string& path) {
     throw_input(fmt::format("{}: not a JSON object", index_name));
   const auto map = index.find("weight_map");
   if (map == index.end() || !map->is_object() || map->empty())
-    throw_input(fmt::format("{}: no \"weight_map\" object naming the file of each tensor",
-                            index_name));
+    throw_input(
+        fmt::format("{}: no \"weight_map\" object naming the file of each tensor", index_name));
   // The shards in order of first appearance, and where the index places each tensor.
   std::vector<std::string> shards;
   std::map<std::string, std::string> placed;
@@ -82,8 +82,8 @@ SafetensorsSet SafetensorsSet::open(const std::string& path) {
       const std::string& tensor = set.entries_[i]->name;
       const auto where = placed.find(tensor);
       if (where == placed.end())
-        throw_input(fmt::format("{}: tensor '{}' is not in {}'s weight_map", file.string(),
-                                tensor, index_name));
+        throw_input(fmt::format("{}: tensor '{}' is not in {}'s weight_map", file.string(), tensor,
+                                index_name));
       if (where->second != shard)
         throw_input(fmt::format("{}: tensor '{}' is also here, but {} places it in {}",
                                 file.string(), tensor, index_name, where->second));

@@ -3,7 +3,8 @@
 //   - a model directory holding model.safetensors;
 //   - a model directory holding a sharded set: model.safetensors.index.json, whose "weight_map"
 //     names for every tensor the file of the directory that holds it
-//     ({"metadata": {...}, "weight_map": {"h.0.attn.c_attn.weight": "model-00001-of-00002.safetensors", ...}}).
+//     ({"metadata": {...}, "weight_map": {"h.0.attn.c_attn.weight":
+//     "model-00001-of-00002.safetensors", ...}}).
 // Every file is validated on open (SafetensorsReader::open) and the index is held against the
 // files: a shard name that is not a plain file name in the directory, a shard that is missing,
 // a tensor the index places in a file that does not hold it, a tensor a file holds that the

@@ -116,7 +116,8 @@ TEST(HfModelDir, SavePretrainedWritesTheLayoutAndLoadsBackBitwise) {
   EXPECT_EQ(back.n_embd, kSmall.n_embd);
   EXPECT_EQ(back.vocab_size, kSmall.vocab_size);
   // GPT2LMHeadModel's names; the tied head is left out.
-  const SafetensorsReader file = SafetensorsReader::open((tmp.path / "out/model.safetensors").string());
+  const SafetensorsReader file =
+      SafetensorsReader::open((tmp.path / "out/model.safetensors").string());
   EXPECT_NE(file.find("transformer.h.0.attn.c_attn.weight"), nullptr);
   EXPECT_EQ(file.find("lm_head.weight"), nullptr);
   load_weights(b.engine, o.dir);
@@ -148,7 +149,8 @@ TEST(HfModelDir, ShardsPastMaxShardSizeWithAnIndexAndSixteenBitTensors) {
   save_pretrained(b.engine, ModelSpec{kSmall}, again);
   for (int s = 1; s <= r.files; ++s) {
     const std::string name = fmt::format("model-{:05}-of-{:05}.safetensors", s, r.files);
-    std::ifstream x(tmp.path / "sharded" / name, std::ios::binary), y(tmp.path / "again" / name, std::ios::binary);
+    std::ifstream x(tmp.path / "sharded" / name, std::ios::binary),
+        y(tmp.path / "again" / name, std::ios::binary);
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(x), {}),
               std::string(std::istreambuf_iterator<char>(y), {}))
         << name;
@@ -210,7 +212,8 @@ TEST(HfModelDir, BrokenDirectoriesAreRefusedNamingTheFile) {
   EXPECT_NE(e.find(shard), std::string::npos) << e;
   // Not JSON; no weight_map.
   write(index, "{not json");
-  EXPECT_NE(error_of([&] { SafetensorsSet::open(o.dir); }).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([&] { SafetensorsSet::open(o.dir); }).find("not a JSON object"),
+            std::string::npos);
   write(index, "{}");
   EXPECT_NE(error_of([&] { SafetensorsSet::open(o.dir); }).find("weight_map"), std::string::npos);
   // A tensor of the wrong shape: another model's directory.
@@ -238,7 +241,8 @@ TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
   EXPECT_NE(config_error(R"({"model_type": "bert"})").find("model_type 'bert' is not supported"),
             std::string::npos);
   EXPECT_NE(config_error(R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
-                              "vocab_size": 61})").find("\"n_positions\" must be a positive integer (missing)"),
+                              "vocab_size": 61})")
+                .find("\"n_positions\" must be a positive integer (missing)"),
             std::string::npos);
   EXPECT_NE(config_error(R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
                               "vocab_size": 61, "n_positions": 8, "activation_function": "relu"})")
@@ -272,9 +276,10 @@ TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
   EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "num_key_value_heads": 3})")
                 .find("num_key_value_heads"),
             std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "tie_word_embeddings": "yes"})")
-                .find("\"tie_word_embeddings\" must be true or false"),
-            std::string::npos);
+  EXPECT_NE(
+      config_error(R"({"model_type": "llama", )" + llama + R"(, "tie_word_embeddings": "yes"})")
+          .find("\"tie_word_embeddings\" must be true or false"),
+      std::string::npos);
   // transformers' defaults where keys are absent: Llama untied without biases, Qwen2's q/k/v
   // biases.
   write(tmp.path / "config.json", R"({"model_type": "llama", )" + llama + "}");
@@ -286,8 +291,10 @@ TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
   EXPECT_EQ(l.max_position_embeddings, 2048);
   // Llama 3.2's rope_scaling as its config.json has it (the older key "type" too).
   for (const char* key : {"rope_type", "type"}) {
-    write(tmp.path / "config.json", R"({"model_type": "llama", )" + llama + R"(, "rope_scaling":
-        {")" + key + R"(": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    write(tmp.path / "config.json",
+          R"({"model_type": "llama", )" + llama + R"(, "rope_scaling":
+        {")" + key +
+              R"(": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
          "original_max_position_embeddings": 8192}})");
     EXPECT_EQ(read_hf_config(dir).llama().rope_scaling,
               (RopeScaling{RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192}));
@@ -369,13 +376,13 @@ void import_and_export_by_hand(const ModelSpec& spec) {
       const bool in_second = tensor++ % 2 == 1;  // the tensors alternate between the shards
       (in_second ? second : first)
           .add(e.spec.name, head ? DType::kF16 : DType::kBF16, e.spec.shape, values.data());
-      weight_map[e.spec.name] = in_second ? "model-00002-of-00002.safetensors"
-                                          : "model-00001-of-00002.safetensors";
+      weight_map[e.spec.name] =
+          in_second ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
     }
   first.write((in / "model-00001-of-00002.safetensors").string());
   second.write((in / "model-00002-of-00002.safetensors").string());
-  write(in / kSafetensorsIndexName, nlohmann::json{{"metadata", nlohmann::json::object()},
-                                                   {"weight_map", weight_map}}.dump());
+  write(in / kSafetensorsIndexName,
+        nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", weight_map}}.dump());
   ASSERT_EQ(hf_config_json(read_hf_config(in.string()), DType::kBF16),
             hf_config_json(spec, DType::kBF16));
 

@@ -43,16 +43,20 @@ TEST(MpirunCommand, ParsesOptionsAndProgram) {
 }
 
 TEST(MpirunCommand, BadArgumentsAreInputErrors) {
-  EXPECT_NE(input_error([] { parse({"-np", "0", "--", "a"}); }).find("positive integer"),
+  EXPECT_NE(input_error([] {
+              parse({"-np", "0", "--", "a"});
+            }).find("positive integer"),
             std::string::npos);
   EXPECT_NE(input_error([] { parse({"-np", "2x", "--", "a"}); }).find("'2x'"), std::string::npos);
   EXPECT_NE(input_error([] { parse({"-np"}); }).find("needs a value"), std::string::npos);
   EXPECT_NE(input_error([] { parse({"--", "a"}); }).find("-np N is required"), std::string::npos);
-  EXPECT_NE(input_error([] { parse({"-np", "2", "zt-train"}); })
-                .find("missing '--' before the program 'zt-train'"),
+  EXPECT_NE(input_error([] {
+              parse({"-np", "2", "zt-train"});
+            }).find("missing '--' before the program 'zt-train'"),
             std::string::npos);
-  EXPECT_NE(input_error([] { parse({"-np", "2", "--host", "a", "--", "b"}); })
-                .find("unknown option '--host'"),
+  EXPECT_NE(input_error([] {
+              parse({"-np", "2", "--host", "a", "--", "b"});
+            }).find("unknown option '--host'"),
             std::string::npos);
   EXPECT_NE(input_error([] { parse({"-np", "2"}); }).find("missing '--'"), std::string::npos);
   EXPECT_NE(input_error([] { parse({"-np", "2", "--"}); }).find("no program"), std::string::npos);
@@ -84,8 +88,9 @@ TEST(MpirunCommand, RootAndOversubscribedOnCpus) {
 TEST(MpirunCommand, ForwardsTheRanksEnvironment) {
   LaunchHost host;
   host.slots = 8;
-  host.environment = {"HOME", "PATH", "ZT_TEST_FAULT", "OMP_NUM_THREADS", "TERM",
-                      "NCCL_DEBUG", "OMP_WAIT_POLICY", "LD_LIBRARY_PATH", "OMPI_MCA_x"};
+  host.environment = {"HOME",      "PATH",       "ZT_TEST_FAULT",   "OMP_NUM_THREADS",
+                      "TERM",      "NCCL_DEBUG", "OMP_WAIT_POLICY", "LD_LIBRARY_PATH",
+                      "OMPI_MCA_x"};
   EXPECT_EQ(line_of(parse({"-np", "2", "--hostfile", "my hosts", "--", "zt-train"}), host),
             "mpirun -np 2 --hostfile 'my hosts' --map-by slot --bind-to none -x LD_LIBRARY_PATH "
             "-x NCCL_DEBUG -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x PATH -x ZT_TEST_FAULT "

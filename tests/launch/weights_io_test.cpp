@@ -107,13 +107,19 @@ TEST(WeightsIo, WrongShapeMissingAndUnexpectedTensorsAreInputErrors) {
   Fixture small(kSmall, 1);
   save_weights(small.engine, path.string());
   Fixture wider(Gpt2Config{2, 2, 32, 61, 8}, 1);
-  EXPECT_NE(error_of([&] { load_weights(wider.engine, path.string()); }).find("has shape [61, 16], expected [61, 32]"),
+  EXPECT_NE(error_of([&] {
+              load_weights(wider.engine, path.string());
+            }).find("has shape [61, 16], expected [61, 32]"),
             std::string::npos);
   Fixture deeper(Gpt2Config{3, 2, 16, 61, 8}, 1);
-  EXPECT_NE(error_of([&] { load_weights(deeper.engine, path.string()); }).find("'h.2.ln_1.weight' is missing"),
+  EXPECT_NE(error_of([&] {
+              load_weights(deeper.engine, path.string());
+            }).find("'h.2.ln_1.weight' is missing"),
             std::string::npos);
   Fixture shallower(Gpt2Config{1, 2, 16, 61, 8}, 1);
-  EXPECT_NE(error_of([&] { load_weights(shallower.engine, path.string()); }).find("unexpected tensor 'h.1."),
+  EXPECT_NE(error_of([&] {
+              load_weights(shallower.engine, path.string());
+            }).find("unexpected tensor 'h.1."),
             std::string::npos);
 }
 

@@ -178,8 +178,8 @@ std::string check_safetensors_format(const std::string& bytes,
     if (begin != at) return "the tensors are not contiguous at byte " + std::to_string(at);
     at = end;
   }
-  if (at != buffer) return "the tensors end at " + std::to_string(at) + ", the buffer at " +
-                           std::to_string(buffer);
+  if (at != buffer)
+    return "the tensors end at " + std::to_string(at) + ", the buffer at " + std::to_string(buffer);
   return "";
 }
 
@@ -220,8 +220,8 @@ TEST(ZtCkpt, ConsolidateWritesTheBytesOfSaveWeights) {
   std::vector<CheckpointUnit> units;
   for (Unit* u : a.model.units())
     units.push_back(checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
-  consolidate_checkpoint((dir / "ckpt").string(), (dir / "model.safetensors").string(),
-                         DType::kF32, &units);
+  consolidate_checkpoint((dir / "ckpt").string(), (dir / "model.safetensors").string(), DType::kF32,
+                         &units);
   EXPECT_EQ(file_bytes(dir / "model.safetensors"), file_bytes(dir / "saved.safetensors"));
   Gpt2 other(Gpt2Config{2, 2, 32, 61, 8});
   units.clear();
@@ -341,8 +341,9 @@ TEST(ZtCkpt, ImportLoadsIntoAnEngineAsAFreshStart) {
   o.optimizer.momentum = 0.9f;
   Fixture sgd(kSmall, o);
   Engine& momentum = sgd.engine;
-  EXPECT_NE(error_of([&] { momentum.load_state(reader, t.at("engine")); })
-                .find("the checkpoint's optimizer keeps [exp_avg, exp_avg_sq]"),
+  EXPECT_NE(error_of([&] {
+              momentum.load_state(reader, t.at("engine"));
+            }).find("the checkpoint's optimizer keeps [exp_avg, exp_avg_sq]"),
             std::string::npos);
   ImportOptions with_momentum;
   with_momentum.optimizer = o.optimizer;
@@ -382,8 +383,9 @@ TEST(ZtCkpt, ConsolidatedFilePassesAnIndependentFormatCheck) {
     EXPECT_EQ(check_safetensors_format(file_bytes(out), &tensors), "") << dtype_name(dtype);
     ASSERT_TRUE(tensors.contains("wte.weight"));
     EXPECT_EQ(tensors["wte.weight"].shape, (std::vector<int64_t>{61, 16}));  // not 128 rows
-    EXPECT_EQ(tensors["wte.weight"].dtype, dtype == DType::kF32 ? "F32"
-                                           : dtype == DType::kBF16 ? "BF16" : "F16");
+    EXPECT_EQ(tensors["wte.weight"].dtype, dtype == DType::kF32    ? "F32"
+                                           : dtype == DType::kBF16 ? "BF16"
+                                                                   : "F16");
     EXPECT_EQ(tensors.size(), 4 + 12 * 2u);  // wte, wpe, ln_f (2) + 12 per block
   }
   // python's json and struct, the way any reader would start, when python3 is there.
@@ -432,8 +434,8 @@ TEST(ZtCkpt, ConsolidatePeakStaysNearOneUnit) {
     import_weights((dir / "in.safetensors").string(), (dir / "ckpt").string(), model, {});
   }
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    const ConsolidateResult r = consolidate_checkpoint(
-        (dir / "ckpt").string(), (dir / "out.safetensors").string(), dtype);
+    const ConsolidateResult r =
+        consolidate_checkpoint((dir / "ckpt").string(), (dir / "out.safetensors").string(), dtype);
     std::cout << format_consolidate_result(r, "out.safetensors");
     EXPECT_EQ(r.largest_unit, "root");
     EXPECT_GT(r.largest_unit_bytes, 25'000'000);
@@ -473,8 +475,9 @@ TEST(ZtCkpt, InspectVerifiesEveryFileAndRecord) {
     f.seekp(100);
     f.write(&c, 1);
   }
-  EXPECT_NE(error_of([&] { inspect_checkpoint((dir / "ckpt").string()); })
-                .find(shard.string() + ": fails its checksum"),
+  EXPECT_NE(error_of([&] {
+              inspect_checkpoint((dir / "ckpt").string());
+            }).find(shard.string() + ": fails its checksum"),
             std::string::npos);
   const ToolRun bad = run_command(kZtCkpt + " inspect " + (dir / "ckpt").string());
   EXPECT_EQ(bad.code, 2);

@@ -34,10 +34,11 @@ ToolRun run_estimate(const std::string& args) {
 }
 
 TEST(ZtEstimate, ReproducesFigure1OfTheZeroPaper) {
-  const std::string json_path =
-      (std::filesystem::temp_directory_path() / ("zt_estimate_" + std::to_string(getpid()) + ".json"))
-          .string();
-  const ToolRun r = run_estimate("--params 7.5e9 --ranks 64 --device-memory 32GB --json " + json_path);
+  const std::string json_path = (std::filesystem::temp_directory_path() /
+                                 ("zt_estimate_" + std::to_string(getpid()) + ".json"))
+                                    .string();
+  const ToolRun r =
+      run_estimate("--params 7.5e9 --ranks 64 --device-memory 32GB --json " + json_path);
   std::printf("%s", r.out.c_str());
   ASSERT_EQ(r.code, 0) << r.out;
   std::ifstream in(json_path);
@@ -61,11 +62,13 @@ TEST(ZtEstimate, ReproducesFigure1OfTheZeroPaper) {
   // 32 GB holds stages 1-3 (31.4, 16.6, 1.9 GB), not the 120 GB baseline; cheapest first.
   ASSERT_FALSE(j.at("fitting_cheapest_first").empty());
   EXPECT_EQ(j.at("fitting_cheapest_first")[0].at("stage"), 1);
-  EXPECT_NE(r.out.find("fits 29.80 GiB (32,000,000,000 bytes) of device memory"), std::string::npos);
+  EXPECT_NE(r.out.find("fits 29.80 GiB (32,000,000,000 bytes) of device memory"),
+            std::string::npos);
 }
 
 TEST(ZtEstimate, ZooModelHasActivationsAndBadInputExitsTwo) {
-  const ToolRun r = run_estimate("--model gpt2-tiny --ranks 2 --micro-batch 2 --seq-len 64 --checkpoint");
+  const ToolRun r =
+      run_estimate("--model gpt2-tiny --ranks 2 --micro-batch 2 --seq-len 64 --checkpoint");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.find("n/a"), std::string::npos) << r.out;  // activations estimated
   EXPECT_EQ(run_estimate("--params 1e9 --model gpt2-tiny").code, 2);
@@ -84,7 +87,8 @@ TEST(ZtEstimate, GpuPlanCountsTheGpusLogitsChunk) {
   const auto plan = [&](const std::string& extra, std::string* out) {
     const ToolRun r = run_estimate(std::string("--config ") + ZT_SOURCE_DIR +
                                    "/configs/gpt2-124M.json --set train_micro_batch_size_per_gpu=16"
-                                   " --set zt.seq_len=1024 --json " + json_path + " " + extra);
+                                   " --set zt.seq_len=1024 --json " +
+                                   json_path + " " + extra);
     EXPECT_EQ(r.code, 0) << r.out;
     if (out) *out = r.out;
     std::ifstream in(json_path);

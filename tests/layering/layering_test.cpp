@@ -166,8 +166,9 @@ TEST_F(LayeringChecker, NamesEveryUpwardOrSidewaysInclude) {
 // train/ sits between zero/ and launch/: it may include zero/ and model_zoo/ and is included by
 // launch/ only; an include of launch/ from train/, or of train/ from zero/, is named.
 TEST_F(LayeringChecker, KeepsTrainBetweenZeroAndLaunch) {
-  write("train/checkpointer.cpp", "#include \"train/checkpointer.h\"\n#include \"zero/engine.h\"\n"
-                                  "#include \"model_zoo/gpt2.h\"\n#include \"comm/c.h\"\n");
+  write("train/checkpointer.cpp",
+        "#include \"train/checkpointer.h\"\n#include \"zero/engine.h\"\n"
+        "#include \"model_zoo/gpt2.h\"\n#include \"comm/c.h\"\n");
   write("launch/trainer.cpp", "#include \"train/checkpointer.h\"\n");
   EXPECT_EQ(lines(check_tree(root_)), "");
   write("train/metrics_writer.cpp",

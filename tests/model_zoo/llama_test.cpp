@@ -2,8 +2,8 @@
 // counts (tied and untied heads, optional biases), config validation, finite-difference
 // gradients of the whole model (GQA; tied with q/k/v biases, untied without biases, MLP biases;
 // packed documents with ignored targets), a document's losses packed after another against
-// alone, activation checkpointing (bitwise-identical gradients) and the layers' activation declarations
-// against what the engine's tracker sees.
+// alone, activation checkpointing (bitwise-identical gradients) and the layers' activation
+// declarations against what the engine's tracker sees.
 #include "model_zoo/llama.h"
 
 #include <gtest/gtest.h>
@@ -89,8 +89,8 @@ TEST(Llama, ParameterTableMatchesLlamaForCausalLM) {
           c.attention_out_bias = out_bias;
           Llama model(c);
           EXPECT_EQ(parameter_shapes(model), llama_for_causal_lm(c))
-              << "tied " << tied << " attention_bias " << attention_bias << " o bias "
-              << out_bias << " mlp_bias " << mlp_bias;
+              << "tied " << tied << " attention_bias " << attention_bias << " o bias " << out_bias
+              << " mlp_bias " << mlp_bias;
           ASSERT_EQ(model.units().size(), 3u);
           EXPECT_EQ(model.units()[0]->layout().find("lm_head.weight") != nullptr, !tied);
         }

@@ -1,6 +1,7 @@
 // LogitsChunking (model_zoo/logits_chunking.h): the LM head's rows per chunk. The CPU's budget
-// splits into the fewest equal chunks of 64 MiB; a GPU's budget (Device::chunk_budget_bytes, given to the model
-// by Model::set_chunk_budget_bytes) takes a whole GPT-2 batch at once; fixed rows override both.
+// splits into the fewest equal chunks of 64 MiB; a GPU's budget (Device::chunk_budget_bytes, given
+// to the model by Model::set_chunk_budget_bytes) takes a whole GPT-2 batch at once; fixed rows
+// override both.
 #include <gtest/gtest.h>
 
 #include <cstdint>

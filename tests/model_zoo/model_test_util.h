@@ -110,9 +110,8 @@ inline void expect_documents_independent(const DocumentLosses& l) {
   double unmasked_difference = 0;
   for (size_t j = 0; j < l.alone.size(); ++j) {
     EXPECT_NEAR(l.packed[j], l.alone[j], 1e-5 * std::abs(l.alone[j])) << "token " << j;
-    unmasked_difference =
-        std::max(unmasked_difference, std::abs(l.packed_unmasked[j] - l.alone[j]) /
-                                          std::abs(l.alone[j]));
+    unmasked_difference = std::max(
+        unmasked_difference, std::abs(l.packed_unmasked[j] - l.alone[j]) / std::abs(l.alone[j]));
   }
   EXPECT_GT(unmasked_difference, 1e-3);
 }

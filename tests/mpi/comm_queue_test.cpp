@@ -56,8 +56,8 @@ TEST(CommQueue, ReduceScatterOverlapsComputeOnTheMainThread) {
     // Join only when every other rank has finished its compute with the collective pending.
     for (int q = 1; q < world; ++q) {
       int pending_after_compute = 0;
-      ZT_MPI_CHECK(MPI_Recv(&pending_after_compute, 1, MPI_INT, q, 99, MPI_COMM_WORLD,
-                            MPI_STATUS_IGNORE));
+      ZT_MPI_CHECK(
+          MPI_Recv(&pending_after_compute, 1, MPI_INT, q, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
       EXPECT_EQ(pending_after_compute, 1) << "rank " << q;
     }
     CommHandle handle =
@@ -186,8 +186,7 @@ TEST(CommQueue, HandlesWaitWhenDroppedAndEmptyHandlesAreDone) {
   CommQueue queue(comm);
   std::vector<float> a(1 << 16, 2.0f), b(1 << 16, 0.0f);
   {
-    CommHandle dropped = queue.all_reduce(a.data(), b.data(), 1 << 16, DType::kF32,
-                                          ReduceOp::kSum);
+    CommHandle dropped = queue.all_reduce(a.data(), b.data(), 1 << 16, DType::kF32, ReduceOp::kSum);
   }  // the destructor waited: b is written
   EXPECT_EQ(b.back(), 2.0f);
   CommHandle empty;
@@ -277,8 +276,8 @@ TEST(CommQueue, WatchdogReportsACollectiveThatDoesNotCompleteOnceNamingUnitAndSt
   EXPECT_EQ(t.rank, 0);
   EXPECT_GE(t.waited_s, 0.2);
   const std::string line = t.message();
-  for (const char* word : {"all_reduce of 16 bytes", "unit h.7", "at step 12",
-                           "zt.comm_timeout_s = 0.2 s", "rank 0"})
+  for (const char* word :
+       {"all_reduce of 16 bytes", "unit h.7", "at step 12", "zt.comm_timeout_s = 0.2 s", "rank 0"})
     EXPECT_NE(line.find(word), std::string::npos) << word << " missing from: " << line;
   EXPECT_EQ(line.find('\n'), std::string::npos) << "one line: " << line;
 }

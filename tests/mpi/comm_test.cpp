@@ -91,8 +91,8 @@ TEST(MpiCommunicator, ReduceScatterMatchesRankOrderReference) {
           const int64_t base = in_place ? rank * recv_count : 0;
           int64_t wrong = 0;
           for (int64_t j = 0; j < recv_count; ++j)
-            wrong += result.bits(base + j) != reference_bits(seed, world, rank * recv_count + j,
-                                                             dtype, ReduceOp::kSum);
+            wrong += result.bits(base + j) !=
+                     reference_bits(seed, world, rank * recv_count + j, dtype, ReduceOp::kSum);
           EXPECT_EQ(wrong, 0);
           if (in_place) {  // the other blocks of send are left as they were
             int64_t changed = 0;
@@ -143,8 +143,8 @@ TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   for (int root = 0; root < comm.world(); ++root) {
     for (DType dtype : kAllDTypes) {
       for (int64_t count : {1, 1000, 100003}) {
-        SCOPED_TRACE(fmt::format("broadcast root={} dtype={} count={}", root, dtype_name(dtype),
-                                 count));
+        SCOPED_TRACE(
+            fmt::format("broadcast root={} dtype={} count={}", root, dtype_name(dtype), count));
         const uint64_t seed = seed_of(11, root, int(dtype), int(count % 1000));
         Elements buf(dtype, count);
         buf.fill_input(seed, comm.rank(), 0, 0, count);
@@ -239,8 +239,7 @@ TEST(MpiCommunicator, MaxMatchesReferenceAndNaNWins) {
     const int64_t recv_count = 1001;
     Elements send(dtype, world * recv_count);
     send.fill_input(seed, rank, 0, 0, world * recv_count);
-    comm.reduce_scatter(send.data(), send.at(rank * recv_count), recv_count, dtype,
-                        ReduceOp::kMax);
+    comm.reduce_scatter(send.data(), send.at(rank * recv_count), recv_count, dtype, ReduceOp::kMax);
     wrong = 0;
     for (int64_t j = 0; j < recv_count; ++j)
       wrong += send.bits(rank * recv_count + j) !=
@@ -326,8 +325,11 @@ TEST(MpiCommunicator, BadArgumentsThrowInputErrors) {
   // reduce_scatter in place must write block `rank`; block rank+1 (mod world) is not in place.
   const int other = (rank + 1) % world;
   if (world > 1)
-    expect_input([&] { comm.reduce_scatter(buf.data(), buf.data() + other * 2, 2, DType::kF32,
-                                           ReduceOp::kSum); }, "in place");
+    expect_input(
+        [&] {
+          comm.reduce_scatter(buf.data(), buf.data() + other * 2, 2, DType::kF32, ReduceOp::kSum);
+        },
+        "in place");
   expect_input([&] { comm.all_gather(buf.data() + 1, buf.data(), 2, DType::kF32); }, "in place");
   expect_input([&] { comm.all_reduce(nullptr, buf.data(), 4, DType::kF32, ReduceOp::kSum); },
                "null");

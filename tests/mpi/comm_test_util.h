@@ -23,8 +23,8 @@ inline uint64_t mix(uint64_t x) {  // splitmix64's finaliser
 // Element `index` of rank `rank`'s input in test `seed`: full 24-bit mantissas and magnitudes
 // from 2^-4 to 2^4, so that a sum in another order than rank order gives other bits.
 inline float input_value(uint64_t seed, int rank, int64_t index) {
-  const uint64_t h = mix(mix(seed * 1000003ull + static_cast<uint64_t>(rank)) ^
-                         static_cast<uint64_t>(index));
+  const uint64_t h =
+      mix(mix(seed * 1000003ull + static_cast<uint64_t>(rank)) ^ static_cast<uint64_t>(index));
   const float unit = static_cast<float>(h >> 40) * 0x1p-24f;  // [0, 1)
   return std::ldexp(unit - 0.5f, static_cast<int>(h & 7) - 3);
 }
@@ -98,8 +98,7 @@ inline float reference_combine(float acc, float x, ReduceOp op) {
 }
 
 // op over ranks 0..world-1 (in that order) of the inputs at `index`, in fp32, rounded once.
-inline uint32_t reference_bits(uint64_t seed, int world, int64_t index, DType dtype,
-                               ReduceOp op) {
+inline uint32_t reference_bits(uint64_t seed, int world, int64_t index, DType dtype, ReduceOp op) {
   float acc = decode(dtype, encode(dtype, input_value(seed, 0, index)));
   for (int q = 1; q < world; ++q)
     acc = reference_combine(acc, decode(dtype, encode(dtype, input_value(seed, q, index))), op);

@@ -69,8 +69,11 @@ std::string describe(const Case& c) {
 
 uint64_t seed_of(const Case& c) {
   return (((static_cast<uint64_t>(c.kind) * 7 + static_cast<uint64_t>(c.dtype)) * 1000003 +
-           static_cast<uint64_t>(c.count)) * 2 + c.in_place) * 5 + static_cast<uint64_t>(c.op) * 3 +
-         static_cast<uint64_t>(c.root) + 101;
+           static_cast<uint64_t>(c.count)) *
+              2 +
+          c.in_place) *
+             5 +
+         static_cast<uint64_t>(c.op) * 3 + static_cast<uint64_t>(c.root) + 101;
 }
 
 int64_t differences(const Elements& a, const Elements& b) {
@@ -382,10 +385,10 @@ std::unique_ptr<Device> rank_gpu() {
   return make_device(DeviceKind::kCuda, bootstrap_process_group(MPI_COMM_WORLD).local_rank);
 }
 
-#define ZT_SKIP_WITHOUT_NCCL_GPU()                                         \
-  do {                                                                     \
-    const std::string zt_reason_ = nccl_skip_reason();                     \
-    if (!zt_reason_.empty()) GTEST_SKIP() << zt_reason_;                   \
+#define ZT_SKIP_WITHOUT_NCCL_GPU()                       \
+  do {                                                   \
+    const std::string zt_reason_ = nccl_skip_reason();   \
+    if (!zt_reason_.empty()) GTEST_SKIP() << zt_reason_; \
   } while (0)
 
 TEST(HostStagingCommunicator, SameBitsAsMpiCommunicatorOnAGpu) {
@@ -535,8 +538,8 @@ void expect_timeout(const std::function<void()>& call, const std::string& collec
     ADD_FAILURE() << "no error; expected the watchdog to abort";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kSystem) << e.describe();
-    for (const std::string& needle : {collective, std::string("did not complete within"),
-                                     std::string("communicator aborted")})
+    for (const std::string& needle :
+         {collective, std::string("did not complete within"), std::string("communicator aborted")})
       EXPECT_NE(e.message().find(needle), std::string::npos) << e.message();
   }
 }
@@ -551,8 +554,7 @@ TEST(NcclCommunicator, WatchdogAbortsACollectiveHeldBehindCompute) {
   ZT_SKIP_WITHOUT_NCCL_GPU();
   std::unique_ptr<Device> device = rank_gpu();
   auto& cuda = dynamic_cast<CudaDevice&>(*device);
-  NcclCommunicator comm(cuda, MPI_COMM_WORLD,
-                        NcclOptions{.timeout_s = 1.0, .init_timeout_s = 120});
+  NcclCommunicator comm(cuda, MPI_COMM_WORLD, NcclOptions{.timeout_s = 1.0, .init_timeout_s = 120});
   EXPECT_EQ(comm.init_timeout_s(), 120.0);
   if (comm.world() != 1) GTEST_SKIP() << "one rank only (ctest mpi_device_comm.np1)";
   Buffer b = device->alloc_zeroed(4096, MemCategory::kOther);

@@ -79,7 +79,7 @@ TEST(ScrambledDevice, HostMemoryHandedToTheDeviceThrows) {
   EXPECT_THROW(device.kernels().residual_forward(host.data(), host.data(), host.data(), 8), Error);
   EXPECT_THROW(device.copy_to_host(other.data(), host.data(), 32), Error);
   EXPECT_THROW(device.copy_from_host(host.data(), other.data(), 32), Error);
-  EXPECT_THROW(device.copy_to_host(b.data(), b.data(), 32), Error);  // device memory as host
+  EXPECT_THROW(device.copy_to_host(b.data(), b.data(), 32), Error);      // device memory as host
   EXPECT_THROW(device.copy_to_host(other.data(), b.data(), 36), Error);  // past the end
   EXPECT_THROW(device.copy(b.data(), host.data(), 32), Error);
   EXPECT_EQ(host[0], 1.0f);  // nothing was unscrambled into host memory
@@ -184,8 +184,8 @@ TEST(NcclCommunicator, AllGatherHostTakesHostMemoryInPieces) {
   const int local_world = bootstrap_process_group(MPI_COMM_WORLD).local_world;
   if (!nccl_built() || cuda_device_count() < local_world)
     GTEST_SKIP() << "needs NCCL and one GPU per rank; " << cuda_device_count() << " GPU(s)";
-  std::unique_ptr<Device> gpu = make_device(
-      DeviceKind::kCuda, bootstrap_process_group(MPI_COMM_WORLD).local_rank);
+  std::unique_ptr<Device> gpu =
+      make_device(DeviceKind::kCuda, bootstrap_process_group(MPI_COMM_WORLD).local_rank);
   std::unique_ptr<Communicator> nccl = make_communicator("nccl", *gpu, 120);
   CpuDevice cpu;
   MpiCommunicator plain(cpu);
@@ -239,8 +239,8 @@ TEST(ScrambledDevice, EmbeddingBackwardRoundsTheTokenRowsOnTheDevice) {
     Buffer d_wte = upload(dwte16.data(), wte_bytes);
     Buffer d_wpe = upload(dwpe16.data(), wpe_bytes);
     device.kernels_for(dtype).embedding_backward({d_wte.data(), dtype}, {d_wpe.data(), dtype},
-                                                 d_dout.as<float>(), d_tokens.as<int32_t>(), B,
-                                                 T, C, nullptr);
+                                                 d_dout.as<float>(), d_tokens.as<int32_t>(), B, T,
+                                                 C, nullptr);
     std::vector<uint16_t> gwte(dwte16.size()), gwpe(dwpe16.size());
     device.copy_to_host(gwte.data(), d_wte.data(), wte_bytes);
     device.copy_to_host(gwpe.data(), d_wpe.data(), wpe_bytes);
@@ -271,8 +271,7 @@ std::string describe(const Case& c) {
                                                                         : "";
   return fmt::format("stage {} {} accumulation {}{}{}{}{}", c.stage, dtype_name(c.dtype),
                      c.accumulation, c.overlap ? " overlap_comm" : "",
-                     c.checkpoint ? " checkpointed" : "", optimizer,
-                     c.clip ? "" : " no clipping");
+                     c.checkpoint ? " checkpointed" : "", optimizer, c.clip ? "" : " no clipping");
 }
 
 EngineOptions options(const Case& c, Model& model) {
@@ -297,17 +296,17 @@ EngineOptions options(const Case& c, Model& model) {
 struct Outcome {
   std::vector<double> losses, grad_norms, loss_scales, skipped;  // per train_step
   double eval = 0;
-  std::vector<std::vector<float>> params;         // read_unit_params after training
-  std::vector<std::vector<std::byte>> state;      // model_state_bytes, this rank's
-  std::vector<std::vector<float>> after_write;    // write_unit_params, one step, read back
-  std::vector<std::vector<float>> after_load;     // save_weights, a step, load_weights, read
-  std::string file;                               // rank 0: the saved safetensors bytes
-  size_t device_optimizer_bytes = 0;              // the device's kOptimizer bytes after training
-  size_t device_param_bytes = 0;                  // ... and its kParams bytes
-  size_t host_param_bytes = 0;                    // the host tier's kParams bytes (offload_param)
-  int64_t nvme_param_bytes = 0;                   // Engine::nvme_bytes(kParams)
-  std::vector<int> early_updates;                 // per train_step (offload_optimizer)
-  size_t master_elements = 0;                     // this rank's master() elements, all units
+  std::vector<std::vector<float>> params;       // read_unit_params after training
+  std::vector<std::vector<std::byte>> state;    // model_state_bytes, this rank's
+  std::vector<std::vector<float>> after_write;  // write_unit_params, one step, read back
+  std::vector<std::vector<float>> after_load;   // save_weights, a step, load_weights, read
+  std::string file;                             // rank 0: the saved safetensors bytes
+  size_t device_optimizer_bytes = 0;            // the device's kOptimizer bytes after training
+  size_t device_param_bytes = 0;                // ... and its kParams bytes
+  size_t host_param_bytes = 0;                  // the host tier's kParams bytes (offload_param)
+  int64_t nvme_param_bytes = 0;                 // Engine::nvme_bytes(kParams)
+  std::vector<int> early_updates;               // per train_step (offload_optimizer)
+  size_t master_elements = 0;                   // this rank's master() elements, all units
 };
 
 std::vector<Batch> micro_batches(std::vector<GlobalBatch>& globals, int step, int accumulation) {
@@ -405,7 +404,8 @@ template <class T>
 void expect_units_equal(const std::vector<std::vector<T>>& got,
                         const std::vector<std::vector<T>>& expected, const char* what) {
   ASSERT_EQ(got.size(), expected.size()) << what;
-  for (size_t u = 0; u < got.size(); ++u) EXPECT_TRUE(same_bits(got[u], expected[u])) << what << ", unit " << u;
+  for (size_t u = 0; u < got.size(); ++u)
+    EXPECT_TRUE(same_bits(got[u], expected[u])) << what << ", unit " << u;
 }
 
 // What every run records: the steps' losses, norms and scales, the eval loss, the parameters.
@@ -567,10 +567,10 @@ Outcome plain_outcome(const Case& c) {
 
 TEST(DeviceEngine, OffloadedOptimizerGivesTheDeviceBitsAndHoldsItsStateOnTheHost) {
   // Classic Adam (L2 decay) and SGD with momentum take the offloaded path too.
-  const std::vector<Case> cases = offload_cases(
-      {DType::kF32, DType::kBF16, DType::kF16},
-      {{2, DType::kBF16, 1, false, false, OptimizerOptions::Type::kAdam},
-       {1, DType::kF16, 1, false, false, OptimizerOptions::Type::kSgd}});
+  const std::vector<Case> cases =
+      offload_cases({DType::kF32, DType::kBF16, DType::kF16},
+                    {{2, DType::kBF16, 1, false, false, OptimizerOptions::Type::kAdam},
+                     {1, DType::kF16, 1, false, false, OptimizerOptions::Type::kSgd}});
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Outcome expected = plain_outcome(c);
@@ -599,8 +599,9 @@ std::string model_unit_name(int u) {
 // are gone once the store is.
 TEST(DeviceEngine, NvmeOffloadedOptimizerGivesTheDeviceBitsFromSwapFiles) {
   const SharedTempDir dir("nvme_offload");
-  const std::vector<Case> cases = offload_cases(
-      {DType::kF32, DType::kBF16}, {{2, DType::kF16, 1, false, false, OptimizerOptions::Type::kSgd}});
+  const std::vector<Case> cases =
+      offload_cases({DType::kF32, DType::kBF16},
+                    {{2, DType::kF16, 1, false, false, OptimizerOptions::Type::kSgd}});
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Outcome expected = plain_outcome(c);
@@ -645,7 +646,9 @@ TEST(DeviceEngine, OffloadedOptimizerUpdatesBehindTheBackwardWithoutClipping) {
     const Outcome expected = plain_outcome(c);
     for (const int params : {0, 1, 2}) {  // parameters on the device; offloaded to cpu; nvme
       if (params > 0 && c.stage != 3) continue;
-      SCOPED_TRACE(describe(c) + (params == 1 ? " params on the host" : params == 2 ? " params on NVMe" : ""));
+      SCOPED_TRACE(describe(c) + (params == 1   ? " params on the host"
+                                  : params == 2 ? " params on NVMe"
+                                                : ""));
       ScrambledDevice device;
       CpuDevice host;
       std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
@@ -657,8 +660,8 @@ TEST(DeviceEngine, OffloadedOptimizerUpdatesBehindTheBackwardWithoutClipping) {
         store.emplace(so);
       }
       const ParamOffload offload_params{store ? &*store : nullptr, 2};
-      const Outcome got = run(c, device, *comm, "early", &host, nullptr,
-                              params > 0 ? &offload_params : nullptr);
+      const Outcome got =
+          run(c, device, *comm, "early", &host, nullptr, params > 0 ? &offload_params : nullptr);
       expect_same_outcome(got, expected);
       for (int early : got.early_updates) EXPECT_EQ(early, units);
     }
@@ -708,7 +711,8 @@ TEST(DeviceEngine, OffloadedOptimizerStateSitsOnTheHostWhileTheEngineLives) {
     Engine engine(device, *comm, model, eo);
     size_t master = 0;
     for (Unit* unit : model.units())
-      master += static_cast<size_t>(ShardLayout(unit->layout().numel(), world_size(), my_rank()).shard);
+      master +=
+          static_cast<size_t>(ShardLayout(unit->layout().numel(), world_size(), my_rank()).shard);
     std::vector<GlobalBatch> globals;
     engine.train_step(micro_batches(globals, 0, 1), 1e-3f);
     EXPECT_EQ(device.memory().current(MemCategory::kOptimizer), 0u);
@@ -735,15 +739,18 @@ TEST(DeviceEngine, OffloadedParametersGiveTheDeviceBitsFromHostOrSwapFiles) {
     EXPECT_GT(expected.device_param_bytes, 0u);
     size_t shards = 0, largest = 0;
     for (Unit* unit : model.units()) {
-      const size_t bytes = static_cast<size_t>(ShardLayout(unit->layout().numel(), world_size(), my_rank()).shard) * dtype_size(c.dtype);
+      const size_t bytes =
+          static_cast<size_t>(ShardLayout(unit->layout().numel(), world_size(), my_rank()).shard) *
+          dtype_size(c.dtype);
       shards += bytes;
       largest = std::max(largest, bytes);
     }
     // Host memory; swap files with room for every shard; swap files with one buffer (every
     // gather reads its shard, no prefetch), both with the optimizer state on NVMe too.
     for (const int buffers : {0, 5, 1}) {
-      SCOPED_TRACE(describe(c) + (buffers == 0 ? " params on the host"
-                                               : fmt::format(" params on NVMe, {} buffers", buffers)));
+      SCOPED_TRACE(describe(c) + (buffers == 0
+                                      ? " params on the host"
+                                      : fmt::format(" params on NVMe, {} buffers", buffers)));
       ScrambledDevice device;
       CpuDevice host;
       std::unique_ptr<Communicator> comm = make_communicator("mpi", device, 600);
@@ -762,7 +769,8 @@ TEST(DeviceEngine, OffloadedParametersGiveTheDeviceBitsFromHostOrSwapFiles) {
         EXPECT_EQ(got.host_param_bytes, shards);
         EXPECT_EQ(got.nvme_param_bytes, 0);
       } else {
-        EXPECT_EQ(got.host_param_bytes, static_cast<size_t>(buffers) * ((largest + 4095) / 4096 * 4096 + 4096));
+        EXPECT_EQ(got.host_param_bytes,
+                  static_cast<size_t>(buffers) * ((largest + 4095) / 4096 * 4096 + 4096));
         EXPECT_EQ(got.nvme_param_bytes, static_cast<int64_t>(shards));
         EXPECT_TRUE(std::filesystem::exists(store->path_of(model_unit_name(1) + ".params")));
       }

@@ -2,8 +2,8 @@
 // bitwise-equal parameters and losses after five AdamW steps with clipping, with and without
 // activation checkpointing, for grouped-query attention with a tied head and q/k/v biases, an
 // untied head without biases, and MLP biases; and the losses track a single-process run of the
-// same global batch within 1e-5 relative. (zero_test.cpp holds the same properties for GPT-2 and the
-// stage machinery's other options.)
+// same global batch within 1e-5 relative. (zero_test.cpp holds the same properties for GPT-2 and
+// the stage machinery's other options.)
 #include <gtest/gtest.h>
 
 #include <cmath>

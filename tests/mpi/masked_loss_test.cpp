@@ -88,7 +88,8 @@ TEST(MaskedLoss, TheGradientIsTheMeanOverCountedTargetsOfTheGlobalBatch) {
       one[at] = global.targets[at];
       single.compute_gradients(Batch{global.inputs.data(), one.data(), world * kB, kT});
       const Grads g = grads_of(single);
-      if (sum.units.empty()) sum = g;
+      if (sum.units.empty())
+        sum = g;
       else
         for (size_t u = 0; u < g.units.size(); ++u)
           for (size_t i = 0; i < g.units[u].size(); ++i) sum.units[u][i] += g.units[u][i];

@@ -6,8 +6,8 @@
 // within 10% of the device tracker's kActivations peak of that step, with and without
 // activation checkpointing, and the device's whole peak it replays (device_peak_bytes: states,
 // activations, gathers, gradient and reduction buffers, staging, workspace) equals the
-// tracker's peak_total and every category's peak, exactly. Rank 0 prints the table. Every rank runs every case; checks use
-// EXPECT so that no rank skips a collective.
+// tracker's peak_total and every category's peak, exactly. Rank 0 prints the table. Every rank runs
+// every case; checks use EXPECT so that no rank skips a collective.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -52,8 +52,8 @@ const char* name_of(OffloadDevice d) {
 std::string describe(const Case& c) {
   return fmt::format("stage {} offload {}{}{} {}{}{}", c.stage, name_of(c.offload),
                      c.params == OffloadDevice::kNone ? "" : " params ",
-                     c.params == OffloadDevice::kNone ? "" : name_of(c.params),
-                     dtype_name(c.dtype), c.checkpoint ? " checkpointed" : "",
+                     c.params == OffloadDevice::kNone ? "" : name_of(c.params), dtype_name(c.dtype),
+                     c.checkpoint ? " checkpointed" : "",
                      c.buckets > 0 ? fmt::format(" buckets {}", c.buckets) : "");
 }
 
@@ -81,27 +81,26 @@ EngineOptions options(const Case& c, Model& model) {
 // The printed table's columns: device params, grads, optimizer; host params, grads, optimizer,
 // workspace; nvme params, optimizer; the activation peak; the device's whole peak.
 constexpr int kColumns = 11;
-const char* const kHeader =
-    "%-44s %-8s | %8s %8s %8s | %7s %7s %8s %8s | %8s %8s | %9s %9s\n";
+const char* const kHeader = "%-44s %-8s | %8s %8s %8s | %7s %7s %8s %8s | %8s %8s | %9s %9s\n";
 
 void print_row(const Case& c, const char* which, const std::array<int64_t, kColumns>& v) {
   if (my_rank() != 0) return;
-  std::printf("%-44s %-8s | %8lld %8lld %8lld | %7lld %7lld %8lld %8lld | %8lld %8lld | %9lld "
-              "%9lld\n",
-              describe(c).c_str(), which, static_cast<long long>(v[0]),
-              static_cast<long long>(v[1]), static_cast<long long>(v[2]),
-              static_cast<long long>(v[3]), static_cast<long long>(v[4]),
-              static_cast<long long>(v[5]), static_cast<long long>(v[6]),
-              static_cast<long long>(v[7]), static_cast<long long>(v[8]),
-              static_cast<long long>(v[9]), static_cast<long long>(v[10]));
+  std::printf(
+      "%-44s %-8s | %8lld %8lld %8lld | %7lld %7lld %8lld %8lld | %8lld %8lld | %9lld "
+      "%9lld\n",
+      describe(c).c_str(), which, static_cast<long long>(v[0]), static_cast<long long>(v[1]),
+      static_cast<long long>(v[2]), static_cast<long long>(v[3]), static_cast<long long>(v[4]),
+      static_cast<long long>(v[5]), static_cast<long long>(v[6]), static_cast<long long>(v[7]),
+      static_cast<long long>(v[8]), static_cast<long long>(v[9]), static_cast<long long>(v[10]));
 }
 
 void print_header() {
   if (my_rank() != 0) return;
-  std::printf("world %d, GPT-2 {2 layers, 2 heads, C=32, V=97}, B=%lld T=%lld, stage-3 "
-              "persistence threshold %lld; bytes per rank\n",
-              world_size(), static_cast<long long>(kB), static_cast<long long>(kT),
-              static_cast<long long>(kPersistence));
+  std::printf(
+      "world %d, GPT-2 {2 layers, 2 heads, C=32, V=97}, B=%lld T=%lld, stage-3 "
+      "persistence threshold %lld; bytes per rank\n",
+      world_size(), static_cast<long long>(kB), static_cast<long long>(kT),
+      static_cast<long long>(kPersistence));
   std::printf(kHeader, "case", "", "dev par", "dev grad", "dev opt", "h par", "h grad", "h opt",
               "h work", "nvme par", "nvme opt", "act peak", "dev peak");
 }
@@ -139,8 +138,9 @@ void check(const Case& c, const std::string& swap_dir) {
   ASSERT_TRUE(activations.has_value());
   // The staging of the test's communicator and of the engine's gather duplicate of it.
   const std::optional<DevicePeak> device_peak = device_peak_bytes(
-      model, step_replay_options(
-                 eo, so, ao, 2 * static_cast<int64_t>(MpiCommunicator::staging_bytes(world_size()))));
+      model,
+      step_replay_options(eo, so, ao,
+                          2 * static_cast<int64_t>(MpiCommunicator::staging_bytes(world_size()))));
   ASSERT_TRUE(device_peak.has_value());
 
   Engine engine(device, comm, model, eo);
@@ -172,7 +172,8 @@ void check(const Case& c, const std::string& swap_dir) {
   tracked[column + 1] = static_cast<int64_t>(dev.peak_total());
   EXPECT_EQ(device_peak->total, static_cast<int64_t>(dev.peak_total())) << "device peak";
   for (int cat = 0; cat < kNumMemCategories; ++cat)
-    EXPECT_EQ(device_peak->category[cat], static_cast<int64_t>(dev.peak(static_cast<MemCategory>(cat))))
+    EXPECT_EQ(device_peak->category[cat],
+              static_cast<int64_t>(dev.peak(static_cast<MemCategory>(cat))))
         << "device peak of " << mem_category_name(static_cast<MemCategory>(cat));
   print_row(c, "estimate", estimated);
   print_row(c, "tracker", tracked);
@@ -183,7 +184,8 @@ TEST(MemoryModel, EstimateEqualsTheTrackersOnRealEngines) {
   print_header();
   for (DType dtype : {DType::kF32, DType::kBF16})
     for (int stage = 0; stage <= 3; ++stage)
-      for (OffloadDevice offload : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      for (OffloadDevice offload :
+           {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
         if (stage == 0 && offload != OffloadDevice::kNone) continue;  // the engine refuses it
         check(Case{stage, offload, dtype, false}, dir.path());
       }
@@ -210,7 +212,8 @@ TEST(MemoryModel, ActivationsWithCheckpointingAreWithinTenPercent) {
   const SharedTempDir dir("memory_model_ckpt");
   print_header();
   for (DType dtype : {DType::kF32, DType::kBF16})
-    for (int stage = 0; stage <= 3; ++stage) check(Case{stage, OffloadDevice::kNone, dtype, true}, dir.path());
+    for (int stage = 0; stage <= 3; ++stage)
+      check(Case{stage, OffloadDevice::kNone, dtype, true}, dir.path());
 }
 
 }  // namespace

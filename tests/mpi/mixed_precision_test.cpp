@@ -104,8 +104,7 @@ struct Named {
 const Named kPrecisions[] = {
     {"bf16", kBf16},
     {"fp16 (dynamic loss scale)", kFp16},
-    {"bf16, fp32 gradient store and reduction",
-     precision(DType::kBF16, DType::kF32, DType::kF32)},
+    {"bf16, fp32 gradient store and reduction", precision(DType::kBF16, DType::kF32, DType::kF32)},
     {"fp16, fp32 reduction", precision(DType::kF16, DType::kF16, DType::kF32)},
     {"bf16 pure (no master)", precision(DType::kBF16, DType::kBF16, DType::kBF16, false)},
 };
@@ -176,8 +175,8 @@ TEST(MixedPrecision, OverflowOnOneRankSkipsTheStepEverywhere) {
         EXPECT_TRUE(r.skipped) << "stage " << stage << ": every rank skips, rank " << my_rank();
         EXPECT_EQ(r.scale_update.kind, LossScaleUpdate::kSkippedDecreased);
         EXPECT_EQ(engine.loss_scaler()->scale(), scale / 2) << "stage " << stage;
-        EXPECT_TRUE(state() == before) << "stage " << stage << ": model state changed on rank "
-                                       << my_rank();
+        EXPECT_TRUE(state() == before)
+            << "stage " << stage << ": model state changed on rank " << my_rank();
         EXPECT_FALSE(std::isfinite(r.grad_norm));
       } else {
         EXPECT_FALSE(r.skipped) << "stage " << stage << " step " << step;
@@ -211,9 +210,10 @@ TEST(MixedPrecision, ModelStateMemoryMatchesTheFormula) {
       {"bf16 pure", precision(DType::kBF16, DType::kBF16, DType::kBF16, false), 2, 8},
   };
   if (my_rank() == 0)
-    std::printf("model states per rank, Psi = %.0f, N = %d\n"
-                "%-30s stage  params    grads     optimizer total     formula\n",
-                psi, world, "precision");
+    std::printf(
+        "model states per rank, Psi = %.0f, N = %d\n"
+        "%-30s stage  params    grads     optimizer total     formula\n",
+        psi, world, "precision");
   for (const Case& c : cases) {
     // Stage 0: (2 + g + K)Ψ; 1: (2 + g)Ψ + KΨ/N; 2: 2Ψ + (g + K)Ψ/N; 3: (2 + g + K)Ψ/N; with
     // g = 2, K = 12: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N.
@@ -225,9 +225,9 @@ TEST(MixedPrecision, ModelStateMemoryMatchesTheFormula) {
       Gpt2 m(kModel);
       Engine engine(device, comm, m, options({stage, c.precision}, m));
       const MemoryTracker& mem = device.memory();
-      const double total = static_cast<double>(mem.current(MemCategory::kParams) +
-                                               mem.current(MemCategory::kGrads) +
-                                               mem.current(MemCategory::kOptimizer));
+      const double total =
+          static_cast<double>(mem.current(MemCategory::kParams) + mem.current(MemCategory::kGrads) +
+                              mem.current(MemCategory::kOptimizer));
       if (my_rank() == 0)
         std::printf("%-30s %-6d %-9zu %-9zu %-9zu %-9.0f %-9.0f\n", c.name, stage,
                     mem.current(MemCategory::kParams), mem.current(MemCategory::kGrads),

@@ -1,16 +1,16 @@
 // ScrambledDevice: a test Device whose memory the host must not address directly, as a GPU's,
 // built on the CPU so that tests without a GPU can prove that code reaches device memory only
 // through the Device interface. Its bytes are stored XOR kMask, so a host read of device memory
-// sees garbage and a host write is garbage to the device; copy_to_host / copy_from_host (un)scramble.
-// Its kernels are the CPU's behind ScrambledKernels, which unscrambles the allocations a call's
-// pointers fall in, runs the CPU kernel, and scrambles them again: the kernels compute on real
-// values, so a run on this device gives the CPU device's bits exactly when nothing else touched
-// its memory. One ScrambledKernels per activation dtype (kernels_for), each over the CPU table of
-// that dtype. Misuse that scrambling alone might not reveal throws zt::Error (kInternal) at once:
-// a kernel pointer or a copy's device side outside every live allocation of this device (host
-// memory handed to the device; a typed operand must lie inside one whole, its n elements of its
-// dtype), or a copy's host side inside one (device memory handed to the host). Used by
-// tests/mpi/device_comm_test.cpp and tests/mpi/device_engine_test.cpp.
+// sees garbage and a host write is garbage to the device; copy_to_host / copy_from_host
+// (un)scramble. Its kernels are the CPU's behind ScrambledKernels, which unscrambles the
+// allocations a call's pointers fall in, runs the CPU kernel, and scrambles them again: the kernels
+// compute on real values, so a run on this device gives the CPU device's bits exactly when nothing
+// else touched its memory. One ScrambledKernels per activation dtype (kernels_for), each over the
+// CPU table of that dtype. Misuse that scrambling alone might not reveal throws zt::Error
+// (kInternal) at once: a kernel pointer or a copy's device side outside every live allocation of
+// this device (host memory handed to the device; a typed operand must lie inside one whole, its n
+// elements of its dtype), or a copy's host side inside one (device memory handed to the host). Used
+// by tests/mpi/device_comm_test.cpp and tests/mpi/device_engine_test.cpp.
 //
 // Thread-safe: kernel calls, copies, zero and allocation take one mutex (a CommQueue's thread
 // copies while the user thread runs kernels). Only the CPU kernels run inside it.
@@ -47,9 +47,10 @@ class ScrambledKernels final : public Kernels {
 
   // Every entry of runtime/kernel_entries.h: the base's entry with the same arguments, run
   // with the allocations its memory column names unscrambled.
-#define ZT_BRACED(...) {__VA_ARGS__}
-#define ZT_KERNEL(ret, name, params, args, memory)                               \
-  ret name params override {                                                     \
+#define ZT_BRACED(...) \
+  { __VA_ARGS__ }
+#define ZT_KERNEL(ret, name, params, args, memory)                                \
+  ret name params override {                                                      \
     return unscrambled(#name, ZT_BRACED memory, [&] { return base_.name args; }); \
   }
 #include "runtime/kernel_entries.h"
@@ -175,9 +176,10 @@ class ScrambledDevice final : public Device {
     const auto* a = allocation_of(p);
     const char* c = static_cast<const char*>(p);
     if (a == nullptr || c + bytes > a->first + a->second)
-      throw_internal(fmt::format("{}: {} bytes at {} are not memory of device '{}' (host memory "
-                                 "handed to the device?)",
-                                 what, bytes, fmt::ptr(p), name()));
+      throw_internal(
+          fmt::format("{}: {} bytes at {} are not memory of device '{}' (host memory "
+                      "handed to the device?)",
+                      what, bytes, fmt::ptr(p), name()));
   }
   void check_host(const void* p, size_t bytes, const char* what) const {
     const char* c = static_cast<const char*>(p);
@@ -185,9 +187,10 @@ class ScrambledDevice final : public Device {
     if (it != allocations_.begin()) {
       --it;
       if (it->first + it->second > c)
-        throw_internal(fmt::format("{}: {} bytes at {} overlap memory of device '{}' (device "
-                                   "memory handed to the host?)",
-                                   what, bytes, fmt::ptr(p), name()));
+        throw_internal(
+            fmt::format("{}: {} bytes at {} overlap memory of device '{}' (device "
+                        "memory handed to the host?)",
+                        what, bytes, fmt::ptr(p), name()));
     }
   }
   static void xor_copy(void* dst, const void* src, size_t bytes) {
@@ -230,9 +233,10 @@ class ScrambledKernels::Unscrambled {
       const auto* a = device_.allocation_of(p);
       if (a == nullptr ||  // thrown before anything was unscrambled
           static_cast<const char*>(p) + arg.bytes > a->first + a->second)
-        throw_internal(fmt::format("kernel {}: argument {} ({} bytes) is not memory of device "
-                                   "'{}' (host memory handed to a kernel?)",
-                                   kernel, fmt::ptr(p), arg.bytes, device_.name()));
+        throw_internal(
+            fmt::format("kernel {}: argument {} ({} bytes) is not memory of device "
+                        "'{}' (host memory handed to a kernel?)",
+                        kernel, fmt::ptr(p), arg.bytes, device_.name()));
       bool seen = false;
       for (const auto* b : found) seen = seen || b == a;
       if (!seen) found.push_back(a);

@@ -135,7 +135,8 @@ TEST(ZeroStages, GradientAccumulationPairs) {
   EXPECT_TRUE(bitwise_equal(s0, s1));
   EXPECT_TRUE(bitwise_equal(s2, s3));
   const double diff = max_relative_difference(s0, s2);
-  if (my_rank() == 0) std::printf("accumulation: stages {0,1} vs {2,3}: max relative difference %.3g\n", diff);
+  if (my_rank() == 0)
+    std::printf("accumulation: stages {0,1} vs {2,3}: max relative difference %.3g\n", diff);
   EXPECT_LE(diff, 1e-6);
 }
 
@@ -161,12 +162,12 @@ TEST(ZeroStages, ModelStateMemoryMatchesTheFormula) {
     psi_unpadded += u->layout().param_count();
   }
   const double n = world;
-  const double formula[4] = {16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n,
-                             16 * psi / n};
+  const double formula[4] = {16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n};
   if (my_rank() == 0)
-    std::printf("model states per rank, Psi = %.0f (%.0f before padding), N = %d\n"
-                "stage  params      grads       optimizer   total       formula\n",
-                psi, psi_unpadded, world);
+    std::printf(
+        "model states per rank, Psi = %.0f (%.0f before padding), N = %d\n"
+        "stage  params      grads       optimizer   total       formula\n",
+        psi, psi_unpadded, world);
   for (int stage = 0; stage <= 3; ++stage) {
     const RunResult r = run({stage});
     const double total = static_cast<double>(r.params_bytes + r.grads_bytes + r.optimizer_bytes);

@@ -61,8 +61,8 @@ class AsyncIoTest : public testing::TestWithParam<AioBackend> {
   bool skipped_ = false;
 };
 
-#define MAKE_OR_SKIP(io, ...)                                                         \
-  auto io = make(__VA_ARGS__);                                                       \
+#define MAKE_OR_SKIP(io, ...)  \
+  auto io = make(__VA_ARGS__); \
   if (skipped_) GTEST_SKIP() << aio_backend_name(GetParam()) << " not in this build"
 
 TEST_P(AsyncIoTest, RoundTripsAwkwardSizesAlignedAndUnaligned) {
@@ -98,8 +98,8 @@ TEST_P(AsyncIoTest, ManyRequestsInFlightOnTwoWorkers) {
     // Sizes up to the stride, some with an unaligned tail; every other buffer unaligned.
     const int64_t bytes = kStride - (i % 3) * 4096 - (i % 5 == 0 ? 17 : 0);
     bufs.push_back(std::make_unique<PatternBuffer>(bytes, (i % 2) * 8, 100 + i));
-    handles.push_back(io->submit(
-        spec(AioRequestSpec::Op::kWrite, fd, bufs.back()->data(), bytes, i * kStride)));
+    handles.push_back(
+        io->submit(spec(AioRequestSpec::Op::kWrite, fd, bufs.back()->data(), bytes, i * kStride)));
   }
   for (AioHandle& h : handles) io->wait(h);
   handles.clear();
@@ -107,8 +107,8 @@ TEST_P(AsyncIoTest, ManyRequestsInFlightOnTwoWorkers) {
   for (int i = 0; i < kRequests; ++i) {
     back.push_back(std::make_unique<PatternBuffer>(bufs[i]->bytes(), (i % 2) * 8, 0));
     back.back()->clear();
-    handles.push_back(io->submit(spec(AioRequestSpec::Op::kRead, fd, back.back()->data(),
-                                      bufs[i]->bytes(), i * kStride)));
+    handles.push_back(io->submit(
+        spec(AioRequestSpec::Op::kRead, fd, back.back()->data(), bufs[i]->bytes(), i * kStride)));
   }
   for (int i = kRequests - 1; i >= 0; --i) {  // waited out of order
     io->wait(handles[i]);
@@ -156,10 +156,10 @@ TEST_P(AsyncIoTest, BadDescriptorNamesTheOsError) {
   ::close(fd);
   fds_.clear();
   PatternBuffer out(8192, 0, 1);
-  const test::Thrown e = thrown(
-      [&] { io->wait(io->submit(spec(AioRequestSpec::Op::kWrite, fd, out.data(), 8192))); });
-  EXPECT_EQ(e.message, "cannot write test file " + file_ +
-                           ": block 0 (bytes 0–8191): Bad file descriptor");
+  const test::Thrown e =
+      thrown([&] { io->wait(io->submit(spec(AioRequestSpec::Op::kWrite, fd, out.data(), 8192))); });
+  EXPECT_EQ(e.message,
+            "cannot write test file " + file_ + ": block 0 (bytes 0–8191): Bad file descriptor");
 }
 
 // A write hook that fails block 2 with ENOSPC, as the swap store's test limit does.

@@ -78,8 +78,8 @@ void expect_same_bits(const std::vector<float>& actual, const std::vector<float>
 void expect_same_bits(const Values& actual, const Values& expected, const char* what) {
   ASSERT_EQ(actual.bytes.size(), expected.bytes.size()) << what;
   const size_t size = dtype_size(actual.dtype);
-  const int64_t i = first_difference(actual.bytes.data(), expected.bytes.data(), actual.size(),
-                                     size);
+  const int64_t i =
+      first_difference(actual.bytes.data(), expected.bytes.data(), actual.size(), size);
   if (i < 0) return;
   uint32_t got = 0, want = 0;
   std::memcpy(&got, actual.bytes.data() + i * size, size);
@@ -144,8 +144,7 @@ TEST(CpuAdam, MatchesAdamwThenCastBitForBit) {
     for (const DType grad_type : dtypes) {
       const Values grad = stored_grad(start.grad, grad_type);
       // AdamW and Adam with decay; without decay the two are one formula, run as AdamW.
-      for (const auto& [decoupled, decay] :
-           {std::pair{true, 0.1f}, {false, 0.1f}, {true, 0.0f}}) {
+      for (const auto& [decoupled, decay] : {std::pair{true, 0.1f}, {false, 0.1f}, {true, 0.0f}}) {
         for (const int working_index : {-1, 0, 1, 2}) {  // none, then `dtypes`
           const DType working_type = working_index < 0 ? DType::kF32 : dtypes[working_index];
           Shard want = start;
@@ -159,8 +158,7 @@ TEST(CpuAdam, MatchesAdamwThenCastBitForBit) {
           args.decoupled = decoupled;
           for (const int64_t step : {1, 2, 1000}) {
             args.step = step;
-            reference->adamw(want.master.data(), grad.cop(), want.m.data(), want.v.data(), n,
-                             args);
+            reference->adamw(want.master.data(), grad.cop(), want.m.data(), want.v.data(), n, args);
             if (working_index >= 0)
               reference->cast(want_working.bytes.data(), working_type, want.master.data(),
                               DType::kF32, n);
@@ -202,8 +200,8 @@ TEST(CpuAdam, ShardInPiecesEqualsWhole) {
     const CpuAdam adam = adam_capped_at(level);
     Shard whole = start, pieces = start;
     Values whole_working(DType::kF16, n), pieces_working(DType::kF16, n);
-    adam.step(whole.master.data(), grad.cop(), whole.m.data(), whole.v.data(),
-              whole_working.op(), n, args);
+    adam.step(whole.master.data(), grad.cop(), whole.m.data(), whole.v.data(), whole_working.op(),
+              n, args);
     int64_t begin = 0;
     for (const int64_t end : {int64_t(333), int64_t(40000), int64_t(40001), n}) {
       adam.step(pieces.master.data() + begin, grad.cop().at(begin), pieces.m.data() + begin,

@@ -140,8 +140,12 @@ TEST_F(SwapStoreTest, AFlippedByteIsRefusedNamingTheFileAndBlock) {
   SwapHandle h = store.read("h3.master", in.data(), static_cast<int64_t>(bytes));
   const test::Thrown e = thrown([&] { store.wait(h); });
   EXPECT_EQ(e.kind, ErrorKind::kSystem);
-  EXPECT_EQ(e.message.rfind("swap file " + path + ": block 5 (bytes 327680–393215) fails its "
-                            "checksum (crc32c ", 0), 0u) << e.message;
+  EXPECT_EQ(e.message.rfind("swap file " + path +
+                                ": block 5 (bytes 327680–393215) fails its "
+                                "checksum (crc32c ",
+                            0),
+            0u)
+      << e.message;
   EXPECT_NE(e.message.find("refusing to use it"), std::string::npos) << e.message;
   // The last, staged block (3 bytes, padded to 4096) is checked as well; a flip in the padding
   // is not data and is not reported.
@@ -150,9 +154,11 @@ TEST_F(SwapStoreTest, AFlippedByteIsRefusedNamingTheFileAndBlock) {
   check(store, "h3.master", bytes, 1);
   flip_byte(path, (1 << 20) + 1);
   h = store.read("h3.master", in.data(), static_cast<int64_t>(bytes));
-  EXPECT_EQ(thrown([&] { store.wait(h); }).message.rfind(
-                "swap file " + path + ": block 16 (bytes 1048576–1048578) fails its checksum", 0),
-            0u);
+  EXPECT_EQ(
+      thrown([&] { store.wait(h); })
+          .message.rfind(
+              "swap file " + path + ": block 16 (bytes 1048576–1048578) fails its checksum", 0),
+      0u);
 }
 
 TEST_F(SwapStoreTest, ATruncatedFileIsRefusedNamingIt) {
@@ -163,8 +169,9 @@ TEST_F(SwapStoreTest, ATruncatedFileIsRefusedNamingIt) {
   PatternBuffer in(5 << 20, 0, 0);
   const test::Thrown e = thrown([&] { store.read("h0.exp_avg_sq", in.data(), 5 << 20); });
   EXPECT_EQ(e.kind, ErrorKind::kSystem);
-  EXPECT_EQ(e.message, "swap file " + path + " is truncated: 1048576 bytes on disk, 5242880 "
-                       "written; refusing to use it");
+  EXPECT_EQ(e.message, "swap file " + path +
+                           " is truncated: 1048576 bytes on disk, 5242880 "
+                           "written; refusing to use it");
 }
 
 TEST_F(SwapStoreTest, AKilledRunsFilesAreRemovedAtTheNextStartNotWhileItLives) {
@@ -198,8 +205,12 @@ TEST_F(SwapStoreTest, AKilledRunsFilesAreRemovedAtTheNextStartNotWhileItLives) {
   // While it lives, a second job on the same nvme_path is refused, naming the directory.
   const test::Thrown busy = thrown([&] { SwapStore second(options(1)); });
   EXPECT_EQ(busy.kind, ErrorKind::kInput);
-  EXPECT_EQ(busy.message.rfind("swap directory " + rank_dir + " is in use by a live process "
-                               "(pid " + std::to_string(child) + " holds ", 0), 0u)
+  EXPECT_EQ(busy.message.rfind("swap directory " + rank_dir +
+                                   " is in use by a live process "
+                                   "(pid " +
+                                   std::to_string(child) + " holds ",
+                               0),
+            0u)
       << busy.message;
   EXPECT_TRUE(fs::exists(rank_dir + "/h0.master.swp"));  // and its files are left alone
 
@@ -212,8 +223,9 @@ TEST_F(SwapStoreTest, AKilledRunsFilesAreRemovedAtTheNextStartNotWhileItLives) {
   {
     SwapStore next(options(1));
     ASSERT_EQ(notices_.size(), 1u);
-    EXPECT_EQ(notices_[0], "swap directory " + rank_dir + ": removed 3 stale swap files of an "
-                           "earlier run that did not exit cleanly");
+    EXPECT_EQ(notices_[0], "swap directory " + rank_dir +
+                               ": removed 3 stale swap files of an "
+                               "earlier run that did not exit cleanly");
     EXPECT_FALSE(fs::exists(rank_dir + "/h0.master.swp"));
     EXPECT_FALSE(fs::exists(rank_dir + "/h0.exp_avg.swp"));
     EXPECT_FALSE(fs::exists(rank_dir + "/h1.master.swp"));
@@ -245,7 +257,8 @@ TEST_F(SwapStoreTest, AFullDiskNamesTheFileAndTheNvmePath) {
   EXPECT_EQ(e.kind, ErrorKind::kSystem);
   EXPECT_EQ(e.message.rfind("cannot write swap file " + path + ": block ", 0), 0u) << e.message;
   EXPECT_NE(e.message.find("No space left on device (nvme_path " + dir_.str() + " is full"),
-            std::string::npos) << e.message;
+            std::string::npos)
+      << e.message;
   // What failed to be written is never read.
   EXPECT_EQ(thrown([&] { store.read("h2.master", out.data(), 1 << 20); }).message,
             "swap file " + path + ": its last write failed; it holds nothing to read");

@@ -79,8 +79,8 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
   for (size_t i = 0; i < got.size() && failures < 5; ++i) {
     const double err = std::abs(double(got[i]) - want[i]);
     if (!(err <= rel * std::abs(want[i]) + abs)) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
-                    << " (error " << err << ")";
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (error "
+                    << err << ")";
       ++failures;
     }
   }
@@ -95,8 +95,7 @@ std::vector<double> matmul_ref(const std::vector<float>& inp, const std::vector<
     for (int64_t n = 0; n < N; ++n) {
       double s = bias.empty() ? 0.0 : bias[n];
       for (int64_t k = 0; k < K; ++k)
-        s += double(inp[m * K + k]) *
-             w[layout == WeightLayout::kInOut ? k * N + n : n * K + k];
+        s += double(inp[m * K + k]) * w[layout == WeightLayout::kInOut ? k * N + n : n * K + k];
       out[m * N + n] = s;
     }
   return out;
@@ -136,8 +135,8 @@ TEST_P(ActivationRoundingTest, MatmulWithFp32WeightsIsTheFp32ResultRounded) {
     std::vector<float> dinp = dinp_f32, dw = dw_f32, db = db_f32;
     f32_.matmul_backward(dinp_f32.data(), dw_f32.data(), db_f32.data(), dout.data(), inp.data(),
                          w.data(), M, K, N, layout);
-    act_.matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), M,
-                         K, N, layout);
+    act_.matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), M, K,
+                         N, layout);
     EXPECT_TRUE(has_unrounded(dinp_f32, dtype()));
     EXPECT_TRUE(same_bits(dinp, rounded(dinp_f32, dtype())));
     EXPECT_TRUE(has_unrounded(dw_f32, dtype()) && has_unrounded(db_f32, dtype()));
@@ -214,8 +213,7 @@ void expect_16bit_matmul_within_an_ulp(Kernels& act, Kernels& f32, DType dtype, 
       for (int64_t k = 0; k < K; ++k) {
         double s = dinp0[m * K + k];
         for (int64_t n = 0; n < N; ++n)
-          s += double(dout[m * N + n]) *
-               w[layout == WeightLayout::kInOut ? k * N + n : n * K + k];
+          s += double(dout[m * N + n]) * w[layout == WeightLayout::kInOut ? k * N + n : n * K + k];
         dinp_ref[m * K + k] = s;
       }
     for (int64_t k = 0; k < K; ++k)
@@ -236,8 +234,8 @@ void expect_16bit_matmul_within_an_ulp(Kernels& act, Kernels& f32, DType dtype, 
     EXPECT_FALSE(same_bits(dw16, dw0));
     // dbias is the fp32 column sums added with one rounding: the fp32 table's bits, rounded.
     std::vector<float> db_f32 = widened(db0, dtype);
-    f32.matmul_backward(nullptr, nullptr, db_f32.data(), dout.data(), inp.data(), w.data(), M, K,
-                        N, layout);
+    f32.matmul_backward(nullptr, nullptr, db_f32.data(), dout.data(), inp.data(), w.data(), M, K, N,
+                        layout);
     EXPECT_TRUE(same_bits(db16, narrowed(db_f32, dtype)));
   }
 }
@@ -429,8 +427,7 @@ TEST_P(ActivationRoundingTest, LayerNormRoundsOutAndDinpKeepsMeanAndRstdInFp32) 
   std::vector<float> out_f32(N * C), mean_f32(N), rstd_f32(N), out(N * C), mean(N), rstd(N);
   f32_.layernorm_forward(out_f32.data(), mean_f32.data(), rstd_f32.data(), x.data(), w.data(),
                          b.data(), N, C);
-  act_.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
-                         C);
+  act_.layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
   EXPECT_TRUE(has_unrounded(out_f32, dtype()));
   EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
   EXPECT_TRUE(has_unrounded(mean_f32, dtype()) && has_unrounded(rstd_f32, dtype()));
@@ -463,15 +460,15 @@ TEST_P(ActivationRoundingTest, LayerNormWith16BitParametersIsTheFp32ResultRounde
                               db0 = narrowed(random_floats(C, 45), dtype());
   const std::vector<float> w = widened(w16, dtype()), b = widened(b16, dtype());
   std::vector<float> out_f32(N * C), mean(N), rstd(N), out(N * C), mean16(N), rstd16(N);
-  f32_.layernorm_forward(out_f32.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
-                         N, C);
-  act_.layernorm_forward(out.data(), mean16.data(), rstd16.data(), x.data(),
-                         {w16.data(), dtype()}, {b16.data(), dtype()}, N, C);
+  f32_.layernorm_forward(out_f32.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                         C);
+  act_.layernorm_forward(out.data(), mean16.data(), rstd16.data(), x.data(), {w16.data(), dtype()},
+                         {b16.data(), dtype()}, N, C);
   EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
   EXPECT_TRUE(same_bits(mean16, mean) && same_bits(rstd16, rstd));
 
   std::vector<float> dx_f32(N * C, 0.0f), dw_f32 = widened(dw0, dtype()),
-                     db_f32 = widened(db0, dtype());
+                                          db_f32 = widened(db0, dtype());
   f32_.layernorm_backward(dx_f32.data(), dw_f32.data(), db_f32.data(), dout.data(), x.data(),
                           w.data(), mean.data(), rstd.data(), N, C);
   std::vector<float> dx(N * C, 0.0f);
@@ -538,8 +535,8 @@ TEST_P(ActivationRoundingTest, FreshGradientsAreWrittenAsIfAddedIntoZeros) {
   const auto avx2 = test::kernels_capped_at("avx2", dtype());
   const auto sse2 = test::kernels_capped_at("sse2", dtype());
   using Shape = std::tuple<int64_t, int64_t, int64_t>;
-  const Shape shapes[] = {{9, 37, 21}, {600, 40, 70}, {4100, 8, 24},
-                          {600, 8, 5000}, {0, 5, 7}, {3, 5, 0}};
+  const Shape shapes[] = {{9, 37, 21},    {600, 40, 70}, {4100, 8, 24},
+                          {600, 8, 5000}, {0, 5, 7},     {3, 5, 0}};
   for (Kernels* k : {&act_, avx2.get(), sse2.get(), &f32_}) {
     for (DType gt : {dtype(), DType::kF32}) {
       for (const auto& [M, K, N] : shapes) {
@@ -547,8 +544,8 @@ TEST_P(ActivationRoundingTest, FreshGradientsAreWrittenAsIfAddedIntoZeros) {
         const auto inp = random_values(M * K, 50), dout = random_values(M * N, 51);
         const std::vector<uint16_t> w16 = narrowed(random_floats(K * N, 52), dtype());
         const std::vector<float> w32 = widened(w16, dtype());
-        const ConstOperand weight = k == &f32_ ? ConstOperand(w32.data())
-                                               : ConstOperand(w16.data(), dtype());
+        const ConstOperand weight =
+            k == &f32_ ? ConstOperand(w32.data()) : ConstOperand(w16.data(), dtype());
         for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
           SCOPED_TRACE(layout == WeightLayout::kInOut ? "kInOut" : "kOutIn");
           const size_t bytes = static_cast<size_t>(K * N) * dtype_size(gt);
@@ -558,8 +555,7 @@ TEST_P(ActivationRoundingTest, FreshGradientsAreWrittenAsIfAddedIntoZeros) {
           k->matmul_backward(dinp_added.data(), Operand(added.data(), gt), nullptr, dout.data(),
                              inp.data(), weight, M, K, N, layout);
           k->matmul_backward(dinp_written.data(), Operand(fresh.data(), gt, true), nullptr,
-                             dout.data(), inp.data(), weight, M, K, N, layout,
-                             GradOutput::kWrite);
+                             dout.data(), inp.data(), weight, M, K, N, layout, GradOutput::kWrite);
           EXPECT_EQ(fresh, added);
           EXPECT_TRUE(same_bits(dinp_written, dinp_added));
           if (M > 0 && N > 0) {

@@ -106,7 +106,8 @@ TEST(ParseByteCount, RefusesMoreThanSixtyFourBits) {
   EXPECT_EQ(problem_of("1e999999"), too_large);
   // Trailing zeros are a power of ten, not digits: too large, not too long.
   EXPECT_EQ(problem_of("6000000000000000000000"), too_large);
-  EXPECT_CONTAINS(problem_of("123456789012345678901"), "more significant digits than a byte count needs (at most 20)");
+  EXPECT_CONTAINS(problem_of("123456789012345678901"),
+                  "more significant digits than a byte count needs (at most 20)");
 }
 
 TEST(FormatBytes, BinaryUnitThenTheExactCount) {

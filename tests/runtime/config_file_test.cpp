@@ -42,7 +42,8 @@ class ConfigFile : public ::testing::Test {
     return path.string();
   }
   // The kInput message load_config_json throws.
-  static std::string load_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  static std::string load_error(const std::string& path,
+                                const std::vector<std::string>& overrides = {}) {
     try {
       load_config_json(path, overrides);
     } catch (const Error& e) {
@@ -57,21 +58,25 @@ class ConfigFile : public ::testing::Test {
 };
 
 TEST_F(ConfigFile, MissingFileNamesThePath) {
-  EXPECT_CONTAINS(load_error("/nonexistent/zt.json"), "/nonexistent/zt.json: cannot open config file");
+  EXPECT_CONTAINS(load_error("/nonexistent/zt.json"),
+                  "/nonexistent/zt.json: cannot open config file");
   EXPECT_CONTAINS(load_error(std::filesystem::temp_directory_path().string()), "is a directory");
 }
 
 TEST_F(ConfigFile, MalformedJsonGivesLineAndColumn) {
   std::string path = write("bad.json", "{\n  \"zt\": {\n    \"steps\": 1,\n  }\n}\n");
   std::string message = load_error(path);
-  EXPECT_EQ(message.rfind(path + ": malformed JSON: parse error at line 4, column 3", 0), 0u) << message;
+  EXPECT_EQ(message.rfind(path + ": malformed JSON: parse error at line 4, column 3", 0), 0u)
+      << message;
   EXPECT_CONTAINS(message, "expected string literal");
 }
 
 TEST_F(ConfigFile, DuplicateKeysAreErrors) {
-  std::string path = write("dup.json", R"({"zt": {"steps": 1, "model": {"n_layer": 1}, "steps": 2}})");
+  std::string path =
+      write("dup.json", R"({"zt": {"steps": 1, "model": {"n_layer": 1}, "steps": 2}})");
   EXPECT_EQ(load_error(path), path + ": duplicate key 'zt.steps'");
-  std::string nested = write("dup2.json", R"({"a": [{"x": 1}], "zt": {"model": {"n_layer": 1, "n_layer": 2}}})");
+  std::string nested =
+      write("dup2.json", R"({"a": [{"x": 1}], "zt": {"model": {"n_layer": 1, "n_layer": 2}}})");
   EXPECT_EQ(load_error(nested), nested + ": duplicate key 'zt.model.n_layer'");
 }
 
@@ -82,11 +87,11 @@ TEST_F(ConfigFile, TopLevelMustBeObject) {
 
 TEST_F(ConfigFile, OverridesParseJsonOrTakeStrings) {
   std::string path = write("ok.json", minimal().dump());
-  json j = load_config_json(path, {"optimizer.type=AdamW", "optimizer.params.lr=0.01",
-                                   "optimizer.params.betas=[0.9,0.95]", "fp16.enabled=true",
-                                   "zt.output_dir=runs/x", "zt.val_data=\"v.bin\"",
-                                   "zero_optimization={\"stage\":2}", "zt.seq_len=128",
-                                   "zt.init_from=", "zt.steps=10", "zt.steps=20"});
+  json j = load_config_json(
+      path, {"optimizer.type=AdamW", "optimizer.params.lr=0.01",
+             "optimizer.params.betas=[0.9,0.95]", "fp16.enabled=true", "zt.output_dir=runs/x",
+             "zt.val_data=\"v.bin\"", "zero_optimization={\"stage\":2}", "zt.seq_len=128",
+             "zt.init_from=", "zt.steps=10", "zt.steps=20"});
   EXPECT_EQ(j["optimizer"]["type"], "AdamW");
   EXPECT_EQ(j["optimizer"]["params"]["lr"], 0.01);
   EXPECT_EQ(j["optimizer"]["params"]["betas"], json({0.9, 0.95}));
@@ -141,7 +146,8 @@ TEST_F(ConfigFile, MalformedOverridesAreQuoted) {
   std::string path = write("bad_override.json", minimal().dump());
   EXPECT_EQ(load_error(path, {"zt.seq_len"}), "--set 'zt.seq_len': expected key.path=value");
   EXPECT_EQ(load_error(path, {"=5"}), "--set '=5': expected key.path=value");
-  EXPECT_EQ(load_error(path, {"zt..seq_len=5"}), "--set 'zt..seq_len=5': empty key in 'zt..seq_len'");
+  EXPECT_EQ(load_error(path, {"zt..seq_len=5"}),
+            "--set 'zt..seq_len=5': empty key in 'zt..seq_len'");
   EXPECT_EQ(load_error(path, {"zt.model.n_layer=2"}),
             "--set 'zt.model.n_layer=2': 'zt.model' is string \"gpt2-tiny\", not an object");
 }

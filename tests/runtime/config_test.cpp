@@ -73,8 +73,13 @@ TEST(ConfigBatch, DerivesAsDeepSpeed) {
       {{{"train_batch_size", 32}, {"train_micro_batch_size_per_gpu", 4}}, 2, 32, 4, 4},
       {{{"train_batch_size", 32}, {"gradient_accumulation_steps", 2}}, 2, 32, 8, 2},
       {{{"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 3}}, 2, 24, 4, 3},
-      {{{"train_batch_size", 24}, {"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 3}},
-       2, 24, 4, 3},
+      {{{"train_batch_size", 24},
+        {"train_micro_batch_size_per_gpu", 4},
+        {"gradient_accumulation_steps", 3}},
+       2,
+       24,
+       4,
+       3},
   };
   for (const BatchCase& c : cases) {
     json j = without(minimal(), "/train_micro_batch_size_per_gpu");
@@ -99,10 +104,11 @@ TEST(ConfigBatch, InconsistentTripleQuotesAllNumbers) {
 TEST(ConfigBatch, DerivationMustDivideExactly) {
   json j = minimal();
   j["train_batch_size"] = 30;
-  EXPECT_EQ(input_error(j, 2),
-            "configs/x.json: inconsistent batch sizes: gradient_accumulation_steps = "
-            "train_batch_size 30 / (train_micro_batch_size_per_gpu 4 * world size 2) is not a whole "
-            "number (30 / 8)");
+  EXPECT_EQ(
+      input_error(j, 2),
+      "configs/x.json: inconsistent batch sizes: gradient_accumulation_steps = "
+      "train_batch_size 30 / (train_micro_batch_size_per_gpu 4 * world size 2) is not a whole "
+      "number (30 / 8)");
   json only_tbs = without(minimal(), "/train_micro_batch_size_per_gpu");
   only_tbs["train_batch_size"] = 5;
   EXPECT_CONTAINS(input_error(only_tbs, 2),
@@ -115,8 +121,9 @@ TEST(ConfigBatch, DerivationMustDivideExactly) {
 TEST(ConfigBatch, NeedsTrainOrMicroBatch) {
   json j = without(minimal(), "/train_micro_batch_size_per_gpu");
   j["gradient_accumulation_steps"] = 2;
-  EXPECT_EQ(input_error(j),
-            "configs/x.json: one of 'train_batch_size' or 'train_micro_batch_size_per_gpu' is required");
+  EXPECT_EQ(
+      input_error(j),
+      "configs/x.json: one of 'train_batch_size' or 'train_micro_batch_size_per_gpu' is required");
 }
 
 TEST(ConfigBatch, ValuesMustBePositiveIntegers) {
@@ -158,14 +165,16 @@ TEST(ConfigKeys, UnknownNestedKeysNameTheFullPath) {
                   "unknown key 'fp16.enable' (did you mean 'fp16.enabled'?)");
   EXPECT_CONTAINS(input_error(with(minimal(), "/aio", {{"queue_dept", 8}})),
                   "unknown key 'aio.queue_dept' (did you mean 'aio.queue_depth'?)");
-  EXPECT_CONTAINS(input_error(with(minimal(), "/activation_checkpointing", {{"number_checkpoint", 2}})),
-                  "did you mean 'activation_checkpointing.number_checkpoints'?");
+  EXPECT_CONTAINS(
+      input_error(with(minimal(), "/activation_checkpointing", {{"number_checkpoint", 2}})),
+      "did you mean 'activation_checkpointing.number_checkpoints'?");
   EXPECT_CONTAINS(input_error(with(minimal(), "/data_types", {{"grad_accum_type", "fp32"}})),
                   "did you mean 'data_types.grad_accum_dtype'?");
 }
 
 TEST(ConfigKeys, OptimizerParamsDependOnType) {
-  json adamw = with(minimal(), "/optimizer", {{"type", "AdamW"}, {"params", {{"learning_rate", 0.1}}}});
+  json adamw =
+      with(minimal(), "/optimizer", {{"type", "AdamW"}, {"params", {{"learning_rate", 0.1}}}});
   EXPECT_EQ(input_error(adamw),
             "configs/x.json: unknown key 'optimizer.params.learning_rate' (not a parameter of "
             "optimizer type \"AdamW\")");
@@ -173,21 +182,27 @@ TEST(ConfigKeys, OptimizerParamsDependOnType) {
   EXPECT_CONTAINS(input_error(adamw), "unknown key 'optimizer.params.momentum'");
   // DeepSpeed accepts adam_w_mode beside AdamW (true is a note); false is refused with a reason.
   adamw["optimizer"]["params"] = {{"adam_w_mode", false}};
-  EXPECT_CONTAINS(input_error(adamw), "'optimizer.params.adam_w_mode' false asks for L2 weight decay");
+  EXPECT_CONTAINS(input_error(adamw),
+                  "'optimizer.params.adam_w_mode' false asks for L2 weight decay");
   json sgd = with(minimal(), "/optimizer", {{"type", "SGD"}, {"params", {{"betas", {0.9, 0.99}}}}});
-  EXPECT_CONTAINS(input_error(sgd), "unknown key 'optimizer.params.betas' (not a parameter of "
-                                    "optimizer type \"SGD\")");
-  json weight = with(minimal(), "/optimizer", {{"type", "Adam"}, {"params", {{"weightdecay", 0.1}}}});
+  EXPECT_CONTAINS(input_error(sgd),
+                  "unknown key 'optimizer.params.betas' (not a parameter of "
+                  "optimizer type \"SGD\")");
+  json weight =
+      with(minimal(), "/optimizer", {{"type", "Adam"}, {"params", {{"weightdecay", 0.1}}}});
   EXPECT_CONTAINS(input_error(weight), "(did you mean 'optimizer.params.weight_decay'?)");
 }
 
 TEST(ConfigKeys, SchedulerParamsDependOnType) {
-  json cosine = with(minimal(), "/scheduler",
-                     {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 10}, {"warmup_steps", 2}}}});
-  EXPECT_EQ(input_error(cosine),
-            "configs/x.json: unknown key 'scheduler.params.warmup_steps' (not a parameter of "
-            "scheduler type \"WarmupCosineLR\") (did you mean 'scheduler.params.warmup_num_steps'?)");
-  json warmup = with(minimal(), "/scheduler", {{"type", "WarmupLR"}, {"params", {{"total_num_steps", 10}}}});
+  json cosine = with(
+      minimal(), "/scheduler",
+      {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 10}, {"warmup_steps", 2}}}});
+  EXPECT_EQ(
+      input_error(cosine),
+      "configs/x.json: unknown key 'scheduler.params.warmup_steps' (not a parameter of "
+      "scheduler type \"WarmupCosineLR\") (did you mean 'scheduler.params.warmup_num_steps'?)");
+  json warmup =
+      with(minimal(), "/scheduler", {{"type", "WarmupLR"}, {"params", {{"total_num_steps", 10}}}});
   EXPECT_CONTAINS(input_error(warmup), "unknown key 'scheduler.params.total_num_steps'");
   cosine["scheduler"]["params"] = {{"total_num_steps", 10}, {"warmup_max_lr", 0.1}};
   EXPECT_CONTAINS(input_error(cosine), "unknown key 'scheduler.params.warmup_max_lr'");
@@ -205,25 +220,38 @@ TEST(ConfigTypes, WrongTypesNameKeyAndTypeFound) {
   const json adam = {{"type", "Adam"}, {"params", json::object()}};
   const TypeCase cases[] = {
       {"/optimizer", adam, ""},  // valid: sets up the block the next rows edit
-      {"/optimizer/params/lr", "fast", "'optimizer.params.lr' must be a number, got string \"fast\""},
+      {"/optimizer/params/lr", "fast",
+       "'optimizer.params.lr' must be a number, got string \"fast\""},
       {"/optimizer/params/adam_w_mode", "yes",
        "'optimizer.params.adam_w_mode' must be a boolean (true or false), got string \"yes\""},
-      {"/optimizer/params/betas", {0.9}, "'optimizer.params.betas' must be an array of 2 numbers, got array [0.9]"},
-      {"/optimizer/params/betas", {0.9, "x"}, "'optimizer.params.betas[1]' must be a number, got string \"x\""},
-      {"/optimizer/type", 3, "'optimizer.type' must be one of \"Adam\", \"AdamW\", \"SGD\", got integer 3"},
+      {"/optimizer/params/betas",
+       {0.9},
+       "'optimizer.params.betas' must be an array of 2 numbers, got array [0.9]"},
+      {"/optimizer/params/betas",
+       {0.9, "x"},
+       "'optimizer.params.betas[1]' must be a number, got string \"x\""},
+      {"/optimizer/type", 3,
+       "'optimizer.type' must be one of \"Adam\", \"AdamW\", \"SGD\", got integer 3"},
       {"/zt/seq_len", "64", "'zt.seq_len' must be an integer, got string \"64\""},
       {"/zt/seq_len", 1.5, "'zt.seq_len' must be an integer, got number 1.5"},
       {"/zt/train_data", 3, "'zt.train_data' must be a string, got integer 3"},
       {"/zt/shuffle", 1, "'zt.shuffle' must be a boolean (true or false), got integer 1"},
       {"/zt/model", 5,
-       "'zt.model' must be a string (a model zoo name) or an object (GPT2Config keys, or a config.json's with its model_type), got integer 5"},
+       "'zt.model' must be a string (a model zoo name) or an object (GPT2Config keys, or a "
+       "config.json's with its model_type), got integer 5"},
       {"/zt/model", {{"n_layer", "2"}}, "'zt.model.n_layer' must be an integer, got string \"2\""},
-      {"/fp16", {{"enabled", 1}}, "'fp16.enabled' must be a boolean (true or false), got integer 1"},
+      {"/fp16",
+       {{"enabled", 1}},
+       "'fp16.enabled' must be a boolean (true or false), got integer 1"},
       {"/zero_optimization", "yes", "'zero_optimization' must be an object, got string \"yes\""},
-      {"/zero_optimization", {{"stage", "2"}}, "'zero_optimization.stage' must be an integer, got string \"2\""},
-      {"/zero_optimization", {{"overlap_comm", "true"}},
+      {"/zero_optimization",
+       {{"stage", "2"}},
+       "'zero_optimization.stage' must be an integer, got string \"2\""},
+      {"/zero_optimization",
+       {{"overlap_comm", "true"}},
        "'zero_optimization.overlap_comm' must be a boolean (true or false), got string \"true\""},
-      {"/scheduler", {{"type", "WarmupLR"}, {"params", {1, 2}}},
+      {"/scheduler",
+       {{"type", "WarmupLR"}, {"params", {1, 2}}},
        "'scheduler.params' must be an object, got array [1,2]"},
       {"/aio", {{"block_size", true}}, "'aio.block_size' must be an integer, got boolean true"},
       {"/gradient_clipping", "1.0", "'gradient_clipping' must be a number, got string \"1.0\""},
@@ -239,7 +267,8 @@ TEST(ConfigTypes, WrongTypesNameKeyAndTypeFound) {
 }
 
 TEST(ConfigTypes, IntegralFloatsAreIntegers) {
-  Config c = parse(with(minimal(), "/zero_optimization", {{"reduce_bucket_size", 5e8}, {"stage", 2.0}}));
+  Config c =
+      parse(with(minimal(), "/zero_optimization", {{"reduce_bucket_size", 5e8}, {"stage", 2.0}}));
   EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500'000'000);
   EXPECT_EQ(c.zero_optimization.stage, 2);
 }
@@ -293,9 +322,9 @@ TEST(ConfigCheckpoint, BadValuesNameTheKey) {
 TEST(ConfigMemoryLimit, BytesOrAStringWithAUnit) {
   EXPECT_EQ(parse(minimal()).zt.device_memory_limit, 0u);  // absent: no limit
   const std::pair<json, uint64_t> cases[] = {
-      {6000000000, 6'000'000'000u}, {6e9, 6'000'000'000u},   {"6GB", 6'000'000'000u},
+      {6000000000, 6'000'000'000u}, {6e9, 6'000'000'000u},       {"6GB", 6'000'000'000u},
       {"6 GB", 6'000'000'000u},     {"6GiB", uint64_t{6} << 30}, {"512MiB", 512u << 20},
-      {"1.5GiB", 1'610'612'736u},   {"6e9", 6'000'000'000u},   {1, 1u},
+      {"1.5GiB", 1'610'612'736u},   {"6e9", 6'000'000'000u},     {1, 1u},
   };
   for (const auto& [value, bytes] : cases) {
     SCOPED_TRACE(value.dump());
@@ -312,7 +341,8 @@ TEST(ConfigMemoryLimit, BadValuesNameKeyValueAndFile) {
       {0.0, "'zt.device_memory_limit' must be > 0, got 0.0"},
       {1.5, "'zt.device_memory_limit' is number 1.5: not a whole number of bytes"},
       {1e20, "'zt.device_memory_limit' is number 1e+20: more than 2^64 - 1 bytes"},
-      {"0GB", "'zt.device_memory_limit' is string \"0GB\": less than one byte (a size must be > 0)"},
+      {"0GB",
+       "'zt.device_memory_limit' is string \"0GB\": less than one byte (a size must be > 0)"},
       {"-6GB", "'zt.device_memory_limit' is string \"-6GB\": negative (a size must be > 0)"},
       {"6 gigs",
        "'zt.device_memory_limit' is string \"6 gigs\": unknown unit 'gigs'; use B, kB, MB, GB, "
@@ -339,42 +369,55 @@ TEST(ConfigMemoryLimit, BadValuesNameKeyValueAndFile) {
               kSource + ": " + message);
   }
   // A JSON integer past 2^64 - 1 reads as a number, refused the same way.
-  EXPECT_CONTAINS(input_error(with(minimal(), "/zt/device_memory_limit",
-                                   json::parse("18446744073709551616"))),
-                  "more than 2^64 - 1 bytes");
+  EXPECT_CONTAINS(
+      input_error(with(minimal(), "/zt/device_memory_limit", json::parse("18446744073709551616"))),
+      "more than 2^64 - 1 bytes");
 }
 
 // ---- ranges, choices, required keys, combinations --------------------------------------------
 
 TEST(ConfigRanges, OutOfRangeValuesNameKeyAndValue) {
   const TypeCase cases[] = {
-      {"/zero_optimization", {{"stage", 4}}, "'zero_optimization.stage' must be between 0 and 3, got 4"},
-      {"/zero_optimization", {{"reduce_bucket_size", 0}},
+      {"/zero_optimization",
+       {{"stage", 4}},
+       "'zero_optimization.stage' must be between 0 and 3, got 4"},
+      {"/zero_optimization",
+       {{"reduce_bucket_size", 0}},
        "'zero_optimization.reduce_bucket_size' must be > 0, got 0"},
-      {"/zero_optimization", {{"allgather_bucket_size", -5}},
+      {"/zero_optimization",
+       {{"allgather_bucket_size", -5}},
        "'zero_optimization.allgather_bucket_size' must be > 0, got -5"},
-      {"/zero_optimization", {{"stage3_param_persistence_threshold", -1}},
+      {"/zero_optimization",
+       {{"stage3_param_persistence_threshold", -1}},
        "'zero_optimization.stage3_param_persistence_threshold' must be >= 0, got -1"},
-      {"/zero_optimization", {{"stage", 3}, {"offload_param", {{"device", "cpu"}, {"buffer_count", 0}}}},
+      {"/zero_optimization",
+       {{"stage", 3}, {"offload_param", {{"device", "cpu"}, {"buffer_count", 0}}}},
        "'zero_optimization.offload_param.buffer_count' must be > 0, got 0"},
       {"/gradient_clipping", -1.0, "'gradient_clipping' must be >= 0, got -1.0"},
       {"/steps_per_print", 0, "'steps_per_print' must be > 0, got 0"},
       {"/gradient_predivide_factor", 0.0, "'gradient_predivide_factor' must be > 0, got 0.0"},
-      {"/optimizer", {{"type", "AdamW"}, {"params", {{"lr", -0.1}}}}, "'optimizer.params.lr' must be >= 0, got -0.1"},
-      {"/optimizer", {{"type", "AdamW"}, {"params", {{"betas", {0.9, 1.0}}}}},
+      {"/optimizer",
+       {{"type", "AdamW"}, {"params", {{"lr", -0.1}}}},
+       "'optimizer.params.lr' must be >= 0, got -0.1"},
+      {"/optimizer",
+       {{"type", "AdamW"}, {"params", {{"betas", {0.9, 1.0}}}}},
        "'optimizer.params.betas[1]' must be >= 0 and < 1, got 1.0"},
-      {"/scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 10}, {"cos_min_ratio", 1.5}}}},
+      {"/scheduler",
+       {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 10}, {"cos_min_ratio", 1.5}}}},
        "'scheduler.params.cos_min_ratio' must be between 0 and 1, got 1.5"},
-      {"/scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 0}}}},
+      {"/scheduler",
+       {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 0}}}},
        "'scheduler.params.warmup_num_steps' must be > 0, got 0"},
       {"/fp16", {{"loss_scale_window", 0}}, "'fp16.loss_scale_window' must be > 0, got 0"},
       {"/fp16", {{"min_loss_scale", 0}}, "'fp16.min_loss_scale' must be > 0, got 0"},
-      {"/activation_checkpointing", {{"number_checkpoints", -1}},
+      {"/activation_checkpointing",
+       {{"number_checkpoints", -1}},
        "'activation_checkpointing.number_checkpoints' must be >= 0, got -1"},
       {"/aio", {{"thread_count", 0}}, "'aio.thread_count' must be > 0, got 0"},
       {"/zt/steps", 0, "'zt.steps' must be > 0, got 0"},
       {"/zt/seq_len", -64, "'zt.seq_len' must be > 0, got -64"},
-      {"/zt/seq_len", 1LL << 40, "'zt.seq_len' must be between -2147483648 and 2147483647, got 1099511627776"},
+      {"/zt/seq_len", 1LL << 40,
+       "'zt.seq_len' must be between -2147483648 and 2147483647, got 1099511627776"},
       {"/zt/eval_every", -1, "'zt.eval_every' must be >= 0, got -1"},
       {"/zt/eval_batches", 0, "'zt.eval_batches' must be > 0, got 0"},
       {"/zt/seed", -1, "'zt.seed' must be >= 0, got -1"},
@@ -383,7 +426,8 @@ TEST(ConfigRanges, OutOfRangeValuesNameKeyAndValue) {
       {"/zt/comm_init_timeout_s", 0, "'zt.comm_init_timeout_s' must be > 0, got 0"},
       {"/zt/comm_init_timeout_s", -1.5, "'zt.comm_init_timeout_s' must be > 0, got -1.5"},
       {"/zt/model", {{"n_head", 0}}, "'zt.model.n_head' must be > 0, got 0"},
-      {"/zt/model", {{"n_embd", 100}, {"n_head", 12}},
+      {"/zt/model",
+       {{"n_embd", 100}, {"n_head", 12}},
        "'zt.model.n_embd' 100 must be a multiple of 'zt.model.n_head' 12"},
       {"/zt/model", "", "'zt.model' must not be empty"},
   };
@@ -397,8 +441,9 @@ TEST(ConfigRanges, OutOfRangeValuesNameKeyAndValue) {
 // it has no effect, with it none does.
 TEST(ConfigAio, NamesGdsBlockSizeAndTheNote) {
   EXPECT_EQ(parse(with(minimal(), "/aio", {{"intra_op_parallelism", 3}})).aio.thread_count, 3);
-  EXPECT_CONTAINS(input_error(with(minimal(), "/aio", {{"intra_op_parallelism", 2}, {"thread_count", 2}})),
-                  "'aio.thread_count' is the older name of 'aio.intra_op_parallelism': give one of them");
+  EXPECT_CONTAINS(
+      input_error(with(minimal(), "/aio", {{"intra_op_parallelism", 2}, {"thread_count", 2}})),
+      "'aio.thread_count' is the older name of 'aio.intra_op_parallelism': give one of them");
   EXPECT_CONTAINS(input_error(with(minimal(), "/aio", {{"use_gds", true}})),
                   "'aio.use_gds' is true: GPUDirect Storage");
   EXPECT_EQ(parse(with(minimal(), "/aio", {{"use_gds", false}})).aio.queue_depth, 8);
@@ -410,8 +455,9 @@ TEST(ConfigAio, NamesGdsBlockSizeAndTheNote) {
   };
   const json with_aio = with(minimal(), "/aio", {{"queue_depth", 4}});
   EXPECT_EQ(aio_notes(parse(with_aio)), 1);
-  json nvme = with(with_aio, "/zero_optimization",
-                   {{"stage", 2}, {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/x"}}}});
+  json nvme =
+      with(with_aio, "/zero_optimization",
+           {{"stage", 2}, {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/x"}}}});
   const Config c = parse(nvme);
   EXPECT_EQ(aio_notes(c), 0);
   EXPECT_EQ(c.aio.queue_depth, 4);
@@ -430,8 +476,12 @@ TEST(ConfigAio, NamesGdsBlockSizeAndTheNote) {
   json params = with(with_aio, "/zero_optimization",
                      {{"stage", 3},
                       {"offload_optimizer", {{"device", "cpu"}}},
-                      {"offload_param", {{"device", "nvme"}, {"nvme_path", "/x"}, {"buffer_count", 3},
-                                         {"buffer_size", 1e8}, {"max_in_cpu", 1e9}}}});
+                      {"offload_param",
+                       {{"device", "nvme"},
+                        {"nvme_path", "/x"},
+                        {"buffer_count", 3},
+                        {"buffer_size", 1e8},
+                        {"max_in_cpu", 1e9}}}});
   const Config p = parse(params);
   EXPECT_EQ(aio_notes(p), 0);
   EXPECT_EQ(p.zero_optimization.offload_param.buffer_count, 3);
@@ -449,12 +499,16 @@ TEST(ConfigChoices, UnknownNamesListChoicesAndSuggest) {
             "string \"Adamm\" (did you mean \"Adam\"?)");
   EXPECT_EQ(input_error(with(minimal(), "/scheduler", {{"type", "warmupcosinelr"}})),
             "configs/x.json: 'scheduler.type' must be one of \"WarmupLR\", \"WarmupDecayLR\", "
-            "\"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\", got string \"warmupcosinelr\" (did you mean \"WarmupCosineLR\"?)");
-  EXPECT_CONTAINS(input_error(with(minimal(), "/scheduler",
-                                   {{"type", "WarmupLR"}, {"params", {{"warmup_type", "cosine"}}}})),
-                  "'scheduler.params.warmup_type' must be one of \"log\", \"linear\", got string \"cosine\"");
-  EXPECT_CONTAINS(input_error(with(minimal(), "/zero_optimization", {{"offload_optimizer", {{"device", "gpu"}}}})),
-                  "'zero_optimization.offload_optimizer.device' must be one of \"none\", \"cpu\", \"nvme\"");
+            "\"WarmupCosineLR\", \"OneCycle\", \"LRRangeTest\", got string \"warmupcosinelr\" (did "
+            "you mean \"WarmupCosineLR\"?)");
+  EXPECT_CONTAINS(
+      input_error(with(minimal(), "/scheduler",
+                       {{"type", "WarmupLR"}, {"params", {{"warmup_type", "cosine"}}}})),
+      "'scheduler.params.warmup_type' must be one of \"log\", \"linear\", got string \"cosine\"");
+  EXPECT_CONTAINS(
+      input_error(
+          with(minimal(), "/zero_optimization", {{"offload_optimizer", {{"device", "gpu"}}}})),
+      "'zero_optimization.offload_optimizer.device' must be one of \"none\", \"cpu\", \"nvme\"");
   EXPECT_CONTAINS(input_error(with(minimal(), "/data_types", {{"grad_accum_dtype", "fp8"}})),
                   "'data_types.grad_accum_dtype' must be one of \"fp32\"");
   EXPECT_CONTAINS(input_error(with(minimal(), "/communication_data_type", "bf17")),
@@ -462,9 +516,12 @@ TEST(ConfigChoices, UnknownNamesListChoicesAndSuggest) {
 }
 
 TEST(ConfigChoices, OptimizerTypeIsCaseInsensitiveAsDeepSpeed) {
-  EXPECT_EQ(parse(with(minimal(), "/optimizer", {{"type", "adamw"}})).optimizer.type, OptimizerType::kAdamW);
-  EXPECT_EQ(parse(with(minimal(), "/optimizer", {{"type", "ADAM"}})).optimizer.type, OptimizerType::kAdam);
-  EXPECT_EQ(parse(with(minimal(), "/optimizer", {{"type", "sgd"}})).optimizer.type, OptimizerType::kSGD);
+  EXPECT_EQ(parse(with(minimal(), "/optimizer", {{"type", "adamw"}})).optimizer.type,
+            OptimizerType::kAdamW);
+  EXPECT_EQ(parse(with(minimal(), "/optimizer", {{"type", "ADAM"}})).optimizer.type,
+            OptimizerType::kAdam);
+  EXPECT_EQ(parse(with(minimal(), "/optimizer", {{"type", "sgd"}})).optimizer.type,
+            OptimizerType::kSGD);
 }
 
 TEST(ConfigRequired, MissingKeysAreNamed) {
@@ -497,23 +554,30 @@ TEST(ConfigCombinations, ConflictsAreErrors) {
   json alias = minimal();
   alias["bf16"] = {{"enabled", false}};
   alias["bfloat16"] = {{"enabled", true}};
-  EXPECT_EQ(input_error(alias), "configs/x.json: 'bf16' and 'bfloat16' name the same block; give only one");
+  EXPECT_EQ(input_error(alias),
+            "configs/x.json: 'bf16' and 'bfloat16' name the same block; give only one");
   EXPECT_EQ(input_error(with(minimal(), "/zero_optimization",
                              {{"stage", 2}, {"offload_param", {{"device", "cpu"}}}})),
-            "configs/x.json: 'zero_optimization.offload_param' needs zero_optimization.stage 3, got stage 2");
-  EXPECT_EQ(input_error(with(minimal(), "/zero_optimization", {{"offload_optimizer", {{"device", "cpu"}}}})),
-            "configs/x.json: 'zero_optimization.offload_optimizer' needs zero_optimization.stage >= 1, "
-            "got stage 0");
-  EXPECT_EQ(input_error(with(minimal(), "/zero_optimization",
-                             {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/x"}}}})),
+            "configs/x.json: 'zero_optimization.offload_param' needs zero_optimization.stage 3, "
+            "got stage 2");
+  EXPECT_EQ(
+      input_error(
+          with(minimal(), "/zero_optimization", {{"offload_optimizer", {{"device", "cpu"}}}})),
+      "configs/x.json: 'zero_optimization.offload_optimizer' needs zero_optimization.stage >= 1, "
+      "got stage 0");
+  EXPECT_EQ(input_error(
+                with(minimal(), "/zero_optimization",
+                     {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/x"}}}})),
             "configs/x.json: 'zero_optimization.offload_param' needs "
             "'zero_optimization.offload_optimizer' too (device \"cpu\" or \"nvme\"): the optimizer "
             "writes the updated parameter shards where it runs, on the host");
 }
 
 TEST(ConfigCheckpointing, PoliciesAndUnsupportedOptions) {
-  EXPECT_EQ(parse(minimal()).activation_checkpointing.policy, ActivationCheckpointing::Policy::kNone);
-  auto every = parse(with(minimal(), "/activation_checkpointing", json::object())).activation_checkpointing;
+  EXPECT_EQ(parse(minimal()).activation_checkpointing.policy,
+            ActivationCheckpointing::Policy::kNone);
+  auto every =
+      parse(with(minimal(), "/activation_checkpointing", json::object())).activation_checkpointing;
   EXPECT_EQ(every.policy, ActivationCheckpointing::Policy::kEveryUnit);
   auto three = parse(with(minimal(), "/activation_checkpointing", {{"number_checkpoints", 3}}))
                    .activation_checkpointing;
@@ -523,12 +587,14 @@ TEST(ConfigCheckpointing, PoliciesAndUnsupportedOptions) {
                   .activation_checkpointing;
   EXPECT_EQ(none.policy, ActivationCheckpointing::Policy::kCount);
   EXPECT_EQ(none.count, 0);
-  EXPECT_EQ(input_error(with(minimal(), "/activation_checkpointing", {{"partition_activations", true}})),
-            "configs/x.json: 'activation_checkpointing.partition_activations' is not supported yet; "
-            "set it to false");
-  EXPECT_EQ(input_error(with(minimal(), "/activation_checkpointing", {{"cpu_checkpointing", true}})),
-            "configs/x.json: 'activation_checkpointing.cpu_checkpointing' is not supported yet; set it "
-            "to false");
+  EXPECT_EQ(
+      input_error(with(minimal(), "/activation_checkpointing", {{"partition_activations", true}})),
+      "configs/x.json: 'activation_checkpointing.partition_activations' is not supported yet; "
+      "set it to false");
+  EXPECT_EQ(
+      input_error(with(minimal(), "/activation_checkpointing", {{"cpu_checkpointing", true}})),
+      "configs/x.json: 'activation_checkpointing.cpu_checkpointing' is not supported yet; set it "
+      "to false");
   EXPECT_NO_THROW(parse(with(minimal(), "/activation_checkpointing",
                              {{"partition_activations", false}, {"cpu_checkpointing", false}})));
 }
@@ -573,19 +639,23 @@ TEST(ConfigDefaults, MinimalConfigTakesDeepSpeedDefaults) {
 }
 
 TEST(ConfigDefaults, OverlapCommDefaultsOnAtStage3) {
-  EXPECT_TRUE(parse(with(minimal(), "/zero_optimization", {{"stage", 3}})).zero_optimization.overlap_comm);
+  EXPECT_TRUE(
+      parse(with(minimal(), "/zero_optimization", {{"stage", 3}})).zero_optimization.overlap_comm);
   EXPECT_FALSE(parse(with(minimal(), "/zero_optimization", {{"stage", 3}, {"overlap_comm", false}}))
                    .zero_optimization.overlap_comm);
 }
 
 TEST(ConfigDefaults, SchedulerPeakFollowsDeepSpeedConstructors) {
   json j = with(minimal(), "/optimizer", {{"type", "AdamW"}, {"params", {{"lr", 6e-4}}}});
-  EXPECT_DOUBLE_EQ(parse(with(j, "/scheduler", {{"type", "WarmupLR"}})).scheduler.warmup_max_lr, 6e-4);
-  Config decay = parse(with(j, "/scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"total_num_steps", 9}}}}));
+  EXPECT_DOUBLE_EQ(parse(with(j, "/scheduler", {{"type", "WarmupLR"}})).scheduler.warmup_max_lr,
+                   6e-4);
+  Config decay = parse(
+      with(j, "/scheduler", {{"type", "WarmupDecayLR"}, {"params", {{"total_num_steps", 9}}}}));
   EXPECT_DOUBLE_EQ(decay.scheduler.warmup_max_lr, 1e-3);
   EXPECT_EQ(decay.scheduler.warmup_num_steps, 1000);
   EXPECT_EQ(decay.scheduler.warmup_type, WarmupType::kLog);
-  Config cosine = parse(with(j, "/scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 9}}}}));
+  Config cosine = parse(
+      with(j, "/scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 9}}}}));
   EXPECT_DOUBLE_EQ(cosine.scheduler.warmup_min_ratio, 0.0);
   EXPECT_DOUBLE_EQ(cosine.scheduler.cos_min_ratio, 0.0001);
 }
@@ -660,20 +730,22 @@ TEST(ConfigFull, EveryBlockParses) {
   EXPECT_EQ(c.activation_checkpointing.policy, ActivationCheckpointing::Policy::kCount);
   EXPECT_EQ(c.activation_checkpointing.count, 2);
   // Keys with no effect are notes now, not fields (one line each, naming the key).
-  for (const char* key : {"'prescale_gradients'", "'gradient_predivide_factor'",
-                          "'zero_optimization.contiguous_gradients'", "'zero_optimization.reduce_scatter'",
-                          "'zero_optimization.allgather_partitions'", "'zero_optimization.sub_group_size'",
-                          "'activation_checkpointing.contiguous_memory_optimization'",
-                          "'activation_checkpointing.profile'"}) {
+  for (const char* key :
+       {"'prescale_gradients'", "'gradient_predivide_factor'",
+        "'zero_optimization.contiguous_gradients'", "'zero_optimization.reduce_scatter'",
+        "'zero_optimization.allgather_partitions'", "'zero_optimization.sub_group_size'",
+        "'activation_checkpointing.contiguous_memory_optimization'",
+        "'activation_checkpointing.profile'"}) {
     EXPECT_EQ(std::count_if(c.notes.begin(), c.notes.end(),
                             [&](const std::string& n) { return n.find(key) != std::string::npos; }),
               1)
         << key;
   }
   // offload_param's nvme tier uses the aio block: no note about it.
-  EXPECT_EQ(std::count_if(c.notes.begin(), c.notes.end(),
-                          [](const std::string& n) { return n.find("'aio'") != std::string::npos; }),
-            0);
+  EXPECT_EQ(
+      std::count_if(c.notes.begin(), c.notes.end(),
+                    [](const std::string& n) { return n.find("'aio'") != std::string::npos; }),
+      0);
   EXPECT_EQ(c.aio.block_size, 262144);
   EXPECT_EQ(c.aio.thread_count, 2);
   EXPECT_FALSE(c.aio.overlap_events);

@@ -206,8 +206,9 @@ TEST_F(CudaDeviceTest, ImpossibleAllocationNamesCategoryBytesAndWhatWouldFit) {
     // error.
     EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
     const std::string& m = e.message();
-    EXPECT_EQ(m.rfind("out of device memory on " + gpu_->name() + ": params asked for 4.00 PiB "
-                      "(4,503,599,627,370,496 bytes) but cudaMalloc of 4.00 PiB",
+    EXPECT_EQ(m.rfind("out of device memory on " + gpu_->name() +
+                          ": params asked for 4.00 PiB "
+                          "(4,503,599,627,370,496 bytes) but cudaMalloc of 4.00 PiB",
                       0),
               0u)
         << m;
@@ -257,7 +258,8 @@ TEST_F(CudaDeviceTest, HostTierMemoryIsPinnedForTheGpu) {
   Buffer staged = host.alloc(bytes, MemCategory::kOptimizer);
   EXPECT_TRUE(host.pinning_failure().empty()) << host.pinning_failure();
   EXPECT_GE(host.pinned_bytes(), bytes);
-  for (size_t i = 0; i < bytes; ++i) staged.as<unsigned char>()[i] = static_cast<unsigned char>(i * 7);
+  for (size_t i = 0; i < bytes; ++i)
+    staged.as<unsigned char>()[i] = static_cast<unsigned char>(i * 7);
   Buffer on_gpu = gpu_->alloc(bytes, MemCategory::kOther);
   gpu_->copy_from_host(on_gpu.data(), staged.data(), bytes);
   std::vector<unsigned char> back(bytes);

@@ -323,9 +323,9 @@ TEST_F(CudaDeviceTest, AddIsBitwiseEqualToCpuForEveryTypeCombination) {
         gk().add(dd.data(), dt, da.data(), at, db.data(), bt, n);
         std::vector<uint8_t> expected(bytes);
         ck().add(expected.data(), dt, ha.data(), at, hb.data(), bt, n);
-        expect_elements_equal(download_bytes(dd, bytes), expected, dt, n, /*nan_is_nan=*/true,
-                              "add " + type_name(dt) + " = " + type_name(at) + " + " +
-                                  type_name(bt));
+        expect_elements_equal(
+            download_bytes(dd, bytes), expected, dt, n, /*nan_is_nan=*/true,
+            "add " + type_name(dt) + " = " + type_name(at) + " + " + type_name(bt));
       }
     }
   }
@@ -429,7 +429,6 @@ TEST_F(CudaDeviceTest, SumSquaresCoversMoreBlocksThanTheGrid) {
   EXPECT_EQ(gk().sum_squares(dx.as<float>() + n - 1, 1), 2.25);
   EXPECT_EQ(gk().sum_squares(dx.as<float>() + n - 77, 77), 2.25 * 77);
 }
-
 
 }  // namespace
 }  // namespace zt

@@ -67,8 +67,8 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, 
   for (size_t i = 0; i < gpu.size() && failures < 5; ++i) {
     const double err = std::abs(double(gpu[i]) - double(cpu[i]));
     if (!(err <= rtol * (std::abs(double(cpu[i])) + max_abs))) {
-      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i]
-                    << " (error " << err << ", max |cpu| " << max_abs << ")";
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i] << " (error "
+                    << err << ", max |cpu| " << max_abs << ")";
       ++failures;
     }
   }
@@ -329,10 +329,10 @@ TEST_F(CudaNnKernelsTest, LayerNormForwardAndBackwardMatchCpu) {
     Mirror dinp = mirror(random_floats(N * C, 8));
     Mirror dw = mirror(random_floats(C, 9));
     Mirror db = mirror(random_floats(C, 10));
-    cpu().layernorm_backward(dinp.c(), dw.c(), db.c(), dout.c(), inp.c(), w.c(), mean.c(),
-                             rstd.c(), N, C);
-    gpu().layernorm_backward(dinp.g(), dw.g(), db.g(), dout.g(), inp.g(), w.g(), mean.g(),
-                             rstd.g(), N, C);
+    cpu().layernorm_backward(dinp.c(), dw.c(), db.c(), dout.c(), inp.c(), w.c(), mean.c(), rstd.c(),
+                             N, C);
+    gpu().layernorm_backward(dinp.g(), dw.g(), db.g(), dout.g(), inp.g(), w.g(), mean.g(), rstd.g(),
+                             N, C);
     expect_close(dinp.gpu(), dinp.cpu(), kRtol, what + " dinp");
     expect_close(dw.gpu(), dw.cpu(), kRtol, what + " dweight");
     expect_close(db.gpu(), db.cpu(), kRtol, what + " dbias");
@@ -399,8 +399,8 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyMatchesCpu) {
   for (const Case& cs : cases) {
     for (float dloss : {0.0f, 1.0f / 32.0f}) {  // 0: losses only (kKeep)
       const LogitsOutput output = dloss == 0.0f ? LogitsOutput::kKeep : LogitsOutput::kGradient;
-      const std::string what = "N" + std::to_string(cs.N) + " V" + std::to_string(cs.V) +
-                               " Vp" + std::to_string(cs.Vp) + " dloss " + std::to_string(dloss);
+      const std::string what = "N" + std::to_string(cs.N) + " V" + std::to_string(cs.V) + " Vp" +
+                               std::to_string(cs.Vp) + " dloss " + std::to_string(dloss);
       std::vector<int32_t> host_targets = random_tokens(cs.N, int32_t(cs.V), 8);
       host_targets[0] = int32_t(cs.V - 1);  // the last real column
       host_targets[cs.N - 1] = 0;
@@ -447,8 +447,8 @@ std::vector<float> rounded_to(std::vector<float> x, DType t) {
 void expect_representable(const std::vector<float>& x, DType t, const std::string& what) {
   int failures = 0;
   for (size_t i = 0; i < x.size() && failures < 5; ++i) {
-    const float r = t == DType::kF16 ? fp16_to_fp32(fp32_to_fp16(x[i]))
-                                     : bf16_to_fp32(fp32_to_bf16(x[i]));
+    const float r =
+        t == DType::kF16 ? fp16_to_fp32(fp32_to_fp16(x[i])) : bf16_to_fp32(fp32_to_bf16(x[i]));
     if (!same_bits({r}, {x[i]})) {
       ADD_FAILURE() << what << "[" << i << "] = " << x[i] << " is not a " << dtype_name(t)
                     << " value";
@@ -481,10 +481,8 @@ TEST_F(CudaNnKernelsTest, SixteenBitTablesAndOperandsMatchCpu) {
       Mirror dinp = mirror(rounded_to(random_floats(M * K, 6), t));
       Mirror dw = mirror_as(random_floats(K * N, 7), t);
       Mirror db = mirror_as(random_floats(N, 8), t);
-      ck.matmul_backward(dinp.c(), dw.co(t), db.co(t), dout.c(), inp.c(), w.co(t), M, K, N,
-                         layout);
-      gk.matmul_backward(dinp.g(), dw.go(t), db.go(t), dout.g(), inp.g(), w.go(t), M, K, N,
-                         layout);
+      ck.matmul_backward(dinp.c(), dw.co(t), db.co(t), dout.c(), inp.c(), w.co(t), M, K, N, layout);
+      gk.matmul_backward(dinp.g(), dw.go(t), db.go(t), dout.g(), inp.g(), w.go(t), M, K, N, layout);
       expect_close(dinp.gpu(), dinp.cpu(), rtol, what + " dinp");
       expect_representable(dinp.gpu(), t, what + " dinp");
       expect_close(dw.gpu_as(t), dw.cpu_as(t), rtol, what + " dweight");
@@ -608,9 +606,8 @@ TEST_F(CudaNnKernelsTest, EveryOpIsDeterministic) {
   Mirror dw = mirror(random_floats(C * 3 * C, 7));
   Mirror db = mirror(random_floats(3 * C, 8));
   for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
-    twice("matmul_forward", {&qkv}, [&] {
-      gpu().matmul_forward(qkv.g(), inp.g(), w.g(), bias.g(), BT, C, 3 * C, layout);
-    });
+    twice("matmul_forward", {&qkv},
+          [&] { gpu().matmul_forward(qkv.g(), inp.g(), w.g(), bias.g(), BT, C, 3 * C, layout); });
     twice("matmul_backward", {&dinp, &dw, &db}, [&] {
       gpu().matmul_backward(dinp.g(), dw.g(), db.g(), dqkv.g(), inp.g(), w.g(), BT, C, 3 * C,
                             layout);
@@ -712,10 +709,10 @@ TEST_F(CudaNnKernelsTest, GqaAttentionForwardAndBackwardMatchCpu) {
   struct GqaShape {
     int64_t B, T, NH, NKV, hd;
   };
-  for (const GqaShape& s : {GqaShape{2, 16, 4, 2, 16}, GqaShape{3, 37, 6, 2, 20},
-                            GqaShape{1, 33, 4, 1, 8}}) {
-    const std::string what = "gqa T" + std::to_string(s.T) + " NH" + std::to_string(s.NH) +
-                             " NKV" + std::to_string(s.NKV);
+  for (const GqaShape& s :
+       {GqaShape{2, 16, 4, 2, 16}, GqaShape{3, 37, 6, 2, 20}, GqaShape{1, 33, 4, 1, 8}}) {
+    const std::string what = "gqa T" + std::to_string(s.T) + " NH" + std::to_string(s.NH) + " NKV" +
+                             std::to_string(s.NKV);
     const int64_t R = (s.NH + 2 * s.NKV) * s.hd, HD = s.NH * s.hd;
     Mirror qkv = mirror(random_floats(s.B * s.T * R, 1, -2.0f, 2.0f));
     Mirror out = mirror(random_floats(s.B * s.T * HD, 2));
@@ -770,8 +767,8 @@ TEST_F(CudaNnKernelsTest, GqaAttentionWithinDocumentsMatchesCpu) {
   };
   for (const DocumentRows& d : document_rows())
     for (const Heads& h : {Heads{4, 4, 8}, Heads{6, 2, 20}}) {
-      const std::string what = "documents T" + std::to_string(d.T) + " NH" +
-                               std::to_string(h.NH) + " NKV" + std::to_string(h.NKV);
+      const std::string what = "documents T" + std::to_string(d.T) + " NH" + std::to_string(h.NH) +
+                               " NKV" + std::to_string(h.NKV);
       const int64_t R = (h.NH + 2 * h.NKV) * h.hd, HD = h.NH * h.hd;
       const int64_t att_n = d.B * h.NH * d.T * d.T;
       Mirror positions = mirror(d.positions);
@@ -882,7 +879,6 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyIgnoresNegativeTargets) {
   }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Tensor-core GEMMs and two-stage column reductions, every dtype (issue 11): the table of
 // activation dtype t with weights, biases and gradients stored as t (16-bit: cuBLASLt with
@@ -894,9 +890,7 @@ TEST_F(CudaNnKernelsTest, SoftmaxCrossEntropyIgnoresNegativeTargets) {
 // neighbouring t values). A layout or transpose mistake gives O(Σ|term|) errors.
 
 // The relative spacing of t's values (one ulp at 1): 2⁻²³, 2⁻¹⁰, 2⁻⁷.
-double ulp_of(DType t) {
-  return t == DType::kF32 ? 0x1p-23 : t == DType::kF16 ? 0x1p-10 : 0x1p-7;
-}
+double ulp_of(DType t) { return t == DType::kF32 ? 0x1p-23 : t == DType::kF16 ? 0x1p-10 : 0x1p-7; }
 
 // |gpu - cpu| <= ulp_of(t)·max(|gpu|, |cpu|) + 2·(terms + 2)·2⁻²⁴·abs_sum[i] per element.
 void expect_within_sum_bound(const std::vector<float>& gpu, const std::vector<float>& cpu,
@@ -939,8 +933,8 @@ struct GemmCase {
   int64_t M, K, N;
 };
 // Awkward shapes: odd, prime, one row, one column, inner dimensions around a tile's.
-const GemmCase kGemmCases[] = {{37, 30, 61}, {1, 7, 3}, {130, 33, 257}, {19, 200, 9},
-                               {64, 1, 17}, {5, 129, 1}};
+const GemmCase kGemmCases[] = {{37, 30, 61}, {1, 7, 3},   {130, 33, 257},
+                               {19, 200, 9}, {64, 1, 17}, {5, 129, 1}};
 
 std::string gemm_name(const GemmCase& g, WeightLayout layout, DType t) {
   return "M" + std::to_string(g.M) + " K" + std::to_string(g.K) + " N" + std::to_string(g.N) +
@@ -963,15 +957,15 @@ TEST_F(CudaNnKernelsTest, TensorCoreMatmulForwardMatchesCpuForEveryDtype) {
           Mirror out = mirror(random_floats(g.M * g.N, 4, 5.0f, 6.0f));  // overwritten
           const ConstOperand cb = with_bias ? ConstOperand(bias_m.co(t)) : ConstOperand();
           const ConstOperand gb = with_bias ? ConstOperand(bias_m.go(t)) : ConstOperand();
-          cpu_dev_.kernels_for(t).matmul_forward(out.c(), inp_m.c(), w_m.co(t), cb, g.M, g.K,
-                                                 g.N, layout);
-          gpu_dev_->kernels_for(t).matmul_forward(out.g(), inp_m.g(), w_m.go(t), gb, g.M, g.K,
-                                                  g.N, layout);
+          cpu_dev_.kernels_for(t).matmul_forward(out.c(), inp_m.c(), w_m.co(t), cb, g.M, g.K, g.N,
+                                                 layout);
+          gpu_dev_->kernels_for(t).matmul_forward(out.g(), inp_m.g(), w_m.go(t), gb, g.M, g.K, g.N,
+                                                  layout);
           auto w_at = [&](int64_t k, int64_t j) {
             return double(in_out ? w[k * g.N + j] : w[j * g.K + k]);
           };
-          const std::vector<double> bound = product_abs_sums(inp, g.M, g.K, g.N, w_at, nullptr,
-                                                             with_bias ? &bias : nullptr);
+          const std::vector<double> bound =
+              product_abs_sums(inp, g.M, g.K, g.N, w_at, nullptr, with_bias ? &bias : nullptr);
           const std::vector<float> got = out.gpu();
           expect_within_sum_bound(got, out.cpu(), bound, g.K, t, what);
           if (t != DType::kF32) expect_representable(got, t, what);
@@ -992,8 +986,8 @@ TEST_F(CudaNnKernelsTest, SixteenBitMatmulWithAnFp32BiasMatchesCpu) {
     Mirror w_m = mirror_as(w, t);
     Mirror bias_m = mirror(bias);
     Mirror out = mirror(random_floats(g.M * g.N, 4));
-    cpu_dev_.kernels_for(t).matmul_forward(out.c(), inp_m.c(), w_m.co(t), bias_m.c(), g.M, g.K,
-                                           g.N, layout);
+    cpu_dev_.kernels_for(t).matmul_forward(out.c(), inp_m.c(), w_m.co(t), bias_m.c(), g.M, g.K, g.N,
+                                           layout);
     gpu_dev_->kernels_for(t).matmul_forward(out.g(), inp_m.g(), w_m.go(t), bias_m.g(), g.M, g.K,
                                             g.N, layout);
     const bool in_out = layout == WeightLayout::kInOut;
@@ -1001,9 +995,8 @@ TEST_F(CudaNnKernelsTest, SixteenBitMatmulWithAnFp32BiasMatchesCpu) {
       return double(in_out ? w[k * g.N + j] : w[j * g.K + k]);
     };
     const std::vector<float> got = out.gpu();
-    expect_within_sum_bound(got, out.cpu(),
-                            product_abs_sums(inp, g.M, g.K, g.N, w_at, nullptr, &bias), g.K, t,
-                            what);
+    expect_within_sum_bound(
+        got, out.cpu(), product_abs_sums(inp, g.M, g.K, g.N, w_at, nullptr, &bias), g.K, t, what);
     expect_representable(got, t, what);
   }
 }
@@ -1013,8 +1006,8 @@ TEST_F(CudaNnKernelsTest, SixteenBitMatmulWithAnFp32BiasMatchesCpu) {
 // column sums), against the CPU.
 TEST_F(CudaNnKernelsTest, TensorCoreMatmulBackwardMatchesCpuForEveryDtype) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
-    for (DType grad_t : t == DType::kF32 ? std::vector<DType>{t}
-                                         : std::vector<DType>{t, DType::kF32}) {
+    for (DType grad_t :
+         t == DType::kF32 ? std::vector<DType>{t} : std::vector<DType>{t, DType::kF32}) {
       for (const GemmCase& g : kGemmCases)
         for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
           const std::string what =
@@ -1033,11 +1026,11 @@ TEST_F(CudaNnKernelsTest, TensorCoreMatmulBackwardMatchesCpuForEveryDtype) {
           Mirror dw = mirror_as(dw0, grad_t);
           Mirror db = mirror_as(db0, grad_t);
           cpu_dev_.kernels_for(t).matmul_backward(dinp.c(), dw.co(grad_t), db.co(grad_t),
-                                                  dout_m.c(), inp_m.c(), w_m.co(t), g.M, g.K,
-                                                  g.N, layout);
+                                                  dout_m.c(), inp_m.c(), w_m.co(t), g.M, g.K, g.N,
+                                                  layout);
           gpu_dev_->kernels_for(t).matmul_backward(dinp.g(), dw.go(grad_t), db.go(grad_t),
-                                                   dout_m.g(), inp_m.g(), w_m.go(t), g.M, g.K,
-                                                   g.N, layout);
+                                                   dout_m.g(), inp_m.g(), w_m.go(t), g.M, g.K, g.N,
+                                                   layout);
           // dinp (M,K) = dinp0 + dout (M,N) · Wᵀ: term (n, k) = W[k, n].
           auto wt_at = [&](int64_t n, int64_t k) {
             return double(in_out ? w[k * g.N + n] : w[n * g.K + k]);
@@ -1054,12 +1047,14 @@ TEST_F(CudaNnKernelsTest, TensorCoreMatmulBackwardMatchesCpuForEveryDtype) {
             for (int64_t n = 0; n < g.N; ++n) dout_t[n * g.M + m] = dout[m * g.N + n];
           }
           const std::vector<double> dw_bound =
-              in_out ? product_abs_sums(inp_t, g.K, g.M, g.N,
-                                        [&](int64_t m, int64_t n) { return double(dout[m * g.N + n]); },
-                                        &dw0, nullptr)
-                     : product_abs_sums(dout_t, g.N, g.M, g.K,
-                                        [&](int64_t m, int64_t k) { return double(inp[m * g.K + k]); },
-                                        &dw0, nullptr);
+              in_out ? product_abs_sums(
+                           inp_t, g.K, g.M, g.N,
+                           [&](int64_t m, int64_t n) { return double(dout[m * g.N + n]); }, &dw0,
+                           nullptr)
+                     : product_abs_sums(
+                           dout_t, g.N, g.M, g.K,
+                           [&](int64_t m, int64_t k) { return double(inp[m * g.K + k]); }, &dw0,
+                           nullptr);
           expect_within_sum_bound(dw.gpu_as(grad_t), dw.cpu_as(grad_t), dw_bound, g.M, grad_t,
                                   what + " dweight");
           // dbias (N) = db0 + column sums of dout.
@@ -1105,8 +1100,8 @@ TEST_F(CudaNnKernelsTest, ColumnReductionsOverManyRowsMatchCpuForEveryDtype) {
       gk.matmul_backward(nullptr, nullptr, db.go(t), dout_m.g(), inp_m.g(), w.go(t), M, 1, N,
                          WeightLayout::kInOut);
       expect_within_sum_bound(db.gpu_as(t), db.cpu_as(t),
-                              bound_of([&](int64_t r, int64_t c) { return dout[r * N + c]; }), M,
-                              t, "dbias" + type);
+                              bound_of([&](int64_t r, int64_t c) { return dout[r * N + c]; }), M, t,
+                              "dbias" + type);
       Mirror again = mirror_as(start, t);
       gk.matmul_backward(nullptr, nullptr, again.go(t), dout_m.g(), inp_m.g(), w.go(t), M, 1, N,
                          WeightLayout::kInOut);
@@ -1136,8 +1131,8 @@ TEST_F(CudaNnKernelsTest, ColumnReductionsOverManyRowsMatchCpuForEveryDtype) {
                               }),
                               M + 4, t, "layernorm dweight" + type);
       expect_within_sum_bound(dbias.gpu_as(t), dbias.cpu_as(t),
-                              bound_of([&](int64_t r, int64_t c) { return dout[r * N + c]; }), M,
-                              t, "layernorm dbias" + type);
+                              bound_of([&](int64_t r, int64_t c) { return dout[r * N + c]; }), M, t,
+                              "layernorm dbias" + type);
     }
     ck.rmsnorm_forward(out.c(), rstd.c(), inp_m.c(), w.co(t), M, N, 1e-5f);
     rstd.reset_gpu(rstd.cpu());
@@ -1174,8 +1169,8 @@ TEST_F(CudaNnKernelsTest, SixteenBitMatmulIsDeterministic) {
         Mirror dinp = mirror(dinp0);
         Mirror dw = mirror_as(dw0, t);
         gk.matmul_forward(out.g(), inp.g(), w.go(t), bias.go(t), g.M, g.K, g.N, layout);
-        gk.matmul_backward(dinp.g(), dw.go(t), nullptr, dout.g(), inp.g(), w.go(t), g.M, g.K,
-                           g.N, layout);
+        gk.matmul_backward(dinp.g(), dw.go(t), nullptr, dout.g(), inp.g(), w.go(t), g.M, g.K, g.N,
+                           layout);
         outs.push_back(out.gpu());
         dinps.push_back(dinp.gpu());
         dws.push_back(dw.gpu_as(t));

@@ -62,13 +62,39 @@ inline std::vector<float> random_bit_floats(int64_t n, uint32_t seed, bool allow
 inline std::vector<float> rounding_edge_floats(uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<float> x = {
-      0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, -65504.0f, std::nextafter(65520.0f, 0.0f), 65520.0f,
-      -65520.0f, 65536.0f, 1e10f, std::numeric_limits<float>::max(),
-      -std::numeric_limits<float>::max(), kInf, -kInf, std::numeric_limits<float>::min(),
-      std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(), 1e-40f,
-      0x1p-24f, 0x1p-25f, -0x1p-25f, 0x1.8p-25f, 0x1p-26f, 0x1p-14f, 0x1.ff8p-15f, 0x1.ffcp-15f,
-      from_bits(0x7fc00000u), from_bits(0xffc00000u), from_bits(0x7f800001u),
-      from_bits(0xff800001u), from_bits(0x7fc12345u), from_bits(0x7fa00000u),
+      0.0f,
+      -0.0f,
+      1.0f,
+      -1.0f,
+      65504.0f,
+      -65504.0f,
+      std::nextafter(65520.0f, 0.0f),
+      65520.0f,
+      -65520.0f,
+      65536.0f,
+      1e10f,
+      std::numeric_limits<float>::max(),
+      -std::numeric_limits<float>::max(),
+      kInf,
+      -kInf,
+      std::numeric_limits<float>::min(),
+      std::numeric_limits<float>::denorm_min(),
+      -std::numeric_limits<float>::denorm_min(),
+      1e-40f,
+      0x1p-24f,
+      0x1p-25f,
+      -0x1p-25f,
+      0x1.8p-25f,
+      0x1p-26f,
+      0x1p-14f,
+      0x1.ff8p-15f,
+      0x1.ffcp-15f,
+      from_bits(0x7fc00000u),
+      from_bits(0xffc00000u),
+      from_bits(0x7f800001u),
+      from_bits(0xff800001u),
+      from_bits(0x7fc12345u),
+      from_bits(0x7fa00000u),
       from_bits(0x7f7f8000u),  // a bf16 tie between the largest finite bf16 and inf: inf
       from_bits(0x7f7fffffu)};
   for (int k = 0; k < 4000; ++k) {
@@ -158,9 +184,8 @@ inline float element_as_float(const std::vector<uint8_t>& bytes, DType t, size_t
 // Byte buffers of n elements of dtype t compared element by element, bit for bit; with
 // nan_is_nan, two NaNs are equal whatever their payloads (arithmetic on a NaN gives the
 // canonical NaN on a GPU and the operand's NaN on x86).
-inline void expect_elements_equal(const std::vector<uint8_t>& gpu,
-                                  const std::vector<uint8_t>& cpu, DType t, int64_t n,
-                                  bool nan_is_nan, const std::string& what) {
+inline void expect_elements_equal(const std::vector<uint8_t>& gpu, const std::vector<uint8_t>& cpu,
+                                  DType t, int64_t n, bool nan_is_nan, const std::string& what) {
   ASSERT_EQ(gpu.size(), cpu.size()) << what;
   ASSERT_EQ(gpu.size(), static_cast<size_t>(n) * dtype_size(t)) << what;
   const size_t size = dtype_size(t);
@@ -171,8 +196,7 @@ inline void expect_elements_equal(const std::vector<uint8_t>& gpu,
     const float g = element_as_float(gpu, t, i), c = element_as_float(cpu, t, i);
     if (nan_is_nan && std::isnan(g) && std::isnan(c)) continue;
     ++mismatches;
-    if (reported++ < 5)
-      ADD_FAILURE() << what << ": element " << i << ": gpu " << g << " cpu " << c;
+    if (reported++ < 5) ADD_FAILURE() << what << ": element " << i << ": gpu " << g << " cpu " << c;
   }
   EXPECT_EQ(mismatches, 0) << what;
 }

@@ -221,7 +221,7 @@ TEST_F(KernelsTest, AttentionRejectsPositionsThatDoNotCount) {
   const int64_t B = 1, T = 4, C = 8, NH = 2;
   auto qkv = random_floats(B * T * 3 * C, 53);
   std::vector<float> out(B * T * C), att(B * NH * T * T);
-  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{1, 2, 3, 4},  // row starts at 1
+  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{1, 2, 3, 4},     // row starts at 1
                                           std::vector<int32_t>{0, 1, 3, 4}}) {  // skips 2
     EXPECT_THROW(k_.attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, bad.data()),
                  Error);

@@ -365,8 +365,8 @@ TEST_F(KernelsTest, AddMatchesScalarReferenceForEveryDtypeCombination) {
         add_signalling_nans(b, 101);
         for (auto& [level, k] : paths) {
           TypedValues dst(dt, n), part(dt, n);
-          const std::string what = std::string(level) + " " + std::string(dtype_name(dt)) +
-                                   " = " + std::string(dtype_name(at)) + " + " +
+          const std::string what = std::string(level) + " " + std::string(dtype_name(dt)) + " = " +
+                                   std::string(dtype_name(at)) + " + " +
                                    std::string(dtype_name(bt));
           k->add(dst.data(), dt, a.data(), at, b.data(), bt, n);
           for (int64_t i = 0; i < n; ++i)

@@ -115,7 +115,8 @@ std::vector<double> gqa_ref(const std::vector<double>& qkv, const GqaShape& s,
           p[u] /= sum;
           if (att) (*att)[((b * s.NH + h) * T + t) * T + u] = p[u];
           const double* v = &qkv[(b * T + u) * R + s.HD() + (s.NKV + j) * s.hd];
-          for (int64_t d = 0; d < s.hd; ++d) out[(b * T + t) * s.HD() + h * s.hd + d] += p[u] * v[d];
+          for (int64_t d = 0; d < s.hd; ++d)
+            out[(b * T + t) * s.HD() + h * s.hd + d] += p[u] * v[d];
         }
       }
     }
@@ -200,8 +201,8 @@ TEST_F(KernelsTest, RmsnormTakesBf16Parameters) {
   std::vector<float> w(C);
   k_.cast(w.data(), DType::kF32, w16.data(), DType::kBF16, C);
   std::vector<float> out16(N * C), out32(N * C), rstd(N);
-  k_.rmsnorm_forward(out16.data(), rstd.data(), x.data(), ConstOperand(w16.data(), DType::kBF16),
-                     N, C, 1e-6f);
+  k_.rmsnorm_forward(out16.data(), rstd.data(), x.data(), ConstOperand(w16.data(), DType::kBF16), N,
+                     C, 1e-6f);
   k_.rmsnorm_forward(out32.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
   EXPECT_TRUE(same_bits(out16, out32));
   auto dout = random_floats(N * C, 222);
@@ -457,8 +458,8 @@ TEST_F(KernelsTest, GqaAttentionWithinDocumentsMatchesReference) {
                              positions);
     std::vector<double> ratt;
     const auto ref = gqa_ref(to_double(qkv), s, &ratt, positions);
-    const std::string what = "gqa documents T=" + std::to_string(s.T) + " NH=" +
-                             std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV);
+    const std::string what = "gqa documents T=" + std::to_string(s.T) +
+                             " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV);
     expect_close(out, ref, 1e-6, 1e-5, what + " out");
     expect_close(att, ratt, 1e-7, 1e-5, what + " att");
     for (int64_t row = 0; row < s.B * s.NH * s.T; ++row) {
@@ -505,8 +506,8 @@ TEST_F(KernelsTest, GqaAttentionWithOneDocumentPerRowIsTheNullPositionsBits) {
     out[v].assign(s.B * s.T * s.HD(), 0.0f);
     att[v].assign(s.B * s.NH * s.T * s.T, 0.0f);
     dqkv[v] = random_floats(qkv.size(), 291);
-    k_.gqa_attention_forward(out[v].data(), att[v].data(), qkv.data(), s.B, s.T, s.NH, s.NKV,
-                             s.hd, p);
+    k_.gqa_attention_forward(out[v].data(), att[v].data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd,
+                             p);
     k_.gqa_attention_backward(dqkv[v].data(), dout.data(), qkv.data(), att[v].data(), s.B, s.T,
                               s.NH, s.NKV, s.hd, p);
   }

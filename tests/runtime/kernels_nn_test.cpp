@@ -190,9 +190,7 @@ TEST_F(KernelsTest, EmbeddingAtDocumentPositions) {
                         positions.data());
   auto xwte = to_double(wte), xwpe = to_double(wpe);
   const auto r = to_double(dout);
-  auto loss = [&] {
-    return dot(embedding_ref(tokens, xwte, xwpe, B, T, C, positions.data()), r);
-  };
+  auto loss = [&] { return dot(embedding_ref(tokens, xwte, xwpe, B, T, C, positions.data()), r); };
   expect_close(dwte, fd_gradient(xwte, loss, dwte0), 1e-5, 1e-5, "dwte");
   expect_close(dwpe, fd_gradient(xwpe, loss, dwpe0), 1e-5, 1e-5, "dwpe");
   // No token is at position 9 or later (the longest document has 9 tokens): those rows keep
@@ -272,7 +270,6 @@ TEST_F(KernelsTest, GeluBackwardMatchesFiniteDifferences) {
   }
   expect_close(dinp, ref, 1e-6, 1e-5, "gelu dinp");
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Softmax cross-entropy

@@ -153,26 +153,26 @@ TEST(DeviceMemoryLimit, MessageNamesCategoryBytesHoldingsAndWhatWouldFit) {
   Buffer comm = device.alloc(2 << 20, MemCategory::kCommBuffers);
   const std::string big = out_of_memory(
       [&] { Buffer b = device.alloc(size_t{1320702443} * 5, MemCategory::kActivations); });
-  EXPECT_CONTAINS(big, "out of device memory on cpu: activations asked for 6.15 GiB "
-                       "(6,603,512,215 bytes) but only 6.00 GiB (6,440,233,472 bytes) of the "
-                       "6.00 GiB (6,442,450,944 bytes) zt.device_memory_limit is free; ");
-  EXPECT_CONTAINS(big, "in use: params 117.50 KiB (120,320 bytes), comm 2.00 MiB (2,097,152 "
-                       "bytes); ");
-  EXPECT_CONTAINS(big, "activations do not fit: lower train_micro_batch_size_per_gpu or "
-                       "zt.seq_len, or recompute them (activation_checkpointing), or raise "
-                       "zt.device_memory_limit");
-  EXPECT_CONTAINS(out_of_memory([&] {
-                    Buffer b = device.alloc(size_t{7} << 30, MemCategory::kCommBuffers);
-                  }),
-                  "comm asked for 7.00 GiB (7,516,192,768 bytes) but only");
-  EXPECT_CONTAINS(out_of_memory([&] {
-                    Buffer b = device.alloc(size_t{7} << 30, MemCategory::kCommBuffers);
-                  }),
-                  "communication buffers do not fit: lower zero_optimization.reduce_bucket_size");
-  EXPECT_CONTAINS(out_of_memory([&] {
-                    Buffer b = device.alloc(size_t{7} << 30, MemCategory::kWorkspace);
-                  }),
-                  "workspace asked for 7.00 GiB");
+  EXPECT_CONTAINS(big,
+                  "out of device memory on cpu: activations asked for 6.15 GiB "
+                  "(6,603,512,215 bytes) but only 6.00 GiB (6,440,233,472 bytes) of the "
+                  "6.00 GiB (6,442,450,944 bytes) zt.device_memory_limit is free; ");
+  EXPECT_CONTAINS(big,
+                  "in use: params 117.50 KiB (120,320 bytes), comm 2.00 MiB (2,097,152 "
+                  "bytes); ");
+  EXPECT_CONTAINS(big,
+                  "activations do not fit: lower train_micro_batch_size_per_gpu or "
+                  "zt.seq_len, or recompute them (activation_checkpointing), or raise "
+                  "zt.device_memory_limit");
+  EXPECT_CONTAINS(
+      out_of_memory([&] { Buffer b = device.alloc(size_t{7} << 30, MemCategory::kCommBuffers); }),
+      "comm asked for 7.00 GiB (7,516,192,768 bytes) but only");
+  EXPECT_CONTAINS(
+      out_of_memory([&] { Buffer b = device.alloc(size_t{7} << 30, MemCategory::kCommBuffers); }),
+      "communication buffers do not fit: lower zero_optimization.reduce_bucket_size");
+  EXPECT_CONTAINS(
+      out_of_memory([&] { Buffer b = device.alloc(size_t{7} << 30, MemCategory::kWorkspace); }),
+      "workspace asked for 7.00 GiB");
 }
 
 // A back end out of room (a GPU whose cudaMalloc fails) reports in the same form as the limit,
@@ -229,7 +229,8 @@ TEST(DeviceMemoryLimit, BackEndOutOfRoomIsTheSameError) {
 }
 
 TEST(FlatLayout, AlignedOffsetsAndCounts) {
-  FlatLayout layout({ParamSpec{"a", {3, 5}, Decay::kYes, {}, 2}, ParamSpec{"b", {7}, Decay::kNo, {}, -1}});
+  FlatLayout layout(
+      {ParamSpec{"a", {3, 5}, Decay::kYes, {}, 2}, ParamSpec{"b", {7}, Decay::kNo, {}, -1}});
   ASSERT_EQ(layout.entries().size(), 2u);
   EXPECT_EQ(layout.entries()[0].offset, 0);
   EXPECT_EQ(layout.entries()[1].offset, 16);  // 15 rounded up to 16 floats

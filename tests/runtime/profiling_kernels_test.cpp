@@ -39,14 +39,14 @@ TEST(ProfilingKernels, ForwardsBitwiseAndCountsCalls) {
     double norm = 0.0;
   };
   auto run = [&](Kernels& k) {
-    Outputs o{std::vector<float>(M * N), std::vector<float>(M * K, 0.0f),
+    Outputs o{std::vector<float>(M * N),       std::vector<float>(M * K, 0.0f),
               std::vector<float>(K * N, 0.0f), std::vector<float>(N, 0.0f),
-              std::vector<float>(M * N), std::vector<float>(M * N),
+              std::vector<float>(M * N),       std::vector<float>(M * N),
               std::vector<uint16_t>(M * N)};
     for (WeightLayout layout : {WeightLayout::kInOut, WeightLayout::kOutIn}) {
       k.matmul_forward(o.out.data(), inp.data(), weight.data(), bias.data(), M, K, N, layout);
-      k.matmul_backward(o.dinp.data(), o.dweight.data(), o.dbias.data(), dout.data(),
-                        inp.data(), weight.data(), M, K, N, layout);
+      k.matmul_backward(o.dinp.data(), o.dweight.data(), o.dbias.data(), dout.data(), inp.data(),
+                        weight.data(), M, K, N, layout);
     }
     k.gelu_forward(o.gelu.data(), o.out.data(), M * N);
     k.cast(o.half.data(), DType::kBF16, o.gelu.data(), DType::kF32, M * N);
@@ -139,7 +139,7 @@ TEST(ProfilingKernels, StreamTimerSpansFillTheProfileAtFlush) {
   const auto inp = random_floats(M * K, 1), weight = random_floats(K * N, 2);
   std::vector<float> out(M * N), want(M * N);
   profiled.matmul_forward(out.data(), inp.data(), weight.data(), nullptr, M, K, N,
-                          WeightLayout::kInOut);                       // span 1: 1 ms
+                          WeightLayout::kInOut);                             // span 1: 1 ms
   EXPECT_THROW(profiled.fill(out.data(), 0.0f, M * N), std::runtime_error);  // span 2: dropped
   EXPECT_EQ(profiled.sum_squares(inp.data(), M * K), cpu->sum_squares(inp.data(), M * K));
   EXPECT_TRUE(profile.ops().empty()) << "nothing is read before flush";

@@ -93,8 +93,7 @@ TEST(RoundRows, CpuMatchesScalarRoundingOnEverySimdPath) {
         SCOPED_TRACE(fmt::format("{} rows of {} ({} named), {}", s.n_x_rows, s.row_len,
                                  s.rows.size(), dtype_name(t)));
         std::vector<float> got = x;
-        k->round_rows(got.data(), s.rows.data(), static_cast<int64_t>(s.rows.size()), s.row_len,
-                      t);
+        k->round_rows(got.data(), s.rows.data(), static_cast<int64_t>(s.rows.size()), s.row_len, t);
         EXPECT_TRUE(same_bits(got, reference(x, s.rows, s.row_len, t)));
       }
     }
@@ -133,8 +132,8 @@ TEST(CudaRoundRows, IsBitwiseEqualToCpu) {  // "Cuda*": tests/gpu/device_check.s
                                 static_cast<int64_t>(s.rows.size()), s.row_len, t);
       std::vector<float> got(x.size()), expected = x;
       gpu->copy_to_host(got.data(), dx.data(), bytes);
-      cpu.kernels().round_rows(expected.data(), s.rows.data(),
-                               static_cast<int64_t>(s.rows.size()), s.row_len, t);
+      cpu.kernels().round_rows(expected.data(), s.rows.data(), static_cast<int64_t>(s.rows.size()),
+                               s.row_len, t);
       EXPECT_TRUE(same_bits(got, expected));
     }
   }

@@ -105,7 +105,7 @@ class GatedCommunicator final : public Communicator {
     opened_.notify_all();
   }
   void arm() { armed_ = true; }
-  int returned() const { return returned_; }          // reductions that have finished
+  int returned() const { return returned_; }              // reductions that have finished
   int64_t gathers_done() const { return gathers_done_; }  // all-gathers of the duplicate
 
  protected:
@@ -127,8 +127,7 @@ class GatedCommunicator final : public Communicator {
   void backend_all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     inner_.all_gather(send, recv, count, dtype);
   }
-  void backend_all_gather_host(const void* send, void* recv, int64_t count,
-                               DType dtype) override {
+  void backend_all_gather_host(const void* send, void* recv, int64_t count, DType dtype) override {
     inner_.all_gather_host(send, recv, count, dtype);
   }
   void backend_broadcast(void* buf, int64_t count, DType dtype, int root) override {}

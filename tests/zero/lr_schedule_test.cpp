@@ -72,7 +72,7 @@ TEST(LrSchedule, WarmupOfOneStepIsTwoAsDeepSpeed) {
 TEST(LrSchedule, WarmupDecayLR) {
   LrSchedule schedule(warmup(SchedulerType::kWarmupDecayLR, WarmupType::kLinear, 10, 110), 0.5);
   const double min = 1e-5, delta = 1e-3 - 1e-5;
-  expect_lr(schedule, 5, min + delta * 0.5);          // warm-up
+  expect_lr(schedule, 5, min + delta * 0.5);             // warm-up
   expect_lr(schedule, 10, min + delta * 100.0 / 100.0);  // (total - step) / (total - warmup)
   expect_lr(schedule, 35, min + delta * 75.0 / 100.0);
   expect_lr(schedule, 60, min + delta * 50.0 / 100.0);
@@ -157,18 +157,18 @@ TEST(LrSchedule, OneCycleSymmetric) {
   LrSchedule schedule(one_cycle(4, 4), 0.5);
   expect_lr(schedule, 0, 0.001 + 0.009 * 0.25);  // x = 1/8, ratio 1/2
   expect_lr(schedule, 1, 0.001 + 0.009 * 0.5);
-  expect_lr(schedule, 3, 0.01);                  // x = 1/2: the peak
-  expect_lr(schedule, 5, 0.001 + 0.009 * 0.5);   // x = 3/4: (3/4 - 1) / (1/2 - 1)
-  expect_lr(schedule, 7, 0.001);                 // x = 0: the cycle ends at cycle_min_lr
-  expect_lr(schedule, 8, 0.001);                 // no decay configured
+  expect_lr(schedule, 3, 0.01);                 // x = 1/2: the peak
+  expect_lr(schedule, 5, 0.001 + 0.009 * 0.5);  // x = 3/4: (3/4 - 1) / (1/2 - 1)
+  expect_lr(schedule, 7, 0.001);                // x = 0: the cycle ends at cycle_min_lr
+  expect_lr(schedule, 8, 0.001);                // no decay configured
   expect_lr(schedule, 1000, 0.001);
 }
 
 TEST(LrSchedule, OneCycleAsymmetric) {
-  LrSchedule schedule(one_cycle(2, 6), 0.5);  // ratio 1/4
-  expect_lr(schedule, 0, 0.001 + 0.009 * 0.5);  // x = 1/8
-  expect_lr(schedule, 1, 0.01);                 // x = 1/4
-  expect_lr(schedule, 4, 0.001 + 0.009 * 0.5);  // x = 5/8: (5/8 - 1) / (1/4 - 1) = 1/2
+  LrSchedule schedule(one_cycle(2, 6), 0.5);            // ratio 1/4
+  expect_lr(schedule, 0, 0.001 + 0.009 * 0.5);          // x = 1/8
+  expect_lr(schedule, 1, 0.01);                         // x = 1/4
+  expect_lr(schedule, 4, 0.001 + 0.009 * 0.5);          // x = 5/8: (5/8 - 1) / (1/4 - 1) = 1/2
   expect_lr(schedule, 6, 0.001 + 0.009 * (1.0 / 6.0));  // x = 7/8: (1/8) / (3/4)
 }
 
@@ -219,8 +219,12 @@ TEST(LrSchedule, OneCycleFromParsedConfigTakesDeepSpeedDefaults) {
       {"train_micro_batch_size_per_gpu", 1},
       {"scheduler",
        {{"type", "OneCycle"},
-        {"params", {{"cycle_min_lr", 0.001}, {"cycle_max_lr", 0.01}, {"cycle_first_step_size", 4},
-                    {"cycle_first_stair_count", 2}, {"cycle_momentum", false}}}}},
+        {"params",
+         {{"cycle_min_lr", 0.001},
+          {"cycle_max_lr", 0.01},
+          {"cycle_first_step_size", 4},
+          {"cycle_first_stair_count", 2},
+          {"cycle_momentum", false}}}}},
       {"zt", {{"model", "gpt2-tiny"}, {"seq_len", 8}, {"train_data", "t.bin"}, {"steps", 10}}}};
   Config c = parse_config(j, "configs/x.json", 1);
   EXPECT_EQ(c.scheduler.cycle_second_step_size, 4);    // defaults to the first
@@ -235,12 +239,13 @@ TEST(LrSchedule, BuiltFromParsedConfig) {
   nlohmann::json j = {
       {"train_micro_batch_size_per_gpu", 1},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 2e-3}}}}},
-      {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 4}, {"warmup_type", "linear"}}}}},
+      {"scheduler",
+       {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 4}, {"warmup_type", "linear"}}}}},
       {"zt", {{"model", "gpt2-tiny"}, {"seq_len", 8}, {"train_data", "t.bin"}, {"steps", 10}}}};
   Config c = parse_config(j, "configs/x.json", 1);
   LrSchedule schedule(c.scheduler, c.optimizer.lr);
-  expect_lr(schedule, 0, 0.0);          // warmup_min_lr defaults to 0
-  expect_lr(schedule, 2, 2e-3 * 0.5);   // WarmupLR peaks at the optimizer's lr by default
+  expect_lr(schedule, 0, 0.0);         // warmup_min_lr defaults to 0
+  expect_lr(schedule, 2, 2e-3 * 0.5);  // WarmupLR peaks at the optimizer's lr by default
   expect_lr(schedule, 4, 2e-3);
 }
 

@@ -57,8 +57,8 @@ TEST(Optimizer, DecayOnlyWhereTheTableSays) {
   std::vector<float> p(layout.numel(), 1.0f), g(layout.numel(), 0.0f);
   opt.step_part(0, 0, layout.numel(), p.data(), g.data(), 0.1f, 1.0f, 1);
   EXPECT_FLOAT_EQ(p[0], 1.0f - 0.1f * 0.5f);  // w decays
-  EXPECT_EQ(p[32], 1.0f);                      // b does not
-  EXPECT_EQ(p[25], 1.0f);                      // padding untouched
+  EXPECT_EQ(p[32], 1.0f);                     // b does not
+  EXPECT_EQ(p[25], 1.0f);                     // padding untouched
 }
 
 }  // namespace

@@ -81,7 +81,8 @@ TEST(ParamGroup, GradientsWrittenWholeAreHandedOutFreshInsteadOfZeroed) {
   g.zero_grads();
   auto is = [&](size_t i, uint8_t byte) {
     const uint8_t* p = store + entries[i].offset * sizeof(float);
-    return std::all_of(p, p + entries[i].numel * sizeof(float), [&](uint8_t b) { return b == byte; });
+    return std::all_of(p, p + entries[i].numel * sizeof(float),
+                       [&](uint8_t b) { return b == byte; });
   };
   std::vector<size_t> whole;
   for (size_t i = 0; i < entries.size(); ++i) {

@@ -26,8 +26,9 @@ using nlohmann::json;
 
 inline constexpr char kHeaderMagic[8] = {'Z', 'T', 'S', 'H', 'A', 'R', 'D', '\0'};
 inline constexpr char kTrailerMagic[8] = {'Z', 'T', 'S', 'H', 'E', 'N', 'D', '\0'};
-inline constexpr size_t kHeaderBytes = 16;   // magic, u32 version, u32 rank
-inline constexpr size_t kTrailerBytes = 32;  // u64 index offset, u64 index bytes, u32 crc, u32 0, magic
+inline constexpr size_t kHeaderBytes = 16;  // magic, u32 version, u32 rank
+inline constexpr size_t kTrailerBytes =
+    32;  // u64 index offset, u64 index bytes, u32 crc, u32 0, magic
 // Whole-file checksums and the parts of records outside a read range go through a buffer of at
 // most this many bytes.
 inline constexpr size_t kStagingBytes = size_t{1} << 20;
@@ -54,8 +55,9 @@ inline std::string quote_name(std::string_view text) {
   return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-[[noreturn]] inline void bad_checkpoint(const std::string& path, std::string_view problem,
-                                 std::source_location where = std::source_location::current()) {
+[[noreturn]] inline void bad_checkpoint(
+    const std::string& path, std::string_view problem,
+    std::source_location where = std::source_location::current()) {
   throw_input(fmt::format("checkpoint {}: {}", path, problem), where);
 }
 
@@ -87,8 +89,8 @@ class Fields {
   Fields(const json& object, std::string at, const std::string& source)
       : object_(object), at_(std::move(at)), source_(source) {
     if (!object_.is_object())
-      bad_checkpoint(source_, fmt::format("{} is not a JSON object", at_.empty() ? "the top level"
-                                                                                 : at_));
+      bad_checkpoint(source_,
+                     fmt::format("{} is not a JSON object", at_.empty() ? "the top level" : at_));
   }
 
   std::string key(std::string_view name) const {
@@ -152,7 +154,8 @@ inline std::string dump_json(const json& j, int indent) {
   }
 }
 
-[[noreturn]] inline void fail_fs(std::string_view what, const fs::path& path, const std::error_code& ec) {
+[[noreturn]] inline void fail_fs(std::string_view what, const fs::path& path,
+                                 const std::error_code& ec) {
   throw_system(fmt::format("cannot {} {}: {}", what, path.string(), ec.message()));
 }
 
@@ -168,6 +171,5 @@ inline void rename_path(const fs::path& from, const fs::path& to) {
                              std::strerror(errno)));
   }
 }
-
 
 }  // namespace zt::checkpoint_detail

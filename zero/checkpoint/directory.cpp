@@ -19,7 +19,8 @@ using namespace checkpoint_detail;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// ---- the directory protocol ----------------------------------------------------------------------
+// ---- the directory protocol
+// ----------------------------------------------------------------------
 
 std::string prepare_checkpoint_dir(const std::string& root, int64_t step) {
   ZT_ASSERT(step >= 0, "checkpoint step {}", step);
@@ -75,9 +76,10 @@ void commit_checkpoint(const std::string& root, int64_t step, const CheckpointMa
   const fs::path final_dir = root_path / name;
   std::error_code ec;
   if (!fs::is_directory(temp, ec)) {
-    throw_system(fmt::format("checkpoint {}: missing; prepare_checkpoint_dir makes it before the "
-                             "ranks write their shard files",
-                             temp.string()));
+    throw_system(
+        fmt::format("checkpoint {}: missing; prepare_checkpoint_dir makes it before the "
+                    "ranks write their shard files",
+                    temp.string()));
   }
   // Every file the manifest lists is there, as its rank reported it (a rank whose write went
   // elsewhere would otherwise surface only at the next load).
@@ -112,8 +114,8 @@ void commit_checkpoint(const std::string& root, int64_t step, const CheckpointMa
       rename_path(final_dir, replaced);
       rename_path(temp, final_dir);
     } else {
-      throw_system(fmt::format("cannot exchange {} with {}: {}", temp.string(),
-                               final_dir.string(), std::strerror(errno)));
+      throw_system(fmt::format("cannot exchange {} with {}: {}", temp.string(), final_dir.string(),
+                               std::strerror(errno)));
     }
   } else {
     rename_path(temp, final_dir);

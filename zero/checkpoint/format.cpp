@@ -103,15 +103,16 @@ CheckpointManifest manifest_from_json(const json& j, const std::string& source) 
       const json& shape = tensor.array("shape");
       for (const json& dim : shape) {
         if (!dim.is_number_integer() || dim.get<int64_t>() < 0)
-          tensor.bad("shape", fmt::format("{} has a dim that is not an integer >= 0", shape.dump()));
+          tensor.bad("shape",
+                     fmt::format("{} has a dim that is not an integer >= 0", shape.dump()));
         ct.shape.push_back(dim.get<int64_t>());
       }
       if (tensor.has("used_rows")) {
         ct.used_rows = tensor.count("used_rows");
         if (ct.shape.empty() || ct.used_rows > ct.shape[0]) {
-          tensor.bad("used_rows", fmt::format("is {}, more than the {} rows of shape {}",
-                                              ct.used_rows, ct.shape.empty() ? 0 : ct.shape[0],
-                                              shape.dump()));
+          tensor.bad("used_rows",
+                     fmt::format("is {}, more than the {} rows of shape {}", ct.used_rows,
+                                 ct.shape.empty() ? 0 : ct.shape[0], shape.dump()));
         }
       }
       out.tensors.push_back(std::move(ct));

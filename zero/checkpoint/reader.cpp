@@ -39,12 +39,13 @@ CheckpointReader::CheckpointReader(const std::string& path) {
     if (!fs::exists(step_dir, ec) && fs::exists(given / (name + ".old") / "manifest.json", ec))
       step_dir = given / (name + ".old");
     if (!fs::exists(step_dir / "manifest.json", ec))
-      bad_checkpoint(latest.string(), fmt::format("names {}, which has no manifest.json",
-                                                  step_dir.string()));
+      bad_checkpoint(latest.string(),
+                     fmt::format("names {}, which has no manifest.json", step_dir.string()));
     dir_ = step_dir.string();
   } else {
-    bad_checkpoint(path, "is neither a step directory (no manifest.json) nor a checkpoint root "
-                         "(no latest)");
+    bad_checkpoint(path,
+                   "is neither a step directory (no manifest.json) nor a checkpoint root "
+                   "(no latest)");
   }
 
   const std::string manifest_path = (fs::path(dir_) / "manifest.json").string();
@@ -77,7 +78,8 @@ CheckpointReader::CheckpointReader(const std::string& path) {
     }
     for (size_t g = 0; g < f; ++g) {
       if (manifest_.files[g].name == name)
-        bad_checkpoint(manifest_path, fmt::format("lists the shard file {} twice", quote_name(name)));
+        bad_checkpoint(manifest_path,
+                       fmt::format("lists the shard file {} twice", quote_name(name)));
     }
   }
 
@@ -93,10 +95,8 @@ CheckpointReader::CheckpointReader(const std::string& path) {
 CheckpointReader::~CheckpointReader() { close_all(); }
 
 CheckpointReader::CheckpointReader(CheckpointReader&& other) noexcept
-    : dir_(std::move(other.dir_)),
-      manifest_(std::move(other.manifest_)),
-      fds_(std::exchange(other.fds_, {})),
-      records_(std::move(other.records_)),
+    : dir_(std::move(other.dir_)), manifest_(std::move(other.manifest_)),
+      fds_(std::exchange(other.fds_, {})), records_(std::move(other.records_)),
       unit_index_(std::move(other.unit_index_)) {}
 
 CheckpointReader& CheckpointReader::operator=(CheckpointReader&& other) noexcept {
@@ -148,8 +148,8 @@ void CheckpointReader::open_shard_file(int f) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) {
-      bad_checkpoint(path, fmt::format("missing (the manifest lists {} shard files)",
-                                       manifest_.files.size()));
+      bad_checkpoint(
+          path, fmt::format("missing (the manifest lists {} shard files)", manifest_.files.size()));
     }
     bad_checkpoint(path, fmt::format("cannot open: {}", std::strerror(errno)));
   }
@@ -160,8 +160,8 @@ void CheckpointReader::open_shard_file(int f) {
   if (!S_ISREG(info.st_mode)) bad_checkpoint(path, "is not a regular file");
   const int64_t size = info.st_size;
   if (size < listed.bytes) {
-    bad_checkpoint(path, fmt::format("is truncated: {} bytes, the manifest says {}", size,
-                                     listed.bytes));
+    bad_checkpoint(path,
+                   fmt::format("is truncated: {} bytes, the manifest says {}", size, listed.bytes));
   }
   if (size > listed.bytes)
     bad_checkpoint(path, fmt::format("is {} bytes, the manifest says {}", size, listed.bytes));
@@ -232,8 +232,9 @@ void CheckpointReader::open_shard_file(int f) {
     r.offset = rf.count("offset");
     r.bytes = rf.count("bytes");
     r.crc32c = rf.crc("crc32c");
-    const std::string what = fmt::format("record {} (unit {} kind {} elements [{}, +{}))", i,
-                                         quote_name(unit), quote_name(kind), r.global_begin, r.count);
+    const std::string what =
+        fmt::format("record {} (unit {} kind {} elements [{}, +{}))", i, quote_name(unit),
+                    quote_name(kind), r.global_begin, r.count);
     auto u = unit_index_.find(unit);
     if (u == unit_index_.end())
       bad_checkpoint(path, fmt::format("{}: the manifest has no such unit", what));
@@ -265,17 +266,19 @@ void CheckpointReader::check_records() {
     for (size_t i = 0; i < list.size(); ++i) {
       const Record& r = list[i];
       if (r.dtype != list[0].dtype) {
-        bad_checkpoint(dir_, fmt::format("unit {} kind {} is {} in {} and {} in {}", quote_name(unit),
-                                         quote_name(kind), dtype_name(list[0].dtype),
-                                         manifest_.files[list[0].file].name, dtype_name(r.dtype),
-                                         manifest_.files[r.file].name));
+        bad_checkpoint(dir_,
+                       fmt::format("unit {} kind {} is {} in {} and {} in {}", quote_name(unit),
+                                   quote_name(kind), dtype_name(list[0].dtype),
+                                   manifest_.files[list[0].file].name, dtype_name(r.dtype),
+                                   manifest_.files[r.file].name));
       }
       if (i > 0 && r.global_begin < list[i - 1].global_begin + list[i - 1].count) {
-        bad_checkpoint(dir_, fmt::format("unit {} kind {}: records [{}, +{}) in {} and [{}, +{}) "
-                                         "in {} overlap",
-                                         quote_name(unit), quote_name(kind), list[i - 1].global_begin,
-                                         list[i - 1].count, manifest_.files[list[i - 1].file].name,
-                                         r.global_begin, r.count, manifest_.files[r.file].name));
+        bad_checkpoint(dir_,
+                       fmt::format("unit {} kind {}: records [{}, +{}) in {} and [{}, +{}) "
+                                   "in {} overlap",
+                                   quote_name(unit), quote_name(kind), list[i - 1].global_begin,
+                                   list[i - 1].count, manifest_.files[list[i - 1].file].name,
+                                   r.global_begin, r.count, manifest_.files[r.file].name));
       }
       if (r.global_begin > covered && covered < numel) break;
       covered = std::max(covered, r.global_begin + r.count);
@@ -344,7 +347,8 @@ const std::vector<CheckpointReader::Record>& CheckpointReader::records(
     bad_checkpoint(dir_, fmt::format("has no unit {}", quote_name(unit)));
   auto it = records_.find({unit, kind});
   if (it == records_.end())
-    bad_checkpoint(dir_, fmt::format("has no {} records of unit {}", quote_name(kind), quote_name(unit)));
+    bad_checkpoint(dir_,
+                   fmt::format("has no {} records of unit {}", quote_name(kind), quote_name(unit)));
   return it->second;
 }
 
@@ -382,8 +386,8 @@ DType CheckpointReader::dtype(const std::string& unit, const std::string& kind) 
 void CheckpointReader::read_range(const std::string& unit, const std::string& kind,
                                   int64_t global_begin, int64_t count, DType dtype,
                                   void* dst) const {
-  ZT_ASSERT(global_begin >= 0 && count >= 0, "read_range({}, {}, {}, {})", unit, kind,
-            global_begin, count);
+  ZT_ASSERT(global_begin >= 0 && count >= 0, "read_range({}, {}, {}, {})", unit, kind, global_begin,
+            count);
   const std::vector<Record>& list = records(unit, kind);
   const int64_t end = global_begin + count;
   const std::string range = fmt::format("unit {} kind {} elements [{}, {})", quote_name(unit),

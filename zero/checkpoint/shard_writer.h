@@ -13,7 +13,6 @@
 
 namespace zt {
 
-
 // Writes one rank's shard file, `<dir>/rank<R>.zts`, record by record:
 //   writer.begin_record("h0", "exp_avg", DType::kF32, shard.begin(), shard.shard);
 //   writer.append(chunk, chunk_bytes);   // as often as needed: a shard streams through a

@@ -32,8 +32,11 @@ void ShardSnapshot::begin_record(std::string unit, std::string kind, DType dtype
     const size_t align = need >= kHuge ? kHuge : 64;
     const size_t bytes = (std::max<size_t>(need, 1) + align - 1) / align * align;
     r.data.reset(static_cast<std::byte*>(std::aligned_alloc(align, bytes)));
-    if (!r.data) throw_system(fmt::format("cannot allocate {} bytes of host memory for a "
-                                          "checkpoint snapshot", bytes));
+    if (!r.data)
+      throw_system(
+          fmt::format("cannot allocate {} bytes of host memory for a "
+                      "checkpoint snapshot",
+                      bytes));
     if (align == kHuge) ::madvise(r.data.get(), bytes, MADV_HUGEPAGE);  // advice only
     r.capacity = need;
   }
@@ -72,8 +75,9 @@ void ShardSnapshot::rewind() {
   bytes_ = 0;
 }
 
-void ShardSnapshot::write_to(ShardFileWriter& writer,
-                             const std::function<void(const std::string& unit)>& before_record) const {
+void ShardSnapshot::write_to(
+    ShardFileWriter& writer,
+    const std::function<void(const std::string& unit)>& before_record) const {
   ZT_ASSERT(!open_, "snapshot written with a record open");
   for (size_t i = 0; i < used_; ++i) {
     const Record& r = records_[i];

@@ -51,5 +51,4 @@ class ShardSnapshot final : public RecordSink {
   int64_t bytes_ = 0;
 };
 
-
 }  // namespace zt

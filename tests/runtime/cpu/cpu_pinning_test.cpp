@@ -46,8 +46,10 @@ TEST(CpuPinning, PinsUntilTheLockLimitThenSaysUlimit) {
     EXPECT_TRUE(host.pinning_failure().empty());
     Buffer c = host.alloc(4096, MemCategory::kGrads);  // 12,288 > 10,000: left unpinned
     EXPECT_EQ(fake.pinned.size(), 2u);
-    EXPECT_NE(host.pinning_failure().find("lock limit"), std::string::npos) << host.pinning_failure();
-    EXPECT_NE(host.pinning_failure().find("ulimit -l"), std::string::npos) << host.pinning_failure();
+    EXPECT_NE(host.pinning_failure().find("lock limit"), std::string::npos)
+        << host.pinning_failure();
+    EXPECT_NE(host.pinning_failure().find("ulimit -l"), std::string::npos)
+        << host.pinning_failure();
     Buffer d = host.alloc(64, MemCategory::kGrads);  // after a failure nothing more is pinned
     EXPECT_EQ(fake.pinned.size(), 2u);
     a.reset();  // cached, still pinned: reused as it is

@@ -79,11 +79,11 @@ TEST(InstructionTemplateTest, MessagesRenderExactly) {
                 {"\n\n### User\nAnd 3+3?\n\n### Assistant\n", Loss::kNo},
                 {"6", Loss::kYes}}));
   // Two assistant turns in a row; an empty assistant content adds no completion text.
-  EXPECT_EQ(segments_of(R"({"messages": [{"role": "user", "content": "hi"},
+  EXPECT_EQ(
+      segments_of(R"({"messages": [{"role": "user", "content": "hi"},
       {"role": "assistant", "content": ""}, {"role": "assistant", "content": "there"}]})"),
-            (std::vector<TextSegment>{
-                {"### User\nhi\n\n### Assistant\n\n\n### Assistant\n", Loss::kNo},
-                {"there", Loss::kYes}}));
+      (std::vector<TextSegment>{{"### User\nhi\n\n### Assistant\n\n\n### Assistant\n", Loss::kNo},
+                                {"there", Loss::kYes}}));
   EXPECT_EQ(segments_of(R"({"messages": [{"role": "assistant", "content": "Hello."}]})"),
             (std::vector<TextSegment>{{"### Assistant\n", Loss::kNo}, {"Hello.", Loss::kYes}}));
 }
@@ -99,8 +99,9 @@ TEST(InstructionTemplateTest, BadLinesNamePathLineAndProblem) {
     }
   };
   refused(R"({"prompt": "a", )", "not JSON: parse error");
-  refused("[1, 2]", "expected a JSON object with \"prompt\" and \"completion\" or with "
-                    "\"messages\"; got an array");
+  refused("[1, 2]",
+          "expected a JSON object with \"prompt\" and \"completion\" or with "
+          "\"messages\"; got an array");
   refused(R"("text")", "got a string");
   refused(R"({"text": "a"})", "has neither \"prompt\" and \"completion\" nor \"messages\"");
   refused(R"({"prompt": "a", "completion": "b", "messages": []})", "has both \"messages\"");
@@ -125,9 +126,10 @@ TEST(InstructionTemplateTest, BadLinesNamePathLineAndProblem) {
 
 TEST(InstructionFileTest, ReadsLinesSkippingBlankOnes) {
   TempDir dir;
-  dir.write("a.jsonl", "{\"prompt\": \"p1\", \"completion\": \"c1\"}\n\n  \r\n"
-                       "{\"prompt\": \"p2\", \"completion\": \"c2\"}\r\n"
-                       "{\"prompt\": \"p3\", \"completion\": \"c3\"}");  // no final newline
+  dir.write("a.jsonl",
+            "{\"prompt\": \"p1\", \"completion\": \"c1\"}\n\n  \r\n"
+            "{\"prompt\": \"p2\", \"completion\": \"c2\"}\r\n"
+            "{\"prompt\": \"p3\", \"completion\": \"c3\"}");  // no final newline
   const std::vector<InstructionExample> examples = read_instruction_file(dir.file("a.jsonl"));
   ASSERT_EQ(examples.size(), 3u);
   EXPECT_EQ(examples[0].where, dir.file("a.jsonl") + ":1");
@@ -230,26 +232,21 @@ constexpr int32_t kPad = 99;
 TEST(InstructionPackTest, GreedyFillsBlocksInOrder) {
   // Lengths 3, 4, 2, 6, 11 (truncated to 6), 1, 6 with seq_len 6.
   const std::vector<TokenizedExample> examples = {
-      example(10, 3, 1), example(20, 4, 2), example(30, 2, 1), example(40, 6, 5),
+      example(10, 3, 1),  example(20, 4, 2), example(30, 2, 1), example(40, 6, 5),
       example(50, 11, 8), example(70, 1, 1), example(80, 6, 6)};
   const PackedExamples packed = pack_examples(examples, 6, kPad, Packing::kGreedy);
   const int32_t P = kPad;
-  EXPECT_EQ(packed.ids, (std::vector<int32_t>{
-                            10, 11, 12, P, P, P,       // 20..23 does not fit the 3 left
-                            20, 21, 22, 23, 30, 31,    // exactly full: no padding
-                            40, 41, 42, 43, 44, 45,    // a whole block
-                            50, 51, 52, 53, 54, 55,    // cut to seq_len: all prompt
-                            70, P, P, P, P, P,         // 80..85 does not fit the 5 left
-                            80, 81, 82, 83, 84, 85,    // all prompt
-                            P}));                      // the last block's last target
-  EXPECT_EQ(packed.flags, (std::vector<uint8_t>{
-                              D, L, L, D, D, D,
-                              D, 0, L, L, D, L,
-                              D, 0, 0, 0, 0, L,
-                              D, 0, 0, 0, 0, 0,
-                              D, D, D, D, D, D,
-                              D, 0, 0, 0, 0, 0,
-                              D}));
+  EXPECT_EQ(packed.ids,
+            (std::vector<int32_t>{10, 11, 12, P,  P,  P,   // 20..23 does not fit the 3 left
+                                  20, 21, 22, 23, 30, 31,  // exactly full: no padding
+                                  40, 41, 42, 43, 44, 45,  // a whole block
+                                  50, 51, 52, 53, 54, 55,  // cut to seq_len: all prompt
+                                  70, P,  P,  P,  P,  P,   // 80..85 does not fit the 5 left
+                                  80, 81, 82, 83, 84, 85,  // all prompt
+                                  P}));                    // the last block's last target
+  EXPECT_EQ(packed.flags,
+            (std::vector<uint8_t>{D, L, L, D, D, D, D, 0, L, L, D, L, D, 0, 0, 0, 0, L, D,
+                                  0, 0, 0, 0, 0, D, D, D, D, D, D, D, 0, 0, 0, 0, 0, D}));
   EXPECT_EQ(packed.examples, 7);
   EXPECT_EQ(packed.blocks, 6);
   EXPECT_EQ(packed.completion_tokens, 2 + 2 + 1 + 1);
@@ -281,8 +278,9 @@ TEST(InstructionPackTest, OnePerBlockPadsEveryExample) {
 TEST(InstructionPackTest, PackedFileLoadsWithMaskedTargets) {
   TempDir dir;
   BpeTokenizer tokenizer = tiny_tokenizer(dir);
-  dir.write("d.jsonl", "{\"prompt\": \"pq\", \"completion\": \"r\"}\n"
-                       "{\"messages\": [{\"role\": \"assistant\", \"content\": \"s\"}]}\n");
+  dir.write("d.jsonl",
+            "{\"prompt\": \"pq\", \"completion\": \"r\"}\n"
+            "{\"messages\": [{\"role\": \"assistant\", \"content\": \"s\"}]}\n");
   std::vector<TokenizedExample> examples;
   for (const InstructionExample& e : read_instruction_file(dir.file("d.jsonl"))) {
     examples.push_back(tokenize_example(tokenizer, e, kEnd, std::nullopt));

@@ -240,7 +240,7 @@ TEST_F(DataLoaderTest, SequentialOrderWorldOne) {
   const TokenFile& file = make_file(100);
   DataLoader loader(file, /*B=*/2, /*T=*/4, /*rank=*/0, /*world=*/1, false, 0);
   ASSERT_EQ(loader.batches_per_epoch(), 12);  // floor(99 / 8)
-  for (int64_t k = 0; k < 30; ++k) {  // two and a half epochs: wraps after batch 11
+  for (int64_t k = 0; k < 30; ++k) {          // two and a half epochs: wraps after batch 11
     EXPECT_EQ(loader.position(), k);
     EXPECT_EQ(window_start(next_batch(loader)), (k % 12) * 8) << "batch " << k;
   }
@@ -295,8 +295,7 @@ TEST_F(DataLoaderTest, SeekResumes) {
 
 TEST_F(DataLoaderTest, FileTooSmall) {
   const TokenFile& file = make_file(16);  // world*B*T = 16 needs 17 tokens
-  expect_input_error([&] { (void)DataLoader(file, 2, 4, 0, 2, false, 0); }, path_,
-                     "too small");
+  expect_input_error([&] { (void)DataLoader(file, 2, 4, 0, 2, false, 0); }, path_, "too small");
   expect_input_error([&] { (void)DataLoader(file, 1, 1 << 30, 0, 1, false, 0); }, path_,
                      "too small");
   EXPECT_NO_THROW((void)DataLoader(file, 3, 5, 0, 1, false, 0));  // 15 + 1 tokens fit
@@ -459,8 +458,9 @@ TEST(PackedTokenFileTest, WriteRefusesBrokenFlags) {
   flags = fx.flags;
   flags[12] = 0;
   refused(fx.ids, flags, 4, "token 12 starts block 3");
-  refused({10, 11, 12, 13}, {D, 0, L, L}, 4, "4 tokens are not whole blocks of the packed "
-                                             "length 4 plus the one trailing token");
+  refused({10, 11, 12, 13}, {D, 0, L, L}, 4,
+          "4 tokens are not whole blocks of the packed "
+          "length 4 plus the one trailing token");
   refused({}, {}, 4, "0 tokens are not whole blocks");
   refused(fx.ids, fx.flags, 5, "13 tokens are not whole blocks of the packed length 5");
   // 4 blocks of 3 + 1 is a valid count, but token 3 (13, a completion token) would start one.
@@ -520,10 +520,9 @@ TEST(PackedDataLoaderTest, MaskedTargetsAndPositions) {
   EXPECT_EQ(batch.inputs, std::vector<int32_t>(fx.ids.begin(), fx.ids.end() - 1));
   // A target counts when its token has kTokenLoss: 12 and 13 after the prompt 10 11, 21 and 31,
   // never a document's first token (20, 30, 40, the pads) nor 41's prompt.
-  EXPECT_EQ(batch.targets, (std::vector<int32_t>{X, 12, 13, X, /**/ 21, X, 31, X, /**/ X, X, X,
-                                                 X}));
-  EXPECT_EQ(batch.positions, (std::vector<int32_t>{0, 1, 2, 3, /**/ 0, 1, 0, 1, /**/ 0, 1, 0,
-                                                   0}));
+  EXPECT_EQ(batch.targets,
+            (std::vector<int32_t>{X, 12, 13, X, /**/ 21, X, 31, X, /**/ X, X, X, X}));
+  EXPECT_EQ(batch.positions, (std::vector<int32_t>{0, 1, 2, 3, /**/ 0, 1, 0, 1, /**/ 0, 1, 0, 0}));
   const auto counted = std::count_if(batch.targets.begin(), batch.targets.end(),
                                      [](int32_t t) { return t != kIgnoreTarget; });
   EXPECT_EQ(counted, file.loss_tokens(loader.batch_start(0) + 1, 12));

@@ -104,8 +104,7 @@ class TokenizerJsonGpt2Test : public ::testing::Test {
   // The ids of `tokenizer` on the first `bytes` of the corpus equal Gpt2Tokenizer's.
   static void expect_gpt2_ids(BpeTokenizer& tokenizer, size_t bytes) {
     const std::string text = corpus_.substr(0, bytes);
-    const std::vector<int32_t> expected =
-        bytes >= corpus_.size() ? gpt2_ids_ : gpt2_->encode(text);
+    const std::vector<int32_t> expected = bytes >= corpus_.size() ? gpt2_ids_ : gpt2_->encode(text);
     const std::vector<int32_t> ids = tokenizer.encode(text);
     EXPECT_EQ(ids.size(), expected.size());
     const size_t at = first_difference(ids, expected);
@@ -146,15 +145,16 @@ TEST_F(TokenizerJsonGpt2Test, PairMergesSameIds) {
 TEST_F(TokenizerJsonGpt2Test, SplitThenByteLevelSequenceSameIds) {
   TempDir dir;
   json tokenizer = test::gpt2_style_tokenizer_json(vocab_, merges_, MergeFormat::kPairs);
-  tokenizer["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"},
-         {"pattern", {{"Regex", std::string(kGpt2SplitPattern)}}},
-         {"behavior", "Isolated"},
-         {"invert", false}},
-        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-         {"use_regex", false}}}}};
+  tokenizer["pre_tokenizer"] = {{"type", "Sequence"},
+                                {"pretokenizers",
+                                 {{{"type", "Split"},
+                                   {"pattern", {{"Regex", std::string(kGpt2SplitPattern)}}},
+                                   {"behavior", "Isolated"},
+                                   {"invert", false}},
+                                  {{"type", "ByteLevel"},
+                                   {"add_prefix_space", false},
+                                   {"trim_offsets", false},
+                                   {"use_regex", false}}}}};
   BpeTokenizer loaded = load(dir, tokenizer);
   expect_gpt2_ids(loaded, size_t{1} << 20);
 }
@@ -169,7 +169,8 @@ TEST_F(TokenizerJsonGpt2Test, EndOfTextMatchedOnlyWhenAsked) {
             (std::vector<int32_t>{15496, 27, 91, 437, 1659, 5239, 91, 29, 995}));
   EXPECT_EQ(tokenizer.encode(text, SpecialTokens::kMatch),
             (std::vector<int32_t>{15496, 50256, 995}));
-  EXPECT_EQ(gpt2_->encode(text, SpecialTokens::kMatch), tokenizer.encode(text, SpecialTokens::kMatch));
+  EXPECT_EQ(gpt2_->encode(text, SpecialTokens::kMatch),
+            tokenizer.encode(text, SpecialTokens::kMatch));
   EXPECT_EQ(tokenizer.decode(tokenizer.encode(text, SpecialTokens::kMatch)), text);
 }
 
@@ -216,9 +217,13 @@ TEST(TokenizerJsonTinyTest, AddedTokensSpecialOnlyWhenAsked) {
   json tokenizer = tiny_tokenizer({{"a", "b"}});  // 256 "ab", 257 <|endoftext|>
   // Added tokens beyond the vocabulary, as Llama 3 ships its specials: 258..261.
   auto add = [&](int id, const std::string& content, bool special) {
-    tokenizer["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", false},
-                                         {"lstrip", false}, {"rstrip", false},
-                                         {"normalized", false}, {"special", special}});
+    tokenizer["added_tokens"].push_back({{"id", id},
+                                         {"content", content},
+                                         {"single_word", false},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"special", special}});
   };
   add(258, "<|eot|>", true);
   add(259, "<|eo", true);    // a prefix of <|eot|>: the longest match wins
@@ -315,16 +320,22 @@ TEST(TokenizerJsonRefusalTest, UnsupportedChoicesNamed) {
           "model.type 'WordPiece' is not supported; only byte-level BPE (model.type BPE with a "
           "ByteLevel pre-tokenizer or decoder)");
   refused([](json& t) { t["model"]["type"] = "Unigram"; }, "model.type 'Unigram'");
-  refused([](json& t) { t["normalizer"] = {{"type", "NFC"}}; },
-          "normalizer.type 'NFC' is not supported");
+  refused(
+      [](json& t) {
+        t["normalizer"] = {{"type", "NFC"}};
+      },
+      "normalizer.type 'NFC' is not supported");
   refused([](json& t) { t["model"]["byte_fallback"] = true; }, "model.byte_fallback true");
   refused([](json& t) { t["model"]["continuing_subword_prefix"] = "##"; },
           "model.continuing_subword_prefix \"##\" is not supported");
   refused([](json& t) { t["model"]["end_of_word_suffix"] = "</w>"; },
           "model.end_of_word_suffix \"</w>\" is not supported");
   refused([](json& t) { t["model"]["dropout"] = 0.1; }, "model.dropout 0.1 is not supported");
-  refused([](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}}; },
-          "pre_tokenizer.type 'Metaspace' is not supported");
+  refused(
+      [](json& t) {
+        t["pre_tokenizer"] = {{"type", "Metaspace"}};
+      },
+      "pre_tokenizer.type 'Metaspace' is not supported");
   refused([](json& t) { t["pre_tokenizer"] = nullptr; }, "pre_tokenizer is missing or null");
   refused(
       [](json& t) {
@@ -344,21 +355,28 @@ TEST(TokenizerJsonRefusalTest, UnsupportedChoicesNamed) {
       "pre_tokenizer.pretokenizers[0].type 'Digits' is not supported");
   refused(
       [](json& t) {
-        t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}},
-                              {"behavior", "Isolated"}, {"invert", false}};
+        t["pre_tokenizer"] = {{"type", "Split"},
+                              {"pattern", {{"Regex", "a"}}},
+                              {"behavior", "Isolated"},
+                              {"invert", false}};
       },
       "pre_tokenizer has no ByteLevel step");
   refused(
       [](json& t) {
         t["pre_tokenizer"] = {{"type", "Sequence"},
                               {"pretokenizers",
-                               {{{"type", "Split"}, {"pattern", {{"Regex", "a"}}},
-                                 {"behavior", "Removed"}, {"invert", false}},
+                               {{{"type", "Split"},
+                                 {"pattern", {{"Regex", "a"}}},
+                                 {"behavior", "Removed"},
+                                 {"invert", false}},
                                 {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
       },
       "pre_tokenizer.pretokenizers[0].behavior 'Removed' is not supported");
-  refused([](json& t) { t["decoder"] = {{"type", "Metaspace"}}; },
-          "decoder.type 'Metaspace' is not supported");
+  refused(
+      [](json& t) {
+        t["decoder"] = {{"type", "Metaspace"}};
+      },
+      "decoder.type 'Metaspace' is not supported");
   refused([](json& t) { t["added_tokens"][0]["lstrip"] = true; },
           "added_tokens[0].lstrip true is not supported");
 }
@@ -391,8 +409,11 @@ TEST(TokenizerJsonRefusalTest, MalformedFilesNamed) {
   refused([](json& t) { t["model"]["merges"][1] = 7; }, "model.merges[1]: 7: expected");
   refused([](json& t) { t["model"]["merges"][1] = "zz c"; },
           "model.merges[1]: names \"zz\", which is not in model.vocab");
-  refused([](json& t) { t["model"]["merges"][1] = json::array({"a", "c"}); },
-          "model.merges[1]: makes \"ac\" from \"a\" and \"c\", which is not in model.vocab");
+  refused(
+      [](json& t) {
+        t["model"]["merges"][1] = json::array({"a", "c"});
+      },
+      "model.merges[1]: makes \"ac\" from \"a\" and \"c\", which is not in model.vocab");
   refused([](json& t) { t["model"]["ignore_merges"] = "yes"; },
           "model.ignore_merges must be true or false");
   refused([](json& t) { t["added_tokens"][0]["content"] = "x"; },
@@ -412,8 +433,10 @@ TEST(TokenizerJsonRefusalTest, MalformedFilesNamed) {
       [](json& t) {
         t["pre_tokenizer"] = {{"type", "Sequence"},
                               {"pretokenizers",
-                               {{{"type", "Split"}, {"pattern", {{"Regex", "(a"}}},
-                                 {"behavior", "Isolated"}, {"invert", false}},
+                               {{{"type", "Split"},
+                                 {"pattern", {{"Regex", "(a"}}},
+                                 {"behavior", "Isolated"},
+                                 {"invert", false}},
                                 {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
       },
       "pre_tokenizer.pretokenizers[0].pattern.Regex: PCRE2 rejects the pattern at offset 2: "

@@ -48,8 +48,8 @@ const std::vector<KnownEncoding> kKnown = {
     {" Hello world", {18435, 995}},
     {"Hello, world! How are you?", {15496, 11, 995, 0, 1374, 389, 345, 30}},
     {"I'm sure you'll see they've said it's what we'd do; they're here, can't stop.",
-     {40, 1101, 1654, 345, 1183, 766, 484, 1053, 531, 340, 338, 644, 356, 1549, 466, 26, 484,
-      821, 994, 11, 460, 470, 2245, 13}},
+     {40,  1101, 1654, 345, 1183, 766, 484, 1053, 531, 340, 338,  644,
+      356, 1549, 466,  26,  484,  821, 994, 11,   460, 470, 2245, 13}},
     // Contractions are case-sensitive in GPT-2's pattern: "'T" is punctuation + letter.
     {"DON'T SHOUT", {41173, 6, 51, 6006, 12425}},
     {"naïve café déjà vu", {2616, 38776, 40304, 39073, 73, 24247, 410, 84}},
@@ -72,8 +72,8 @@ const std::vector<KnownEncoding> kKnown = {
      {464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290, 13}},
     {"Call me Ishmael. Some years ago—never mind how long precisely—having little or no money "
      "in my purse",
-     {14134, 502, 1148, 21720, 417, 13, 2773, 812, 2084, 960, 12081, 2000, 703, 890, 10582, 960,
-      40965, 1310, 393, 645, 1637, 287, 616, 27517}},
+     {14134, 502, 1148,  21720, 417,   13,   2773, 812, 2084, 960, 12081, 2000,
+      703,   890, 10582, 960,   40965, 1310, 393,  645, 1637, 287, 616,   27517}},
 };
 
 TEST_F(Gpt2TokenizerTest, VocabularyShape) {
@@ -171,8 +171,8 @@ void write_synthetic_vocab(const TempDir& dir,
 TEST(Gpt2TokenizerSyntheticTest, MergesByRankLeftToRight) {
   TempDir dir;
   // ids: 256 "aa", 257 "he", 258 "ll", 259 "hell", 260 "hello", 261 " w", 262 <|endoftext|>
-  write_synthetic_vocab(dir, {{"a", "a"}, {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"},
-                              {" ", "w"}});
+  write_synthetic_vocab(
+      dir, {{"a", "a"}, {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}});
   Gpt2Tokenizer tokenizer(dir.str());
   EXPECT_EQ(tokenizer.vocab_size(), 263u);
   EXPECT_EQ(tokenizer.eot(), 262);
@@ -181,8 +181,7 @@ TEST(Gpt2TokenizerSyntheticTest, MergesByRankLeftToRight) {
   EXPECT_EQ(tokenizer.encode("aaa"), (std::vector<int32_t>{256, 'a'}));
   EXPECT_EQ(tokenizer.encode("aaaa"), (std::vector<int32_t>{256, 256}));
   // Pre-tokenisation keeps the space with the word; merges never cross words.
-  EXPECT_EQ(tokenizer.encode("hello world"),
-            (std::vector<int32_t>{260, 261, 'o', 'r', 'l', 'd'}));
+  EXPECT_EQ(tokenizer.encode("hello world"), (std::vector<int32_t>{260, 261, 'o', 'r', 'l', 'd'}));
   EXPECT_EQ(tokenizer.encode(" \n"), (std::vector<int32_t>{' ', '\n'}));
   EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{260, 261, 262}), "hello w<|endoftext|>");
 }

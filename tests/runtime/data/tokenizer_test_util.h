@@ -88,9 +88,13 @@ inline nlohmann::json gpt2_style_tokenizer_json(
   }
   nlohmann::json added = nlohmann::json::array();
   if (vocab.contains("<|endoftext|>")) {
-    added.push_back({{"id", vocab["<|endoftext|>"]}, {"content", "<|endoftext|>"},
-                     {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", true}, {"special", true}});
+    added.push_back({{"id", vocab["<|endoftext|>"]},
+                     {"content", "<|endoftext|>"},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", true},
+                     {"special", true}});
   }
   return {
       {"version", "1.0"},
@@ -99,26 +103,38 @@ inline nlohmann::json gpt2_style_tokenizer_json(
       {"added_tokens", added},
       {"normalizer", nullptr},
       {"pre_tokenizer",
-       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", false},
+        {"trim_offsets", true},
         {"use_regex", true}}},
       {"post_processor",
-       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", true},
+        {"trim_offsets", false},
         {"use_regex", true}}},
       {"decoder",
-       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", true},
+        {"trim_offsets", true},
         {"use_regex", true}}},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-        {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
         {"merges", merge_list}}},
   };
 }
 
 // The vocabulary of a synthetic byte-level BPE: ids 0..255 the bytes, then one id per merge
 // (raw bytes, in order), then <|endoftext|>. Returns the vocab and the merges in the alphabet.
-inline std::pair<nlohmann::json, std::vector<std::pair<std::string, std::string>>>
-synthetic_vocab(const std::vector<std::pair<std::string, std::string>>& raw_merges) {
+inline std::pair<nlohmann::json, std::vector<std::pair<std::string, std::string>>> synthetic_vocab(
+    const std::vector<std::pair<std::string, std::string>>& raw_merges) {
   nlohmann::json vocab = nlohmann::json::object();
   int id = 0;
   for (int b = 0; b < 256; ++b) vocab[alphabet_char(b)] = id++;

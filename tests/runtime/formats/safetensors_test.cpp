@@ -457,10 +457,10 @@ TEST_F(SafetensorsTest, StreamWriterWritesTheWritersBytesInAnyPieces) {
   whole.write(file("whole.safetensors"));
 
   const std::string data = as_bytes(a) + as_bytes(b);
-  SafetensorsStreamWriter stream(file("stream.safetensors"),
-                                 {{"a", DType::kF32, {37}}, {"empty", DType::kF32, {0, 3}},
-                                  {"b", DType::kBF16, {5}}},
-                                 {{"format", "pt"}});
+  SafetensorsStreamWriter stream(
+      file("stream.safetensors"),
+      {{"a", DType::kF32, {37}}, {"empty", DType::kF32, {0, 3}}, {"b", DType::kBF16, {5}}},
+      {{"format", "pt"}});
   EXPECT_EQ(stream.next_tensor(), 0u);
   stream.write(data.data(), 100);  // inside "a"
   EXPECT_EQ(stream.next_tensor(), 0u);

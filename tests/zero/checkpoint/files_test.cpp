@@ -1,9 +1,9 @@
-// Tests for zero/checkpoint/ (format, shard_writer, directory, reader): shard files written by simulated ranks (one process plays
-// every rank) and read back under other world sizes (resharding: 4 ranks saved, 1, 2 and 3
-// ranks' shards read, a 6-element unit whose 4th shard is empty, uneven last shards, padding
-// past the saved buffer reading as zeros); records streamed in pieces; the directory protocol
-// (latest, keep_last pruning, replacing a step, a crashed save's step<N>.tmp); and each kind of
-// bad checkpoint refused with one line naming the file and the problem.
+// Tests for zero/checkpoint/ (format, shard_writer, directory, reader): shard files written by
+// simulated ranks (one process plays every rank) and read back under other world sizes (resharding:
+// 4 ranks saved, 1, 2 and 3 ranks' shards read, a 6-element unit whose 4th shard is empty, uneven
+// last shards, padding past the saved buffer reading as zeros); records streamed in pieces; the
+// directory protocol (latest, keep_last pruning, replacing a step, a crashed save's step<N>.tmp);
+// and each kind of bad checkpoint refused with one line naming the file and the problem.
 #include "zero/checkpoint/directory.h"
 #include "zero/checkpoint/reader.h"
 #include "zero/checkpoint/shard_writer.h"
@@ -111,7 +111,7 @@ ShardFileInfo write_rank(const std::string& dir, int rank, int world) {
         bf16.push_back(fp32_to_bf16(f32.back()));
       }
       const void* data = kind_dtype(k) == DType::kF32 ? static_cast<const void*>(f32.data())
-                                                       : static_cast<const void*>(bf16.data());
+                                                      : static_cast<const void*>(bf16.data());
       writer.add_record(units[u].name, kKinds[k], kind_dtype(k), r.begin, r.count, data);
     }
   }
@@ -435,8 +435,7 @@ TEST_F(CheckpointFilesBad, FileNamePointingOutsideTheDirectory) {
     json j = manifest();
     j["files"][1]["name"] = name;
     set_manifest(j);
-    expect_contains(open_error(),
-                    {manifest_path(), json(name).dump(), "is not a plain file name"});
+    expect_contains(open_error(), {manifest_path(), json(name).dump(), "is not a plain file name"});
   }
 }
 
@@ -491,41 +490,37 @@ TEST_F(CheckpointFilesBad, IncompleteCoverage) {
       const Range range = shard_range(u.padded_numel, 4, r);
       for (int k = 0; k < 3; ++k) {
         if (u.name == "h0" && k == 1) continue;
-        writer.add_record(u.name, kKinds[k], kind_dtype(k), range.begin, range.count,
-                          zeros.data());
+        writer.add_record(u.name, kKinds[k], kind_dtype(k), range.begin, range.count, zeros.data());
       }
     }
     m.files.push_back(writer.finish());
   }
   commit_checkpoint(tmp_.path(), 11, m, 0);
-  expect_contains(open_error(), {tmp_ / "step11", "unit \"h0\" kind \"exp_avg\": elements [2, 4) "
-                                                  "are in no shard file"});
+  expect_contains(open_error(), {tmp_ / "step11",
+                                 "unit \"h0\" kind \"exp_avg\": elements [2, 4) "
+                                 "are in no shard file"});
 }
 
 TEST_F(CheckpointFilesBad, ReadRangeErrors) {
   const CheckpointReader reader(tmp_.path());
   std::vector<float> dst(4);
-  expect_contains(error_of([&] {
-                    reader.read_range("h0", "working", 0, 4, DType::kF32, dst.data());
-                  }),
-                  {step_dir(), "unit \"h0\" kind \"working\" elements [0, 4)", "asked for as fp32",
-                   "holds bf16"});
-  expect_contains(error_of([&] {
-                    reader.read_range("h0", "exp_avg_sq", 0, 4, DType::kF32, dst.data());
-                  }),
-                  {step_dir(), "no \"exp_avg_sq\" records of unit \"h0\""});
-  expect_contains(error_of([&] {
-                    reader.read_range("h9", "master", 0, 4, DType::kF32, dst.data());
-                  }),
-                  {step_dir(), "no unit \"h9\""});
+  expect_contains(
+      error_of([&] { reader.read_range("h0", "working", 0, 4, DType::kF32, dst.data()); }),
+      {step_dir(), "unit \"h0\" kind \"working\" elements [0, 4)", "asked for as fp32",
+       "holds bf16"});
+  expect_contains(
+      error_of([&] { reader.read_range("h0", "exp_avg_sq", 0, 4, DType::kF32, dst.data()); }),
+      {step_dir(), "no \"exp_avg_sq\" records of unit \"h0\""});
+  expect_contains(
+      error_of([&] { reader.read_range("h9", "master", 0, 4, DType::kF32, dst.data()); }),
+      {step_dir(), "no unit \"h9\""});
 
   // A byte flipped after open: the record's own checksum catches it on read.
   flip_byte(shard(1), 16);  // the first byte of rank 1's first record (root master [3, 6))
-  expect_contains(error_of([&] {
-                    reader.read_range("root", "master", 4, 1, DType::kF32, dst.data());
-                  }),
-                  {shard(1), "unit \"root\" kind \"master\" elements [4, 5)",
-                   "the record [3, 6) fails its checksum"});
+  expect_contains(
+      error_of([&] { reader.read_range("root", "master", 4, 1, DType::kF32, dst.data()); }),
+      {shard(1), "unit \"root\" kind \"master\" elements [4, 5)",
+       "the record [3, 6) fails its checksum"});
 }
 
 }  // namespace
