@@ -189,4 +189,21 @@ TrainSetup prepare_training(const std::string& config_path,
                     std::move(checkpoint_root), std::move(reader)};
 }
 
+OptimizerOptions optimizer_named(const std::string& name) {
+  OptimizerOptions o;
+  using Type = OptimizerOptions::Type;
+  if (name == "adamw")
+    o.type = Type::kAdamW;
+  else if (name == "adam")
+    o.type = Type::kAdam;
+  else if (name == "sgd-momentum")
+    o.type = Type::kSgd, o.momentum = 0.9f;
+  else if (name == "sgd")
+    o.type = Type::kSgd;
+  else
+    throw_input(
+        fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'", name));
+  return o;
+}
+
 }  // namespace zt

@@ -39,6 +39,9 @@ ModelSpec resolve_model(const Config& config);
 // The engine's options for `config` and `model` (the offload plan, whose tiers are devices, is
 // left empty: train() sets it, train/offload_plan.h). zt-estimate plans from the same options.
 EngineOptions engine_options(const Config& config, Model& model);
+// The optimizer a tool's --optimizer names (adamw, adam, sgd-momentum, sgd), for the tools that
+// plan or import without a config (zt-estimate, zt-ckpt); anything else is a kInput error.
+OptimizerOptions optimizer_named(const std::string& name);
 
 // `resume`: unset, no --resume; empty, --resume alone (the checkpoint root's `latest`); else the
 // directory given (a checkpoint root or one step directory). The checkpoint is validated whole

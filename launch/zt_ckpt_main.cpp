@@ -110,23 +110,6 @@ zt::DType dtype_named(const std::string& name) {
   zt::throw_input(fmt::format("--dtype must be fp32, bf16 or fp16; got '{}'", name));
 }
 
-zt::OptimizerOptions optimizer_named(const std::string& name) {
-  zt::OptimizerOptions o;
-  using Type = zt::OptimizerOptions::Type;
-  if (name == "adamw")
-    o.type = Type::kAdamW;
-  else if (name == "adam")
-    o.type = Type::kAdam;
-  else if (name == "sgd-momentum")
-    o.type = Type::kSgd, o.momentum = 0.9f;
-  else if (name == "sgd")
-    o.type = Type::kSgd;
-  else
-    zt::throw_input(
-        fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'", name));
-  return o;
-}
-
 int run(const CommandLine& cl) {
   if (cl.command == "inspect") {
     std::fputs(zt::format_inspect_report(zt::inspect_checkpoint(cl.paths[0])).c_str(), stdout);
@@ -159,7 +142,7 @@ int run(const CommandLine& cl) {
     options.seed = config->zt.seed;
     options.config_source = config->source;
   } else {
-    options.optimizer = optimizer_named(cl.optimizer);
+    options.optimizer = zt::optimizer_named(cl.optimizer);
     options.seq_len = model->max_seq_len();
     options.config_source = "zt-ckpt import --model " + cl.model;
   }

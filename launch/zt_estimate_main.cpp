@@ -104,23 +104,6 @@ zt::Precision precision_named(const std::string& name) {
   return p;
 }
 
-zt::OptimizerOptions optimizer_named(const std::string& name) {
-  zt::OptimizerOptions o;
-  using Type = zt::OptimizerOptions::Type;
-  if (name == "adamw")
-    o.type = Type::kAdamW;
-  else if (name == "adam")
-    o.type = Type::kAdam;
-  else if (name == "sgd-momentum")
-    o.type = Type::kSgd, o.momentum = 0.9f;
-  else if (name == "sgd")
-    o.type = Type::kSgd;
-  else
-    zt::throw_input(
-        fmt::format("--optimizer must be adamw, adam, sgd-momentum or sgd; got '{}'", name));
-  return o;
-}
-
 int64_t parse_count(const std::string& text) {
   size_t used = 0;
   double v = 0;
@@ -148,7 +131,7 @@ int run(const CommandLine& cl) {
     r.ranks = cl.ranks;
     r.nodes = cl.nodes;
     r.engine.precision = precision_named(cl.precision);
-    r.engine.optimizer = optimizer_named(cl.optimizer);
+    r.engine.optimizer = zt::optimizer_named(cl.optimizer);
     r.engine.persistence_threshold = cl.persistence_threshold;
     r.micro_batch = 1;
     if (!cl.model.empty()) {
