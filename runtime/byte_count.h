@@ -2,7 +2,7 @@
 // "1.5GiB", "6e9" (zt.device_memory_limit); format_bytes writes "1.23 GiB (1,320,702,443 bytes)"
 // (the out-of-memory error). Units as DeepSpeed and PyTorch users expect: kB, MB, GB, TB, PB are
 // powers of 1000, KiB, MiB, GiB, TiB, PiB powers of 1024 (zt-bench's --min-bytes 64K follows
-// nccl-tests instead, K = 1024: launch/bench.h). Pure text and integer arithmetic; no
+// nccl-tests instead, K = 1024: bench/bench.h). Pure text and integer arithmetic; no
 // allocation beyond the strings, no config knowledge (runtime/config reads the key through it).
 // Pinned by tests/runtime/byte_count_test.cpp.
 #pragma once

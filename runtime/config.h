@@ -83,8 +83,8 @@ struct SchedulerConfig {
 };
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
-// offload_optimizer / offload_param. Read for the offload tier (offload/); launch/ refuses any
-// device but none until that tier is wired into the trainer.
+// offload_optimizer / offload_param, as DeepSpeed names them; train/offload_plan.h turns them
+// into the engine's one OffloadPlan value.
 struct OffloadConfig {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;  // required when device is nvme
@@ -177,8 +177,8 @@ struct AioConfig {
 // zt.model: a zoo name ("gpt2-tiny", "llama-tiny"), or an object: Hugging Face GPT2Config names
 // whose missing keys take GPT2Config's defaults, or, with a "model_type" other than "gpt2", the
 // keys of that family's config.json (LlamaConfig's, Qwen2Config's), kept as they are in
-// hf_config for launch/ to read as it reads a model directory's config.json. Zoo names and
-// hf_config are validated by model_zoo/ and launch/, not here.
+// hf_config for model_zoo/hf_config.h to read as it reads a model directory's config.json. Zoo
+// names and hf_config are validated by model_zoo/, not here.
 struct ModelChoice {
   std::string zoo_name;  // empty when has_object
   int n_layer = 12;
@@ -204,8 +204,8 @@ struct CheckpointConfig {
 
 // zt.save_pretrained: "DIR", or {"dir": DIR, "dtype": "fp32" | "bf16" | "fp16",
 // "max_shard_size": bytes or "5GB"}: after the last step, a Hugging Face model directory
-// (launch/hf_model_dir.h). dtype: what the weights are written in (default fp32; rounded from
-// the fp32 master).
+// (pretrained/save_pretrained.h). dtype: what the weights are written in (default fp32; rounded
+// from the fp32 master).
 struct SavePretrainedConfig {
   std::string dir;  // empty: none
   std::string dtype = "fp32";

@@ -23,7 +23,7 @@ int cuda_device_count();
 // when a GPU is usable.
 std::string cuda_unavailable_reason();
 
-// A device of `kind`. For kCuda, `ordinal` picks among the visible GPUs (launch/ passes the
+// A device of `kind`. For kCuda, `ordinal` picks among the visible GPUs (train/ passes the
 // local rank modulo the count). Throws kInput naming the reason when CUDA is asked of a build
 // or a machine without it.
 std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal = 0);

@@ -127,8 +127,9 @@ class Model {
   // Forward FLOPs per token at sequence length T (matmuls + attention), for MFU figures.
   virtual double forward_flops_per_token(int64_t T) const = 0;
   // The device's Device::chunk_budget_bytes, for layers that compute in chunks (an LM head's
-  // logits). launch/ passes it before the engine or the planner asks for activations; without
-  // it a model keeps the CPU's budget. A model with no chunked layer ignores it.
+  // logits). the trainer (train/) and the planner pass it before the engine or the planner asks for
+  // activations; without it a model keeps the CPU's budget. A model with no chunked layer ignores
+  // it.
   virtual void set_chunk_budget_bytes(int64_t bytes) { (void)bytes; }
 };
 

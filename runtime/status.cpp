@@ -8,8 +8,8 @@ namespace zt {
 namespace {
 // Call sites are printed relative to the source tree: "runtime/status.cpp", not an absolute path.
 const char* short_path(const char* path) {
-  for (const char* layer :
-       {"runtime/", "comm/", "zero/", "offload/", "model_zoo/", "launch/", "tests/"}) {
+  for (const char* layer : {"runtime/", "comm/", "zero/", "offload/", "model_zoo/", "pretrained/",
+                            "launch/", "train/", "bench/", "tools/", "tests/"}) {
     if (const char* p = std::strstr(path, layer)) return p;
   }
   return path;

@@ -44,7 +44,7 @@ struct SaveReport {
   double save_ms = 0.0;     // from the save's start to its commit
 };
 
-// Where a test fault may fire during a save (launch/test_fault.h maps them to its points).
+// Where a test fault may fire during a save (train/test_fault.h maps them to its points).
 enum class SavePoint { kShardRecord, kCommit };
 using SaveFaultHook = std::function<void(SavePoint, int64_t step, int unit)>;
 

@@ -64,7 +64,7 @@ class Reader {
   [[noreturn]] void type_error(const json& v, const std::string& path,
                                std::string_view expected) const;
 
-  // One start-up line, printed by rank 0 (launch/trainer.cpp).
+  // One start-up line, printed by rank 0 (train/trainer.cpp).
   void note(std::string line) const { notes_.push_back(std::move(line)); }
 
   // obj[key], or nullptr when absent or null (null means "use the default", as in DeepSpeed).

@@ -33,8 +33,8 @@ ModelChoice parse_model(const Reader& r, const json& v) {
   m.has_object = true;
   if (const json* type = Reader::find(v, "model_type");
       type && !(type->is_string() && type->get<std::string>() == "gpt2")) {
-    // Another family's config.json keys (LlamaConfig's, Qwen2Config's): launch/ reads them
-    // with the reader of a Hugging Face directory's config.json, which knows every family.
+    // Another family's config.json keys (LlamaConfig's, Qwen2Config's): model_zoo/hf_config.h reads
+    // them with the reader of a Hugging Face directory's config.json, which knows every family.
     m.hf_config = v;
     return m;
   }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An error on one rank at any point of training ends every rank within 15 s of the error, with a
 # non-zero exit and the failing rank's message printed exactly once. The error is injected with
-# zt-train's test-only ZT_TEST_FAULT (launch/test_fault.h) at forward, backward (overlap_comm on,
+# zt-train's test-only ZT_TEST_FAULT (train/test_fault.h) at forward, backward (overlap_comm on,
 # so that unit's reduction is still in flight), optimizer, evaluation and the weights save, on the
 # last rank, under mpirun -np 2 and -np 4 (oversubscribed). The time is measured from the moment
 # the failing rank's line appears, not from the start.

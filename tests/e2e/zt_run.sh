@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# zt-run, the launcher over mpirun (launch/zt_run_main.cpp): the mpirun line it prints for root
+# zt-run, the launcher over mpirun (tools/zt_run_main.cpp): the mpirun line it prints for root
 # and not root, within and beyond the slots, with a hostfile; bad arguments exit 2 with one
 # line; and a real 2-rank zt-train job on configs/gpt2-tiny.json started through it with no Open
 # MPI variable set (zt-run adds --allow-run-as-root itself when root).

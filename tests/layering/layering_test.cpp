@@ -13,8 +13,11 @@
 //   offload    runtime, offload
 //   model_zoo  runtime, model_zoo               (a model is written against runtime's Model only)
 //   zero       runtime, comm, offload, zero     (never model_zoo: it drives any runtime::Model)
-//   train      runtime, comm, offload, model_zoo, zero, train   (the training job's components)
-//   launch     every layer                      (the only place that wires them)
+//   pretrained runtime, model_zoo, zero, pretrained     (weights files, save_pretrained)
+//   launch     runtime, comm, launch            (the process: mpirun line, binding, exit codes)
+//   train      every layer below it and train   (the training job: trainer and components)
+//   bench      every layer but tools            (the benchmarks and their harness)
+//   tools      every layer                      (the executables' mains: the only top)
 // No layer includes tests/.
 #include <gtest/gtest.h>
 
@@ -38,8 +41,16 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"offload", {"runtime", "offload"}},
       {"model_zoo", {"runtime", "model_zoo"}},
       {"zero", {"runtime", "comm", "offload", "zero"}},
-      {"train", {"runtime", "comm", "offload", "model_zoo", "zero", "train"}},
-      {"launch", {"runtime", "comm", "offload", "model_zoo", "zero", "train", "launch"}},
+      {"pretrained", {"runtime", "model_zoo", "zero", "pretrained"}},
+      {"launch", {"runtime", "comm", "launch"}},
+      {"train",
+       {"runtime", "comm", "offload", "model_zoo", "zero", "pretrained", "launch", "train"}},
+      {"bench",
+       {"runtime", "comm", "offload", "model_zoo", "zero", "pretrained", "launch", "train",
+        "bench"}},
+      {"tools",
+       {"runtime", "comm", "offload", "model_zoo", "zero", "pretrained", "launch", "train", "bench",
+        "tools"}},
   };
   return allowed;
 }
@@ -136,7 +147,7 @@ TEST_F(LayeringChecker, AcceptsDownwardIncludes) {
         "#include \"comm/c.h\"\n#include \"runtime/a.h\"\n#ifdef ZT_HAVE_NCCL\n#endif\n");
   write("zero/z.cpp", "#include \"zero/z.h\"\n#include \"comm/c.h\"\n#include \"offload/o.h\"\n");
   write("model_zoo/m.cpp", "#include \"model_zoo/m.h\"\n#include \"runtime/model.h\"\n");
-  write("launch/l.cpp",
+  write("tools/l.cpp",
         "#include \"zero/z.h\"\n#include \"model_zoo/m.h\"\n#include \"comm/c.h\"\n"
         "#include \"cblas.h\"\n#include \"nlohmann/json.hpp\"\n");
   EXPECT_EQ(lines(check_tree(root_)), "");
@@ -163,26 +174,38 @@ TEST_F(LayeringChecker, NamesEveryUpwardOrSidewaysInclude) {
       << all;
 }
 
-// train/ sits between zero/ and launch/: it may include zero/ and model_zoo/ and is included by
-// launch/ only; an include of launch/ from train/, or of train/ from zero/, is named.
-TEST_F(LayeringChecker, KeepsTrainBetweenZeroAndLaunch) {
-  write("train/checkpointer.cpp",
-        "#include \"train/checkpointer.h\"\n#include \"zero/engine.h\"\n"
-        "#include \"model_zoo/gpt2.h\"\n#include \"comm/c.h\"\n");
-  write("launch/trainer.cpp", "#include \"train/checkpointer.h\"\n");
+// The layers above zero/: pretrained/ (weights files) over zero/ and model_zoo/; launch/ (the
+// process) over comm/ only; train/ over both; bench/ over train/; tools/ on top. What each may
+// include is accepted; each include a layer may not make is named.
+TEST_F(LayeringChecker, KeepsTheJobLayersInOrder) {
+  write("pretrained/w.cpp", "#include \"zero/engine.h\"\n#include \"model_zoo/hf_config.h\"\n");
+  write("launch/l.cpp", "#include \"comm/process_group.h\"\n#include \"runtime/status.h\"\n");
+  write("train/t.cpp",
+        "#include \"pretrained/w.h\"\n#include \"launch/logger.h\"\n#include \"zero/engine.h\"\n"
+        "#include \"offload/swap_store.h\"\n");
+  write("bench/b.cpp", "#include \"train/checkpointer.h\"\n#include \"launch/logger.h\"\n");
+  write("tools/m.cpp", "#include \"bench/bench.h\"\n#include \"train/trainer.h\"\n");
   EXPECT_EQ(lines(check_tree(root_)), "");
-  write("train/metrics_writer.cpp",
-        "#include \"train/metrics_writer.h\"\n#include \"launch/logger.h\"\n");
-  write("zero/engine.cpp", "#include \"zero/engine.h\"\n#include \"train/offload_plan.h\"\n");
+
+  write("pretrained/x.cpp", "#include \"train/trainer.h\"\n");
+  write("launch/x.cpp", "#include \"zero/engine.h\"\n");
+  write("train/x.cpp", "#include \"bench/bench.h\"\n");
+  write("bench/x.cpp", "#include \"tools/checkpoint_tool.h\"\n");
+  write("zero/x.cpp", "#include \"pretrained/weights_io.h\"\n");
+  write("model_zoo/x.cpp", "#include \"pretrained/save_pretrained.h\"\n");
+  write("tools/x.cpp", "#include \"tests/model_zoo/tiny_llama.h\"\n");
   const std::vector<std::string> v = check_tree(root_);
-  ASSERT_EQ(v.size(), 2u) << lines(v);
+  ASSERT_EQ(v.size(), 7u) << lines(v);
   const std::string all = lines(v);
-  EXPECT_NE(all.find("train/metrics_writer.cpp:2: includes \"launch/logger.h\": train/ may include "
-                     "only comm, model_zoo, offload, runtime, train, zero"),
-            std::string::npos)
-      << all;
-  EXPECT_NE(all.find("zero/engine.cpp:2: includes \"train/offload_plan.h\""), std::string::npos)
-      << all;
+  for (const char* expected :
+       {"pretrained/x.cpp:1: includes \"train/trainer.h\": pretrained/ may include only model_zoo, "
+        "pretrained, runtime, zero",
+        "launch/x.cpp:1: includes \"zero/engine.h\": launch/ may include only comm, launch, "
+        "runtime",
+        "train/x.cpp:1: includes \"bench/bench.h\"", "bench/x.cpp:1: includes \"tools/",
+        "zero/x.cpp:1: includes \"pretrained/", "model_zoo/x.cpp:1: includes \"pretrained/",
+        "tools/x.cpp:1: includes \"tests/"})
+    EXPECT_NE(all.find(expected), std::string::npos) << expected << "\n" << all;
 }
 
 TEST_F(LayeringChecker, NamesCudaConditionalsOutsideRuntimeAndComm) {

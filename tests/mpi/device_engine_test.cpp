@@ -32,15 +32,15 @@
 #include "comm/mpi_communicator.h"
 #include "comm/process_group.h"
 #include "comm/self_communicator.h"
-#include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
+#include "offload/swap_store.h"
+#include "pretrained/weights_io.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/device_factory.h"
 #include "runtime/dtype.h"
 #include "runtime/status.h"
 #include "tests/mpi/scrambled_device.h"
 #include "tests/mpi/zero_test_util.h"
-#include "offload/swap_store.h"
 #include "zero/engine.h"
 
 namespace zt {

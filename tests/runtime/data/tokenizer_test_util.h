@@ -1,5 +1,5 @@
 // Helpers for the tokenizer tests (tokenizer_test.cpp, tokenizer_json_test.cpp,
-// tests/launch/zt_prep_test.cpp): GPT-2's byte alphabet re-stated independently of
+// tests/e2e/zt_prep.sh): GPT-2's byte alphabet re-stated independently of
 // runtime/data/byte_alphabet.cpp, a per-test temporary directory, and a Hugging Face
 // tokenizer.json built from a vocabulary and merges in the byte alphabet.
 #pragma once

@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launch/bench.h"
+#include "bench/bench.h"
+#include "comm/self_communicator.h"
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
-#include "comm/self_communicator.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/cpu_peak.h"
 #include "runtime/device_factory.h"

@@ -1,5 +1,5 @@
 // safetensors <-> engine unit buffers.
-#include "launch/weights_io.h"
+#include "pretrained/weights_io.h"
 
 #include <cstring>
 #include <set>

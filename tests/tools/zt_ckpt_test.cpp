@@ -1,4 +1,4 @@
-// zt-ckpt (launch/checkpoint_tool.h, launch/zt_ckpt_main.cpp):
+// zt-ckpt (tools/checkpoint_tool.h, tools/zt_ckpt_main.cpp):
 //   - consolidate gives the bytes save_weights writes for the same engine: fp32, a pure bf16
 //     checkpoint (its working parameters, in bf16 and widened to fp32), a 2-rank checkpoint;
 //   - import -> consolidate -> import -> consolidate is byte-identical to the weights imported;
@@ -10,7 +10,7 @@
 //     (in process and through the executable: exit 2, one line);
 //   - import refuses a wrong model and a used directory.
 // zt-train --resume from an import and the same run's zt.save_weights: tests/e2e/zt_ckpt.sh.
-#include "launch/checkpoint_tool.h"
+#include "tools/checkpoint_tool.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -30,8 +30,8 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/self_communicator.h"
-#include "launch/weights_io.h"
 #include "model_zoo/gpt2.h"
+#include "pretrained/weights_io.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/status.h"

@@ -18,8 +18,8 @@
 #include "runtime/config.h"
 #include "runtime/data/token_data.h"
 #include "train/checkpointer.h"
-#include "zero/engine.h"
 #include "zero/checkpoint/reader.h"
+#include "zero/engine.h"
 
 namespace zt {
 
@@ -52,7 +52,7 @@ TrainSetup prepare_training(const std::string& config_path,
                             const std::optional<std::string>& resume = std::nullopt);
 
 // The Checkpointer's test-only fault hook for this rank: ZT_TEST_FAULT's checkpoint and commit
-// points (launch/test_fault.h), as zt-train and zt-bench checkpoint install it; empty when the
+// points (train/test_fault.h), as zt-train and zt-bench checkpoint install it; empty when the
 // variable is unset.
 SaveFaultHook checkpoint_fault_hook(Model& model, int rank);
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <iostream>
 
-#include "launch/bench.h"
+#include "bench/bench.h"
 #include "launch/tool_frame.h"
 #include "runtime/device_factory.h"
 #include "runtime/status.h"

@@ -14,9 +14,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench.h"
 #include "comm/mpi_communicator.h"
 #include "comm/process_group.h"
-#include "launch/bench.h"
 #include "launch/logger.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/status.h"

@@ -1,6 +1,6 @@
 // Weights in and out: a save/load round trip through safetensors with Hugging Face names and
 // shapes, and the errors a wrong file gives.
-#include "launch/weights_io.h"
+#include "pretrained/weights_io.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "model_zoo/gpt2.h"
 #include "comm/self_communicator.h"
+#include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/status.h"

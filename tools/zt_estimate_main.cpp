@@ -18,13 +18,13 @@
 
 #include <fmt/format.h>
 
-#include "launch/memory_plan.h"
 #include "launch/tool_frame.h"
-#include "launch/trainer.h"
 #include "model_zoo/model_spec.h"
 #include "runtime/byte_count.h"
 #include "runtime/file_io.h"
 #include "runtime/status.h"
+#include "train/memory_plan.h"
+#include "train/trainer.h"
 
 namespace po = boost::program_options;
 

@@ -5,7 +5,7 @@
 // the summary's per-rank peak bytes per tier, its communication and inter-node bytes per step,
 // the last loss. It measures nothing itself but the cores' peak FMA rate, once, for MFU; it
 // writes the JSON, a Markdown table and, with gnuplot, two plots.
-#include "launch/bench.h"
+#include "bench/bench.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -27,13 +27,13 @@
 #include <nlohmann/json.hpp>
 
 #include "launch/logger.h"
-#include "launch/trainer.h"
 #include "model_zoo/model_spec.h"
 #include "runtime/byte_count.h"
 #include "runtime/config.h"
 #include "runtime/cpu/cpu_affinity.h"
 #include "runtime/cpu/cpu_peak.h"
 #include "runtime/status.h"
+#include "train/trainer.h"
 
 namespace zt {
 

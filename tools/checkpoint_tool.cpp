@@ -1,6 +1,6 @@
 // zt-ckpt's jobs: inspect, consolidate (checkpoint -> safetensors) and import (safetensors ->
 // step-0 checkpoint), each streaming one unit at a time (launch/checkpoint_tool.h).
-#include "launch/checkpoint_tool.h"
+#include "tools/checkpoint_tool.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "launch/weights_io.h"
+#include "pretrained/weights_io.h"
 #include "runtime/byte_count.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/status.h"

@@ -2,8 +2,8 @@
 // an index and its shards, the tokenizer files) for GPT-2 and the Llama family (GQA, tied and
 // untied, with and without biases), its round trip through load_weights byte for byte, a
 // directory written here as transformers writes one, mixed dtypes on load, and each broken
-// directory or config.json refused naming the file and the key.
-#include "launch/hf_model_dir.h"
+// directory refused naming the file (config.json itself: tests/model_zoo/hf_config_test.cpp).
+#include "pretrained/save_pretrained.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/self_communicator.h"
-#include "launch/weights_io.h"
 #include "model_zoo/model_spec.h"
-#include "runtime/dtype.h"
+#include "pretrained/weights_io.h"
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/dtype.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/formats/safetensors_set.h"
 #include "runtime/status.h"
@@ -98,7 +98,7 @@ std::vector<std::vector<float>> params_of(Engine& e) {
   return out;
 }
 
-TEST(HfModelDir, SavePretrainedWritesTheLayoutAndLoadsBackBitwise) {
+TEST(SavePretrained, SavePretrainedWritesTheLayoutAndLoadsBackBitwise) {
   TempDir tmp;
   Fixture a(1), b(2);
   write(tmp.path / "tokenizer.json", "{}");  // copied along from the directory trained from
@@ -124,7 +124,7 @@ TEST(HfModelDir, SavePretrainedWritesTheLayoutAndLoadsBackBitwise) {
   EXPECT_EQ(params_of(a.engine), params_of(b.engine));
 }
 
-TEST(HfModelDir, ShardsPastMaxShardSizeWithAnIndexAndSixteenBitTensors) {
+TEST(SavePretrained, ShardsPastMaxShardSizeWithAnIndexAndSixteenBitTensors) {
   TempDir tmp;
   Fixture a(3), b(4), c(5);
   SavePretrainedOptions o;
@@ -172,7 +172,7 @@ TEST(HfModelDir, ShardsPastMaxShardSizeWithAnIndexAndSixteenBitTensors) {
   EXPECT_EQ(params_of(b.engine), params_of(c.engine));
 }
 
-TEST(HfModelDir, BrokenDirectoriesAreRefusedNamingTheFile) {
+TEST(SavePretrained, BrokenDirectoriesAreRefusedNamingTheFile) {
   TempDir tmp;
   Fixture a(6);
   SavePretrainedOptions o;
@@ -230,85 +230,9 @@ TEST(HfModelDir, BrokenDirectoriesAreRefusedNamingTheFile) {
             std::string::npos);
 }
 
-TEST(HfModelDir, ConfigJsonIsCheckedNamingTheKey) {
-  TempDir tmp;
-  const std::string dir = tmp.path.string();
-  auto config_error = [&](const std::string& text) {
-    write(tmp.path / "config.json", text);
-    return error_of([&] { read_hf_config(dir); });
-  };
-  EXPECT_NE(config_error("[").find("not a JSON object"), std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "bert"})").find("model_type 'bert' is not supported"),
-            std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
-                              "vocab_size": 61})")
-                .find("\"n_positions\" must be a positive integer (missing)"),
-            std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
-                              "vocab_size": 61, "n_positions": 8, "activation_function": "relu"})")
-                .find("activation_function 'relu'"),
-            std::string::npos);
-  write(tmp.path / "config.json", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
-                                      "vocab_size": 61, "n_positions": 8})");
-  EXPECT_TRUE(is_hf_model_dir(dir));
-  EXPECT_EQ(read_hf_config(dir).gpt2().n_positions, 8);
-
-  // The Llama family: sizes required, what the model would compute differently refused.
-  const std::string llama = R"("hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
-                               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 67)";
-  EXPECT_NE(config_error(R"({"model_type": "llama", "hidden_size": 32})")
-                .find("\"intermediate_size\" must be a positive integer (missing)"),
-            std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama +
-                         R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})")
-                .find("\"rope_scaling\": rope_type 'yarn' is not supported"),
-            std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama +
-                         R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})")
-                .find("\"original_max_position_embeddings\" must be a positive integer (missing)"),
-            std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "hidden_act": "gelu"})")
-                .find("hidden_act 'gelu'"),
-            std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "qwen2", )" + llama + R"(, "use_sliding_window": true})")
-                .find("\"use_sliding_window\""),
-            std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "llama", )" + llama + R"(, "num_key_value_heads": 3})")
-                .find("num_key_value_heads"),
-            std::string::npos);
-  EXPECT_NE(
-      config_error(R"({"model_type": "llama", )" + llama + R"(, "tie_word_embeddings": "yes"})")
-          .find("\"tie_word_embeddings\" must be true or false"),
-      std::string::npos);
-  // transformers' defaults where keys are absent: Llama untied without biases, Qwen2's q/k/v
-  // biases.
-  write(tmp.path / "config.json", R"({"model_type": "llama", )" + llama + "}");
-  const LlamaConfig l = read_hf_config(dir).llama();
-  EXPECT_EQ(l.num_key_value_heads, 2);
-  EXPECT_FALSE(l.tie_word_embeddings);
-  EXPECT_FALSE(l.attention_bias);
-  EXPECT_EQ(l.rope_theta, 10000.0f);
-  EXPECT_EQ(l.max_position_embeddings, 2048);
-  // Llama 3.2's rope_scaling as its config.json has it (the older key "type" too).
-  for (const char* key : {"rope_type", "type"}) {
-    write(tmp.path / "config.json",
-          R"({"model_type": "llama", )" + llama + R"(, "rope_scaling":
-        {")" + key +
-              R"(": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-         "original_max_position_embeddings": 8192}})");
-    EXPECT_EQ(read_hf_config(dir).llama().rope_scaling,
-              (RopeScaling{RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192}));
-  }
-  write(tmp.path / "config.json", R"({"model_type": "qwen2", )" + llama + "}");
-  const ModelSpec q = read_hf_config(dir);
-  EXPECT_EQ(q.model_type(), "qwen2");
-  EXPECT_TRUE(q.llama().attention_bias);
-  EXPECT_FALSE(q.llama().attention_out_bias);
-}
-
 // Every model of kSpecs: config.json read back to the same model, transformers' names (a tied
 // head left out), and the weights loaded back bit for bit.
-TEST(HfModelDir, EveryModelFamilyRoundTrips) {
+TEST(SavePretrained, EveryModelFamilyRoundTrips) {
   for (const ModelSpec& spec : kSpecs) {
     SCOPED_TRACE(hf_config_json(spec, DType::kF32).dump());
     TempDir tmp;
@@ -412,7 +336,7 @@ void import_and_export_by_hand(const ModelSpec& spec) {
   EXPECT_EQ(saved["torch_dtype"], "bfloat16");
 }
 
-TEST(HfModelDir, ALlamaDirectoryWrittenByHandImportsAndExportsByteForByte) {
+TEST(SavePretrained, ALlamaDirectoryWrittenByHandImportsAndExportsByteForByte) {
   for (const ModelSpec& spec : kSpecs) {
     if (spec.is_gpt2()) continue;
     SCOPED_TRACE(hf_config_json(spec, DType::kF32).dump());

@@ -26,9 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launch/bench.h"
-#include "launch/logger.h"
+#include "bench/bench.h"
 #include "comm/self_communicator.h"
+#include "launch/logger.h"
 #include "model_zoo/gpt2.h"
 #include "offload/swap_store.h"
 #include "runtime/cpu/cpu_device.h"

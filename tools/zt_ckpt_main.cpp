@@ -17,11 +17,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "launch/checkpoint_tool.h"
 #include "launch/tool_frame.h"
-#include "launch/trainer.h"
 #include "model_zoo/model_spec.h"
 #include "runtime/status.h"
+#include "tools/checkpoint_tool.h"
+#include "train/trainer.h"
 
 namespace po = boost::program_options;
 

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launch/bench.h"
+#include "bench/bench.h"
 #include "launch/logger.h"
 #include "offload/cpu_adam.h"
 #include "runtime/cpu/cpu_device.h"

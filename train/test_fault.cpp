@@ -1,5 +1,5 @@
 // Parsing of ZT_TEST_FAULT and ZT_TEST_WRITE_LIMIT, and the injected error.
-#include "launch/test_fault.h"
+#include "train/test_fault.h"
 
 #include <csignal>
 #include <cstdlib>

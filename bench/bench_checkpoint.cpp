@@ -10,15 +10,15 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench.h"
 #include "comm/self_communicator.h"
-#include "launch/bench.h"
 #include "launch/logger.h"
-#include "launch/trainer.h"
 #include "model_zoo/gpt2.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/cpu_peak.h"
 #include "runtime/status.h"
 #include "train/checkpointer.h"
+#include "train/trainer.h"
 #include "zero/engine.h"
 
 namespace zt {

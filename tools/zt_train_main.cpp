@@ -17,11 +17,11 @@
 #include "comm/process_group.h"
 #include "launch/cpu_binding.h"
 #include "launch/logger.h"
-#include "launch/memory_plan.h"
 #include "launch/tool_frame.h"
-#include "launch/trainer.h"
 #include "runtime/device_factory.h"
 #include "runtime/status.h"
+#include "train/memory_plan.h"
+#include "train/trainer.h"
 
 namespace po = boost::program_options;
 

@@ -1,12 +1,12 @@
-// ZT_TEST_FAULT and ZT_TEST_WRITE_LIMIT parsing (launch/test_fault.h): a fault is due only at its
+// ZT_TEST_FAULT and ZT_TEST_WRITE_LIMIT parsing (train/test_fault.h): a fault is due only at its
 // point, rank, step and unit; malformed values are input errors naming the variable.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 
-#include "launch/test_fault.h"
 #include "runtime/status.h"
+#include "train/test_fault.h"
 
 namespace zt {
 namespace {

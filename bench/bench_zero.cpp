@@ -1,5 +1,5 @@
 // zt-bench zero: every stage with overlap_comm off and on, the same model, batch and ranks.
-#include "launch/bench.h"
+#include "bench/bench.h"
 
 #include <mpi.h>
 

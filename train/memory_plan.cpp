@@ -1,5 +1,5 @@
 // MemoryPlan: rows, fit list, table and JSON of zt-estimate.
-#include "launch/memory_plan.h"
+#include "train/memory_plan.h"
 
 #include <algorithm>
 #include <array>
@@ -8,11 +8,11 @@
 #include <fmt/format.h>
 
 #include "comm/mpi_communicator.h"
-#include "launch/trainer.h"
 #include "runtime/byte_count.h"
 #include "runtime/data/token_data.h"
 #include "runtime/device.h"
 #include "runtime/status.h"
+#include "train/trainer.h"
 
 namespace zt {
 

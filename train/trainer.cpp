@@ -1,6 +1,6 @@
 // zt-train's set-up and loop: the loop calls the components of train/ (Checkpointer,
 // MetricsWriter) and the engine; the helpers above train_run each do one part of a run.
-#include "launch/trainer.h"
+#include "train/trainer.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -19,12 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator_factory.h"
-#include "launch/hf_model_dir.h"
-#include "launch/test_fault.h"
 #include "launch/tool_frame.h"
-#include "launch/weights_io.h"
 #include "model_zoo/model_spec.h"
 #include "offload/swap_store.h"
+#include "pretrained/save_pretrained.h"
+#include "pretrained/weights_io.h"
 #include "runtime/byte_count.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/data/token_data.h"
@@ -34,6 +33,7 @@
 #include "train/checkpointer.h"
 #include "train/metrics_writer.h"
 #include "train/offload_plan.h"
+#include "train/test_fault.h"
 #include "train/trainer_state.h"
 #include "zero/engine.h"
 #include "zero/lr_schedule.h"

@@ -9,13 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator_factory.h"
-#include "launch/hf_model_dir.h"
-#include "launch/trainer.h"
-#include "launch/weights_io.h"
+#include "model_zoo/hf_config.h"
 #include "model_zoo/model_spec.h"
+#include "pretrained/weights_io.h"
 #include "runtime/data/token_data.h"
 #include "runtime/device_factory.h"
 #include "runtime/status.h"
+#include "train/trainer.h"
 #include "train/trainer_state.h"
 
 namespace zt {
