@@ -1,8 +1,8 @@
-// zt-bench subcommands. Each measures, prints a human table and writes its figures as JSON
+// zt-bench subcommands. Each fills in the timing harness of bench/harness.h: it measures in
+// rounds, prints its tables and writes them as Markdown (--markdown PATH) and its figures as JSON
 // (--json PATH). Figures are compared with a reference measured in the same run.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,14 +15,6 @@
 namespace zt {
 
 struct Precision;
-
-// The median the benchmarks report: the middle value, the upper one of an even count (a value
-// that was measured, never an average of two). 0 for none.
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // zt-bench's precision names: fp32; bf16, fp16 (mixed, fp32 master); bf16-pure, fp16-pure (no
 // master). Unchecked: the subcommands' option parsing checks the name.
@@ -53,6 +45,7 @@ struct BenchTrainOptions {
   // Time per Kernels entry per step (runtime/profiling_kernels.h), one table per precision.
   bool profile = false;
   std::string json_path;
+  std::string markdown_path;  // the tables as Markdown (bench/harness.h)
 };
 
 // GPT-2 training steps (AdamW) against the cores' peak FMA rate measured in the same run, next
@@ -73,6 +66,7 @@ struct BenchCommOptions {
   std::vector<std::string> ops;  // all_reduce, reduce_scatter, all_gather, broadcast; empty: all
   size_t chunk_bytes = 0;        // MpiCommunicator's pipeline chunk; 0: its default
   std::string json_path;
+  std::string markdown_path;  // the tables as Markdown (bench/harness.h)
 };
 
 // Under mpirun: each collective of MpiCommunicator next to the same collective of raw MPI on the
@@ -91,6 +85,7 @@ struct BenchZeroOptions {
   int steps = 6;
   int warmup = 2;
   std::string json_path;
+  std::string markdown_path;  // the tables as Markdown (bench/harness.h)
 };
 
 int bench_zero(const BenchZeroOptions& options);
@@ -101,6 +96,7 @@ struct BenchAdamOptions {
   int steps = 10;                  // timed rounds (triad, fused step, two-pass step each)
   int warmup = 1;
   std::string json_path;
+  std::string markdown_path;  // the tables as Markdown (bench/harness.h)
 };
 
 // The fused CPU Adam step (offload/cpu_adam.h) on one shard of `params` fp32 parameters, next
@@ -127,6 +123,7 @@ struct BenchOffloadOptions {
   // gradient_clipping of every row; 0: off, and the host updates then start in the backward.
   float gradient_clipping = 1.0f;
   std::string json_path;
+  std::string markdown_path;  // the tables as Markdown (bench/harness.h)
 };
 
 // The NVMe swap store's write and read throughput (offload/swap_store.h: O_DIRECT, async I/O,
@@ -145,6 +142,7 @@ struct BenchCheckpointOptions {
   int repeats = 3;                 // rounds, each a synchronous and an asynchronous save
   std::string path = "/tmp";       // checkpoints go to <path>/zt_bench_checkpoint_<pid>, removed
   std::string json_path;
+  std::string markdown_path;  // the tables as Markdown (bench/harness.h)
 };
 
 // A rank's checkpoint save of GPT-2 (one rank, ZeRO stage 0, AdamW, after one step), alternating
@@ -172,7 +170,8 @@ struct BenchScaleOptions {
   std::string device = "cpu";  // or "cuda": MFU against peak_tflops x ranks
   double peak_tflops = 0.0;    // cuda: one GPU's dense peak; 0: no MFU
   std::string out_dir = "runs/scale";
-  std::string json_path;  // empty: <out_dir>/scale.json
+  std::string json_path;      // empty: <out_dir>/scale.json
+  std::string markdown_path;  // empty: <out_dir>/scale.md
 };
 
 // A weak-scaling sweep of real zt-train runs, one `zt-run -np R --cpu -- zt-train ...` per point

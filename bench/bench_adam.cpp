@@ -7,15 +7,14 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/harness.h"
 #include "launch/logger.h"
 #include "offload/cpu_adam.h"
 #include "runtime/cpu/cpu_device.h"
@@ -28,20 +27,6 @@
 namespace zt {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// The median, the mean of the middle two of an even count (this bench's figures since it was
-// written).
-double median_averaged(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
-double best(const std::vector<double>& ms) { return *std::min_element(ms.begin(), ms.end()); }
 
 // One optimizer shard: master, moments and gradient in fp32, the working copy in its dtype.
 // First touched by the OpenMP threads in the static split the kernels use, so on a multi-socket
@@ -68,19 +53,6 @@ struct Shard {
     }
   }
 };
-
-struct Row {
-  std::string name;
-  std::vector<double> step_ms;
-  double ms = 0.0, ms_best = 0.0, gbps = 0.0, gbps_median = 0.0;
-};
-
-void finish(Row& r, double bytes) {
-  r.ms = median_averaged(r.step_ms);
-  r.ms_best = best(r.step_ms);
-  r.gbps = bytes / r.ms_best / 1e6;
-  r.gbps_median = bytes / r.ms / 1e6;
-}
 
 // Checks on a prefix copy of the shard that the fused step leaves the bits of the two passes
 // (tests/offload/cpu_adam_test.cpp pins this on every path; here it guards the figures).
@@ -110,6 +82,7 @@ bool fused_matches_two_pass(const Shard& s, DType working_dtype, bool has_workin
 
 int bench_adam(const BenchAdamOptions& o) {
   Logger log;
+  bench::Report report("adam", log);
   const bool has_working = o.precision != "none";
   const DType working_dtype = has_working ? parse_dtype(o.precision) : DType::kF32;
   ZT_ASSERT(!has_working || working_dtype != DType::kF32, "--precision {}", o.precision);
@@ -143,84 +116,76 @@ int bench_adam(const BenchAdamOptions& o) {
   if (!fused_matches_two_pass(shard, working_dtype, has_working, adam, *kernels, args))
     throw_internal("zt-bench adam: the fused step's bits differ from Kernels::adamw + cast");
 
-  Row fused{"fused (CpuAdam)", {}}, two_pass{has_working ? "adamw + cast" : "adamw", {}};
-  std::vector<double> triad_gbps;
+  const std::string fused = "fused (CpuAdam)", two_pass = has_working ? "adamw + cast" : "adamw";
   const Operand working = has_working ? Operand(shard.working.get(), working_dtype) : Operand();
-  for (int round = 0; round < o.warmup + o.steps; ++round) {
-    const bool timed = round >= o.warmup;
-    const double gbps = triad.run_gbps();
-    if (timed) triad_gbps.push_back(gbps);
+  bench::Rounds rounds(o.warmup, o.steps);
+  rounds.add("STREAM triad", [&](int) { return triad.run_gbps(); });
+  rounds.add(fused, [&](int round) {
     args.step = round + 1;
-
-    auto t0 = Clock::now();
-    adam.step(shard.master.get(), shard.grad.get(), shard.m.get(), shard.v.get(), working, shard.n,
-              args);
-    if (timed) fused.step_ms.push_back(ms_since(t0));
-
-    t0 = Clock::now();
-    kernels->adamw(shard.master.get(), shard.grad.get(), shard.m.get(), shard.v.get(), shard.n,
-                   args);
-    if (has_working)
-      kernels->cast(working.data, working_dtype, shard.master.get(), DType::kF32, shard.n);
-    if (timed) two_pass.step_ms.push_back(ms_since(t0));
-  }
+    return bench::time_ms([&] {
+      adam.step(shard.master.get(), shard.grad.get(), shard.m.get(), shard.v.get(), working,
+                shard.n, args);
+    });
+  });
+  rounds.add(two_pass, [&](int) {
+    return bench::time_ms([&] {
+      kernels->adamw(shard.master.get(), shard.grad.get(), shard.m.get(), shard.v.get(), shard.n,
+                     args);
+      if (has_working)
+        kernels->cast(working.data, working_dtype, shard.master.get(), DType::kF32, shard.n);
+    });
+  });
+  rounds.run();
   if (!triad.check()) throw_internal("zt-bench adam: the triad's result is wrong");
-  finish(fused, step_bytes);
-  finish(two_pass, step_bytes);
-  const double stream_gbps = *std::max_element(triad_gbps.begin(), triad_gbps.end());
-  const double stream_median = median_averaged(triad_gbps);
 
-  log.rank0("{:>18} {:>9} {:>9} {:>9} {:>9} {:>9}", "", "ms/step", "best ms", "GB/s", "x triad",
-            "median");
-  for (const Row* r : {&fused, &two_pass})
-    log.rank0("{:>18} {:>9.1f} {:>9.1f} {:>9.1f} {:>8.2f}x {:>8.2f}x", r->name, r->ms, r->ms_best,
-              r->gbps, r->gbps / stream_gbps, r->gbps_median / stream_median);
-  log.rank0("{:>18} {:>9} {:>9} {:>9.1f} {:>9} {:>9}", "STREAM triad", "", "", stream_gbps, "",
-            fmt::format("{:.1f}", stream_median));
-  log.rank0(
-      "GB/s: {:.0f} bytes per parameter (master, m, v read and written, the fp32 gradient "
-      "read{}) over the best of {} steps; STREAM counts 12 bytes per triad element "
-      "(best of {}). 'x triad': over the best triad; 'median': median step over median "
-      "triad. The fused step is {:.2f}x faster than the two passes (median ms)",
-      bytes_per_param, has_working ? ", the 16-bit working copy written" : "", o.steps, o.steps,
-      two_pass.ms / fused.ms);
-
-  if (!o.json_path.empty()) {
-    const auto row_json = [](const Row& r) {
-      return nlohmann::json{{"name", r.name},
-                            {"ms", r.ms},
-                            {"ms_best", r.ms_best},
-                            {"gbps", r.gbps},
-                            {"gbps_median", r.gbps_median},
-                            {"step_ms", r.step_ms}};
-    };
-    nlohmann::json j = {{"bench", "adam"},
-                        {"cpu", cpu_model_name()},
-                        {"cpu_simd", cpu_simd_features()},
-                        {"isa", adam.isa_name()},
-                        {"threads", threads},
-                        {"params", o.params},
-                        {"precision", o.precision},
-                        {"bytes_per_param", bytes_per_param},
-                        {"steps", o.steps},
-                        {"ms", fused.ms},
-                        {"ms_best", fused.ms_best},
-                        {"gbps", fused.gbps},
-                        {"gbps_median", fused.gbps_median},
-                        {"stream_gbps", stream_gbps},
-                        {"stream_gbps_median", stream_median},
-                        {"stream_gbps_per_round", triad_gbps},
-                        {"stream_elements", triad.elements()},
-                        {"ratio", fused.gbps / stream_gbps},
-                        {"ratio_median", fused.gbps_median / stream_median},
-                        {"two_pass_ms", two_pass.ms},
-                        {"two_pass_gbps", two_pass.gbps},
-                        {"fused_speedup", two_pass.ms / fused.ms},
-                        {"rows", nlohmann::json::array({row_json(fused), row_json(two_pass)})}};
-    std::ofstream out(o.json_path);
-    if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-    out << j.dump(2) << "\n";
+  // Each step's GB/s over the same round's triad: the paired ratio to the hardware's bandwidth.
+  const std::vector<double>& triad_gbps = rounds.figures("STREAM triad");
+  const auto gbps_of = [&](const std::string& name) {
+    std::vector<double> gbps;
+    for (double ms : rounds.figures(name)) gbps.push_back(step_bytes / ms / 1e6);
+    return gbps;
+  };
+  const bench::Summary stream = rounds.summary("STREAM triad");
+  report.add_reference({fmt::format("STREAM triad over 3 x {:.0f} MiB, {} threads",
+                                    static_cast<double>(triad.elements()) * 4 / (1 << 20), threads),
+                        "GB/s", stream.median});
+  bench::Table table("AdamW step on one shard",
+                     {"", "ms (q1-q3)", "GB/s", "x triad (q1-q3)", "x fused (q1-q3)"});
+  nlohmann::ordered_json rows = nlohmann::json::array();
+  for (const std::string& name : {fused, two_pass}) {
+    const bench::Summary ms = rounds.summary(name);
+    const bench::Summary to_triad = bench::paired_ratio(gbps_of(name), triad_gbps);
+    const bench::Summary to_fused =
+        bench::paired_ratio(rounds.figures(name), rounds.figures(fused));
+    table.add_row({name, bench::quartile_cell(ms),
+                   fmt::format("{:.1f}", step_bytes / ms.median / 1e6),
+                   bench::quartile_cell(to_triad, 2), bench::quartile_cell(to_fused, 2)});
+    rows.push_back({{"name", name},
+                    {"ms", bench::to_json(ms)},
+                    {"gbps", step_bytes / ms.median / 1e6},
+                    {"ratio_to_triad", bench::to_json(to_triad)},
+                    {"ratio_to_fused", bench::to_json(to_fused)},
+                    {"step_ms", rounds.figures(name)}});
   }
+  table.add_row({"STREAM triad", "", bench::quartile_cell(stream)});
+  table.add_note(fmt::format(
+      "GB/s: {:.0f} bytes per parameter (master, m, v read and written, the fp32 gradient read{}) "
+      "over the median step; STREAM counts 12 bytes per triad element. Ratios are per round "
+      "(paired), median and quartiles of {} rounds.",
+      bytes_per_param, has_working ? ", the 16-bit working copy written" : "", o.steps));
+  report.add_table(table);
+
+  nlohmann::ordered_json& j = report.json();
+  j["isa"] = adam.isa_name();
+  j["params"] = o.params;
+  j["precision"] = o.precision;
+  j["bytes_per_param"] = bytes_per_param;
+  j["steps"] = o.steps;
+  j["stream_gbps"] = bench::to_json(stream);
+  j["stream_gbps_per_round"] = triad_gbps;
+  j["stream_elements"] = triad.elements();
+  j["rows"] = rows;
+  report.write(o.json_path, o.markdown_path);
   return 0;
 }
 

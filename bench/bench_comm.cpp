@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <optional>
 
@@ -15,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/harness.h"
 #include "comm/mpi_communicator.h"
 #include "comm/process_group.h"
 #include "launch/logger.h"
@@ -50,7 +50,7 @@ int64_t parse_byte_size(std::string_view text) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
 
 // Input element i of rank r: (i + r) % 3, so every sum (<= 2 * world) and its fp32/fp16/bf16
 // encoding is exact for up to 128 ranks, and both back ends must give exactly the expected bits.
@@ -215,23 +215,30 @@ bool check(const Bench& b, const Case& c, const std::function<void()>& run) {
   return all_ok == 1;
 }
 
-// The harness, written once for every collective: ours and raw MPI timed in the order
-// ours, MPI, MPI, ours (each half of the time budget), each figure the mean of its two rounds,
-// so that neither gains from going first or from drift during the measurement; then both
-// results are checked.
+// Ours and raw MPI in the harness's alternating rounds (ours, MPI, MPI, ours; each round half
+// of the time budget), each figure the mean of its two rounds, so that neither gains from going
+// first or from drift during the measurement; then both results are checked.
 std::pair<Measurement, Measurement> measure(const Bench& b, const Case& c,
                                             const std::function<void()>& our_call,
                                             const std::function<void()>& mpi_call) {
   const double half = b.options.budget_seconds / 2;
   prepare(b, c);
-  const Measurement our1 = time_calls(b, our_call, half);
-  const Measurement mpi1 = time_calls(b, mpi_call, half);
-  const Measurement mpi2 = time_calls(b, mpi_call, half);
-  const Measurement our2 = time_calls(b, our_call, half);
-  const Measurement ours{(our1.seconds + our2.seconds) / 2, our1.iters + our2.iters,
-                         check(b, c, our_call)};
-  const Measurement mpi{(mpi1.seconds + mpi2.seconds) / 2, mpi1.iters + mpi2.iters,
-                        check(b, c, mpi_call)};
+  int our_iters = 0, mpi_iters = 0;
+  bench::Rounds rounds(0, 2, bench::Rounds::Order::kAlternate);
+  rounds.add("ours", [&](int) {
+    const Measurement m = time_calls(b, our_call, half);
+    our_iters += m.iters;
+    return m.seconds;
+  });
+  rounds.add("mpi", [&](int) {
+    const Measurement m = time_calls(b, mpi_call, half);
+    mpi_iters += m.iters;
+    return m.seconds;
+  });
+  rounds.run();
+  const auto mean = [](const std::vector<double>& v) { return (v[0] + v[1]) / 2; };
+  const Measurement ours{mean(rounds.figures("ours")), our_iters, check(b, c, our_call)};
+  const Measurement mpi{mean(rounds.figures("mpi")), mpi_iters, check(b, c, mpi_call)};
   return {ours, mpi};
 }
 
@@ -300,6 +307,58 @@ CollectiveKind parse_op(const std::string& name) {
                   name));
 }
 
+// One collective over the sizes: a table row and a JSON row per size; `all_correct` cleared
+// when one of our results is wrong.
+bench::Table sweep(const Bench& b, CollectiveKind kind, nlohmann::ordered_json& rows,
+                   bool& all_correct) {
+  const BenchCommOptions& o = b.options;
+  const int world = b.comm.world();
+  const std::string_view name = collective_kind_name(kind);
+  bench::Table table(
+      fmt::format("{} (busbw factor {:.3f}; MPI: {})", name, bus_factor(kind, world),
+                  kind == CollectiveKind::kAllReduce       ? "MPI_Allreduce"
+                  : kind == CollectiveKind::kReduceScatter ? "MPI_Reduce_scatter_block"
+                  : kind == CollectiveKind::kAllGather     ? "MPI_Allgather"
+                                                           : "MPI_Bcast"),
+      {"bytes", "count", "time (us)", "algbw", "busbw", "MPI (us)", "MPI busbw", "ours/MPI",
+       "check"});
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+    const std::optional<Case> c = make_case(kind, bytes, b.dtype, world);
+    if (!c) continue;
+    const auto [our, mpi] = measure(b, *c, ours(b, *c), raw_mpi(b, *c));
+    const double algbw = c->bytes / our.seconds / 1e9, mpi_algbw = c->bytes / mpi.seconds / 1e9;
+    const double busbw = algbw * bus_factor(kind, world);
+    const double mpi_busbw = mpi_algbw * bus_factor(kind, world);
+    const char* check = our.correct && mpi.correct ? "ok" : !our.correct ? "WRONG" : "MPI?";
+    all_correct = all_correct && our.correct;
+    table.add_row({std::to_string(c->bytes), std::to_string(c->count),
+                   fmt::format("{:.1f}", our.seconds * 1e6), fmt::format("{:.2f}", algbw),
+                   fmt::format("{:.2f}", busbw), fmt::format("{:.1f}", mpi.seconds * 1e6),
+                   fmt::format("{:.2f}", mpi_busbw), fmt::format("{:.2f}", busbw / mpi_busbw),
+                   check});
+    rows.push_back({{"op", name},
+                    {"bytes", c->bytes},
+                    {"count", c->count},
+                    {"ranks", world},
+                    {"dtype", o.dtype},
+                    {"time_us", our.seconds * 1e6},
+                    {"iters", our.iters},
+                    {"algbw_gbps", algbw},
+                    {"busbw_gbps", busbw},
+                    {"mpi_time_us", mpi.seconds * 1e6},
+                    {"mpi_iters", mpi.iters},
+                    {"mpi_busbw_gbps", mpi_busbw},
+                    {"ratio", busbw / mpi_busbw},
+                    {"correct", our.correct},
+                    {"mpi_correct", mpi.correct}});
+  }
+  table.add_note(
+      "time: max over ranks of the mean per call, averaged over rounds timed as ours, MPI, MPI, "
+      "ours; busbw = algbw x factor (nccl-tests PERFORMANCE.md); MPI = the same collective of "
+      "raw MPI on the same buffers (the reference); out of place; GB/s");
+  return table;
+}
+
 int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
   const DType dtype = parse_dtype(o.dtype);
   std::vector<CollectiveKind> kinds;
@@ -336,72 +395,28 @@ int run_bench(const BenchCommOptions& o, const ProcessGroup& group) {
       "{} KiB",
       world, comm.local_world(), o.dtype, o.iters, o.warmup, o.budget_seconds,
       comm.chunk_bytes() >> 10, comm.staging_bytes() >> 10);
-  log.rank0(
-      "time: max over ranks of the mean per call, averaged over rounds timed as ours, "
-      "MPI, MPI, ours; busbw = algbw x factor (nccl-tests PERFORMANCE.md); MPI = the same "
-      "collective of raw MPI on the same buffers; out of place");
-  nlohmann::json rows = nlohmann::json::array();
+  bench::Report report("comm", log);
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   bool all_correct = true;
   for (CollectiveKind kind : kinds) {
-    const std::string_view name = collective_kind_name(kind);
-    log.rank0("");
-    log.rank0("# {}  (busbw factor {:.3f}; MPI: {})", name, bus_factor(kind, world),
-              kind == CollectiveKind::kAllReduce       ? "MPI_Allreduce"
-              : kind == CollectiveKind::kReduceScatter ? "MPI_Reduce_scatter_block"
-              : kind == CollectiveKind::kAllGather     ? "MPI_Allgather"
-                                                       : "MPI_Bcast");
-    log.rank0("{:>12} {:>11} {:>10} {:>9} {:>9} {:>10} {:>9} {:>8} {:>6}", "bytes", "count",
-              "time(us)", "algbw", "busbw", "MPI(us)", "MPI busbw", "ours/MPI", "check");
-    for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
-      const std::optional<Case> c = make_case(kind, bytes, dtype, world);
-      if (!c) continue;
-      const auto [our, mpi] = measure(b, *c, ours(b, *c), raw_mpi(b, *c));
-      const double algbw = c->bytes / our.seconds / 1e9, mpi_algbw = c->bytes / mpi.seconds / 1e9;
-      const double busbw = algbw * bus_factor(kind, world);
-      const double mpi_busbw = mpi_algbw * bus_factor(kind, world);
-      const char* check = our.correct && mpi.correct ? "ok" : !our.correct ? "WRONG" : "MPI?";
-      all_correct = all_correct && our.correct;
-      log.rank0("{:>12} {:>11} {:>10.1f} {:>9.2f} {:>9.2f} {:>10.1f} {:>9.2f} {:>8.2f} {:>6}",
-                c->bytes, c->count, our.seconds * 1e6, algbw, busbw, mpi.seconds * 1e6, mpi_busbw,
-                busbw / mpi_busbw, check);
-      rows.push_back({{"op", name},
-                      {"bytes", c->bytes},
-                      {"count", c->count},
-                      {"ranks", world},
-                      {"dtype", o.dtype},
-                      {"time_us", our.seconds * 1e6},
-                      {"iters", our.iters},
-                      {"algbw_gbps", algbw},
-                      {"busbw_gbps", busbw},
-                      {"mpi_time_us", mpi.seconds * 1e6},
-                      {"mpi_iters", mpi.iters},
-                      {"mpi_busbw_gbps", mpi_busbw},
-                      {"ratio", busbw / mpi_busbw},
-                      {"correct", our.correct},
-                      {"mpi_correct", mpi.correct}});
-    }
+    bench::Table table = sweep(b, kind, rows, all_correct);
+    report.add_table(table);
   }
   if (sum_op != MPI_SUM) ZT_MPI_CHECK(MPI_Op_free(&sum_op));
-  log.rank0("");
   std::string stats = comm.stats().to_string();
   if (!stats.empty()) stats.pop_back();  // the logger ends the line
   log.rank0("comm buffers: peak {} KiB (staging); our collectives in this run:\n{}",
             device.memory().peak(MemCategory::kCommBuffers) >> 10, stats);
-
-  if (group.rank == 0 && !o.json_path.empty()) {
-    nlohmann::json j = {{"bench", "comm"},
-                        {"ranks", world},
-                        {"local_ranks", comm.local_world()},
-                        {"dtype", o.dtype},
-                        {"iters", o.iters},
-                        {"warmup", o.warmup},
-                        {"chunk_bytes", comm.chunk_bytes()},
-                        {"staging_bytes", comm.staging_bytes()},
-                        {"rows", rows}};
-    std::ofstream out(o.json_path);
-    if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-    out << j.dump(2) << "\n";
-  }
+  nlohmann::ordered_json& j = report.json();
+  j["ranks"] = world;
+  j["local_ranks"] = comm.local_world();
+  j["dtype"] = o.dtype;
+  j["iters"] = o.iters;
+  j["warmup"] = o.warmup;
+  j["chunk_bytes"] = comm.chunk_bytes();
+  j["staging_bytes"] = comm.staging_bytes();
+  j["rows"] = rows;
+  report.write(o.json_path, o.markdown_path);
   if (!all_correct) log.rank0("zt-bench comm: WRONG results (see the check column)");
   return all_correct ? 0 : 1;
 }

@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -27,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/harness.h"
 #include "comm/self_communicator.h"
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
@@ -41,11 +41,9 @@ namespace zt {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return bench::ms_since(t0) / 1e3; }
 
 std::string file_system_name(const std::string& path) {
   struct statfs s {};
@@ -120,18 +118,6 @@ double swap_round(SwapStore& store, bool write, char* data, int64_t bytes, int64
   return seconds_since(t0);
 }
 
-struct Series {
-  std::vector<double> gbps;
-  double median() const {
-    std::vector<double> v = gbps;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-  double min() const { return *std::min_element(gbps.begin(), gbps.end()); }
-  double max() const { return *std::max_element(gbps.begin(), gbps.end()); }
-  std::string cell() const { return fmt::format("{:.2f} ({:.2f}-{:.2f})", median(), min(), max()); }
-};
-
 void check_equal(const char* got, const char* want, int64_t bytes, const char* what) {
   if (std::memcmp(got, want, static_cast<size_t>(bytes)) != 0)
     throw_internal(
@@ -139,7 +125,8 @@ void check_equal(const char* got, const char* want, int64_t bytes, const char* w
 }
 
 // The I/O section: its figures as the JSON object's top-level keys.
-nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& log) {
+nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& log,
+                                  bench::Report& report) {
   if (!fs::is_directory(o.path)) throw_input(fmt::format("--path {} is not a directory", o.path));
   const std::string scratch =
       (fs::path(o.path) / fmt::format("zt_bench_offload_{}", ::getpid())).string();
@@ -177,34 +164,56 @@ nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& lo
     const uint64_t v = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
     std::memcpy(source.data.get() + i, &v, static_cast<size_t>(std::min<int64_t>(8, o.bytes - i)));
   }
-  Series raw_write, raw_read, swap_write, swap_read;
+  // Each round: raw write, swap write, raw read, swap read, each read checked.
   auto gbps = [&](double seconds) { return double(o.bytes) / seconds / 1e9; };
-  for (int r = 0; r < o.repeats; ++r) {
-    raw_write.gbps.push_back(gbps(raw.write(source.data.get(), o.bytes)));
-    swap_write.gbps.push_back(
-        gbps(swap_round(store, true, source.data.get(), o.bytes, o.unit_bytes)));
+  bench::Rounds rounds(0, o.repeats);
+  rounds.add("raw write", [&](int) { return gbps(raw.write(source.data.get(), o.bytes)); });
+  rounds.add("swap write", [&](int) {
+    return gbps(swap_round(store, true, source.data.get(), o.bytes, o.unit_bytes));
+  });
+  rounds.add("raw read", [&](int) {
     std::memset(back.data.get(), 0, static_cast<size_t>(o.bytes));
-    raw_read.gbps.push_back(gbps(raw.read(back.data.get(), o.bytes)));
+    const double figure = gbps(raw.read(back.data.get(), o.bytes));
     check_equal(back.data.get(), source.data.get(), o.bytes, "raw file");
+    return figure;
+  });
+  rounds.add("swap read", [&](int) {
     std::memset(back.data.get(), 0, static_cast<size_t>(o.bytes));
-    swap_read.gbps.push_back(
-        gbps(swap_round(store, false, back.data.get(), o.bytes, o.unit_bytes)));
+    const double figure = gbps(swap_round(store, false, back.data.get(), o.bytes, o.unit_bytes));
     check_equal(back.data.get(), source.data.get(), o.bytes, "swap store");
-  }
+    return figure;
+  });
+  rounds.run();
 
-  log.rank0("{:<14} {:>26} {:>26}", "GB/s", "write median (min-max)", "read median (min-max)");
-  log.rank0("{:<14} {:>26} {:>26}", "raw O_DIRECT", raw_write.cell(), raw_read.cell());
-  log.rank0("{:<14} {:>26} {:>26}", "swap store", swap_write.cell(), swap_read.cell());
-  const double write_ratio = swap_write.median() / raw_write.median();
-  const double read_ratio = swap_read.median() / raw_read.median();
-  log.rank0("{:<14} {:>25.0f}% {:>25.0f}%", "swap / raw", 100 * write_ratio, 100 * read_ratio);
-  log.rank0(
-      "GB/s = 1e9 bytes per second; the swap figures include computing (write) and checking "
-      "(read) every block's CRC32C; every read was compared with what was written");
+  const bench::Summary raw_write = rounds.summary("raw write"),
+                       raw_read = rounds.summary("raw read"),
+                       swap_write = rounds.summary("swap write"),
+                       swap_read = rounds.summary("swap read");
+  const bench::Summary write_ratio =
+      bench::paired_ratio(rounds.figures("swap write"), rounds.figures("raw write"));
+  const bench::Summary read_ratio =
+      bench::paired_ratio(rounds.figures("swap read"), rounds.figures("raw read"));
+  report.add_reference({fmt::format("raw sequential O_DIRECT pwrite of {} MiB blocks, {}",
+                                    o.raw_block >> 20, file_system_name(o.path)),
+                        "GB/s", raw_write.median});
+  bench::Table table("swap store against raw O_DIRECT, same bytes, same directory",
+                     {"GB/s", "write (q1-q3)", "read (q1-q3)"});
+  table.add_row(
+      {"raw O_DIRECT", bench::quartile_cell(raw_write, 2), bench::quartile_cell(raw_read, 2)});
+  table.add_row(
+      {"swap store", bench::quartile_cell(swap_write, 2), bench::quartile_cell(swap_read, 2)});
+  table.add_row(
+      {"swap / raw", bench::quartile_cell(write_ratio, 2), bench::quartile_cell(read_ratio, 2)});
+  table.add_note(
+      "GB/s = 1e9 bytes per second; swap / raw per round (paired). The swap figures include "
+      "computing (write) and checking (read) every block's CRC32C; every read was compared with "
+      "what was written");
+  report.add_table(table);
 
-  auto series = [](const Series& s) {
-    return nlohmann::ordered_json{
-        {"median", s.median()}, {"min", s.min()}, {"max", s.max()}, {"all", s.gbps}};
+  auto series = [&](const char* name) {
+    nlohmann::ordered_json j = bench::to_json(rounds.summary(name));
+    j["all"] = rounds.figures(name);
+    return j;
   };
   return nlohmann::ordered_json{{"path", o.path},
                                 {"file_system", file_system_name(o.path)},
@@ -217,17 +226,17 @@ nlohmann::ordered_json measure_io(const BenchOffloadOptions& o, const Logger& lo
                                 {"intra_op_parallelism", o.aio.intra_op_parallelism},
                                 {"unit_bytes", o.unit_bytes},
                                 {"raw_block", o.raw_block},
-                                {"raw_write_gbps", raw_write.median()},
-                                {"raw_read_gbps", raw_read.median()},
-                                {"swap_write_gbps", swap_write.median()},
-                                {"swap_read_gbps", swap_read.median()},
-                                {"swap_write_fraction_of_raw", write_ratio},
-                                {"swap_read_fraction_of_raw", read_ratio},
+                                {"raw_write_gbps", raw_write.median},
+                                {"raw_read_gbps", raw_read.median},
+                                {"swap_write_gbps", swap_write.median},
+                                {"swap_read_gbps", swap_read.median},
+                                {"swap_write_fraction_of_raw", write_ratio.median},
+                                {"swap_read_fraction_of_raw", read_ratio.median},
                                 {"series",
-                                 {{"raw_write", series(raw_write)},
-                                  {"raw_read", series(raw_read)},
-                                  {"swap_write", series(swap_write)},
-                                  {"swap_read", series(swap_read)}}}};
+                                 {{"raw_write", series("raw write")},
+                                  {"raw_read", series("raw read")},
+                                  {"swap_write", series("swap write")},
+                                  {"swap_read", series("swap read")}}}};
 }
 
 // ---- Step time ----
@@ -279,23 +288,24 @@ class StepRun {
     engine_ = std::make_unique<Engine>(device_, comm_, model_, eo);
     row_.offload = offload;
   }
+  const std::string& offload() const { return row_.offload; }
 
-  // One step on `batch`; a timed one goes into the row.
-  void step(const Batch& batch, bool timed) {
-    const Clock::time_point t0 = Clock::now();
-    const StepResult r = engine_->train_step({&batch, 1}, 1e-4f);
-    const double wall = seconds_since(t0);
+  // One step on `batch`; a timed one's phases go into the row. Returns its wall time in ms.
+  double step(const Batch& batch, bool timed) {
+    StepResult r;
+    const double wall_ms = bench::time_ms([&] { r = engine_->train_step({&batch, 1}, 1e-4f); });
     row_.skipped += r.skipped;
-    if (!timed) return;
-    row_.step_ms.push_back(wall * 1e3);
+    if (!timed) return wall_ms;
     row_.forward_ms.push_back(r.times.forward * 1e3);
     row_.backward_ms.push_back(r.times.backward * 1e3);
     row_.optimizer_ms.push_back(r.times.optimizer * 1e3);
     row_.hidden.push_back(hidden_share(r.times));
+    return wall_ms;
   }
 
-  // The row: peak memory as the steps left it, then every unit's parameters.
-  StepRow finish() {
+  // The row: its step times, peak memory as the steps left it, then every unit's parameters.
+  StepRow finish(const std::vector<double>& step_ms) {
+    row_.step_ms = step_ms;
     row_.device_memory = device_.memory();
     if (const MemoryTracker* h = engine_->host_memory()) row_.host_memory = *h;
     row_.nvme_bytes = engine_->nvme_bytes();
@@ -342,10 +352,65 @@ constexpr const char* kHiddenRule =
     "per step, the host optimizer thread's time before the backward ended over its whole time "
     "(StepTimes::host_optimizer_hidden / host_optimizer), the median of the timed steps";
 
+double median_of(const std::vector<double>& v) { return bench::summarize(v).median; }
+
+// The step-time rows: phases, the paired ratio to the row without offload, peak memory per tier.
+bench::Table step_table(const BenchOffloadOptions& o, const std::vector<StepRow>& rows) {
+  bench::Table table(
+      "GPT-2 steps under ZeRO stage 2, optimizer not offloaded, offloaded to the host, to NVMe",
+      {"offload", "ms/step (q1-q3)", "x none (q1-q3)", "forward ms", "backward ms", "optimizer ms",
+       "hidden", "device params MiB", "grads", "optim", "activ", "comm", "work", "total",
+       "host optim MiB", "grads", "work", "total"});
+  const auto m = [](size_t bytes) { return fmt::format("{:.1f}", mib(bytes)); };
+  for (const StepRow& r : rows) {
+    const MemoryTracker& d = r.device_memory;
+    const MemoryTracker none;
+    const MemoryTracker& h = r.host_memory ? *r.host_memory : none;
+    table.add_row(
+        {r.offload, bench::quartile_cell(bench::summarize(r.step_ms)),
+         bench::quartile_cell(bench::paired_ratio(r.step_ms, rows[0].step_ms), 3),
+         fmt::format("{:.1f}", median_of(r.forward_ms)),
+         fmt::format("{:.1f}", median_of(r.backward_ms)),
+         fmt::format("{:.1f}", median_of(r.optimizer_ms)),
+         fmt::format("{:.0f}%", 100.0 * median_of(r.hidden)), m(d.peak(MemCategory::kParams)),
+         m(d.peak(MemCategory::kGrads)), m(d.peak(MemCategory::kOptimizer)),
+         m(d.peak(MemCategory::kActivations)), m(d.peak(MemCategory::kCommBuffers)),
+         m(d.peak(MemCategory::kWorkspace)), m(d.peak_total()), m(h.peak(MemCategory::kOptimizer)),
+         m(h.peak(MemCategory::kGrads)), m(h.peak(MemCategory::kWorkspace)), m(h.peak_total())});
+  }
+  for (const StepRow& r : rows) {
+    if (r.skipped > 0)
+      table.add_note(fmt::format("{}: {} of {} steps skipped on fp16 overflow", r.offload,
+                                 r.skipped, o.warmup + o.steps));
+    if (r.nvme_bytes > 0)
+      table.add_note(fmt::format("{}: {:.1f} MiB of optimizer state in swap files under {} ({})",
+                                 r.offload, mib(static_cast<size_t>(r.nvme_bytes)), o.path,
+                                 default_aio_backend().describe));
+    if (r.bitwise_equal)
+      table.add_note(fmt::format(
+          "{}: parameters after {} step(s) bitwise equal to no offload: {} (read_unit_params of "
+          "all {} units)",
+          r.offload, o.warmup + o.steps, *r.bitwise_equal ? "yes" : "NO", r.params.size()));
+  }
+  table.add_note(fmt::format(
+      "ms/step: the step's wall time, median (quartiles); x none: per round over the row "
+      "without offload; forward, backward and optimizer ms: medians of the engine's StepTimes "
+      "(optimizer: from the backward's end, gradient norm, clipping, the update or what of it "
+      "is left, the copies back and the parameter refresh). hidden: {}. gradient_clipping {}: "
+      "{}. On the CPU back end the host tier and the device are the same cores and the same "
+      "memory: offload cannot make a step faster here; it moves the optimizer's bytes off the "
+      "device.",
+      kHiddenRule, o.gradient_clipping,
+      o.gradient_clipping > 0.0f
+          ? "the cpu row's updates wait for the global norm, after the backward"
+          : "the cpu row's updates start as each unit's gradient is reduced, in the backward"));
+  return table;
+}
+
 // The step-time section: its rows printed, and as the JSON object's "step". `ok` is set false
 // when an offloaded row's parameters differ from the row without offload.
 nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Logger& log,
-                                         bool& ok) {
+                                         bench::Report& report, bool& ok) {
   const Gpt2Config config = gpt2_zoo_config(o.model);
   const int64_t B = o.batch, T = o.seq_len;
   const RandomBatch tokens(config.vocab_size, B, T);
@@ -365,64 +430,22 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
             cpu_threads());
 
   std::vector<std::unique_ptr<StepRun>> runs;
-  for (const char* offload : {"none", "cpu", "nvme"})
+  bench::Rounds rounds(o.warmup, o.steps);
+  for (const char* offload : {"none", "cpu", "nvme"}) {
     runs.push_back(std::make_unique<StepRun>(o, config, offload));
-  for (int i = 0; i < o.warmup + o.steps; ++i)
-    for (auto& run : runs) run->step(batch, i >= o.warmup);
+    rounds.add(offload, [&o, &batch, run = runs.back().get()](int round) {
+      return run->step(batch, round >= o.warmup);
+    });
+  }
+  rounds.run();
   std::vector<StepRow> rows;
-  for (auto& run : runs) rows.push_back(run->finish());
+  for (auto& run : runs) rows.push_back(run->finish(rounds.figures(run->offload())));
   runs.clear();
   for (size_t i = 1; i < rows.size(); ++i) {
     rows[i].bitwise_equal = same_bits(rows[i].params, rows[0].params);
     ok = ok && *rows[i].bitwise_equal;
   }
-
-  log.rank0(
-      "{:>8} {:>9} {:>11} {:>12} {:>13} {:>7} | device peak MiB: {:>7} {:>7} {:>7} {:>7} "
-      "{:>7} {:>7} {:>7} | host peak MiB: {:>7} {:>7} {:>7} {:>7}",
-      "offload", "ms/step", "forward ms", "backward ms", "optimizer ms", "hidden", "params",
-      "grads", "optim", "activ", "comm", "work", "total", "optim", "grads", "work", "total");
-  for (const StepRow& r : rows) {
-    const MemoryTracker& d = r.device_memory;
-    const MemoryTracker none;
-    const MemoryTracker& h = r.host_memory ? *r.host_memory : none;
-    log.rank0(
-        "{:>8} {:>9.1f} {:>11.1f} {:>12.1f} {:>13.1f} {:>6.0f}% | {:>24.1f} {:>7.1f} "
-        "{:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f} | {:>22.1f} {:>7.1f} {:>7.1f} "
-        "{:>7.1f}",
-        r.offload, median(r.step_ms), median(r.forward_ms), median(r.backward_ms),
-        median(r.optimizer_ms), 100.0 * median(r.hidden), mib(d.peak(MemCategory::kParams)),
-        mib(d.peak(MemCategory::kGrads)), mib(d.peak(MemCategory::kOptimizer)),
-        mib(d.peak(MemCategory::kActivations)), mib(d.peak(MemCategory::kCommBuffers)),
-        mib(d.peak(MemCategory::kWorkspace)), mib(d.peak_total()),
-        mib(h.peak(MemCategory::kOptimizer)), mib(h.peak(MemCategory::kGrads)),
-        mib(h.peak(MemCategory::kWorkspace)), mib(h.peak_total()));
-    if (r.skipped > 0)
-      log.rank0("{:>8} {} of {} steps skipped on fp16 overflow", "", r.skipped, o.warmup + o.steps);
-  }
-  for (const StepRow& r : rows)
-    if (r.nvme_bytes > 0)
-      log.rank0("{}: {:.1f} MiB of optimizer state in swap files under {} ({})", r.offload,
-                mib(static_cast<size_t>(r.nvme_bytes)), o.path, default_aio_backend().describe);
-  for (const StepRow& r : rows)
-    if (r.bitwise_equal)
-      log.rank0(
-          "{}: parameters after {} step(s) bitwise equal to no offload: {} "
-          "(read_unit_params of all {} units)",
-          r.offload, o.warmup + o.steps, *r.bitwise_equal ? "yes" : "NO", r.params.size());
-  log.rank0(
-      "ms/step: the median step's wall time; forward, backward and optimizer ms: medians "
-      "of the engine's StepTimes (optimizer: from the backward's end, gradient norm, "
-      "clipping, the update or what of it is left, the copies back and the parameter "
-      "refresh). hidden: {}. gradient_clipping {}: {}",
-      kHiddenRule, o.gradient_clipping,
-      o.gradient_clipping > 0.0f
-          ? "the cpu row's updates wait for the global norm, after the backward"
-          : "the cpu row's updates start as each unit's gradient is reduced, in the backward");
-  log.rank0(
-      "On the CPU back end the host tier and the device are the same cores and the same "
-      "memory: offload cannot make a step faster here (the host thread's update competes "
-      "with the backward for the cores); it moves the optimizer's bytes off the device");
+  report.add_table(step_table(o, rows));
 
   nlohmann::ordered_json j = {{"model", o.model},
                               {"parameters", params},
@@ -434,8 +457,6 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
                               {"ranks", 1},
                               {"steps", o.steps},
                               {"warmup", o.warmup},
-                              {"cpu", cpu_model_name()},
-                              {"cpu_simd", cpu_simd_features()},
                               {"threads", cpu_threads()},
                               {"hidden_share_rule", kHiddenRule},
                               {"rows", nlohmann::ordered_json::array()}};
@@ -443,11 +464,13 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
     const MemoryTracker* host = r.host_memory ? &*r.host_memory : nullptr;
     j["rows"].push_back(
         {{"offload", r.offload},
-         {"ms", median(r.step_ms)},
-         {"forward_ms", median(r.forward_ms)},
-         {"backward_ms", median(r.backward_ms)},
-         {"optimizer_ms", median(r.optimizer_ms)},
-         {"hidden_share", median(r.hidden)},
+         {"ms", median_of(r.step_ms)},
+         {"ms_quartiles", bench::to_json(bench::summarize(r.step_ms))},
+         {"ratio_to_none", bench::to_json(bench::paired_ratio(r.step_ms, rows[0].step_ms))},
+         {"forward_ms", median_of(r.forward_ms)},
+         {"backward_ms", median_of(r.backward_ms)},
+         {"optimizer_ms", median_of(r.optimizer_ms)},
+         {"hidden_share", median_of(r.hidden)},
          {"device_peak_bytes", peak_bytes_json(&r.device_memory)},
          {"host_peak_bytes", peak_bytes_json(host)},
          {"nvme_bytes", r.nvme_bytes},
@@ -466,15 +489,11 @@ nlohmann::ordered_json measure_step_time(const BenchOffloadOptions& o, const Log
 
 int bench_offload(const BenchOffloadOptions& o) {
   Logger log;
-  nlohmann::ordered_json j = {{"bench", "offload"}};
-  if (o.io) j.update(measure_io(o, log));
+  bench::Report report("offload", log);
+  if (o.io) report.json().update(measure_io(o, log, report));
   bool ok = true;
-  if (o.step) j["step"] = measure_step_time(o, log, ok);
-  if (!o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-    out << j.dump(2) << "\n";
-  }
+  if (o.step) report.json()["step"] = measure_step_time(o, log, report, ok);
+  report.write(o.json_path, o.markdown_path);
   if (!ok)
     log.warn(
         "the offloaded run's parameters differ from the run without offload: these step "

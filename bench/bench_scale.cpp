@@ -7,31 +7,26 @@
 // writes the JSON, a Markdown table and, with gnuplot, two plots.
 #include "bench/bench.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <optional>
-#include <sstream>
-#include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/harness.h"
+#include "bench/scale_support.h"
 #include "launch/logger.h"
 #include "model_zoo/model_spec.h"
 #include "runtime/byte_count.h"
 #include "runtime/config.h"
 #include "runtime/cpu/cpu_affinity.h"
 #include "runtime/cpu/cpu_peak.h"
+#include "runtime/file_io.h"
 #include "runtime/status.h"
 #include "train/trainer.h"
 
@@ -39,48 +34,12 @@ namespace zt {
 
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
+using scale::failure_line;
+using scale::mib;
+using scale::run_process;
+using scale::ScalePoint;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// One point of the sweep and what its run gave.
-struct ScalePoint {
-  int stage = 0;
-  int ranks = 1;
-  std::string precision;  // bench_precision's names
-  bool checkpointing = false;
-  std::string offload;  // none, cpu, nvme
-  enum class Status { kOk, kFailed, kSkipped } status = Status::kOk;
-  std::string note;  // skipped: why; failed: the last line of its stderr
-  int exit_code = 0;
-  std::vector<double> step_ms;  // every step's "ms", warm-up included
-  double ms = 0;                // the median after warm-up
-  double tokens_per_s = 0, tokens_per_s_per_rank = 0;
-  std::optional<double> mfu;  // none without a peak to compare with (cuda, no --peak-tflops)
-  double final_loss = 0;
-  json summary;  // the point's {"summary": ...} row
-
-  std::string describe() const {
-    return fmt::format("stage {}, {} rank{}, {}, checkpointing {}, offload {}", stage, ranks,
-                       ranks > 1 ? "s" : "", precision, checkpointing ? "on" : "off", offload);
-  }
-  std::string label() const {  // a file name
-    return fmt::format("stage{}-r{}-{}-ckpt_{}-offload_{}", stage, ranks, precision,
-                       checkpointing ? "on" : "off", offload);
-  }
-  // The summary's figure at `key`.`sub` (a number), or 0 when it is absent or null.
-  double summary_number(const char* key, const char* sub = nullptr) const {
-    const auto it = summary.find(key);
-    if (it == summary.end() || it->is_null()) return 0.0;
-    if (sub == nullptr) return it->is_number() ? it->get<double>() : 0.0;
-    const auto s = it->find(sub);
-    return s != it->end() && s->is_number() ? s->get<double>() : 0.0;
-  }
-  double device_bytes() const { return summary_number("peak_bytes_max", "total"); }
-};
-
-double mib(double bytes) { return bytes / 1048576.0; }
 
 // "1m10s", "42s", "1h02m".
 std::string format_duration(double seconds) {
@@ -96,61 +55,6 @@ double load_average() {
   double load = -1.0;
   in >> load;
   return in ? load : -1.0;
-}
-
-// The executable `name` on PATH.
-bool on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / name;
-    if (::access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate)) return true;
-  }
-  return false;
-}
-
-// Runs argv (argv[0] a path, or a name looked up on PATH) with stdin from /dev/null and stdout
-// and stderr into the two files, in directory `cwd` (empty: ours); returns its exit status
-// (128 + N for a signal N, 127 when it could not be started).
-int run_process(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err,
-                const fs::path& cwd = {}) {
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0)
-    throw_system(fmt::format("cannot start {}: fork: {}", argv[0], std::strerror(errno)));
-  if (pid == 0) {  // the child: only async-signal-safe calls until exec
-    const int in = ::open("/dev/null", O_RDONLY);
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (in < 0 || o < 0 || e < 0 || ::dup2(in, 0) < 0 || ::dup2(o, 1) < 0 || ::dup2(e, 2) < 0)
-      ::_exit(127);
-    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(127);
-    ::execvp(args[0], args.data());
-    const char* message = "zt-bench scale: cannot execute the program\n";
-    (void)::write(2, message, std::strlen(message));
-    ::_exit(127);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR)
-      throw_system(fmt::format("waitpid for {}: {}", argv[0], std::strerror(errno)));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// The line a failed run is recorded with: its last "zt-train: ..." line on stderr (the one-line
-// error of launch/tool_frame.h), else the last line that is not blank or mpirun's dashes.
-std::string failure_line(const fs::path& err) {
-  std::ifstream in(err);
-  std::string last, last_tool;
-  for (std::string line; std::getline(in, line);) {
-    if (line.find_first_not_of(" -\t\r") == std::string::npos) continue;
-    last = line;
-    if (line.starts_with("zt-train: ")) last_tool = line;
-  }
-  return !last_tool.empty() ? last_tool : !last.empty() ? last : "(no output on stderr)";
 }
 
 // The rows of a metrics.jsonl: step rows (with "ms") and the summary.
@@ -169,7 +73,7 @@ void read_metrics(const fs::path& file, int warmup, ScalePoint& p) {
   if (p.summary.is_null() || static_cast<int>(p.step_ms.size()) <= warmup)
     throw_system(
         fmt::format("{}: no summary or fewer than {} step rows", file.string(), warmup + 1));
-  p.ms = median(std::vector<double>(p.step_ms.begin() + warmup, p.step_ms.end()));
+  p.ms = bench::summarize(std::vector<double>(p.step_ms.begin() + warmup, p.step_ms.end()));
 }
 
 // Why the engine refuses the point, or "" when it runs.
@@ -220,7 +124,8 @@ json point_json(const ScalePoint& p, const fs::path& dir) {
   j["output_dir"] = dir.string();
   if (p.status != ScalePoint::Status::kOk) return j;
   auto at = [&](const char* key) { return p.summary.contains(key) ? p.summary[key] : json(); };
-  j["ms_per_step"] = p.ms;
+  j["ms_per_step"] = p.ms.median;
+  j["ms_per_step_quartiles"] = bench::to_json(p.ms);
   j["step_ms"] = p.step_ms;
   j["tokens_per_s"] = p.tokens_per_s;
   j["tokens_per_s_per_rank"] = p.tokens_per_s_per_rank;
@@ -234,112 +139,33 @@ json point_json(const ScalePoint& p, const fs::path& dir) {
   return j;
 }
 
-// The plots' lines: one per stage and combination of the other axes, ok points by ranks.
-struct PlotLine {
-  std::string title;
-  int stage = 0, combination = 0;
-  std::vector<const ScalePoint*> points;
+// What every point shares: the base config resolved once (world 1), the model's FLOPs, the peak
+// MFU is taken against, the tools and directories.
+struct ScaleSetup {
+  BenchScaleOptions o;
+  std::string model_name;
+  int64_t accumulation = 1;
+  double flops_per_token = 0;  // PaLM's model FLOPs: 3 x forward, recomputation not counted
+  int64_t tokens_per_rank_step = 0;
+  double parameters_m = 0;  // millions
+  bool gpu = false;
+  int cpus = 0;
+  PeakFma peak;  // CPU: the cores' fp32 FMA rate over every CPU, once
+  double load_at_start = 0;
+  fs::path out, json_path, zt_run, zt_train, nvme_root;
+
+  // FLOP/s MFU is against for a point of `ranks` ranks; 0: none.
+  double peak_flops(int ranks) const {
+    return gpu ? o.peak_tflops * 1e12 * ranks : peak.gflops * 1e9;
+  }
 };
 
-std::vector<PlotLine> plot_lines(const BenchScaleOptions& o,
-                                 const std::vector<ScalePoint>& points) {
-  // The title names only the axes the sweep varies besides the stage.
-  const bool many_precisions = o.precisions.size() > 1, many_ckpt = o.checkpointing.size() > 1,
-             many_offload = o.offload.size() > 1;
-  std::map<std::tuple<std::string, bool, std::string>, int> combinations;
-  std::map<std::pair<int, int>, PlotLine> lines;  // (combination, stage)
-  for (const ScalePoint& p : points) {
-    if (p.status != ScalePoint::Status::kOk) continue;
-    const auto key = std::make_tuple(p.precision, p.checkpointing, p.offload);
-    const int c = combinations.emplace(key, static_cast<int>(combinations.size())).first->second;
-    PlotLine& line = lines[{c, p.stage}];
-    if (line.points.empty()) {
-      line.stage = p.stage;
-      line.combination = c;
-      line.title = fmt::format("stage {}", p.stage);
-      if (many_precisions) line.title += ", " + p.precision;
-      if (many_ckpt) line.title += p.checkpointing ? ", ckpt on" : ", ckpt off";
-      if (many_offload) line.title += ", offload " + p.offload;
-    }
-    line.points.push_back(&p);
-  }
-  std::vector<PlotLine> out;
-  for (auto& [key, line] : lines) {
-    std::sort(line.points.begin(), line.points.end(),
-              [](const ScalePoint* a, const ScalePoint* b) { return a->ranks < b->ranks; });
-    out.push_back(std::move(line));
-  }
-  return out;
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out.flush()) throw_system(fmt::format("cannot write {}", path.string()));
-}
-
-// <out>/NAME.dat (one block per line: ranks, value) and NAME.gp, and, with gnuplot on PATH,
-// NAME.png. Returns false when gnuplot is missing.
-bool plot(const fs::path& out, const std::string& name, const std::string& title,
-          const std::string& ylabel, const std::vector<PlotLine>& lines,
-          const std::vector<int>& ranks, double (*value)(const ScalePoint&)) {
-  std::string dat;
-  for (const PlotLine& line : lines) {
-    dat += fmt::format("# {}\n", line.title);
-    for (const ScalePoint* p : line.points) dat += fmt::format("{} {:.6g}\n", p->ranks, value(*p));
-    dat += "\n\n";  // gnuplot's index separator
-  }
-  write_file(out / (name + ".dat"), dat);
-  std::string xtics;
-  for (int r : ranks) xtics += fmt::format("{}\"{}\" {}", xtics.empty() ? "" : ", ", r, r);
-  const int max_ranks = *std::max_element(ranks.begin(), ranks.end());
-  const int min_ranks = *std::min_element(ranks.begin(), ranks.end());
-  std::string gp = fmt::format(
-      "# zt-bench scale: {} (gnuplot {}.gp, in this directory)\n"
-      "set terminal pngcairo size 960,{} font 'sans,11'\n"
-      "set output '{}.png'\n"
-      "set title \"{}\"\n"
-      "set xlabel 'ranks (log_2 scale)'\n"
-      "set ylabel '{}'\n"
-      "set logscale x 2\n"
-      "set xrange [{}:{}]\n"
-      "set xtics ({})\n"
-      "set yrange [0:*]\n"
-      "set grid\n"
-      "set key below\n",
-      name, name, 560 + 20 * static_cast<int>((lines.size() + 2) / 3), name, title, ylabel,
-      min_ranks / 1.25, max_ranks * 1.25, xtics);
-  // A colour per stage; a dash type and point shape per combination of the other axes.
-  static constexpr const char* kStageColour[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"};
-  static constexpr int kPointType[] = {7, 5, 9, 11, 13, 15};
-  std::string plots;
-  for (size_t i = 0; i < lines.size(); ++i)
-    plots += fmt::format(
-        "{}'{}.dat' index {} using 1:2 with linespoints lw 2 pt {} ps 1.3 "
-        "lc rgb '{}' dt {} title \"{}\"",
-        i == 0 ? "plot " : ", \\\n     ", name, i, kPointType[lines[i].combination % 6],
-        kStageColour[lines[i].stage % 4], lines[i].combination + 1, lines[i].title);
-  gp += plots.empty() ? "set label 'no point succeeded' at graph 0.4, 0.5\nplot NaN notitle\n"
-                      : plots + "\n";
-  write_file(out / (name + ".gp"), gp);
-  if (!on_path("gnuplot")) return false;
-  const int code = run_process({"gnuplot", name + ".gp"}, out / (name + ".gnuplot.out"),
-                               out / (name + ".gnuplot.err"), out);
-  if (code != 0)
-    throw_system(fmt::format("gnuplot {} failed (exit {}): {}", (out / (name + ".gp")).string(),
-                             code, failure_line(out / (name + ".gnuplot.err"))));
-  fs::remove(out / (name + ".gnuplot.out"));
-  fs::remove(out / (name + ".gnuplot.err"));
-  return true;
-}
-
-}  // namespace
-
-int bench_scale(const BenchScaleOptions& o_given) {
-  BenchScaleOptions o = o_given;
-  Logger log;
-  // The base config as every point starts from it (world 1 here): the model, batch and sequence
-  // length it gives where the options do not, and its errors before any run.
+ScaleSetup prepare(const BenchScaleOptions& given) {
+  ScaleSetup s;
+  s.o = given;
+  BenchScaleOptions& o = s.o;
+  // The base config as every point starts from it: the model, batch and sequence length it
+  // gives where the options do not, and its errors before any run.
   std::vector<std::string> base;
   if (!o.model.empty()) {
     try {
@@ -353,52 +179,45 @@ int bench_scale(const BenchScaleOptions& o_given) {
   if (o.seq_len > 0) base.push_back(fmt::format("zt.seq_len={}", o.seq_len));
   base.push_back("train_batch_size=auto");
   const Config config = load_config(o.config, base, 1);
-  const ModelSpec model_config = resolve_model(config);
   if (o.batch <= 0) o.batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
   if (o.seq_len <= 0) o.seq_len = config.zt.seq_len;
-  const std::string model_name =
+  s.model_name =
       config.zt.model.has_object ? std::string("the config's model") : config.zt.model.zoo_name;
-  const int64_t accumulation = config.gradient_accumulation_steps;
-  const std::unique_ptr<Model> shapes = build_model(model_config);  // tables only
-  // PaLM's model FLOPs: forward + backward (2x forward), recomputation not counted.
-  const double flops_per_token = 3.0 * shapes->forward_flops_per_token(o.seq_len);
-  const int64_t tokens_per_rank_step = int64_t(o.batch) * o.seq_len * accumulation;
+  s.accumulation = config.gradient_accumulation_steps;
+  const std::unique_ptr<Model> shapes = build_model(resolve_model(config));  // tables only
+  s.flops_per_token = 3.0 * shapes->forward_flops_per_token(o.seq_len);
+  s.parameters_m = shapes->forward_flops_per_token(0) / 2e6;
+  s.tokens_per_rank_step = int64_t(o.batch) * o.seq_len * s.accumulation;
 
-  // The peak: on the CPU the cores' fp32 FMA rate over every CPU this process may use, measured
-  // once before the first run, so MFU is against the whole machine whatever the ranks; on a
-  // GPU --peak-tflops per rank.
-  const bool gpu = o.device == "cuda";
-  const int cpus = static_cast<int>(this_thread_cpus().size());
-  PeakFma peak;
-  double peak_flops_per_rank = 0;
-  if (!gpu) {
-    peak = measure_peak_fma(10, 0.1, cpus);  // best of 10 x 100 ms: the machine may be shared
-  } else {
-    peak_flops_per_rank = o.peak_tflops * 1e12;
-  }
-  const double load_at_start = load_average();
-  auto peak_flops = [&](int ranks) {
-    return gpu ? peak_flops_per_rank * ranks : peak.gflops * 1e9;
-  };
+  // On the CPU the peak is over every CPU this process may use, measured before the first run,
+  // so MFU is against the whole machine whatever the ranks; on a GPU --peak-tflops per rank.
+  s.gpu = o.device == "cuda";
+  s.cpus = static_cast<int>(this_thread_cpus().size());
+  if (!s.gpu) s.peak = measure_peak_fma(10, 0.1, s.cpus);  // best of 10 x 100 ms: shared machine
+  s.load_at_start = load_average();
 
   std::error_code ec;
-  const fs::path out = o.out_dir;
-  fs::create_directories(out / "points", ec);
+  s.out = o.out_dir;
+  fs::create_directories(s.out / "points", ec);
   if (ec)
     throw_input(
-        fmt::format("--out: cannot create {}: {}", (out / "points").string(), ec.message()));
-  const fs::path json_path = o.json_path.empty() ? out / "scale.json" : fs::path(o.json_path);
+        fmt::format("--out: cannot create {}: {}", (s.out / "points").string(), ec.message()));
+  s.json_path = o.json_path.empty() ? s.out / "scale.json" : fs::path(o.json_path);
+  if (o.markdown_path.empty()) o.markdown_path = (s.out / "scale.md").string();
   const fs::path bin = fs::read_symlink("/proc/self/exe", ec).parent_path();
   if (ec) throw_system(fmt::format("cannot read /proc/self/exe: {}", ec.message()));
-  const fs::path zt_run = bin / "zt-run", zt_train = bin / "zt-train";
-  for (const fs::path& tool : {zt_run, zt_train})
+  s.zt_run = bin / "zt-run";
+  s.zt_train = bin / "zt-train";
+  for (const fs::path& tool : {s.zt_run, s.zt_train})
     if (::access(tool.c_str(), X_OK) != 0)
-      throw_input(
-          fmt::format("{} is missing: zt-bench scale runs the zt-run and zt-train beside "
-                      "it",
-                      tool.string()));
-  const fs::path nvme_root = fs::path(o.path) / fmt::format("zt_bench_scale_{}", ::getpid());
+      throw_input(fmt::format(
+          "{} is missing: zt-bench scale runs the zt-run and zt-train beside it", tool.string()));
+  s.nvme_root = fs::path(o.path) / fmt::format("zt_bench_scale_{}", ::getpid());
+  return s;
+}
 
+// Every point of stages x ranks x precisions x checkpointing x offload, in sweep order.
+std::vector<ScalePoint> sweep_points(const BenchScaleOptions& o) {
   std::vector<ScalePoint> points;
   for (const std::string& precision : o.precisions)
     for (bool checkpointing : o.checkpointing)
@@ -413,28 +232,57 @@ int bench_scale(const BenchScaleOptions& o_given) {
             p.offload = offload;
             points.push_back(p);
           }
-  const int to_run = static_cast<int>(std::count_if(
-      points.begin(), points.end(), [](const ScalePoint& p) { return refusal(p).empty(); }));
+  return points;
+}
 
-  log.rank0(
-      "zt-bench scale: {} ({:.2f}M parameters), B={} T={} per rank (weak scaling), {} "
-      "steps ({} untimed), {} points ({} to run) from {}",
-      model_name, shapes->forward_flops_per_token(0) / 2e6, o.batch, o.seq_len, o.steps, o.warmup,
-      points.size(), to_run, o.config);
-  if (gpu)
-    log.rank0("device: cuda, MFU against --peak-tflops {} per rank", o.peak_tflops);
-  else
-    log.rank0(
-        "CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s on {} CPUs ({} loop, best of 10 x "
-        "100 ms, load average {:.2f}): MFU is against this whole machine, whatever the ranks",
-        cpu_model_name(), cpu_simd_features(), peak.gflops, peak.threads, peak.isa, load_at_start);
-  if (!gpu && load_at_start > 0.5 * cpus)
-    log.warn(
-        "the machine was busy while the peak was measured (load average {:.2f} on {} "
-        "CPUs): the peak may read low and MFU high; compare points within this run",
-        load_at_start, cpus);
+// Runs one point: `zt-run -np R --cpu [--hostfile F] -- zt-train --config BASE --set ...` (zt-run
+// adds --allow-run-as-root and --oversubscribe where needed), its output in its own directory,
+// then reads back its metrics. Rank 0 writes the metrics into that directory: with a hostfile,
+// rank 0 runs here only when this machine is its first host.
+void run_point(const ScaleSetup& s, ScalePoint& p) {
+  std::error_code ec;
+  const fs::path dir = s.out / "points" / p.label();
+  const fs::path nvme_dir = s.nvme_root / p.label();
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) throw_system(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
+  if (p.offload == "nvme") {  // zt-train wants an existing directory
+    fs::create_directories(nvme_dir, ec);
+    if (ec)
+      throw_input(fmt::format("--path: cannot create {}: {}", nvme_dir.string(), ec.message()));
+  }
+  std::vector<std::string> argv = {s.zt_run.string(), "-np", std::to_string(p.ranks)};
+  if (!s.gpu) argv.push_back("--cpu");
+  if (!s.o.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", s.o.hostfile});
+  argv.insert(argv.end(), {"--", s.zt_train.string(), "--config", s.o.config});
+  for (const std::string& set : point_overrides(s.o, p, s.accumulation, dir, nvme_dir))
+    argv.insert(argv.end(), {"--set", set});
+  p.exit_code = run_process(argv, dir / "stdout.log", dir / "stderr.log");
+  fs::remove_all(nvme_dir, ec);
+  if (p.exit_code == 0) {
+    try {
+      read_metrics(dir / "metrics.jsonl", s.o.warmup, p);
+    } catch (const Error& e) {
+      p.exit_code = -1;
+      p.note = e.what();
+    }
+  } else {
+    p.note = failure_line(dir / "stderr.log");
+  }
+  if (p.exit_code != 0) {
+    p.status = ScalePoint::Status::kFailed;
+    return;
+  }
+  p.tokens_per_s_per_rank = static_cast<double>(s.tokens_per_rank_step) / (p.ms.median / 1e3);
+  p.tokens_per_s = p.tokens_per_s_per_rank * p.ranks;
+  if (const double peak = s.peak_flops(p.ranks); peak > 0)
+    p.mfu = s.flops_per_token * p.tokens_per_s / peak;
+}
 
-  const auto start = Clock::now();
+// Runs every point the engine does not refuse, one line per point on stderr with the time left.
+// Returns the number that failed.
+int run_sweep(const ScaleSetup& s, std::vector<ScalePoint>& points, int to_run) {
+  const auto start = bench::Clock::now();
   int done = 0, failed = 0;
   for (size_t k = 0; k < points.size(); ++k) {
     ScalePoint& p = points[k];
@@ -445,67 +293,32 @@ int bench_scale(const BenchScaleOptions& o_given) {
       std::cerr << fmt::format("{}: skipped ({})\n", head, why);
       continue;
     }
-    const fs::path dir = out / "points" / p.label();
-    const fs::path nvme_dir = nvme_root / p.label();
-    fs::remove_all(dir, ec);
-    fs::create_directories(dir, ec);
-    if (ec) throw_system(fmt::format("cannot create {}: {}", dir.string(), ec.message()));
-    if (p.offload == "nvme") {  // zt-train wants an existing directory
-      fs::create_directories(nvme_dir, ec);
-      if (ec)
-        throw_input(fmt::format("--path: cannot create {}: {}", nvme_dir.string(), ec.message()));
-    }
-    // zt-run -np R --cpu [--hostfile F] -- zt-train --config BASE --set ... (zt-run adds
-    // --allow-run-as-root and --oversubscribe where needed). Rank 0 writes the metrics into
-    // `dir`: with a hostfile, rank 0 runs here only when this machine is its first host.
-    std::vector<std::string> argv = {zt_run.string(), "-np", std::to_string(p.ranks)};
-    if (!gpu) argv.push_back("--cpu");
-    if (!o.hostfile.empty()) {
-      argv.push_back("--hostfile");
-      argv.push_back(o.hostfile);
-    }
-    argv.insert(argv.end(), {"--", zt_train.string(), "--config", o.config});
-    for (const std::string& s : point_overrides(o, p, accumulation, dir, nvme_dir)) {
-      argv.push_back("--set");
-      argv.push_back(s);
-    }
-    p.exit_code = run_process(argv, dir / "stdout.log", dir / "stderr.log");
-    fs::remove_all(nvme_dir, ec);
-    if (p.exit_code == 0) {
-      try {
-        read_metrics(dir / "metrics.jsonl", o.warmup, p);
-      } catch (const Error& e) {
-        p.exit_code = -1;
-        p.note = e.what();
-      }
-    } else {
-      p.note = failure_line(dir / "stderr.log");
-    }
+    run_point(s, p);
     ++done;
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double elapsed = bench::ms_since(start) / 1e3;
     const std::string eta = fmt::format("{} elapsed, about {} left", format_duration(elapsed),
                                         format_duration(elapsed / done * (to_run - done)));
-    if (p.exit_code != 0) {
-      p.status = ScalePoint::Status::kFailed;
+    if (p.status == ScalePoint::Status::kFailed) {
       ++failed;
       std::cerr << fmt::format("{}: FAILED (exit {}): {} | {}\n", head, p.exit_code, p.note, eta);
       continue;
     }
-    p.tokens_per_s_per_rank = static_cast<double>(tokens_per_rank_step) / (p.ms / 1e3);
-    p.tokens_per_s = p.tokens_per_s_per_rank * p.ranks;
-    const double peak_now = peak_flops(p.ranks);
-    if (peak_now > 0) p.mfu = flops_per_token * p.tokens_per_s / peak_now;
-    std::cerr << fmt::format("{}: {:.0f} ms/step, {} tok/s | {}\n", head, p.ms,
+    std::cerr << fmt::format("{}: {:.0f} ms/step, {} tok/s | {}\n", head, p.ms.median,
                              group_digits(static_cast<uint64_t>(p.tokens_per_s + 0.5)), eta);
   }
-  fs::remove_all(nvme_root, ec);
+  std::error_code ec;
+  fs::remove_all(s.nvme_root, ec);
+  return failed;
+}
 
-  // The JSON: options, machine, peak, one object per point.
-  json options = {{"config", o.config},
-                  {"model", model_name},
+// The JSON beside the harness's header: options, machine, peak, one object per point.
+void fill_json(const ScaleSetup& s, const std::vector<ScalePoint>& points, json& j) {
+  const BenchScaleOptions& o = s.o;
+  j["options"] = {{"config", o.config},
+                  {"model", s.model_name},
                   {"batch", o.batch},
                   {"seq_len", o.seq_len},
-                  {"gradient_accumulation_steps", accumulation},
+                  {"gradient_accumulation_steps", s.accumulation},
                   {"steps", o.steps},
                   {"warmup", o.warmup},
                   {"stages", o.stages},
@@ -516,108 +329,122 @@ int bench_scale(const BenchScaleOptions& o_given) {
                   {"hostfile", o.hostfile},
                   {"path", o.path},
                   {"device", o.device}};
-  json machine = {{"cpu", cpu_model_name()},
+  j["machine"] = {{"cpu", cpu_model_name()},
                   {"cpu_simd", cpu_simd_features()},
-                  {"cpus", cpus},
-                  {"load_average_at_start", load_at_start},
+                  {"cpus", s.cpus},
+                  {"load_average_at_start", s.load_at_start},
                   {"load_average_at_end", load_average()}};
-  json peak_json =
-      gpu ? json{{"kind", "--peak-tflops per rank"}, {"tflops_per_rank", o.peak_tflops}}
-          : json{{"kind", "cpu fp32 FMA, all CPUs"},
-                 {"gflops", peak.gflops},
-                 {"isa", peak.isa},
-                 {"threads", peak.threads}};
-  json j = {{"bench", "scale"},
-            {"options", options},
-            {"machine", machine},
-            {"peak", peak_json},
-            {"flops_per_token", flops_per_token},
-            {"points", json::array()}};
+  j["peak"] = s.gpu ? json{{"kind", "--peak-tflops per rank"}, {"tflops_per_rank", o.peak_tflops}}
+                    : json{{"kind", "cpu fp32 FMA, all CPUs"},
+                           {"gflops", s.peak.gflops},
+                           {"isa", s.peak.isa},
+                           {"threads", s.peak.threads}};
+  j["flops_per_token"] = s.flops_per_token;
+  j["points"] = json::array();
   for (const ScalePoint& p : points)
-    j["points"].push_back(point_json(p, out / "points" / p.label()));
-  write_file(json_path, j.dump(2) + "\n");
+    j["points"].push_back(point_json(p, s.out / "points" / p.label()));
+}
 
-  // The Markdown table.
+// One row per point: step time (median and quartiles after warm-up), throughput, memory per
+// tier, communication, MFU; a skipped or failed point says why.
+bench::Table scale_table(const ScaleSetup& s, const std::vector<ScalePoint>& points) {
   const bool internode = std::any_of(points.begin(), points.end(), [](const ScalePoint& p) {
     return p.summary.is_object() && p.summary.contains("internode_bytes_per_step");
   });
-  std::string md = fmt::format(
-      "# zt-bench scale: {}, B={} T={} per rank, {} steps ({} untimed)\n\n"
-      "{}; MFU: model FLOPs (3 x forward, recomputation not counted: {:.3g}/token) x tokens/s "
-      "over {}. Memory: per rank, the max over ranks of each tier's peak (device, host: the "
-      "offloaded optimizer's tier, nvme: swap files). comm: the engine's collectives per step "
-      "(whole buffers, as nccl-tests counts them) on rank 0.{}\n\n",
-      model_name, o.batch, o.seq_len, o.steps, o.warmup,
-      gpu ? std::string("cuda") : fmt::format("CPU: {} ({} CPUs)", cpu_model_name(), cpus),
-      flops_per_token,
-      gpu ? fmt::format("{} TFLOP/s per rank (--peak-tflops)", o.peak_tflops)
-          : fmt::format("the measured fp32 FMA peak of all {} CPUs, {:.1f} GFLOP/s", peak.threads,
-                        peak.gflops),
-      internode ? " inter-node: bytes the nodes' interfaces sent per step (TCP/IP headers and "
-                  "other traffic included)."
-                : "");
-  md +=
-      "| stage | ranks | precision | ckpt | offload | ms/step | tok/s total | tok/s per rank | "
-      "device MiB/rank | host MiB | nvme MiB | comm MiB/step |";
-  md += internode ? " inter-node MiB/step | MFU % |\n" : " MFU % |\n";
-  md += "|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|";
-  md += internode ? "---:|---:|\n" : "---:|\n";
+  std::vector<std::string> header = {
+      "stage",       "ranks",          "precision",       "ckpt",     "offload",  "ms/step (q1-q3)",
+      "tok/s total", "tok/s per rank", "device MiB/rank", "host MiB", "nvme MiB", "comm MiB/step"};
+  if (internode) header.push_back("inter-node MiB/step");
+  header.push_back("MFU %");
+  bench::Table table(fmt::format("{}, B={} T={} per rank, {} steps ({} untimed)", s.model_name,
+                                 s.o.batch, s.o.seq_len, s.o.steps, s.o.warmup),
+                     header);
   for (const ScalePoint& p : points) {
-    md += fmt::format("| {} | {} | {} | {} | {} |", p.stage, p.ranks, p.precision,
-                      p.checkpointing ? "on" : "off", p.offload);
+    std::vector<std::string> row = {std::to_string(p.stage), std::to_string(p.ranks), p.precision,
+                                    p.checkpointing ? "on" : "off", p.offload};
     if (p.status != ScalePoint::Status::kOk) {
-      const int columns = internode ? 9 : 8;
-      std::string note;  // a '|' would end the cell
-      for (char c : p.note) note += c == '|' ? std::string("\\|") : std::string(1, c);
-      md += fmt::format(" {}: {} |",
-                        p.status == ScalePoint::Status::kSkipped ? "skipped" : "failed", note);
-      for (int c = 1; c < columns; ++c) md += " |";
-      md += "\n";
+      row.push_back(fmt::format(
+          "{}: {}", p.status == ScalePoint::Status::kSkipped ? "skipped" : "failed", p.note));
+      table.add_row(row);
       continue;
     }
     // A tier the point does not use (no offload: host, nvme) is "-".
-    auto tier_mib = [&](const char* key) {
+    const auto tier_mib = [&](const char* key) {
       return p.summary.contains(key) ? fmt::format("{:.1f}", mib(p.summary_number(key, "total")))
                                      : std::string("-");
     };
-    md += fmt::format(" {:.1f} | {} | {} | {:.1f} | {} | {} | {:.2f} |", p.ms,
-                      group_digits(static_cast<uint64_t>(p.tokens_per_s + 0.5)),
-                      group_digits(static_cast<uint64_t>(p.tokens_per_s_per_rank + 0.5)),
-                      mib(p.device_bytes()), tier_mib("host_peak_bytes_max"),
-                      tier_mib("nvme_bytes_max"),
-                      mib(p.summary_number("comm_bytes_per_step", "total")));
+    row.insert(
+        row.end(),
+        {bench::quartile_cell(p.ms), group_digits(static_cast<uint64_t>(p.tokens_per_s + 0.5)),
+         group_digits(static_cast<uint64_t>(p.tokens_per_s_per_rank + 0.5)),
+         fmt::format("{:.1f}", mib(p.device_bytes())), tier_mib("host_peak_bytes_max"),
+         tier_mib("nvme_bytes_max"),
+         fmt::format("{:.2f}", mib(p.summary_number("comm_bytes_per_step", "total")))});
     if (internode) {
       const auto it = p.summary.find("internode_bytes_per_step");
-      md += it == p.summary.end() || it->is_null()
-                ? " - |"
-                : fmt::format(" {:.2f} |", mib(it->get<double>()));
+      row.push_back(it == p.summary.end() || it->is_null()
+                        ? "-"
+                        : fmt::format("{:.2f}", mib(it->get<double>())));
     }
-    md += p.mfu ? fmt::format(" {:.2f} |\n", 100.0 * *p.mfu) : std::string(" - |\n");
+    row.push_back(p.mfu ? fmt::format("{:.2f}", 100.0 * *p.mfu) : "-");
+    table.add_row(row);
   }
-  write_file(out / "scale.md", md);
-  std::cout << md;
+  table.add_note(fmt::format(
+      "MFU: model FLOPs (3 x forward, recomputation not counted: {:.3g}/token) x tokens/s over "
+      "the reference. Memory: per rank, the max over ranks of each tier's peak (device, host: "
+      "the offloaded optimizer's tier, nvme: swap files). comm: the engine's collectives per "
+      "step (whole buffers, as nccl-tests counts them) on rank 0.{}",
+      s.flops_per_token,
+      internode ? " inter-node: bytes the nodes' interfaces sent per step (TCP/IP headers and "
+                  "other traffic included)."
+                : ""));
+  return table;
+}
 
-  // The plots.
-  const std::vector<PlotLine> lines = plot_lines(o, points);
-  const std::string subtitle =
-      fmt::format("{}, B={} T={} per rank", model_name, o.batch, o.seq_len);
-  const bool drawn = plot(
-      out, "throughput", "zt-bench scale: tokens/s, all ranks (" + subtitle + ")",
-      "tokens/s (all ranks)", lines, o.ranks, [](const ScalePoint& p) { return p.tokens_per_s; });
-  plot(out, "memory", "zt-bench scale: device peak memory per rank (" + subtitle + ")",
-       "device peak MiB per rank (max over ranks)", lines, o.ranks,
-       [](const ScalePoint& p) { return mib(p.device_bytes()); });
-  if (drawn)
-    log.rank0("wrote {}, {}, {}/throughput.png and {}/memory.png", json_path.string(),
-              (out / "scale.md").string(), out.string(), out.string());
+}  // namespace
+
+int bench_scale(const BenchScaleOptions& options) {
+  Logger log;
+  bench::Report report("scale", log);
+  const ScaleSetup s = prepare(options);
+  std::vector<ScalePoint> points = sweep_points(s.o);
+  const int to_run = static_cast<int>(std::count_if(
+      points.begin(), points.end(), [](const ScalePoint& p) { return refusal(p).empty(); }));
+  log.rank0(
+      "zt-bench scale: {} ({:.2f}M parameters), B={} T={} per rank (weak scaling), {} steps ({} "
+      "untimed), {} points ({} to run) from {}",
+      s.model_name, s.parameters_m, s.o.batch, s.o.seq_len, s.o.steps, s.o.warmup, points.size(),
+      to_run, s.o.config);
+  if (s.gpu)
+    report.add_reference({"--peak-tflops, per rank", "TFLOP/s", s.o.peak_tflops});
+  else
+    report.add_reference({fmt::format("peak fp32 FMA of all {} CPUs ({} loop, best of 10 x 100 "
+                                      "ms, load average {:.2f})",
+                                      s.peak.threads, s.peak.isa, s.load_at_start),
+                          "GFLOP/s", s.peak.gflops});
+  if (!s.gpu && s.load_at_start > 0.5 * s.cpus)
+    log.warn(
+        "the machine was busy while the peak was measured (load average {:.2f} on {} CPUs): the "
+        "peak may read low and MFU high; compare points within this run",
+        s.load_at_start, s.cpus);
+
+  const int failed = run_sweep(s, points, to_run);
+  fill_json(s, points, report.json());
+  report.add_table(scale_table(s, points));
+  report.write(s.json_path.string(), s.o.markdown_path);
+  if (scale::draw_plots(s.o, s.out,
+                        fmt::format("{}, B={} T={} per rank", s.model_name, s.o.batch, s.o.seq_len),
+                        points))
+    log.rank0("wrote {}, {}, {}/throughput.png and {}/memory.png", s.json_path.string(),
+              s.o.markdown_path, s.out.string(), s.out.string());
   else
     log.rank0(
         "wrote {}, {} and the plots' .gp/.dat files in {}; the PNGs were not drawn because "
         "gnuplot is missing (install gnuplot-nox)",
-        json_path.string(), (out / "scale.md").string(), out.string());
+        s.json_path.string(), s.o.markdown_path, s.out.string());
   if (failed > 0) {
-    log.warn("{} of {} points failed (see {} and each point's stderr.log)", failed, done,
-             json_path.string());
+    log.warn("{} of {} points failed (see {} and each point's stderr.log)", failed, to_run,
+             s.json_path.string());
     return 1;
   }
   return 0;

@@ -4,9 +4,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <fstream>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 #include <set>
@@ -15,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/harness.h"
 #include "comm/self_communicator.h"
 #include "launch/logger.h"
 #include "model_zoo/gpt2.h"
@@ -29,11 +28,6 @@
 namespace zt {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void check_dnnl(dnnl_status_t status, const char* call) {
   if (status != dnnl_success)
@@ -81,7 +75,7 @@ class GemmProbe {
   double run() {
     double flops = 0.0, seconds = 0.0;
     for (Gemm& g : gemms_) {
-      const auto t0 = Clock::now();
+      const auto t0 = bench::Clock::now();
       if (g.primitive) {
         g.primitive->execute(
             stream_,
@@ -93,7 +87,7 @@ class GemmProbe {
                        g.ta ? g.m : g.k, g.b.data(), g.tb ? g.k : g.n, 0.0f, g.c.data(), g.n),
             "dnnl_sgemm");
       }
-      seconds += seconds_since(t0) * g.count;
+      seconds += (bench::ms_since(t0) / 1e3) * g.count;
       flops += 2.0 * g.m * g.n * g.k * g.count;
     }
     return flops / seconds / 1e9;
@@ -147,10 +141,10 @@ double square_sgemm_gflops() {
   std::vector<float> a(n * n, 0.01f), b(n * n, 0.02f), c(n * n);
   double best = 0;
   for (int i = 0; i < 4; ++i) {
-    auto t0 = Clock::now();
+    auto t0 = bench::Clock::now();
     check_dnnl(dnnl_sgemm('N', 'N', n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n),
                "dnnl_sgemm");
-    best = std::max(best, 2.0 * n * n * n / seconds_since(t0) / 1e9);
+    best = std::max(best, 2.0 * n * n * n / (bench::ms_since(t0) / 1e3) / 1e9);
   }
   return best;
 }
@@ -170,9 +164,9 @@ struct PrecisionRow {
   std::vector<double> losses;
   MemoryTracker memory;
   OpProfile profile;  // --profile: the timed steps' kernel time, per Kernels entry
-  // The row's step over the first row's step of the same round, median and quartiles over the
-  // rounds (paired_ratio); 1 for the first row.
-  double ratio = 1, ratio_q1 = 1, ratio_q3 = 1;
+  // The row's step over the first row's step of the same round, over the rounds (1 for the
+  // first row).
+  bench::Summary ratio;
 };
 
 // The CPU's references, alternated with the steps; absent on a GPU (MFU instead).
@@ -248,39 +242,45 @@ void flush_profile(RowRun& run) {
   for (auto& table : run.profiling_tables) table->flush();
 }
 
-void warm_up(RowRun& run, const Batch& batch) {
-  const StepResult r = run.engine->train_step({&batch, 1}, 1e-4f);
+double warm_up(RowRun& run, const Batch& batch) {
+  StepResult r;
+  const double ms = bench::time_ms([&] { r = run.engine->train_step({&batch, 1}, 1e-4f); });
   flush_profile(run);
   run.row.skipped += r.skipped;
   run.row.losses.push_back(r.loss);
   if (run.gemm) run.gemm->run();
+  return ms;
 }
 
 // One timed step, then on the CPU the references right after it, so both see the same machine:
 // the peak FMA rate, then the GEMM probe.
-void timed_step(RowRun& run, const Batch& batch) {
-  auto t0 = Clock::now();
-  const StepResult r = run.engine->train_step({&batch, 1}, 1e-4f);
-  run.row.step_ms.push_back(seconds_since(t0) * 1e3);
+double timed_step(RowRun& run, const Batch& batch) {
+  StepResult r;
+  const double ms = bench::time_ms([&] { r = run.engine->train_step({&batch, 1}, 1e-4f); });
   flush_profile(run);
   run.row.skipped += r.skipped;
   run.row.losses.push_back(r.loss);
-  if (!run.gemm) return;
+  if (!run.gemm) return ms;
   run.row.peak_rates.push_back(peak_after_step().gflops);
   run.row.gemm_rates.push_back(run.gemm->run());
+  return ms;
 }
 
-PrecisionRow finish_row(const BenchTrainOptions& o, RowRun& run, const Batch& batch) {
+// The row's figures from its rounds; its paired ratio is to the first row's step of each round.
+PrecisionRow finish_row(const BenchTrainOptions& o, RowRun& run, const Batch& batch,
+                        const bench::Rounds& rounds) {
   const double flops_per_token = 3.0 * run.model->forward_flops_per_token(batch.T);  // fwd + 2x bwd
   const double tokens = static_cast<double>(batch.B * batch.T);
   PrecisionRow row = std::move(run.row);
-  row.ms = median(row.step_ms);
+  row.step_ms = rounds.figures(row.name);
+  row.ratio = bench::paired_ratio(row.step_ms, rounds.figures(o.precisions.front()));
+  row.ms = bench::summarize(row.step_ms).median;
   row.tokens_per_s = tokens / (row.ms / 1e3);
   row.gflops = flops_per_token * row.tokens_per_s / 1e9;
   if (run.gemm) {
     row.gemm_name = run.gemm->name();
-    row.gemm = median(row.gemm_rates);
-    row.peak = median(row.peak_rates);
+    row.gemm = bench::summarize(row.gemm_rates).median;
+    row.peak = bench::summarize(row.peak_rates).median;
     row.fraction = row.peak > 0 ? row.gflops / row.peak : 0.0;
   }
   row.mfu = row.gflops / (o.peak_tflops * 1e3);
@@ -289,54 +289,26 @@ PrecisionRow finish_row(const BenchTrainOptions& o, RowRun& run, const Batch& ba
   return row;
 }
 
-// row's ratio fields: its step over `first`'s step of the same round, one ratio per round. A
-// round's steps ran back to back, so a burst of load from a neighbour, which on a shared machine
-// moves single steps by tens of percent, moves both sides of most ratios alike: their median is
-// the steadier comparison of two rows than the ratio of the rows' medians.
-void set_paired_ratio(PrecisionRow& row, const std::vector<double>& first) {
-  std::vector<double> r;
-  for (size_t i = 0; i < std::min(row.step_ms.size(), first.size()); ++i)
-    if (first[i] > 0) r.push_back(row.step_ms[i] / first[i]);
-  if (r.empty()) return;
-  std::sort(r.begin(), r.end());
-  const auto quantile = [&](double q) {
-    return r[static_cast<size_t>(q * static_cast<double>(r.size() - 1) + 0.5)];
-  };
-  row.ratio = quantile(0.5);
-  row.ratio_q1 = quantile(0.25);
-  row.ratio_q3 = quantile(0.75);
-}
-
-// The rows' paired ratios to the first, one line (nothing for a single row).
-void print_paired_ratios(const Logger& log, const std::vector<PrecisionRow>& rows) {
-  if (rows.size() < 2) return;
-  std::string line;
-  for (size_t i = 1; i < rows.size(); ++i)
-    line += fmt::format("{}{} {:.3f}x ({:.3f}-{:.3f})", i > 1 ? ", " : "", rows[i].name,
-                        rows[i].ratio, rows[i].ratio_q1, rows[i].ratio_q3);
-  log.rank0("step over the {} row's step of the same round, median (quartiles) of {} rounds: {}",
-            rows.front().name, rows.front().step_ms.size(), line);
-}
-
 nlohmann::json paired_ratio_json(const PrecisionRow& r) {
-  return {{"median", r.ratio}, {"q1", r.ratio_q1}, {"q3", r.ratio_q3}};
+  return {{"median", r.ratio.median}, {"q1", r.ratio.q1}, {"q3", r.ratio.q3}};
 }
 
-// Every asked precision's row, the rows' steps interleaved (RowRun).
+// Every asked precision's row, the rows' steps interleaved by the harness's rounds (RowRun).
 std::vector<PrecisionRow> measure_rows(const BenchTrainOptions& o, const Gpt2Config& config,
                                        const Batch& batch, CpuReferences* cpu) {
   std::vector<std::unique_ptr<RowRun>> runs;
   for (const std::string& precision : o.precisions)
     runs.push_back(start_row(o, config, precision, cpu));
-  for (int i = 0; i < o.warmup; ++i)
-    for (auto& run : runs) warm_up(*run, batch);
+  bench::Rounds rounds(o.warmup, o.steps);
   for (auto& run : runs)
-    if (run->profile) run->profile->reset();
-  for (int i = 0; i < o.steps; ++i)
-    for (auto& run : runs) timed_step(*run, batch);
+    rounds.add(run->row.name, [&o, &batch, r = run.get()](int round) {
+      if (round < o.warmup) return warm_up(*r, batch);
+      if (round == o.warmup && r->profile) r->profile->reset();
+      return timed_step(*r, batch);
+    });
+  rounds.run();
   std::vector<PrecisionRow> rows;
-  for (auto& run : runs) rows.push_back(finish_row(o, *run, batch));
-  for (PrecisionRow& row : rows) set_paired_ratio(row, rows.front().step_ms);
+  for (auto& run : runs) rows.push_back(finish_row(o, *run, batch, rounds));
   return rows;
 }
 
@@ -349,20 +321,23 @@ double mean(const std::vector<double>& v) {
 
 // --profile: one table per row, the entries by time; their sum beside the mean step (the
 // table's steps are those of the row, so the mean, not the median, is what they add up to).
-void print_profile(const Logger& log, const PrecisionRow& r, int steps) {
+void report_profile(const PrecisionRow& r, int steps, bench::Report& report) {
   std::vector<std::pair<std::string, OpTime>> ops(r.profile.ops().begin(), r.profile.ops().end());
   std::sort(ops.begin(), ops.end(),
             [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
   const double step_ms = mean(r.step_ms);
-  log.rank0("");
-  log.rank0("profile {}: time per Kernels entry per step (mean of {} steps)", r.name, steps);
-  log.rank0("  {:<22} {:>10} {:>11} {:>10}", "entry", "ms/step", "calls/step", "% of step");
+  bench::Table table(
+      fmt::format("profile {}: time per Kernels entry per step (mean of {} steps)", r.name, steps),
+      {"entry", "ms/step", "calls/step", "% of step"});
   for (const auto& [name, t] : ops)
-    log.rank0("  {:<22} {:>10.2f} {:>11.1f} {:>9.1f}%", name, t.seconds * 1e3 / steps,
-              static_cast<double>(t.calls) / steps, 100.0 * t.seconds * 1e3 / steps / step_ms);
+    table.add_row({name, fmt::format("{:.2f}", t.seconds * 1e3 / steps),
+                   fmt::format("{:.1f}", static_cast<double>(t.calls) / steps),
+                   fmt::format("{:.1f}%", 100.0 * t.seconds * 1e3 / steps / step_ms)});
   const double sum_ms = r.profile.total_seconds() * 1e3 / steps;
-  log.rank0("  {:<22} {:>10.2f} {:>11} {:>9.1f}%   (measured step {:.2f} ms)", "sum", sum_ms, "",
-            100.0 * sum_ms / step_ms, step_ms);
+  table.add_row(
+      {"sum", fmt::format("{:.2f}", sum_ms), "", fmt::format("{:.1f}%", 100.0 * sum_ms / step_ms)});
+  table.add_note(fmt::format("measured step {:.2f} ms", step_ms));
+  report.add_table(table);
 }
 
 nlohmann::json profile_json(const PrecisionRow& r, int steps) {
@@ -376,6 +351,136 @@ nlohmann::json profile_json(const PrecisionRow& r, int steps) {
   return {{"ops", ops},
           {"sum_ms_per_step", r.profile.total_seconds() * 1e3 / steps},
           {"mean_step_ms", step_ms}};
+}
+
+// The peak bytes of every memory category, and the total.
+nlohmann::ordered_json peak_bytes_json(const MemoryTracker& m) {
+  nlohmann::ordered_json peak;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    peak[std::string(mem_category_name(cat))] = m.peak(cat);
+  }
+  peak["total"] = m.peak_total();
+  return peak;
+}
+
+// The columns every row has: its name and figures, then peak MiB per category.
+std::vector<std::string> memory_cells(const MemoryTracker& m) {
+  std::vector<std::string> cells;
+  for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer,
+                        MemCategory::kActivations, MemCategory::kWorkspace})
+    cells.push_back(fmt::format("{:.1f}", mib(m.peak(c))));
+  cells.push_back(fmt::format("{:.1f}", mib(m.peak_total())));
+  return cells;
+}
+
+const std::vector<std::string> kMemoryHeader = {"params MiB", "grads MiB", "optim MiB",
+                                                "activ MiB",  "work MiB",  "total MiB"};
+
+std::vector<std::string> with_memory(std::vector<std::string> header_or_row,
+                                     const std::vector<std::string>& memory) {
+  header_or_row.insert(header_or_row.end(), memory.begin(), memory.end());
+  return header_or_row;
+}
+
+// On a GPU: each row's step, throughput and MFU against the dense peak given.
+void report_gpu(const BenchTrainOptions& o, const std::vector<PrecisionRow>& rows,
+                double flops_per_token, bench::Report& report) {
+  report.add_reference({"the GPU's dense 16-bit peak (--peak-tflops)", "TFLOP/s", o.peak_tflops});
+  bench::Table table(
+      "GPT-2 training step on the GPU",
+      with_memory({"precision", "ms/step", "tokens/s", "TFLOP/s", "MFU", "x first row (q1-q3)"},
+                  kMemoryHeader));
+  for (const PrecisionRow& r : rows)
+    table.add_row(
+        with_memory({r.name, fmt::format("{:.2f}", r.ms), fmt::format("{:.0f}", r.tokens_per_s),
+                     fmt::format("{:.1f}", r.gflops / 1e3), fmt::format("{:.1f}%", 100.0 * r.mfu),
+                     bench::quartile_cell(r.ratio, 3)},
+                    memory_cells(r.memory)));
+  table.add_note(fmt::format(
+      "MFU: model FLOPs (6 x params + attention, {:.3g}/token) per second over {} TFLOP/s. "
+      "'x first row': the step over the {} row's step of the same round, median (quartiles)",
+      flops_per_token, o.peak_tflops, rows.front().name));
+  report.add_table(table);
+  nlohmann::ordered_json& j = report.json();
+  j["device"] = o.device;
+  j["peak_tflops"] = o.peak_tflops;
+  for (const PrecisionRow& r : rows) {
+    j["rows"].push_back({{"precision", r.name},
+                         {"ms_per_step", r.ms},
+                         {"tokens_per_s", r.tokens_per_s},
+                         {"mfu", r.mfu},
+                         {"step_ms", r.step_ms},
+                         {"losses", r.losses},
+                         {"skipped_steps", r.skipped},
+                         {"peak_bytes", peak_bytes_json(r.memory)},
+                         {"peak_bytes_total", r.memory.peak_total()},
+                         {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)},
+                         {"paired_ratio_to_first_row", paired_ratio_json(r)}});
+    if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
+  }
+}
+
+// On the CPU: each row against the cores' peak FMA rate measured after each of its steps, and
+// the rate oneDNN's GEMMs reach on the model's shapes.
+void report_cpu(const BenchTrainOptions& o, const std::vector<PrecisionRow>& rows,
+                const CpuReferences& cpu, const PeakFma& start_peak, double flops_per_token,
+                bench::Report& report) {
+  const double square = square_sgemm_gflops();
+  report.add_reference({fmt::format("peak fp32 FMA at start-up ({} loop, {} threads)",
+                                    start_peak.isa, start_peak.threads),
+                        "GFLOP/s", start_peak.gflops});
+  bench::Table table("GPT-2 training step on the CPU",
+                     with_memory({"precision", "ms/step", "tokens/s", "GFLOP/s", "GEMM GF/s",
+                                  "peak GF/s", "of peak", "x first row (q1-q3)"},
+                                 kMemoryHeader));
+  for (const PrecisionRow& r : rows)
+    table.add_row(
+        with_memory({r.name, fmt::format("{:.1f}", r.ms), fmt::format("{:.0f}", r.tokens_per_s),
+                     fmt::format("{:.1f}", r.gflops), fmt::format("{:.1f}", r.gemm),
+                     fmt::format("{:.1f}", r.peak), fmt::format("{:.1f}%", 100.0 * r.fraction),
+                     bench::quartile_cell(r.ratio, 3)},
+                    memory_cells(r.memory)));
+  for (const PrecisionRow& r : rows)
+    if (r.skipped > 0)
+      table.add_note(fmt::format("{}: {} of {} steps skipped on fp16 overflow", r.name, r.skipped,
+                                 o.warmup + o.steps));
+  table.add_note(fmt::format(
+      "Model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps, the "
+      "rows stepping in turn. 'x first row': the step over the {} row's step of the same round. "
+      "'of peak': the row's GFLOP/s over 'peak GF/s', the median of the cores' fp32 FMA rate "
+      "measured right after each step ({}). 'GEMM GF/s': the median rate, after each step, of "
+      "the model's forward, dinput and dweight matmul shapes in {} (bf16 rows: {}). A square "
+      "1024^3 oneDNN sgemm in the same run: {:.1f} GFLOP/s ({:.1f}% of the start-up peak). The "
+      "step's GEMMs: {}.",
+      flops_per_token, o.steps, rows.front().name, cpu_model_name(), cpu.sgemm->name(),
+      cpu.bf16 ? cpu.bf16->name() : "none asked", square, 100.0 * square / start_peak.gflops,
+      cpu_gemm_description()));
+  report.add_table(table);
+  nlohmann::ordered_json& j = report.json();
+  j["peak_isa"] = start_peak.isa;
+  j["startup_peak_gflops"] = start_peak.gflops;
+  j["dnnl_isa"] = onednn_isa_name();
+  j["square_sgemm_gflops"] = square;
+  for (const PrecisionRow& r : rows) {
+    j["rows"].push_back({{"precision", r.name},
+                         {"ms_per_step", r.ms},
+                         {"tokens_per_s", r.tokens_per_s},
+                         {"gflops", r.gflops},
+                         {"peak_gflops", r.peak},
+                         {"fraction_of_peak", r.fraction},
+                         {"gemm", r.gemm_name},
+                         {"gemm_gflops", r.gemm},
+                         {"fraction_of_gemm", r.gemm > 0 ? r.gflops / r.gemm : 0.0},
+                         {"skipped_steps", r.skipped},
+                         {"step_ms", r.step_ms},
+                         {"paired_ratio_to_first_row", paired_ratio_json(r)},
+                         {"losses", r.losses},
+                         {"peak_gflops_per_step", r.peak_rates},
+                         {"gemm_gflops_per_step", r.gemm_rates},
+                         {"peak_bytes", peak_bytes_json(r.memory)}});
+    if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
+  }
 }
 
 }  // namespace
@@ -399,6 +504,7 @@ RandomBatch::RandomBatch(int vocab, int64_t B_, int64_t T_)
 
 int bench_train(const BenchTrainOptions& o) {
   Logger log;
+  bench::Report report("train", log);
   const Gpt2Config config = gpt2_zoo_config(o.model);
   const int64_t B = o.batch, T = o.seq_len;
   const RandomBatch tokens(config.vocab_size, B, T);
@@ -413,10 +519,9 @@ int bench_train(const BenchTrainOptions& o) {
       o.model, Gpt2(config).forward_flops_per_token(0) / 2e6, B, T,
       o.checkpoint ? ", activation checkpointing" : "", start_peak.threads,
       o.profile ? ", --profile" : "");
-  log.rank0(
-      "CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s ({} loop on {} threads, best of 5 x "
-      "50 ms)",
-      cpu_model_name(), cpu_simd_features(), start_peak.gflops, start_peak.isa, start_peak.threads);
+  log.rank0("CPU: {} ({}); peak fp32 FMA {:.1f} GFLOP/s ({} loop on {} threads, best of 5 x 50 ms)",
+            cpu_model_name(), cpu_simd_features(), start_peak.gflops, start_peak.isa,
+            start_peak.threads);
   std::unique_ptr<CpuReferences> cpu;
   if (!gpu) {
     cpu = std::make_unique<CpuReferences>();
@@ -432,142 +537,20 @@ int bench_train(const BenchTrainOptions& o) {
               bf16 ? "; bf16 matmul implementations: " + cpu->bf16->implementations() : "");
   }
   const std::vector<PrecisionRow> rows = measure_rows(o, config, batch, cpu.get());
-  if (gpu) {
-    log.rank0(
-        "{:>10} {:>10} {:>10} {:>10} {:>7} | peak MiB: {:>8} {:>8} {:>8} {:>8} {:>8} "
-        "{:>8}",
-        "precision", "ms/step", "tokens/s", "TFLOP/s", "MFU", "params", "grads", "optim", "activ",
-        "work", "total");
-    for (const PrecisionRow& r : rows) {
-      const MemoryTracker& m = r.memory;
-      log.rank0(
-          "{:>10} {:>10.2f} {:>10.0f} {:>10.1f} {:>6.1f}% | {:>18.1f} {:>8.1f} {:>8.1f} "
-          "{:>8.1f} {:>8.1f} {:>8.1f}",
-          r.name, r.ms, r.tokens_per_s, r.gflops / 1e3, 100.0 * r.mfu,
-          mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
-          mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
-          mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
-    }
-    log.rank0(
-        "MFU: model FLOPs (6 x params + attention, {:.3g}/token) per second over {} "
-        "TFLOP/s",
-        flops_per_token, o.peak_tflops);
-    print_paired_ratios(log, rows);
-    if (o.profile)
-      for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
-    if (!o.json_path.empty()) {
-      nlohmann::json j = {{"bench", "train"},
-                          {"device", o.device},
-                          {"model", o.model},
-                          {"batch", B},
-                          {"seq_len", T},
-                          {"peak_tflops", o.peak_tflops},
-                          {"activation_checkpointing", o.checkpoint},
-                          {"rows", nlohmann::json::array()}};
-      for (const PrecisionRow& r : rows) {
-        j["rows"].push_back({{"precision", r.name},
-                             {"ms_per_step", r.ms},
-                             {"tokens_per_s", r.tokens_per_s},
-                             {"mfu", r.mfu},
-                             {"step_ms", r.step_ms},
-                             {"losses", r.losses},
-                             {"skipped_steps", r.skipped},
-                             {"peak_bytes_total", r.memory.peak_total()},
-                             {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)},
-                             {"paired_ratio_to_first_row", paired_ratio_json(r)}});
-        if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
-      }
-      std::ofstream out(o.json_path);
-      if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-      out << j.dump(2) << "\n";
-    }
-    return 0;
-  }
-  const double square = square_sgemm_gflops();
-
-  log.rank0(
-      "{:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>8} | peak MiB: {:>8} {:>8} {:>8} "
-      "{:>8} {:>8} {:>8}",
-      "precision", "ms/step", "tokens/s", "GFLOP/s", "GEMM GF/s", "peak GF/s", "of peak", "params",
-      "grads", "optim", "activ", "work", "total");
-  for (const PrecisionRow& r : rows) {
-    const MemoryTracker& m = r.memory;
-    log.rank0(
-        "{:>10} {:>10.1f} {:>10.0f} {:>9.1f} {:>10.1f} {:>10.1f} {:>7.1f}% | {:>18.1f} "
-        "{:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}",
-        r.name, r.ms, r.tokens_per_s, r.gflops, r.gemm, r.peak, 100.0 * r.fraction,
-        mib(m.peak(MemCategory::kParams)), mib(m.peak(MemCategory::kGrads)),
-        mib(m.peak(MemCategory::kOptimizer)), mib(m.peak(MemCategory::kActivations)),
-        mib(m.peak(MemCategory::kWorkspace)), mib(m.peak_total()));
-    if (r.skipped > 0)
-      log.rank0("{:>10} {} of {} steps skipped on fp16 overflow", "", r.skipped,
-                o.warmup + o.steps);
-  }
-  log.rank0(
-      "model FLOPs/token {:.3g} (6 x params + attention); each row the median of {} steps, "
-      "the rows stepping in turn",
-      flops_per_token, o.steps);
-  print_paired_ratios(log, rows);
-  log.rank0(
-      "'of peak': the row's GFLOP/s over 'peak GF/s', the median of the cores' fp32 FMA "
-      "rate measured right after each step ({}, {} loop, {} threads). 'GEMM GF/s': the "
-      "median rate, after each step, of the model's forward, dinput and dweight matmul "
-      "shapes in {} (bf16 rows: {})",
-      cpu_model_name(), start_peak.isa, start_peak.threads, cpu->sgemm->name(),
-      cpu->bf16 ? cpu->bf16->name() : "none asked");
-  log.rank0(
-      "square 1024^3 oneDNN sgemm in the same run: {:.1f} GFLOP/s ({:.1f}% of the "
-      "start-up peak). The step's GEMMs: {}. Kernels read 16-bit parameters as stored "
-      "and round activations where they write them; 'work' is tracked workspace (the "
-      "kernels' blocking scratch is per thread, untracked)",
-      square, 100.0 * square / start_peak.gflops, cpu_gemm_description());
+  nlohmann::ordered_json& j = report.json();
+  j["model"] = o.model;
+  j["batch"] = B;
+  j["seq_len"] = T;
+  j["activation_checkpointing"] = o.checkpoint;
+  j["flops_per_token"] = flops_per_token;
+  j["rows"] = nlohmann::ordered_json::array();
+  if (gpu)
+    report_gpu(o, rows, flops_per_token, report);
+  else
+    report_cpu(o, rows, *cpu, start_peak, flops_per_token, report);
   if (o.profile)
-    for (const PrecisionRow& r : rows) print_profile(log, r, o.steps);
-
-  if (!o.json_path.empty()) {
-    nlohmann::json j = {{"bench", "train"},
-                        {"model", o.model},
-                        {"batch", B},
-                        {"seq_len", T},
-                        {"activation_checkpointing", o.checkpoint},
-                        {"flops_per_token", flops_per_token},
-                        {"cpu", cpu_model_name()},
-                        {"cpu_simd", cpu_simd_features()},
-                        {"threads", start_peak.threads},
-                        {"peak_isa", start_peak.isa},
-                        {"startup_peak_gflops", start_peak.gflops},
-                        {"dnnl_isa", onednn_isa_name()},
-                        {"square_sgemm_gflops", square},
-                        {"rows", nlohmann::json::array()}};
-    for (const PrecisionRow& r : rows) {
-      nlohmann::json peak;
-      for (int c = 0; c < kNumMemCategories; ++c) {
-        auto cat = static_cast<MemCategory>(c);
-        peak[std::string(mem_category_name(cat))] = r.memory.peak(cat);
-      }
-      peak["total"] = r.memory.peak_total();
-      j["rows"].push_back({{"precision", r.name},
-                           {"ms_per_step", r.ms},
-                           {"tokens_per_s", r.tokens_per_s},
-                           {"gflops", r.gflops},
-                           {"peak_gflops", r.peak},
-                           {"fraction_of_peak", r.fraction},
-                           {"gemm", r.gemm_name},
-                           {"gemm_gflops", r.gemm},
-                           {"fraction_of_gemm", r.gemm > 0 ? r.gflops / r.gemm : 0.0},
-                           {"skipped_steps", r.skipped},
-                           {"step_ms", r.step_ms},
-                           {"paired_ratio_to_first_row", paired_ratio_json(r)},
-                           {"losses", r.losses},
-                           {"peak_gflops_per_step", r.peak_rates},
-                           {"gemm_gflops_per_step", r.gemm_rates},
-                           {"peak_bytes", peak}});
-      if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
-    }
-    std::ofstream out(o.json_path);
-    if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-    out << j.dump(2) << "\n";
-  }
+    for (const PrecisionRow& r : rows) report_profile(r, o.steps, report);
+  report.write(o.json_path, o.markdown_path);
   return 0;
 }
 

@@ -4,12 +4,11 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
-#include <fstream>
 #include <random>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/harness.h"
 #include "comm/mpi_communicator.h"
 #include "comm/process_group.h"
 #include "launch/cpu_binding.h"
@@ -23,13 +22,12 @@ namespace zt {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct StageFigures {
-  double ms = 0;          // median step time without overlap, max over ranks
-  double ms_overlap = 0;  // the same with overlap_comm
-  double reduce_ms = 0;   // time in gradient reductions per step (the communication thread's)
-  double gather_ms = 0;   // time in all-gathers per step
+  bench::Summary ms;          // step time without overlap, max over ranks
+  bench::Summary ms_overlap;  // the same with overlap_comm
+  bench::Summary gain_ms;     // per round: ms without overlap - ms with it
+  double reduce_ms = 0;       // time in gradient reductions per step (the communication thread's)
+  double gather_ms = 0;       // time in all-gathers per step
   std::array<double, kNumMemCategories> peak{};  // max over ranks
 };
 
@@ -64,9 +62,7 @@ struct StageRun {
   // One step; returns its time in ms, the max over ranks.
   double step() {
     ZT_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    auto t0 = Clock::now();
-    engine.train_step({&batch, 1}, 1e-4f);
-    return max_over_ranks(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    return max_over_ranks(bench::time_ms([&] { engine.train_step({&batch, 1}, 1e-4f); }));
   }
   CpuDevice device;
   MpiCommunicator comm;
@@ -76,26 +72,24 @@ struct StageRun {
   Batch batch;
 };
 
-// The stage with overlap_comm off and on, steps alternating between the two engines so both
-// see the same machine; the overlap gain is the median of the per-pair differences.
-StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int stage,
-                       double* gain_ms) {
+// The stage with overlap_comm off and on, the two engines stepping in turn in each round so both
+// see the same machine; the overlap gain is taken per round.
+StageFigures run_stage(const BenchZeroOptions& o, const Gpt2Config& config, int stage) {
   StageRun off(o, config, stage, false), on(o, config, stage, true);
-  for (int i = 0; i < o.warmup; ++i) {
-    off.step();
-    on.step();
-  }
-  off.engine.reset_comm_stats();
-  std::vector<double> ms_off, ms_on, gain;
-  for (int i = 0; i < o.steps; ++i) {
-    ms_off.push_back(off.step());
-    ms_on.push_back(on.step());
-    gain.push_back(ms_off.back() - ms_on.back());
-  }
+  bench::Rounds rounds(o.warmup, o.steps);
+  rounds.add("off", [&](int round) {
+    if (round == o.warmup) off.engine.reset_comm_stats();  // the timed steps' collectives only
+    return off.step();
+  });
+  rounds.add("on", [&](int) { return on.step(); });
+  rounds.run();
+  std::vector<double> gain;
+  for (int i = 0; i < o.steps; ++i)
+    gain.push_back(rounds.figures("off")[i] - rounds.figures("on")[i]);
   StageFigures f;
-  f.ms = median(ms_off);
-  f.ms_overlap = median(ms_on);
-  *gain_ms = median(gain);
+  f.ms = rounds.summary("off");
+  f.ms_overlap = rounds.summary("on");
+  f.gain_ms = bench::summarize(gain);
   const CommStats s = off.engine.comm_stats();
   f.reduce_ms = max_over_ranks(
       1e3 * (s[CollectiveKind::kReduceScatter].seconds + s[CollectiveKind::kAllReduce].seconds) /
@@ -115,53 +109,52 @@ int bench_zero(const BenchZeroOptions& o) {
   const CpuBinding cpus = bind_local_cpus(session.group());
   choose_cpu_threads(0, cpus.mine().threads);
   Logger log(rank, world);
+  bench::Report report("zero", log);
   const Gpt2Config config = gpt2_zoo_config(o.model);
   log.rank0(
-      "zt-bench zero: {} on {} ranks, {} thread(s) each, B={} T={} per rank, fp32 AdamW, "
-      "median of {} steps",
+      "zt-bench zero: {} on {} ranks, {} thread(s) each, B={} T={} per rank, fp32 AdamW, {} "
+      "rounds",
       o.model, world, cpu_threads(), o.batch, o.seq_len, o.steps);
-  log.rank0("{:>5} {:>12} {:>12} {:>12} {:>9} {:>11} {:>11} {:>11} {:>11}", "stage", "ms (no ovl)",
-            "ms (overlap)", "reduce ms", "hidden", "params MiB", "grads MiB", "optim MiB",
-            "comm MiB");
+  bench::Table table("every ZeRO stage, overlap_comm off and on",
+                     {"stage", "ms, no overlap (q1-q3)", "ms, overlap (q1-q3)", "reduce ms",
+                      "hidden", "params MiB", "grads MiB", "optim MiB", "comm MiB"});
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  const auto mib = [](double b) { return fmt::format("{:.1f}", b / 1048576.0); };
   for (int stage = 0; stage <= 3; ++stage) {
-    double gain_ms = 0;
-    const StageFigures f = run_stage(o, config, stage, &gain_ms);
+    const StageFigures f = run_stage(o, config, stage);
     // Share of the reduce time that overlap took off the step: median paired gain / reduce time.
-    const double hidden = f.reduce_ms > 0 ? gain_ms / f.reduce_ms : 0.0;
-    auto mib = [](double b) { return b / 1048576.0; };
-    log.rank0(
-        "{:>5} {:>12.1f} {:>12.1f} {:>12.1f} {:>8.0f}% {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f}",
-        stage, f.ms, f.ms_overlap, f.reduce_ms, 100.0 * hidden, mib(f.peak[0]), mib(f.peak[1]),
-        mib(f.peak[2]), mib(f.peak[4]));
+    const double hidden = f.reduce_ms > 0 ? f.gain_ms.median / f.reduce_ms : 0.0;
+    table.add_row({std::to_string(stage), bench::quartile_cell(f.ms),
+                   bench::quartile_cell(f.ms_overlap), fmt::format("{:.1f}", f.reduce_ms),
+                   fmt::format("{:.0f}%", 100.0 * hidden), mib(f.peak[0]), mib(f.peak[1]),
+                   mib(f.peak[2]), mib(f.peak[4])});
     nlohmann::ordered_json peak;
     for (int c = 0; c < kNumMemCategories; ++c)
       peak[std::string(mem_category_name(static_cast<MemCategory>(c)))] = f.peak[c];
     rows.push_back({{"stage", stage},
                     {"ranks", world},
-                    {"ms_per_step", f.ms},
-                    {"ms_per_step_overlap", f.ms_overlap},
-                    {"overlap_gain_ms", gain_ms},
+                    {"ms_per_step", f.ms.median},
+                    {"ms_per_step_overlap", f.ms_overlap.median},
+                    {"ms", bench::to_json(f.ms)},
+                    {"ms_overlap", bench::to_json(f.ms_overlap)},
+                    {"overlap_gain_ms", f.gain_ms.median},
                     {"reduce_ms_per_step", f.reduce_ms},
                     {"gather_ms_per_step", f.gather_ms},
                     {"hidden_fraction", hidden},
                     {"peak_bytes", peak}});
   }
-  log.rank0(
-      "hidden = median over step pairs of (ms without overlap - ms with overlap), over the "
-      "reduce ms: the share of the gradient reduction time overlap_comm removes; steps of "
-      "the two engines alternate so both see the same machine");
-  if (rank == 0 && !o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    if (!out) throw_input(fmt::format("cannot write --json file {}", o.json_path));
-    out << nlohmann::ordered_json{{"bench", "zero"},
-                                  {"model", o.model},
-                                  {"batch", o.batch},
-                                  {"seq_len", o.seq_len},
-                                  {"rows", rows}}
-               .dump(2)
-        << "\n";
-  }
+  table.add_note(
+      "hidden = median over rounds of (ms without overlap - ms with overlap), over the reduce "
+      "ms: the share of the gradient reduction time overlap_comm removes; the two engines step "
+      "in turn in every round so both see the same machine. Times are the max over ranks.");
+  report.add_table(table);
+  nlohmann::ordered_json& j = report.json();
+  j["model"] = o.model;
+  j["ranks"] = world;
+  j["batch"] = o.batch;
+  j["seq_len"] = o.seq_len;
+  j["rows"] = rows;
+  report.write(o.json_path, o.markdown_path);
   return 0;
 }
 

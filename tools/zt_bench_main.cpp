@@ -51,7 +51,8 @@ int train_main(int argc, char** argv) {
                                                     "cuda: fp32 GEMMs may use TF32")(
       "profile", po::bool_switch(&o.profile),
       "time per Kernels entry per step, one table per precision")(
-      "json", po::value(&o.json_path), "also write the figures to this JSON file");
+      "json", po::value(&o.json_path), "also write the figures to this JSON file")(
+      "markdown", po::value(&o.markdown_path), "also write the tables as Markdown to this file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "train", vm)) return 0;
   zt::parse_device_kind(o.device, "--device");
@@ -108,7 +109,8 @@ int comm_main(int argc, char** argv) {
       "collectives to run (all_reduce reduce_scatter all_gather broadcast); default all")(
       "chunk-bytes", po::value(&chunk_bytes)->default_value(chunk_bytes),
       "reduce-scatter pipeline chunk (K/M); 0: the communicator's default")(
-      "json", po::value(&o.json_path), "also write the rows to this JSON file (rank 0)");
+      "json", po::value(&o.json_path), "also write the rows to this JSON file (rank 0)")(
+      "markdown", po::value(&o.markdown_path), "also write the tables as Markdown to this file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "comm", vm)) return 0;
   o.min_bytes = zt::parse_byte_size(min_bytes);
@@ -127,7 +129,8 @@ int zero_main(int argc, char** argv) {
       "seq-len,T", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length")(
       "steps", po::value(&o.steps)->default_value(o.steps), "timed steps per configuration")(
       "warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first")(
-      "json", po::value(&o.json_path), "also write the rows to this JSON file (rank 0)");
+      "json", po::value(&o.json_path), "also write the rows to this JSON file (rank 0)")(
+      "markdown", po::value(&o.markdown_path), "also write the tables as Markdown to this file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "zero", vm)) return 0;
   if (o.batch <= 0 || o.seq_len <= 0 || o.steps <= 0 || o.warmup < 0)
@@ -147,7 +150,8 @@ int adam_main(int argc, char** argv) {
       "steps", po::value(&o.steps)->default_value(o.steps),
       "timed rounds (each: a triad, a fused step, a two-pass step)")(
       "warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed rounds first")(
-      "json", po::value(&o.json_path), "also write the figures to this JSON file");
+      "json", po::value(&o.json_path), "also write the figures to this JSON file")(
+      "markdown", po::value(&o.markdown_path), "also write the tables as Markdown to this file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "adam", vm)) return 0;
   if (o.precision != "none" && o.precision != "bf16" && o.precision != "fp16")
@@ -192,7 +196,8 @@ int offload_main(int argc, char** argv) {
       "step time: fp32, bf16 or fp16 (mixed, fp32 master)")(
       "gradient-clipping", po::value(&o.gradient_clipping)->default_value(o.gradient_clipping),
       "step time: max global norm of every row; 0: off (the cpu row's updates then start in "
-      "the backward)")("json", po::value(&o.json_path), "also write the figures to this JSON file");
+      "the backward)")("json", po::value(&o.json_path), "also write the figures to this JSON file")(
+      "markdown", po::value(&o.markdown_path), "also write the tables as Markdown to this file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "offload", vm)) return 0;
   o.io = !no_io;
@@ -230,7 +235,8 @@ int checkpoint_main(int argc, char** argv) {
       "fp32, bf16, fp16, bf16-pure or fp16-pure")(
       "repeats", po::value(&o.repeats)->default_value(o.repeats), "rounds")(
       "path", po::value(&o.path)->default_value(o.path), "directory the checkpoints go under")(
-      "json", po::value(&o.json_path), "also write the figures to this JSON file");
+      "json", po::value(&o.json_path), "also write the figures to this JSON file")(
+      "markdown", po::value(&o.markdown_path), "also write the tables as Markdown to this file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "checkpoint", vm)) return 0;
   if (o.batch <= 0 || o.seq_len <= 0 || o.repeats <= 0)
@@ -301,7 +307,8 @@ int scale_main(int argc, char** argv) {
       "cuda: one GPU's dense peak in TFLOP/s, for MFU (x ranks)")(
       "out", po::value(&o.out_dir)->default_value(o.out_dir),
       "directory of the table, plots and each point's run")(
-      "json", po::value(&o.json_path), "the JSON file (default <out>/scale.json)");
+      "json", po::value(&o.json_path), "the JSON file (default <out>/scale.json)")(
+      "markdown", po::value(&o.markdown_path), "also write the tables as Markdown to this file");
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, "scale", vm)) return 0;
   o.stages = int_list(stages, "--stages", 0, 3);
