@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config ca-certificates
           openmpi-bin libopenmpi-dev libboost-program-options-dev nlohmann-json3-dev
           libdnnl-dev libgtest-dev libpcre2-dev libfmt-dev
+          libutf8proc-dev  # tokenizer.json normalizers (NFC, NFKC, ...) and character classes
           liburing-dev libaio-dev  # the NVMe swap store's io_uring and libaio back ends
           jq  # the tests and the Llama demo build tokenizer.json from GPT-2's files
           xz-utils  # scripts/bundle_device.sh packs the GPU machine's bundle (e2e.device_check_dry_run)

@@ -1,7 +1,9 @@
 // zt-prep: tokenises text files or instruction data into token files for zt-train, with GPT-2's
-// BPE (--vocab: encoder.json + vocab.bpe) or a Hugging Face tokenizer.json (--tokenizer:
-// byte-level BPE).
-//   Text: each input file is one document, preceded by the separator token (<|endoftext|>
+// BPE (--vocab: encoder.json + vocab.bpe) or a Hugging Face tokenizer.json (--tokenizer: a BPE
+// model, runtime/data/tokenizer_json.h).
+//   Text: each input file is one document, with the special tokens the tokenizer's own
+//     post-processor puts around a text (Llama 2's <s> before it; none for GPT-2), preceded by
+//     the separator token when the tokenizer adds none or --separator is given (<|endoftext|>
 //     unless --separator names another, as llm.c's data scripts do). The token file holds
 //     uint16 ids as llm.c's does, or uint32 ids (version 2, runtime/data/token_data.h) once one
 //     passes 65535.
@@ -13,6 +15,9 @@
 // With --val-out and --val-fraction, the last documents or examples (in command-line order,
 // never split) go to the validation file. Parses the command line and maps errors to exit
 // codes; the tokenizer, the template, the packing and the file format live in runtime/.
+// --print-ids prints each input's ids as Hugging Face's encode() gives them (special tokens
+// matched in the text and added around it) and their decoding, one JSON line per input, and
+// writes no file (tests/e2e/hf_tokenizers.sh compares them with Hugging Face's).
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
@@ -23,6 +28,7 @@
 #include <fmt/format.h>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,6 +49,8 @@ struct PrepOptions {
   std::string vocab_dir;       // GPT-2's encoder.json + vocab.bpe; or
   std::string tokenizer_path;  // a tokenizer.json, or a directory holding one
   std::string separator = "<|endoftext|>";
+  bool separator_given = false;  // --separator on the command line
+  bool print_ids = false;        // --print-ids: JSON lines to stdout, no token file
   std::string out;
   std::string val_out;        // empty: everything goes to `out`
   double val_fraction = 0.0;  // share of documents (or examples) for `val_out`
@@ -87,14 +95,16 @@ int32_t token_for(const zt::BpeTokenizer& tokenizer, const std::string& content,
   return *id;
 }
 
-// Tokenises documents [begin, end) into one file and prints its summary line.
-void write_split(zt::BpeTokenizer& tokenizer, int32_t separator,
+// Tokenises documents [begin, end) into one file and prints its summary line. Each document
+// gets the tokenizer's own special tokens, after the separator if there is one.
+void write_split(zt::BpeTokenizer& tokenizer, std::optional<int32_t> separator,
                  const std::vector<std::string>& inputs, size_t begin, size_t end,
                  const std::string& out) {
   std::vector<int32_t> tokens;
   for (size_t i = begin; i < end; ++i) {
-    tokens.push_back(separator);
-    tokenizer.encode_append(read_document(inputs[i]), tokens);
+    if (separator) tokens.push_back(*separator);
+    tokenizer.encode_append(read_document(inputs[i]), tokens, zt::SpecialTokens::kAsText,
+                            zt::AddSpecialTokens::kYes);
   }
   zt::write_token_file(out, tokens);
   fmt::print("{}: {} documents, {} tokens\n", out, end - begin, tokens.size());
@@ -104,12 +114,26 @@ void prep_text(const PrepOptions& options) {
   const size_t documents = options.inputs.size();
   const size_t val_documents = validation_count(options, documents, "documents");
   zt::BpeTokenizer tokenizer = load_tokenizer(options);
-  const int32_t separator =
-      token_for(tokenizer, options.separator, "--separator", "separate documents");
+  const bool tokenizer_adds = !tokenizer.prefix_ids().empty() || !tokenizer.suffix_ids().empty();
+  std::optional<int32_t> separator;
+  if (!tokenizer_adds || options.separator_given) {
+    separator = token_for(tokenizer, options.separator, "--separator", "separate documents");
+  }
   write_split(tokenizer, separator, options.inputs, 0, documents - val_documents, options.out);
   if (val_documents > 0) {
     write_split(tokenizer, separator, options.inputs, documents - val_documents, documents,
                 options.val_out);
+  }
+}
+
+// --print-ids: {"file": F, "ids": [...], "text": decode(ids)} for each input.
+void print_ids(const PrepOptions& options) {
+  zt::BpeTokenizer tokenizer = load_tokenizer(options);
+  for (const std::string& input : options.inputs) {
+    const std::vector<int32_t> ids = tokenizer.encode(
+        read_document(input), zt::SpecialTokens::kMatch, zt::AddSpecialTokens::kYes);
+    const nlohmann::json line = {{"file", input}, {"ids", ids}, {"text", tokenizer.decode(ids)}};
+    std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
 }
 
@@ -168,11 +192,13 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
   po::options_description visible(
       "Usage: zt-prep (--vocab DIR | --tokenizer PATH) --out FILE [--separator TOKEN]\n"
       "               [--val-out FILE --val-fraction F] INPUT...\n"
+      "       zt-prep (--vocab DIR | --tokenizer PATH) --print-ids INPUT...\n"
       "       zt-prep (--vocab DIR | --tokenizer PATH) --out FILE --seq-len N [--pad]\n"
       "               [--separator TOKEN] [--bos TOKEN] [--val-out FILE --val-fraction F]\n"
       "               DATA.jsonl...\n"
-      "Tokenises each INPUT text file as one document (preceded by the separator token) into\n"
-      "an llm.c token file. Inputs ending in .jsonl are instruction data instead: one example\n"
+      "Tokenises each INPUT text file as one document (with the tokenizer's own BOS/EOS, after\n"
+      "the separator token unless the tokenizer adds some) into an llm.c token file. Inputs ending "
+      "in .jsonl are instruction data instead: one example\n"
       "per line, {\"prompt\": P, \"completion\": C} or "
       "{\"messages\": [{\"role\": R, \"content\": X},\n"
       "...]} with R system, user or assistant; each ends with the separator token and is packed\n"
@@ -184,9 +210,13 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
       "tokenizer", po::value(&options.tokenizer_path),
       "a Hugging Face tokenizer.json (byte-level BPE), or a directory holding one")(
       "separator", po::value(&options.separator),
-      "the token put before each document, or after each .jsonl example and as its padding "
-      "(default <|endoftext|>), e.g. <|end_of_text|>")("out", po::value(&options.out)->required(),
-                                                       "token file to write (training split)")(
+      "the token put before each document (by default only when the tokenizer adds no "
+      "BOS/EOS of its own), or after each .jsonl example and as its padding (default "
+      "<|endoftext|>), e.g. <|end_of_text|>")("print-ids", po::bool_switch(&options.print_ids),
+                                              "print each INPUT's ids (as Hugging Face's "
+                                              "encode gives them) and their decoding as JSON "
+                                              "lines; write no file")(
+      "out", po::value(&options.out), "token file to write (training split)")(
       "val-out", po::value(&options.val_out), "token file for the validation split")(
       "val-fraction", po::value(&options.val_fraction),
       "share of the documents or examples (the last ones, in order) that go to --val-out; "
@@ -219,6 +249,12 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
     zt::throw_input(fmt::format("{} (see zt-prep --help)", e.what()));
   }
   if (options.inputs.empty()) zt::throw_input("no INPUT files given (see zt-prep --help)");
+  options.separator_given = vm.count("separator") > 0;
+  if (options.print_ids != options.out.empty()) {
+    zt::throw_input(options.print_ids ? "--print-ids writes no file; drop --out"
+                                      : "the option '--out' is required but missing (see zt-prep "
+                                        "--help)");
+  }
   const auto jsonl = std::find_if(options.inputs.begin(), options.inputs.end(), is_jsonl);
   const auto text = std::find_if_not(options.inputs.begin(), options.inputs.end(), is_jsonl);
   if (jsonl != options.inputs.end() && text != options.inputs.end()) {
@@ -257,7 +293,9 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     if (auto options = parse_command_line(argc, argv)) {
-      if (is_jsonl(options->inputs.front()))
+      if (options->print_ids)
+        print_ids(*options);
+      else if (is_jsonl(options->inputs.front()))
         prep_instruction_data(*options);
       else
         prep_text(*options);

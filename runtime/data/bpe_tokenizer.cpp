@@ -1,15 +1,13 @@
-// BpeTokenizer: added-token matching, PCRE2 pre-tokenisation, BPE by merge rank with a
-// per-word cache, and decoding. No file I/O; no threads.
+// BpeTokenizer: added-token matching, the normalizer / pre-tokenizer / BPE pipeline with a
+// per-word cache, post-processing and decoding. No file I/O; no threads.
 #include "runtime/data/bpe_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
-#include <array>
 #include <functional>
+#include <queue>
 #include <unordered_map>
 
+#include "runtime/data/unicode_text.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -20,12 +18,9 @@ namespace {
 // many words (bounds memory on adversarial input; English text stays far below it).
 constexpr size_t kMaxCachedWordBytes = 128;
 constexpr size_t kMaxCachedWords = size_t{1} << 20;
-
-std::string pcre2_message(int code) {
-  PCRE2_UCHAR buffer[256];
-  pcre2_get_error_message(code, buffer, sizeof buffer);
-  return reinterpret_cast<const char*>(buffer);
-}
+// Words of more symbols than this merge through a heap (n log n) instead of rescanning every
+// pair for each merge (fast on short words, quadratic on long ones).
+constexpr size_t kHeapMergeSymbols = 48;
 
 struct WordHash {
   using is_transparent = void;
@@ -40,25 +35,110 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-// The byte after the UTF-8 character starting at `pos` (a stray byte counts as one character).
-size_t next_char(std::string_view text, size_t pos) {
-  ++pos;
-  while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
-  return pos;
+// The length of the unit a word starts from at word[pos]: one byte, or one UTF-8 character.
+size_t unit_length(std::string_view word, size_t pos, bool bytes) {
+  if (bytes) return 1;
+  int32_t cp = 0;
+  return utf8_char(word, pos, cp);
 }
 
-// One compiled split pattern and its match data.
-struct CompiledPattern {
-  pcre2_code* code = nullptr;
-  pcre2_match_data* match_data = nullptr;
-  bool jit = false;
+int32_t char_at(std::string_view text, size_t pos) {
+  int32_t cp = 0;
+  utf8_char(text, pos, cp);
+  return cp;
+}
 
-  CompiledPattern() = default;
-  CompiledPattern(const CompiledPattern&) = delete;
-  CompiledPattern& operator=(const CompiledPattern&) = delete;
-  ~CompiledPattern() {
-    if (match_data) pcre2_match_data_free(match_data);
-    if (code) pcre2_code_free(code);
+// The start of the character ending at text[end - 1] (end > 0); a stray byte is one.
+size_t previous_char_start(std::string_view text, size_t end) {
+  size_t start = end - 1;
+  while (start > 0 && end - start < 4 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80)
+    --start;
+  int32_t cp = 0;
+  return utf8_char(text, start, cp) == end - start ? start : end - 1;
+}
+
+// The code point of the character ending at text[end - 1] (-1 when none or not UTF-8).
+int32_t char_before(std::string_view text, size_t end) {
+  return end == 0 ? -1 : char_at(text, previous_char_start(text, end));
+}
+
+// A piece of a text: an added token's id, or text (id -1).
+struct Piece {
+  size_t begin, end;
+  int32_t id;
+};
+
+// The added tokens matched in one pass (not normalized, or normalized), by first byte, longest
+// first: leftmost-longest matching checks them in this order.
+struct AddedMatcher {
+  std::vector<AddedToken> tokens;  // content: what is matched
+  std::array<std::vector<int32_t>, 256> by_first_byte;
+  bool any_special = false, any_non_special = false;
+
+  void add(AddedToken token) {
+    (token.special ? any_special : any_non_special) = true;
+    by_first_byte[static_cast<unsigned char>(token.content[0])].push_back(
+        static_cast<int32_t>(tokens.size()));
+    tokens.push_back(std::move(token));
+  }
+  void sort() {
+    for (auto& candidates : by_first_byte) {
+      std::stable_sort(candidates.begin(), candidates.end(), [&](int32_t a, int32_t b) {
+        return tokens[a].content.size() > tokens[b].content.size();
+      });
+    }
+  }
+  bool active(bool match_special) const {
+    return any_non_special || (match_special && any_special);
+  }
+
+  // The longest eligible token at text[pos], or nullptr.
+  const AddedToken* at(std::string_view text, size_t pos, bool match_special) const {
+    for (int32_t index : by_first_byte[static_cast<unsigned char>(text[pos])]) {
+      const AddedToken& token = tokens[index];
+      if ((!match_special && token.special) ||
+          text.compare(pos, token.content.size(), token.content) != 0) {
+        continue;
+      }
+      if (token.single_word && (is_word_char(char_before(text, pos)) ||
+                                (pos + token.content.size() < text.size() &&
+                                 is_word_char(char_at(text, pos + token.content.size()))))) {
+        continue;
+      }
+      return &token;
+    }
+    return nullptr;
+  }
+
+  // Cuts `text` into text pieces and added tokens; lstrip/rstrip widen a token over the
+  // whitespace beside it (never into the token before).
+  void split(std::string_view text, bool match_special, std::vector<Piece>& out) const {
+    out.clear();
+    size_t done = 0;
+    for (size_t pos = 0; pos < text.size();) {
+      const AddedToken* token = at(text, pos, match_special);
+      if (token == nullptr) {
+        ++pos;
+        continue;
+      }
+      size_t begin = pos, end = pos + token->content.size();
+      if (token->lstrip) {
+        while (begin > done && is_whitespace(char_before(text, begin))) {
+          begin = previous_char_start(text, begin);
+        }
+      }
+      if (token->rstrip) {
+        int32_t cp = 0;
+        for (size_t length = 0; end < text.size(); end += length) {
+          length = utf8_char(text, end, cp);
+          if (!is_whitespace(cp)) break;
+        }
+      }
+      if (begin > done) out.push_back({done, begin, -1});
+      out.push_back({begin, end, token->id});
+      done = pos = end;
+    }
+    if (done < text.size() || out.empty()) out.push_back({done, text.size(), -1});
   }
 };
 
@@ -74,85 +154,79 @@ struct BpeTokenizer::Impl {
     uint32_t length;
   };
 
-  std::vector<std::unique_ptr<CompiledPattern>> patterns;  // applied in order
-  pcre2_match_context* match_context = nullptr;
-  pcre2_jit_stack* jit_stack = nullptr;
+  Normalizer normalizer;
+  PreTokenizer pre_tokenizer;
+  TokenDecoder decoder;
+  bool decoder_empty = true;
+  AddedMatcher raw_added, normalized_added;  // matched before / after the normalizer
+  StringMap<int32_t> added_ids;              // content -> id
 
-  std::array<int32_t, 256> byte_token{};  // id of each single byte
+  bool bytes = true;  // words start as bytes (a byte-level pre-tokenizer), else as characters
+  std::array<int32_t, 256> byte_token{};      // bytes: the id of each byte
+  std::array<int32_t, 256> fallback_token{};  // byte_fallback: the id of <0xNN>, or -1
+  bool byte_fallback = false;
+  std::optional<int32_t> unk_id;
+  bool fuse_unk = false;
+  std::string prefix, suffix;  // continuing_subword_prefix, end_of_word_suffix
   std::unordered_map<uint64_t, Merge> merges;
-  StringMap<int32_t> vocab_ids;  // raw bytes -> id of every BPE vocabulary token
+  StringMap<int32_t> vocab_ids;  // text -> id of every BPE vocabulary token
   bool ignore_merges = false;
-  bool add_prefix_space = false;
-
-  // Added tokens: content -> id, and for the scan, the tokens each first byte may start,
-  // longest first (leftmost-longest matching checks them in this order).
-  StringMap<int32_t> added_ids;
-  std::vector<AddedToken> added;
-  std::array<std::vector<int32_t>, 256> added_by_first_byte;  // indices into `added`
-  bool any_special = false, any_non_special = false;
 
   StringMap<CachedWord> cache;
   std::vector<int32_t> cached_ids;
   std::vector<int32_t> symbols;  // scratch for bpe()
+  Words words;                   // scratch for encode_segment()
+  std::vector<Piece> raw_pieces, normalized_pieces;
 
-  ~Impl() {
-    patterns.clear();
-    if (match_context) pcre2_match_context_free(match_context);
-    if (jit_stack) pcre2_jit_stack_free(jit_stack);
+  const Merge* find_merge(int32_t left, int32_t right) const {
+    auto it = merges.find(pair_key(left, right));
+    return it == merges.end() ? nullptr : &it->second;
   }
 
-  void compile_patterns(const std::vector<SplitPattern>& specs, const std::string& source) {
-    match_context = pcre2_match_context_create(nullptr);
-    if (match_context == nullptr) throw_system("PCRE2: out of memory");
-    bool any_jit = false;
-    for (const SplitPattern& spec : specs) {
-      auto pattern = std::make_unique<CompiledPattern>();
-      int error = 0;
-      PCRE2_SIZE error_offset = 0;
-      // MATCH_INVALID_UTF: invalid UTF-8 is never matched instead of failing the whole call,
-      // and no per-call validity scan of the subject (which would make matching quadratic).
-      // UCP gives \s, \w and \d their Unicode meaning, as Hugging Face's Oniguruma does; PCRE2
-      // refuses it beside LITERAL, where it means nothing.
-      const uint32_t options =
-          PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (spec.literal ? PCRE2_LITERAL : PCRE2_UCP);
-      pattern->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(spec.pattern.data()),
-                                    spec.pattern.size(), options, &error, &error_offset, nullptr);
-      if (pattern->code == nullptr) {
-        throw_input(fmt::format("{}: {}: PCRE2 rejects the pattern at offset {}: {}", source,
-                                spec.where, error_offset, pcre2_message(error)));
-      }
-      pattern->jit = pcre2_jit_compile(pattern->code, PCRE2_JIT_COMPLETE) == 0;  // else interpret
-      any_jit = any_jit || pattern->jit;
-      pattern->match_data = pcre2_match_data_create_from_pattern(pattern->code, nullptr);
-      if (pattern->match_data == nullptr) throw_system("PCRE2: out of memory");
-      patterns.push_back(std::move(pattern));
-    }
-    if (any_jit) {
-      // Long whitespace runs backtrack through `\s+(?!\S)`; give the JIT more than its 32 KiB.
-      jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-      if (jit_stack == nullptr) throw_system("PCRE2: out of memory for the JIT stack");
-      pcre2_jit_stack_assign(match_context, nullptr, jit_stack);
-    }
-  }
-
-  // BPE on one word: start from single bytes, repeatedly merge every occurrence (left to
-  // right, non-overlapping) of the adjacent pair with the lowest rank, as GPT-2's encoder.py.
-  void bpe(std::string_view word) {
+  // symbols := the tokens `word` starts from (step 4 of the header).
+  void initial_symbols(std::string_view word) {
     symbols.clear();
-    if (ignore_merges) {
-      if (auto it = vocab_ids.find(word); it != vocab_ids.end()) {
-        symbols.push_back(it->second);
-        return;
-      }
+    if (bytes && prefix.empty() && suffix.empty()) {
+      for (char c : word) symbols.push_back(byte_token[static_cast<unsigned char>(c)]);
+      return;
     }
-    for (char c : word) symbols.push_back(byte_token[static_cast<unsigned char>(c)]);
+    std::optional<int32_t> pending_unk;
+    std::string unit;
+    for (size_t pos = 0; pos < word.size();) {
+      const size_t length = unit_length(word, pos, bytes);
+      unit.assign(pos == 0 ? "" : prefix);
+      unit.append(word.substr(pos, length));
+      pos += length;
+      if (pos == word.size()) unit += suffix;
+      if (auto it = vocab_ids.find(unit); it != vocab_ids.end()) {
+        if (pending_unk) symbols.push_back(*std::exchange(pending_unk, std::nullopt));
+        symbols.push_back(it->second);
+        continue;
+      }
+      if (byte_fallback && std::all_of(unit.begin(), unit.end(), [&](char c) {
+            return fallback_token[static_cast<unsigned char>(c)] >= 0;
+          })) {
+        if (pending_unk) symbols.push_back(*std::exchange(pending_unk, std::nullopt));
+        for (char c : unit) symbols.push_back(fallback_token[static_cast<unsigned char>(c)]);
+        continue;
+      }
+      if (!unk_id) continue;
+      if (pending_unk && !fuse_unk) symbols.push_back(*pending_unk);
+      pending_unk = unk_id;
+    }
+    if (pending_unk) symbols.push_back(*pending_unk);
+  }
+
+  // Repeatedly merges every occurrence (left to right, non-overlapping) of the adjacent pair
+  // with the lowest rank, as GPT-2's encoder.py.
+  void merge_by_rescanning() {
     while (symbols.size() > 1) {
       const Merge* best = nullptr;
       int32_t best_left = 0, best_right = 0;
       for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        auto it = merges.find(pair_key(symbols[i], symbols[i + 1]));
-        if (it != merges.end() && (best == nullptr || it->second.rank < best->rank)) {
-          best = &it->second;
+        const Merge* merge = find_merge(symbols[i], symbols[i + 1]);
+        if (merge != nullptr && (best == nullptr || merge->rank < best->rank)) {
+          best = merge;
           best_left = symbols[i];
           best_right = symbols[i + 1];
         }
@@ -169,6 +243,56 @@ struct BpeTokenizer::Impl {
         }
       }
       symbols.resize(write);
+    }
+  }
+
+  // The same merges through a min-heap of (rank, position) over a linked list of symbols: the
+  // lowest rank first, and of equal ranks the leftmost, which is the order above.
+  void merge_with_heap() {
+    const auto n = static_cast<int32_t>(symbols.size());
+    std::vector<int32_t> next(n), prev(n);
+    for (int32_t i = 0; i < n; ++i) {
+      next[i] = i + 1 < n ? i + 1 : -1;
+      prev[i] = i - 1;
+    }
+    using Entry = std::pair<int32_t, int32_t>;  // rank, position of the left symbol
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    auto push = [&](int32_t pos) {
+      if (pos < 0 || next[pos] < 0) return;
+      if (const Merge* merge = find_merge(symbols[pos], symbols[next[pos]])) {
+        heap.emplace(merge->rank, pos);
+      }
+    };
+    for (int32_t i = 0; i + 1 < n; ++i) push(i);
+    while (!heap.empty()) {
+      const auto [rank, pos] = heap.top();
+      heap.pop();
+      if (symbols[pos] < 0 || next[pos] < 0) continue;  // merged away since
+      const Merge* merge = find_merge(symbols[pos], symbols[next[pos]]);
+      if (merge == nullptr || merge->rank != rank) continue;  // the pair changed since
+      const int32_t right = next[pos];
+      symbols[pos] = merge->merged;
+      symbols[right] = -1;
+      next[pos] = next[right];
+      if (next[pos] >= 0) prev[next[pos]] = pos;
+      push(prev[pos]);
+      push(pos);
+    }
+    std::erase(symbols, -1);
+  }
+
+  void bpe(std::string_view word) {
+    if (ignore_merges) {
+      if (auto it = vocab_ids.find(word); it != vocab_ids.end()) {
+        symbols.assign(1, it->second);
+        return;
+      }
+    }
+    initial_symbols(word);
+    if (symbols.size() > kHeapMergeSymbols) {
+      merge_with_heap();
+    } else {
+      merge_by_rescanning();
     }
   }
 
@@ -193,98 +317,80 @@ struct BpeTokenizer::Impl {
     }
   }
 
-  // Pre-tokenises `text` with patterns[level...] and encodes every piece. A pattern's pieces
-  // are its non-empty matches and the non-empty text between them (bytes that are not valid
-  // UTF-8 always fall between matches); an empty match splits nothing.
-  void split(std::string_view text, size_t level, std::vector<int32_t>& out) {
-    if (level == patterns.size()) {
-      encode_word(text, out);
-      return;
-    }
-    CompiledPattern& pattern = *patterns[level];
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(pattern.match_data);
-    size_t piece_start = 0;  // start of the text not yet handed on
-    size_t search = 0;       // where the next match may start
-    while (search < text.size()) {
-      int rc = pattern.jit ? pcre2_jit_match(pattern.code, subject, text.size(), search, 0,
-                                             pattern.match_data, match_context)
-                           : pcre2_match(pattern.code, subject, text.size(), search, 0,
-                                         pattern.match_data, match_context);
-      if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        throw_system(fmt::format("PCRE2 match failed at byte {} of {}: {}", search, text.size(),
-                                 pcre2_message(rc)));
-      }
-      const size_t start = ovector[0], end = ovector[1];
-      if (end == start) {
-        search = next_char(text, start);
-        continue;
-      }
-      if (start > piece_start) split(text.substr(piece_start, start - piece_start), level + 1, out);
-      split(text.substr(start, end - start), level + 1, out);
-      piece_start = search = end;
-    }
-    if (piece_start < text.size()) split(text.substr(piece_start), level + 1, out);
+  // Steps 3 and 4 on one normalised segment.
+  void encode_words(std::string_view segment, bool at_start, std::vector<int32_t>& out) {
+    pre_tokenizer.split(segment, at_start, words);
+    for (size_t i = 0; i < words.spans.size(); ++i) encode_word(words.word(i), out);
   }
 
-  // One segment between added tokens.
-  void encode_segment(std::string_view segment, std::vector<int32_t>& out) {
+  // Steps 2 to 4 on one segment between raw added tokens.
+  void encode_segment(std::string_view segment, bool at_start, bool match_special,
+                      std::vector<int32_t>& out) {
     if (segment.empty()) return;
-    if (add_prefix_space && segment.front() != ' ') {
-      const std::string prefixed = " " + std::string(segment);
-      split(prefixed, 0, out);
+    std::string normalized;
+    if (!normalizer.empty()) {
+      normalized = normalizer.normalize(segment);
+      segment = normalized;
+    }
+    if (!normalized_added.active(match_special)) {
+      encode_words(segment, at_start, out);
       return;
     }
-    split(segment, 0, out);
-  }
-
-  // The longest eligible added token starting at text[pos], or nullptr.
-  const AddedToken* added_at(std::string_view text, size_t pos, bool match_special) const {
-    for (int32_t index : added_by_first_byte[static_cast<unsigned char>(text[pos])]) {
-      const AddedToken& token = added[index];
-      if ((match_special || !token.special) &&
-          text.compare(pos, token.content.size(), token.content) == 0) {
-        return &token;
+    std::vector<Piece> pieces;
+    normalized_added.split(segment, match_special, pieces);
+    for (const Piece& piece : pieces) {
+      if (piece.id >= 0) {
+        out.push_back(piece.id);
+      } else if (piece.end > piece.begin) {
+        encode_words(segment.substr(piece.begin, piece.end - piece.begin),
+                     at_start && piece.begin == 0, out);
       }
     }
-    return nullptr;
   }
 };
 
 BpeTokenizer::BpeTokenizer(BpeSpec spec)
     : impl_(std::make_unique<Impl>()), token_bytes_(std::move(spec.token_bytes)),
+      prefix_ids_(std::move(spec.prefix_ids)), suffix_ids_(std::move(spec.suffix_ids)),
       source_(std::move(spec.source)) {
   Impl& impl = *impl_;
+  impl.normalizer = std::move(spec.normalizer);
+  impl.pre_tokenizer = std::move(spec.pre_tokenizer);
+  impl.decoder = std::move(spec.decoder);
+  impl.decoder_empty = impl.decoder.concatenates();
+  impl.bytes = impl.pre_tokenizer.byte_level();
   impl.ignore_merges = spec.ignore_merges;
-  impl.add_prefix_space = spec.add_prefix_space;
+  impl.byte_fallback = spec.byte_fallback;
+  impl.unk_id = spec.unk_id;
+  impl.fuse_unk = spec.fuse_unk;
+  impl.prefix = std::move(spec.continuing_subword_prefix);
+  impl.suffix = std::move(spec.end_of_word_suffix);
 
   std::vector<bool> added_only(token_bytes_.size(), false);
-  for (const AddedToken& token : spec.added_tokens) {
+  for (AddedToken& token : spec.added_tokens) {
     ZT_ASSERT(token.id >= 0 && static_cast<size_t>(token.id) < token_bytes_.size() &&
                   !token.content.empty(),
               "{}: added token id {} of {}", source_, token.id, token_bytes_.size());
     if (!token.in_model_vocab) added_only[token.id] = true;
     impl.added_ids.emplace(token.content, token.id);
-    (token.special ? impl.any_special : impl.any_non_special) = true;
+    if (token.normalized && !impl.normalizer.empty()) {
+      token.content = impl.normalizer.normalize(token.content);
+      if (token.content.empty()) continue;  // normalised away: never matched
+    }
+    (token.normalized ? impl.normalized_added : impl.raw_added).add(std::move(token));
   }
-  impl.added = std::move(spec.added_tokens);
-  for (size_t i = 0; i < impl.added.size(); ++i) {
-    impl.added_by_first_byte[static_cast<unsigned char>(impl.added[i].content[0])].push_back(
-        static_cast<int32_t>(i));
-  }
-  for (auto& candidates : impl.added_by_first_byte) {
-    std::stable_sort(candidates.begin(), candidates.end(), [&](int32_t a, int32_t b) {
-      return impl.added[a].content.size() > impl.added[b].content.size();
-    });
-  }
+  impl.raw_added.sort();
+  impl.normalized_added.sort();
 
   impl.vocab_ids.reserve(token_bytes_.size());
   for (size_t id = 0; id < token_bytes_.size(); ++id) {
     if (!added_only[id]) impl.vocab_ids.emplace(token_bytes_[id], static_cast<int32_t>(id));
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = impl.vocab_ids.find(std::string(1, static_cast<char>(b)));
+    auto it = impl.vocab_ids.find(fmt::format("<0x{:02X}>", b));
+    impl.fallback_token[b] = it == impl.vocab_ids.end() ? -1 : it->second;
+    if (!impl.bytes) continue;
+    it = impl.vocab_ids.find(std::string(1, static_cast<char>(b)));
     if (it == impl.vocab_ids.end()) {
       throw_input(
           fmt::format("{} has no token for byte {}; byte-level BPE needs all 256", source_, b));
@@ -299,55 +405,58 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
     impl.merges.emplace(pair_key(merge.left, merge.right),
                         Impl::Merge{static_cast<int32_t>(rank), merge.merged});
   }
-
-  impl.compile_patterns(spec.split_patterns, source_);
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
 BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
 BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 
-std::vector<int32_t> BpeTokenizer::encode(std::string_view text, SpecialTokens special) {
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text, SpecialTokens special,
+                                          AddSpecialTokens add) {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 4 + 16);
-  encode_append(text, ids, special);
+  encode_append(text, ids, special, add);
   return ids;
 }
 
 void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& out,
-                                 SpecialTokens special) {
+                                 SpecialTokens special, AddSpecialTokens add) {
   Impl& impl = *impl_;
   const bool match_special = special == SpecialTokens::kMatch;
-  if (!impl.any_non_special && !(match_special && impl.any_special)) {
-    impl.encode_segment(text, out);
-    return;
-  }
-  size_t segment_start = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const AddedToken* token = impl.added_at(text, pos, match_special);
-    if (token == nullptr) {
-      ++pos;
-      continue;
+  const bool post_process = add == AddSpecialTokens::kYes;
+  if (post_process) out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
+  if (!impl.raw_added.active(match_special)) {
+    impl.encode_segment(text, /*at_start=*/true, match_special, out);
+  } else {
+    std::vector<Piece> pieces;
+    impl.raw_added.split(text, match_special, pieces);
+    for (const Piece& piece : pieces) {
+      if (piece.id >= 0) {
+        out.push_back(piece.id);
+      } else {
+        impl.encode_segment(text.substr(piece.begin, piece.end - piece.begin), piece.begin == 0,
+                            match_special, out);
+      }
     }
-    impl.encode_segment(text.substr(segment_start, pos - segment_start), out);
-    out.push_back(token->id);
-    pos += token->content.size();
-    segment_start = pos;
   }
-  impl.encode_segment(text.substr(segment_start), out);
+  if (post_process) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+  std::vector<std::string> tokens;
   std::string text;
   for (int32_t id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= token_bytes_.size()) {
       throw_input(fmt::format("token id {} is outside the vocabulary [0, {}) of {}", id,
                               token_bytes_.size(), source_));
     }
-    text += token_bytes_[id];
+    if (impl_->decoder_empty) {
+      text += token_bytes_[id];
+    } else {
+      tokens.push_back(token_bytes_[id]);
+    }
   }
-  return text;
+  return impl_->decoder_empty ? text : impl_->decoder.decode(std::move(tokens));
 }
 
 std::optional<int32_t> BpeTokenizer::token_id(std::string_view content) const {

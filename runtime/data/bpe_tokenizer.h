@@ -1,24 +1,35 @@
-// BpeTokenizer: the byte-level BPE engine behind every tokenizer ZeroTrain loads (GPT-2's
-// encoder.json + vocab.bpe in tokenizer.h, Hugging Face's tokenizer.json in tokenizer_json.h).
-// Encodes UTF-8 text to token ids and decodes ids back to bytes:
-//   1. added tokens: non-special ones always, special ones only when the caller asks
-//      (SpecialTokens::kMatch), are cut out of the text as whole tokens, leftmost-longest;
-//   2. each remaining segment gets a leading space if add_prefix_space and it has none;
-//   3. pre-tokenisation: the split patterns (PCRE2) are applied in order, each to every piece
-//      the previous one left ("Isolated": matches and the text between them are pieces);
-//   4. BPE on each piece's bytes by merge rank (or, with ignore_merges, a piece that is itself
-//      a vocabulary token is that one token).
+// BpeTokenizer: the BPE engine behind every tokenizer ZeroTrain loads (GPT-2's encoder.json +
+// vocab.bpe in tokenizer.h, Hugging Face's tokenizer.json in tokenizer_json.h). Encodes UTF-8
+// text to token ids as Hugging Face's `tokenizers` does, and decodes ids back to text:
+//   1. added tokens: those not `normalized` are cut out of the raw text as whole tokens,
+//      leftmost-longest (special ones only when the caller asks, SpecialTokens::kMatch), with
+//      lstrip/rstrip taking the whitespace beside them and single_word matching only between
+//      non-word characters;
+//   2. the normalizer (normalizer.h) runs on each remaining segment, then the `normalized`
+//      added tokens are cut out of its result the same way;
+//   3. the pre-tokenizer (pre_tokenizer.h) cuts each segment into words;
+//   4. BPE on each word: a word that is itself a vocabulary token is that token under
+//      ignore_merges; otherwise it starts as its bytes (a byte-level pre-tokenizer: GPT-2,
+//      Llama 3, Qwen) or its characters, each a vocabulary token (continuing_subword_prefix
+//      before all but the first, end_of_word_suffix after the last), else its <0xNN> byte
+//      tokens (byte_fallback), else the unknown token (consecutive ones fused under fuse_unk),
+//      else nothing; then the adjacent pair of lowest merge rank is merged, leftmost first,
+//      until no pair has a merge (a heap keeps long words, such as Llama 2's whole
+//      documents, from going quadratic);
+//   5. with AddSpecialTokens::kYes, the post-processor's special tokens go around the text
+//      (Llama 2's <s> before it).
+// decode() maps ids to their tokens' text and runs the decoder (decoder.h).
 //
-// What it does not do: no file parsing (the loaders build a BpeSpec and check it), no
-// normalisation, no post-processing (no BOS/EOS is added; callers insert separators), no
-// threads. encode() fills a per-word cache, so one tokenizer must not be shared between
-// threads.
+// No file parsing (the loaders build and check a BpeSpec) and no threads: encode() fills a
+// per-word cache, and the steps hold regex match data, so one tokenizer must not be shared
+// between threads.
 //
-// Every token is held as its raw bytes: the loaders undo the printable-unicode alphabet of the
-// vocabulary files (GPT-2's bytes_to_unicode, byte_alphabet.h), so BPE runs on byte strings and
-// token ids, and decode() is a concatenation.
+// With a byte-level pre-tokenizer every token is held as its raw bytes: the loaders undo the
+// printable-unicode alphabet of the vocabulary files (GPT-2's bytes_to_unicode,
+// byte_alphabet.h), so BPE runs on byte strings, and decoding is a concatenation.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,25 +38,30 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/data/decoder.h"
+#include "runtime/data/normalizer.h"
+#include "runtime/data/pre_tokenizer.h"
+
 namespace zt {
 
-// GPT-2's pre-tokeniser: contractions, letter runs, number runs, other-symbol runs (each with
-// an optional leading space), then whitespace. `\s+(?!\S)` leaves the last space of a run for
-// the next word, so " world" stays one piece after "a  ". Hugging Face's ByteLevel pre-tokenizer
-// with use_regex uses the same expression.
-inline constexpr std::string_view kGpt2SplitPattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
 // Whether encode() matches special added tokens ("<|endoftext|>") in the text. kAsText is
-// GPT-2's encoder.py behaviour: the text is encoded as ordinary characters.
+// GPT-2's encoder.py behaviour: the text is encoded as ordinary characters. kMatch is Hugging
+// Face's default.
 enum class SpecialTokens : bool { kAsText, kMatch };
+// Whether encode() adds the special tokens the post-processor puts around a text (Hugging
+// Face's add_special_tokens): Llama 2's <s> before it; none for GPT-2.
+enum class AddSpecialTokens : bool { kNo, kYes };
 
 // A token matched in the text as a whole before pre-tokenisation (Hugging Face's added_tokens).
 struct AddedToken {
   int32_t id;
-  std::string content;  // raw text
-  bool special;         // matched only under SpecialTokens::kMatch
-  bool in_model_vocab;  // also a BPE vocabulary token (ignore_merges may produce it)
+  std::string content;       // raw text
+  bool special;              // matched only under SpecialTokens::kMatch
+  bool in_model_vocab;       // also a BPE vocabulary token (ignore_merges may produce it)
+  bool normalized = false;   // matched in the normalised text (its content normalised too)
+  bool lstrip = false;       // takes the whitespace before it
+  bool rstrip = false;       // takes the whitespace after it
+  bool single_word = false;  // matched only with no word character on either side
 };
 
 // One merge, in ids: left followed by right becomes merged. Rank is the position in
@@ -54,25 +70,25 @@ struct BpeMerge {
   int32_t left, right, merged;
 };
 
-// One pre-tokenisation step: a PCRE2 pattern (UTF and Unicode properties on) or a literal.
-struct SplitPattern {
-  std::string pattern;
-  bool literal = false;
-  std::string where;  // names it in errors: "pre_tokenizer.pretokenizers[0].pattern.Regex"
-};
-
-// What a loader hands the engine. The loader has checked the ids (0..n-1, each once), that
-// every merge joins two tokens into a third with the concatenated bytes, and that every single
-// byte is a token; the engine checks the patterns (a bad regex throws kInput naming `source`
-// and the pattern's `where`).
+// What a loader hands the engine. The loader has checked the ids (0..n-1, each once) and that
+// every merge joins two tokens into a third; with a byte-level pre-tokenizer the engine checks
+// that every single byte is a token.
 struct BpeSpec {
   std::string source;                    // the file(s), for error messages
-  std::vector<std::string> token_bytes;  // (vocab_size,) id -> raw bytes (content for added)
+  std::vector<std::string> token_bytes;  // (vocab_size,) id -> the token's text (raw bytes for
+                                         // a byte-level pre-tokenizer; content for added ones)
   std::vector<BpeMerge> merges;          // in rank order: lower merges first
   std::vector<AddedToken> added_tokens;
-  std::vector<SplitPattern> split_patterns;  // applied in order; none: each segment is a word
-  bool add_prefix_space = false;
+  Normalizer normalizer;
+  PreTokenizer pre_tokenizer;  // byte_level(): words start as bytes, else as characters
+  TokenDecoder decoder;
   bool ignore_merges = false;
+  bool byte_fallback = false;             // a character outside the vocabulary: its <0xNN> tokens
+  std::optional<int32_t> unk_id;          // else this token, or nothing
+  bool fuse_unk = false;                  // consecutive unknown characters: one unknown token
+  std::string continuing_subword_prefix;  // in the words' terms (raw bytes when byte-level)
+  std::string end_of_word_suffix;
+  std::vector<int32_t> prefix_ids, suffix_ids;  // the post-processor's, around a text
 };
 
 class BpeTokenizer {
@@ -82,30 +98,35 @@ class BpeTokenizer {
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
 
-  // Text to ids, appending nothing else (no BOS/EOS). Any byte string is accepted: bytes that
-  // are not valid UTF-8 are not matched by the patterns and are encoded byte-level on their
-  // own, so decode(encode(x)) == x for every x (without add_prefix_space).
-  std::vector<int32_t> encode(std::string_view text,
-                              SpecialTokens special = SpecialTokens::kAsText);
+  // Text to ids. Any byte string is accepted: bytes that are not valid UTF-8 are characters of
+  // their own that no pattern matches and no normalizer changes, so with a byte-level
+  // pre-tokenizer decode(encode(x)) == x for every x (without add_prefix_space).
+  std::vector<int32_t> encode(std::string_view text, SpecialTokens special = SpecialTokens::kAsText,
+                              AddSpecialTokens add = AddSpecialTokens::kNo);
   // Same, appending to `out` (saves a copy when building one long stream).
   void encode_append(std::string_view text, std::vector<int32_t>& out,
-                     SpecialTokens special = SpecialTokens::kAsText);
-  // Ids to bytes; added tokens decode to their content. An id outside [0, vocab_size())
-  // throws kInput naming it.
+                     SpecialTokens special = SpecialTokens::kAsText,
+                     AddSpecialTokens add = AddSpecialTokens::kNo);
+  // Ids to text through the decoder; special tokens are kept. An id outside
+  // [0, vocab_size()) throws kInput naming it.
   std::string decode(std::span<const int32_t> ids) const;
 
+  // What AddSpecialTokens::kYes puts before and after a text.
+  const std::vector<int32_t>& prefix_ids() const { return prefix_ids_; }
+  const std::vector<int32_t>& suffix_ids() const { return suffix_ids_; }
+
   // The id of the token whose text is `content` (an added token's content, or a vocabulary
-  // token's raw bytes: " world", "<|endoftext|>"); nullopt when there is none.
+  // token's text: " world" for GPT-2, "▁world" for Llama 2); nullopt when there is none.
   std::optional<int32_t> token_id(std::string_view content) const;
   size_t vocab_size() const { return token_bytes_.size(); }
   const std::string& source() const { return source_; }
 
  private:
-  struct Impl;  // PCRE2 handles, merge table, added-token index and word cache (keeps pcre2.h
-                // out of this header)
+  struct Impl;  // the pipeline's steps, merge table, added-token index and word cache
 
   std::unique_ptr<Impl> impl_;
-  std::vector<std::string> token_bytes_;  // id -> raw bytes
+  std::vector<std::string> token_bytes_;  // id -> text
+  std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::string source_;
 };
 

@@ -112,8 +112,7 @@ BpeSpec load_gpt2_spec(const std::string& dir) {
   }
   if (spec.merges.empty()) throw_input(fmt::format("{} holds no merges", merges_path));
 
-  spec.split_patterns.push_back(
-      SplitPattern{std::string(kGpt2SplitPattern), /*literal=*/false, "GPT-2's pattern"});
+  spec.pre_tokenizer = PreTokenizer::gpt2(spec.source);
   return spec;
 }
 

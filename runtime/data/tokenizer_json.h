@@ -1,23 +1,28 @@
-// load_tokenizer_json: Hugging Face's tokenizer.json, byte-level BPE only (GPT-2, Llama 3,
-// ...), read into a BpeTokenizer (bpe_tokenizer.h). What is read:
-//   model: type "BPE"; vocab (token in the byte alphabet -> id); merges in rank order, either
-//     as "left right" strings or as [left, right] pairs; ignore_merges. Refused, naming the key:
-//     dropout, a non-empty continuing_subword_prefix or end_of_word_suffix, byte_fallback true
-//     (each changes what BPE produces). unk_token and fuse_unk are ignored: every byte is a
-//     token, so nothing is unknown.
-//   pre_tokenizer: ByteLevel (use_regex: GPT-2's pattern; add_prefix_space honoured), or a
-//     Sequence of Split steps (pattern Regex or String, behavior Isolated, invert false) ending
-//     in ByteLevel, as Llama 3 ships. Any other step type is refused by name.
-//   normalizer: null only; any normaliser (NFC for Qwen2 included) is refused by name, since
-//     this runtime does no Unicode normalisation.
-//   decoder: null or ByteLevel; others refused by name. post_processor: ignored (no BOS/EOS
-//     is added; callers insert separators).
-//   added_tokens: {id, content, special, ...}; single_word, lstrip and rstrip true are refused.
-//     Special ones are matched in the text only under SpecialTokens::kMatch, the others always.
+// load_tokenizer_json: Hugging Face's tokenizer.json with a BPE model (GPT-2, Llama 2 and 3,
+// TinyLlama, Mistral, Qwen2/3, ...), read as Hugging Face's `tokenizers` reads it into a
+// BpeTokenizer (bpe_tokenizer.h). What is read:
+//   normalizer: normalizer.h (NFC/NFD/NFKC/NFKD, Lowercase, Strip, StripAccents, Prepend,
+//     Replace, Sequence). pre_tokenizer: pre_tokenizer.h (Split, Digits, Punctuation,
+//     Whitespace, WhitespaceSplit, Metaspace, ByteLevel, Sequence); a ByteLevel step makes the
+//     model work on bytes, and its vocabulary is then read back from GPT-2's byte alphabet.
+//     decoder: decoder.h (ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence).
+//   model: type "BPE" (Unigram, WordPiece, WordLevel are refused by name); vocab; merges in
+//     rank order, as "left right" strings or [left, right] pairs; byte_fallback, unk_token,
+//     fuse_unk, continuing_subword_prefix, end_of_word_suffix, ignore_merges. dropout other
+//     than null or 0 is refused (it is random).
+//   added_tokens: {id, content, special, normalized, lstrip, rstrip, single_word}. Special ones
+//     are matched in the text only under SpecialTokens::kMatch, the others always.
+//   post_processor: TemplateProcessing ("single": the special tokens around $A),
+//     BertProcessing and RobertaProcessing (cls before, sep after), ByteLevel (nothing), or a
+//     Sequence of them: what encode(..., AddSpecialTokens::kYes) puts around a text.
+//   tokenizer_config.json beside the file, when its tokenizer_class is transformers' Llama,
+//     CodeLlama or Gemma tokenizer: add_bos_token (default true) and add_eos_token (default
+//     false) with bos_token and eos_token replace the post-processor, as transformers does.
 // Every problem (unreadable file, not JSON, a missing key or a wrong type, an unsupported
 // choice, a merge naming or making a token missing from the vocabulary, duplicate ids, an id
 // with no token, a bad regex) throws one kInput line naming the file and the key path
-// ("model.merges[12]"). Pinned by tests/runtime/data/tokenizer_json_test.cpp.
+// ("model.merges[12]"). Pinned by tests/runtime/data/tokenizer_json_test.cpp and
+// tokenizer_parts_test.cpp; tests/e2e/hf_tokenizers.sh compares ids with Hugging Face's.
 #pragma once
 
 #include <string>

@@ -5,7 +5,7 @@
 //     Llama 3 uses (with GPT-2's own pattern), and decodes back to the text;
 //   - on tiny vocabularies written here (always run): ignore_merges, added tokens (special
 //     only under SpecialTokens::kMatch, leftmost-longest), add_prefix_space, a custom split
-//     pattern;
+//     pattern (the other parts: tokenizer_parts_test.cpp);
 //   - malformed and unsupported files are refused with one kInput line naming the file and
 //     what is wrong.
 #include "runtime/data/tokenizer_json.h"
@@ -317,26 +317,29 @@ TEST(TokenizerJsonRefusalTest, UnsupportedChoicesNamed) {
     expect_refused(dir, tokenizer.dump(), needle);
   };
   refused([](json& t) { t["model"]["type"] = "WordPiece"; },
-          "model.type 'WordPiece' is not supported; only byte-level BPE (model.type BPE with a "
-          "ByteLevel pre-tokenizer or decoder)");
+          "model.type 'WordPiece' is not supported; only BPE (Unigram, WordPiece and WordLevel "
+          "models are not read)");
   refused([](json& t) { t["model"]["type"] = "Unigram"; }, "model.type 'Unigram'");
+  refused([](json& t) { t["model"]["type"] = "WordLevel"; }, "model.type 'WordLevel'");
   refused(
       [](json& t) {
-        t["normalizer"] = {{"type", "NFC"}};
+        t["normalizer"] = {{"type", "BertNormalizer"}};
       },
-      "normalizer.type 'NFC' is not supported");
-  refused([](json& t) { t["model"]["byte_fallback"] = true; }, "model.byte_fallback true");
-  refused([](json& t) { t["model"]["continuing_subword_prefix"] = "##"; },
-          "model.continuing_subword_prefix \"##\" is not supported");
-  refused([](json& t) { t["model"]["end_of_word_suffix"] = "</w>"; },
-          "model.end_of_word_suffix \"</w>\" is not supported");
+      "normalizer.type 'BertNormalizer' is not supported");
+  refused(
+      [](json& t) {
+        t["normalizer"] = {{"type", "Sequence"},
+                           {"normalizers", {{{"type", "NFC"}}, {{"type", "Precompiled"}}}}};
+      },
+      "normalizer.normalizers[1].type 'Precompiled' is not supported");
   refused([](json& t) { t["model"]["dropout"] = 0.1; }, "model.dropout 0.1 is not supported");
+  refused([](json& t) { t["model"]["unk_token"] = "<unk>"; },
+          "model.unk_token '<unk>' is not in model.vocab");
   refused(
       [](json& t) {
-        t["pre_tokenizer"] = {{"type", "Metaspace"}};
+        t["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
       },
-      "pre_tokenizer.type 'Metaspace' is not supported");
-  refused([](json& t) { t["pre_tokenizer"] = nullptr; }, "pre_tokenizer is missing or null");
+      "pre_tokenizer.type 'BertPreTokenizer' is not supported");
   refused(
       [](json& t) {
         t["pre_tokenizer"] = {{"type", "Sequence"},
@@ -349,36 +352,73 @@ TEST(TokenizerJsonRefusalTest, UnsupportedChoicesNamed) {
       [](json& t) {
         t["pre_tokenizer"] = {{"type", "Sequence"},
                               {"pretokenizers",
-                               {{{"type", "Digits"}, {"individual_digits", true}},
-                                {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
-      },
-      "pre_tokenizer.pretokenizers[0].type 'Digits' is not supported");
-  refused(
-      [](json& t) {
-        t["pre_tokenizer"] = {{"type", "Split"},
-                              {"pattern", {{"Regex", "a"}}},
-                              {"behavior", "Isolated"},
-                              {"invert", false}};
-      },
-      "pre_tokenizer has no ByteLevel step");
-  refused(
-      [](json& t) {
-        t["pre_tokenizer"] = {{"type", "Sequence"},
-                              {"pretokenizers",
                                {{{"type", "Split"},
                                  {"pattern", {{"Regex", "a"}}},
-                                 {"behavior", "Removed"},
+                                 {"behavior", "Sideways"},
                                  {"invert", false}},
                                 {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
       },
-      "pre_tokenizer.pretokenizers[0].behavior 'Removed' is not supported");
+      "pre_tokenizer.pretokenizers[0].behavior 'Sideways' is not one of Isolated, Removed");
   refused(
       [](json& t) {
-        t["decoder"] = {{"type", "Metaspace"}};
+        t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Glob", "a"}}}};
       },
-      "decoder.type 'Metaspace' is not supported");
-  refused([](json& t) { t["added_tokens"][0]["lstrip"] = true; },
-          "added_tokens[0].lstrip true is not supported");
+      "pre_tokenizer.pattern must hold \"Regex\" or \"String\"");
+  refused(
+      [](json& t) {
+        t["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}};
+      },
+      "pre_tokenizer.prepend_scheme 'sometimes' is not one of always, first and never");
+  refused(
+      [](json& t) {
+        t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}};
+      },
+      "pre_tokenizer.replacement must be one character");
+  refused(
+      [](json& t) {
+        t["decoder"] = {{"type", "WordPiece"}};
+      },
+      "decoder.type 'WordPiece' is not supported");
+  refused(
+      [](json& t) {
+        t["decoder"] = {{"type", "Sequence"},
+                        {"decoders", {{{"type", "Strip"}, {"content", "  "}, {"start", 1}}}}};
+      },
+      "decoder.decoders[0].content must be one character");
+  refused(
+      [](json& t) {
+        t["post_processor"] = {{"type", "Magic"}};
+      },
+      "post_processor.type 'Magic' is not supported");
+  refused(
+      [](json& t) {
+        t["post_processor"] = {{"type", "TemplateProcessing"},
+                               {"single",
+                                {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                               {"special_tokens", json::object()}};
+      },
+      "post_processor.single[0].SpecialToken.id '<s>' is not in special_tokens");
+  refused(
+      [](json& t) {
+        t["post_processor"] = {
+            {"type", "TemplateProcessing"},
+            {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {258}}, {"tokens", {"<s>"}}}}}}};
+      },
+      "post_processor.single has no $A");
+  refused(
+      [](json& t) {
+        t["post_processor"] = {
+            {"type", "TemplateProcessing"},
+            {"single",
+             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {999}}, {"tokens", {"<s>"}}}}}}};
+      },
+      "post_processor.special_tokens.<s>.ids[0] 999 is not a token id");
+  refused([](json& t) { t["added_tokens"][0]["lstrip"] = "yes"; },
+          "added_tokens[0].lstrip must be true or false");
 }
 
 TEST(TokenizerJsonRefusalTest, MalformedFilesNamed) {
