@@ -71,7 +71,7 @@ Value Evaluator::eval_inner(const Expr& e) {
     case ExprKind::kList: {
       List items;
       for (const auto& a : e.args) items.push_back(eval(*a));
-      return Value::list(std::move(items));
+      return e.name == "tuple" ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     }
     case ExprKind::kDict: {
       Dict d;

@@ -284,7 +284,7 @@ Value f_items(Evaluator&, const Value& v, CallArgs& a) {
   if (v.is_undefined()) return Value::list({});
   if (!v.is_dict()) fail(fmt::format("filter 'items' needs a mapping, not '{}'", v.type_name()));
   List out;
-  for (const auto& [k, e] : v.as_dict().items) out.push_back(Value::list({Value::string(k), e}));
+  for (const auto& [k, e] : v.as_dict().items) out.push_back(Value::tuple({Value::string(k), e}));
   return Value::list(std::move(out));
 }
 

@@ -270,7 +270,7 @@ Value dict_method(const Value& d, const std::string& name, CallArgs& a) {
   List out;
   for (const auto& [k, v] : d.as_dict().items) {
     if (name == "items")
-      out.push_back(Value::list({Value::string(k), v}));
+      out.push_back(Value::tuple({Value::string(k), v}));
     else if (name == "keys")
       out.push_back(Value::string(k));
     else

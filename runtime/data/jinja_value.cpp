@@ -276,10 +276,12 @@ std::string to_repr(const Value& v) {
     case Value::Kind::kFloat: return float_repr(v.as_double());
     case Value::Kind::kString: return string_repr(v.as_string());
     case Value::Kind::kList: {
-      std::string out = "[";
+      const bool tuple = v.is_tuple();
+      std::string out = tuple ? "(" : "[";
       const List& l = v.as_list();
       for (size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + to_repr(l[i]);
-      return out + "]";
+      if (tuple && l.size() == 1) out += ",";
+      return out + (tuple ? ")" : "]");
     }
     case Value::Kind::kDict: {
       std::string out = "{";

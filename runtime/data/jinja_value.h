@@ -71,6 +71,12 @@ class Value {
     v.list_ = std::make_shared<List>(std::move(items));
     return v;
   }
+  // A tuple: a list that Python's repr writes in parentheses.
+  static Value tuple(List items) {
+    Value v = list(std::move(items));
+    v.tuple_ = true;
+    return v;
+  }
   static Value dict(Dict d) {
     Value v(Kind::kDict);
     v.dict_ = std::make_shared<Dict>(std::move(d));
@@ -100,6 +106,7 @@ class Value {
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_dict() const { return kind_ == Kind::kDict; }
+  bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
   bool is_object() const { return kind_ == Kind::kObject; }
   bool is_callable() const { return kind_ == Kind::kCall; }
 
@@ -124,6 +131,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   int64_t int_ = 0;
   double float_ = 0;
+  bool tuple_ = false;
   std::string str_;
   std::shared_ptr<List> list_;
   std::shared_ptr<Dict> dict_;
