@@ -14,6 +14,14 @@ void Evaluator::error(int line, const std::string& message) const {
   throw_input(fmt::format("template {} line {}: {}", name_, line, message));
 }
 
+Evaluator::Nest::Nest(Evaluator& e) : ev(e) {
+  if (++ev.nesting_ > 10 * ev.limits_.max_depth) {
+    --ev.nesting_;
+    fail(fmt::format("the template nests more than {} levels deep while rendering (the limit)",
+                     10 * ev.limits_.max_depth));
+  }
+}
+
 void Evaluator::charge(int64_t n) {
   steps_ += n;
   if (steps_ > limits_.max_steps)
@@ -96,6 +104,7 @@ Evaluator::Flow Evaluator::exec(const Body& body) {
 Evaluator::Flow Evaluator::exec_stmt(const Stmt& s) {
   try {
     charge(1);
+    const Nest nest(*this);
     switch (s.kind) {
       case StmtKind::kText: append(s.text); break;
       case StmtKind::kOutput: append(to_str(eval(*s.expr))); break;

@@ -40,6 +40,13 @@ class Evaluator {
   enum class Flow { kNormal, kBreak, kContinue };
 
   [[noreturn]] void error(int line, const std::string& message) const;
+  // Counts one level of evaluation nesting while alive: blocks inside macros inside blocks
+  // could otherwise nest max_depth * max_depth deep and exhaust the stack.
+  struct Nest {
+    explicit Nest(Evaluator& ev);
+    ~Nest() { --ev.nesting_; }
+    Evaluator& ev;
+  };
   Value lookup(const std::string& name) const;
   void assign(const std::vector<std::string>& targets, const Value& value);
   void append(const std::string& s);
@@ -69,6 +76,7 @@ class Evaluator {
   int64_t steps_ = 0;
   int64_t iterations_ = 0;
   int call_depth_ = 0;
+  int nesting_ = 0;  // statements and expressions being evaluated, one inside the other
   const Value* block_operand_ = nullptr;  // a filter block's rendered body
 };
 

@@ -49,6 +49,7 @@ std::vector<int64_t> slice_indices(int64_t n, const Value& start, const Value& s
 Value Evaluator::eval(const Expr& e) {
   try {
     charge(1);
+    const Nest nest(*this);
     return eval_inner(e);
   } catch (const EvalError& err) {
     error(e.line, err.message);

@@ -242,6 +242,15 @@ TEST(JinjaTest, LimitsBoundLoopsDepthOutputAndWork) {
                      "{% endmacro %}{{ f(19) }}",
                      "{}", small),
             "template t line 1: the template takes more than 100000 steps to render (the limit)");
+  // Blocks nested in macros nested in blocks: bounded by 10 * max_depth levels in all.
+  std::string deep = "{% macro f(n) %}";
+  for (int i = 0; i < 8; ++i) deep += "{% if true %}";
+  deep += "{{ f(n) }}";
+  for (int i = 0; i < 8; ++i) deep += "{% endif %}";
+  deep += "{% endmacro %}{{ f(1) }}";
+  EXPECT_EQ(error_of(deep, "{}", small),
+            "template t line 1: the template nests more than 200 levels deep while rendering (the "
+            "limit)");
   EXPECT_EQ(error_of("{{ 2 ** 64 }}"),
             "template t line 1: integer overflow (values beyond 64 bits are not supported)");
   EXPECT_EQ(error_of("{{ 1 // 0 }}"), "template t line 1: integer division or modulo by zero");
