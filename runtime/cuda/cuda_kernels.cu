@@ -143,7 +143,7 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, co
 // positions[bt] (null: bt % T). One thread per (token, head, i < hd/2) pair. The angle's
 // precision as the CPU's (kernels.h): inverse frequency in double rounded to fp32, angle an fp32
 // product, cos/sin in double rounded to fp32 (the CPU's libm and CUDA's double cos/sin agree
-// after rounding to fp32 but for rare ties; cuda_nn_kernels_test compares within a tolerance).
+// after rounding to fp32 but for rare ties: cuda_nn_kernels_llama_test has a tolerance).
 // sign -1: the inverse rotation.
 __global__ void rope_kernel(float* qkv, const int32_t* positions, int64_t n, int64_t T,
                             int64_t heads, int64_t R, int64_t hd, RopeFrequencies rope,

@@ -3,7 +3,7 @@
 // strided-batched GEMMs around our causal softmax kernels). Every call is enqueued on stream_
 // (the cuBLAS handle is bound to it, cuBLASLt is called with it) and returns before the work is
 // done. Same math as runtime/cpu/cpu_matmul_kernels.cpp and cpu_attention_kernels.cpp;
-// tests/runtime/cuda_nn_kernels_test.cpp checks parity against them.
+// tests/runtime/cuda_nn_kernels*_test.cpp check parity against them.
 //
 // Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
 // whose shape depends only on compile-time constants (kColumnRowGroups, kColumnChunkRows, warp

@@ -1,6 +1,6 @@
 // CudaKernels, the neural-network ops that are our own kernels: embedding, layer norm, RMSNorm,
 // softmax cross-entropy. Every call is enqueued on stream_ and returns before the work is done.
-// Same math as runtime/cpu/cpu_nn_kernels.cpp; tests/runtime/cuda_nn_kernels_test.cpp checks
+// Same math as runtime/cpu/cpu_nn_kernels.cpp; tests/runtime/cuda_nn_kernels*_test.cpp check
 // parity against it.
 //
 // Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
