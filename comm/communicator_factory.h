@@ -33,7 +33,7 @@ bool nccl_built();
 // comm_timeout_s (zt.comm_timeout_s) bounds how long an NCCL collective may take before the
 // communicator is aborted, comm_init_timeout_s (zt.comm_init_timeout_s) how long its
 // initialisation may take; both must be > 0 (kInput). Every back end's collectives are watched
-// against it once launch/ calls Communicator::set_watchdog with it (MPI has no deadline of its
+// against it once zt-train calls Communicator::set_watchdog with it (MPI has no deadline of its
 // own: the watchdog is all there is).
 // Unknown backend: kInput.
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Device& device,

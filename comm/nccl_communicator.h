@@ -19,7 +19,7 @@
 // comm/communicator.h. Its results are the same run to run for a fixed topology, world, NCCL
 // version and buffer size, but they are not bitwise equal to MpiCommunicator's, all_reduce need
 // not equal reduce_scatter + all_gather bit for bit, and ZeRO stages need not match bitwise on
-// NCCL. kMax's treatment of NaN is NCCL's (tests/mpi/device_comm_test.cpp checks it on a GPU).
+// NCCL. kMax's treatment of NaN is NCCL's (tests/mpi/device_comm_gpu_test.cpp checks it).
 //
 // Watchdog: the communicator is non-blocking (ncclConfig_t::blocking = 0) so that no NCCL call
 // can wait for a peer forever; every wait (init, enqueue, completion) polls cudaEventQuery and

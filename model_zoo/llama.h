@@ -7,8 +7,8 @@
 // Units: 0 = root (embed_tokens, norm, lm_head when untied), 1..L = decoder layers. Layers:
 // embedding (root), decoder layers, head (root: final norm, LM head, cross-entropy fused).
 // Forward and backward are explicit kernel calls; no autograd. Owns no tensor memory.
-// Not here: reading a Hugging Face config.json or weights (launch/ will map config.json's keys,
-// which LlamaConfig's fields are named after, onto LlamaConfig).
+// Not here: reading a Hugging Face config.json (model_zoo/hf_config.h maps its keys, which
+// LlamaConfig's fields are named after, onto LlamaConfig) or weights (pretrained/).
 #pragma once
 
 #include <string>

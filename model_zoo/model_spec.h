@@ -1,5 +1,5 @@
 // Which model of the zoo a job trains, and its shape: GPT-2 or a Llama-family decoder. What
-// launch/ passes around from the config (zt.model, a Hugging Face config.json) to the tools that
+// train/ passes around from the config (zt.model, a Hugging Face config.json) to the tools that
 // build, plan, checkpoint and export the model, so that none of them names a model class.
 #pragma once
 

@@ -1,5 +1,5 @@
 // zt-ckpt's jobs: inspect, consolidate (checkpoint -> safetensors) and import (safetensors ->
-// step-0 checkpoint), each streaming one unit at a time (launch/checkpoint_tool.h).
+// step-0 checkpoint), each streaming one unit at a time (tools/checkpoint_tool.h).
 #include "tools/checkpoint_tool.h"
 
 #include <fcntl.h>
@@ -37,7 +37,7 @@ constexpr const char* kWorkingKind = "working";
 constexpr int64_t kConvertElements = int64_t{1} << 20;
 
 // The bytes this tool's buffers hold, and the most they held at once: the figure the peak RSS
-// is compared with (tests/launch/zt_ckpt_test.cpp, ConsolidatePeakStaysNearOneUnit).
+// is compared with (tests/tools/zt_ckpt_test.cpp, ConsolidatePeakStaysNearOneUnit).
 class BufferBudget {
  public:
   void hold(int64_t bytes) {

@@ -1,4 +1,4 @@
-// zt-ckpt's three jobs, as library calls (tests/launch/zt_ckpt_test.cpp drives them in process):
+// zt-ckpt's three jobs, as library calls (tests/tools/zt_ckpt_test.cpp drives them in process):
 //   inspect      a checkpoint's manifest, its shard files and records, every checksum verified;
 //   consolidate  a sharded checkpoint (any world size and stage) to one safetensors file with
 //                the model's (Hugging Face GPT-2) tensor names and exported shapes, fp32 or 16-bit;

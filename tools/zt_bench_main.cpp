@@ -1,6 +1,6 @@
 // zt-bench: benchmarks. `zt-bench train|adam|offload|checkpoint|scale [options]`,
 // `mpirun -np N zt-bench comm|zero [options]`; every subcommand takes --json PATH. This file only
-// parses options; launch/bench_*.cpp measure.
+// parses options; bench/bench_*.cpp measure.
 #include <boost/program_options.hpp>
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// zt-ckpt: sharded checkpoints in and out (launch/checkpoint_tool.h).
+// zt-ckpt: sharded checkpoints in and out (tools/checkpoint_tool.h).
 //   zt-ckpt inspect DIR
 //   zt-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16|fp16] [--model NAME | --config F]
 //   zt-ckpt import IN.safetensors OUTDIR (--model NAME [--optimizer NAME] | --config F [--set ..])

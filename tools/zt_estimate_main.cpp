@@ -1,4 +1,4 @@
-// zt-estimate: the memory a training job needs per rank, before any training (launch/
+// zt-estimate: the memory a training job needs per rank, before any training (train/
 // memory_plan.h): every ZeRO stage with and without offload_optimizer, model states per tier
 // and category as the engine holds them, activations, communication per step, DeepSpeed's
 // estimates beside, and with --device-memory the choices that fit, cheapest first.

@@ -5,7 +5,7 @@
 //                 ShardLayout (padding and shard sizes), ZeroPolicy, Precision and
 //                 optimizer_state_names the engine's ParamGroups and Optimizer use
 //   activations   the kActivations peak of one training micro-batch, replaying the engine's
-//                 pass (zero/engine.cpp, PassState and run_pass) over each layer's declared
+//                 pass (zero/engine_step.cpp, PassState and run_pass) over each layer's declared
 //                 buffers (Layer::activations)
 //   communication elements sent per step, the ZeRO paper's count
 //   DeepSpeed     the published formulas of its two model-state estimators, for comparison

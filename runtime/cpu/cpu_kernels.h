@@ -15,7 +15,8 @@
 //   cpu_kernels.cpp              construction, the instruction-set choice, make_cpu_kernels
 //   cpu_matmul_kernels.cpp       matmul forward and backward (oneDNN), typed weights
 //   cpu_gemm.cpp                 the packed GEMM for 16-bit weights without a native GEMM,
-//                                their gradients included
+//                                their gradients included (its microkernels and packing in
+//                                cpu_gemm_micro.h and cpu_gemm_pack.h)
 //   cpu_nn_kernels.cpp           embedding, layer norm, RMSNorm, GELU, SwiGLU, rotary embedding,
 //                                softmax cross-entropy
 //   cpu_attention_kernels.cpp    causal attention, multi-head and grouped-query
@@ -82,6 +83,9 @@ class CpuKernels final : public Kernels {
   // Whether gemm takes a 16-bit C for reduction length K: its row block's A packed whole for
   // the reduction (a few MiB), so each block of C is summed to the end before it is added in.
   bool gemm_takes_16bit_c(int64_t K) const;
+  // One gemm call's plan, and one thread's share of it (cpu_gemm.cpp).
+  struct GemmPlan;
+  class GemmThread;
   // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 

@@ -1,5 +1,5 @@
 // CudaDevice: streams, host copies and the caching allocator. No kernels (cuda_kernels.cu,
-// cuda_nn_kernels.cu) and no communication (comm/).
+// cuda_nn_kernels.cu, cuda_matmul_attention.cu) and no communication (comm/).
 //
 // The caching allocator. A request is rounded up (to 512 B below 1 MiB, to 2 MiB from there),
 // served by the smallest cached block of at least that size and at most twice it (a bigger

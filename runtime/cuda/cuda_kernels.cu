@@ -1,6 +1,7 @@
 // CudaKernels: construction, element-wise ops, optimizers and reductions. The neural-network
-// ops (matmul, embedding, layer norm, RMSNorm, attention, cross-entropy) are in
-// cuda_nn_kernels.cu.
+// ops are in cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy) and
+// cuda_matmul_attention.cu (matmul, attention); the launch helpers (check_launch, the grid-stride
+// loop) in cuda_kernel_helpers.cuh.
 // Every entry is enqueued on stream_ and returns at once, except sum_squares, which waits for its
 // result. Activations written here (gelu out / dinp, swiglu out / dgate_up, rope's q and k,
 // residual out, accumulate y, fill x) are
@@ -31,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "runtime/cuda/cuda_kernel_helpers.cuh"
 #include "runtime/cuda/cuda_kernels_impl.h"
 
 namespace zt {
@@ -47,13 +49,6 @@ static_assert((kThreads & (kThreads - 1)) == 0, "the tree reductions need a powe
 unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
 }
-
-void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
-
-// Element indices of this thread in a grid-stride loop over [0, n).
-#define ZT_GRID_STRIDE_LOOP(i, n)                                                        \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // ---------------------------------------------------------------------------------------------
 // GELU: the CPU's formulas and operation order exactly (cpu_nn_kernels.cpp's gelu_*_range and
@@ -148,7 +143,7 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, co
 // positions[bt] (null: bt % T). One thread per (token, head, i < hd/2) pair. The angle's
 // precision as the CPU's (kernels.h): inverse frequency in double rounded to fp32, angle an fp32
 // product, cos/sin in double rounded to fp32 (the CPU's libm and CUDA's double cos/sin agree
-// after rounding to fp32 but for rare ties; cuda_nn_kernels_test compares within a tolerance).
+// after rounding to fp32 but for rare ties: cuda_nn_kernels_llama_test has a tolerance).
 // sign -1: the inverse rotation.
 __global__ void rope_kernel(float* qkv, const int32_t* positions, int64_t n, int64_t T,
                             int64_t heads, int64_t R, int64_t hd, RopeFrequencies rope,

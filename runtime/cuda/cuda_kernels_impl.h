@@ -1,4 +1,4 @@
-// CudaKernels::Impl: what the two kernel files of the CUDA back end share (the state every table
+// CudaKernels::Impl: what the kernel files of the CUDA back end share (the state every table
 // of a device shares, the storage types of the 16-bit operands) and their checking macros.
 // Private to runtime/cuda and to nvcc (device code); free of fmt and status.h (see cuda_check.h).
 #pragma once

@@ -45,9 +45,10 @@
 # directory under /tmp when $OUT is set, else DIR/logs), kept, and packed after every check.
 #
 # A GPU machine may have no package access: build here, run scripts/bundle_device.sh, carry
-# build/device-bundle.tar.xz and data/corpus; this script unpacks the bundle, points PATH,
-# LD_LIBRARY_PATH and OPAL_PREFIX at it and finds the CUDA runtime, cuBLAS, cuDNN and NCCL on the
-# machine (the toolkit, or Python's nvidia-* wheels). Without a bundle it uses build/ and the
+# build/device-bundle.tar.xz and data/corpus with the working tree (this script sources its
+# helpers, tests/gpu/device_check_lib.sh, from beside it); this script unpacks the bundle, points
+# PATH, LD_LIBRARY_PATH and OPAL_PREFIX at it and finds the CUDA runtime, cuBLAS, cuDNN and NCCL
+# on the machine (the toolkit, or Python's nvidia-* wheels). Without a bundle it uses build/ and the
 # system. Python (torch, the JSON helpers) runs with the LD_LIBRARY_PATH this script was started
 # with, so the bundle's libraries cannot break torch.
 #
@@ -56,6 +57,10 @@
 #   below-target rows pass), 1 when one did, 2 when the preflight or the arguments failed.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# The self-contained helpers (JSON strings, exit codes, failure lines, our JSON and logs), beside
+# this script.
+source "$root/tests/gpu/device_check_lib.sh" ||
+  { echo "device_check: cannot read $root/tests/gpu/device_check_lib.sh" >&2; exit 2; }
 cd "$root"
 
 all_checks="smoke training torch parity ranks comm ckpt"
@@ -119,13 +124,6 @@ note() {  # name value verdict (ok, FAIL, skipped, below-target)
   [ "$3" = FAIL ] && failed=1
   echo "== $1: $2 [$3]"
   write_summary > /dev/null
-}
-json_str() {
-  local s
-  s=$(printf '%s' "$1" | tr '\t\n\r' '   ' | tr -d '\000-\037')
-  s=${s//\\/\\\\}
-  s=${s//\"/\\\"}
-  printf '"%s"' "$s"
 }
 gpu="none" driver="none" driver_cuda="none"
 # write_summary: summary.json and summary.txt, each written whole under a temporary name and
@@ -197,23 +195,6 @@ tmo() {
   [ "$left" -gt 0 ] || return 124
   timeout -k 10 "$left" "$@"
 }
-# what_failed LOG...: each log's first line from one of our tools ("zt-train: rank 0: ..."), else
-# its last line that is not mpirun's rule
-what_failed() {
-  local f line
-  for f in "$@"; do
-    line=$(grep -m 1 '^zt-[a-z]*: ' "$f" 2> /dev/null)
-    [ -n "$line" ] || line=$(grep -v '^ *$\|^-----' "$f" 2> /dev/null | tail -n 1)
-    printf '%s: %s; ' "$(basename "$f")" "$line"
-  done
-}
-why() {  # exit code -> words
-  case $1 in
-    0) echo "exit 0" ;;
-    124 | 137) echo "timed out (the check's limit, min(own, budget left))" ;;
-    *) echo "exit $1" ;;
-  esac
-}
 
 # ---- environment: bundle, libraries, Open MPI ---------------------------------------------------
 bundle=$build/device-bundle
@@ -282,10 +263,6 @@ export GTEST_COLOR=no  # mpirun gives ranks a terminal: plain lines for the coun
 # ---- preflight -----------------------------------------------------------------------------------
 problems=()
 [ -z "$unpack_error" ] || problems+=("$unpack_error")
-version_ge() {  # A >= B, as major.minor
-  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, "."); split(b, y, ".");
-    exit !((x[1] + 0 > y[1] + 0) || (x[1] + 0 == y[1] + 0 && x[2] + 0 >= y[2] + 0)) }'
-}
 if [ $dry -eq 0 ]; then
   if ! command -v nvidia-smi > /dev/null; then
     problems+=("no GPU: nvidia-smi is not on PATH (no NVIDIA driver here)")
@@ -356,52 +333,6 @@ if [ "${#problems[@]}" -gt 0 ]; then
 fi
 check_t0=$SECONDS
 note preflight "$(if [ $dry -eq 1 ]; then echo "dry run: binaries from $bin"; else echo "$gpu, driver $driver (CUDA $driver_cuda); libraries resolved (ldd.txt)"; fi)$([ -n "$mpi_problem" ] && echo "; $mpi_problem")" ok > /dev/null
-
-# ---- helpers over our JSON and logs (python without the bundle) ----------------------------------
-# bench_field FILE KEY: rows[0][KEY] of a zt-bench train --json file; peak_activation_bytes
-# falls back to the CPU layout's peak_bytes.activations.
-bench_field() {
-  py - "$1" "$2" << 'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))["rows"][0]
-k = sys.argv[2]
-if k == "peak_activation_bytes" and k not in r:
-    print(r["peak_bytes"]["activations"])
-elif k == "mfu" and k not in r:
-    print(r["fraction_of_peak"])   # CPU: the measured fp32 FMA peak stands in for the GPU's
-else:
-    print(r[k])
-PY
-}
-# bench_losses FILE: the losses, one a line
-bench_losses() { py -c 'import json,sys; [print(repr(x)) for x in json.load(open(sys.argv[1]))["rows"][0]["losses"]]' "$1"; }
-# metrics_losses DIR: the training losses of a zt-train run, one a line
-metrics_losses() { grep -o '"loss":[-0-9.eE+naif]*' "$1/metrics.jsonl" 2> /dev/null | cut -d: -f2; }
-# falling: stdin's numbers are all finite and the last is below the first -> "ok", else a reason
-falling() {
-  py -c '
-import math, sys
-v = [float(x) for x in sys.stdin.read().split()]
-if len(v) < 2: print("fewer than 2 losses")
-elif not all(math.isfinite(x) for x in v): print("a loss is not finite")
-elif not v[-1] < v[0]: print("loss did not fall: %.4f -> %.4f" % (v[0], v[-1]))
-else: print("ok")'
-}
-# max_rel_diff FILE_A FILE_B [N]: the largest |a - b| / |b| over the first N lines (all when N is
-# absent); "nan" when the files differ in length or are empty
-max_rel_diff() {
-  paste <(head -n "${3:-1000000}" "$1") <(head -n "${3:-1000000}" "$2") |
-    awk 'NF != 2 {bad = 1} {d = ($1 - $2) / $2; if (d < 0) d = -d; if (d > m) m = d}
-         END {if (bad || NR == 0) print "nan"; else printf "%.2e", m}'
-}
-# gtest_counts LOG: "passed failed skipped" from GoogleTest's closing summary
-gtest_counts() {
-  local p f s
-  p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) tests\{0,1\}\..*/\1/p' "$1" | tail -n 1)
-  f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$1" | tail -n 1)
-  s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$1" | tail -n 1)
-  echo "${p:-0} ${f:-0} ${s:-0}"
-}
 
 if [ $dry -eq 1 ]; then
   device=cpu model=gpt2-tiny steps=3 warmup=1 train_steps=6 mfu_target=${ZT_MFU_TARGET:-0}

@@ -2,7 +2,7 @@
 // category and alignment, copies at odd sizes and offsets, zeroing, the caching allocator's reuse
 // of freed blocks (stream order and best fit), an impossible allocation and the memory limit
 // (zt.device_memory_limit). Every test but the factory's skips when no GPU is visible. Not here:
-// the kernels (cuda_kernels_test.cpp, cuda_nn_kernels_test.cpp).
+// the kernels (cuda_kernels_test.cpp, cuda_nn_kernels*_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // arithmetic excepted) and within a tight tolerance elsewhere, 16-bit optimizer gradients and
 // sum_squares inputs included. Every test skips when no GPU is visible. Not here: the matmul /
 // embedding / layer-norm / attention / cross-entropy entries
-// (cuda_nn_kernels_test.cpp) and Device memory (cuda_device_test.cpp).
+// (cuda_nn_kernels*_test.cpp) and Device memory (cuda_device_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,0 +1,105 @@
+// Device helpers the CUDA kernel files share (cuda_kernels.cu, cuda_nn_kernels.cu,
+// cuda_matmul_attention.cu): the launch check, block counts and the grid-stride loop, warp
+// reductions, and the two-stage column reduction behind the bias, layer-norm and RMSNorm
+// parameter gradients (stage 2's column_finish is defined in cuda_nn_kernels.cu). Private to
+// runtime/cuda and to nvcc (device code).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/cuda/cuda_kernels_impl.h"
+
+namespace zt {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;  // warps (one row each) per block of the row kernels
+constexpr int kElementThreads = 256;
+
+inline unsigned blocks_for(int64_t n, int64_t per_block) {
+  return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+inline void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
+
+// Element indices of this thread in a grid-stride loop over [0, n).
+#define ZT_GRID_STRIDE_LOOP(i, n)                                                        \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// Sum over the 32 lanes of a warp in a fixed butterfly: every lane gets the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Column reductions (bias, layer-norm and RMSNorm parameter gradients): dst (N) += Σ over the M
+// rows of per-element terms, in two stages, so the GPU fills with blocks whatever N is:
+//   stage 1: block (x, y) owns kColumnsPerBlock columns of the row chunk y = [y·256, y·256 +
+//            256); its kColumnRowGroups row groups sum rows g, g+8, ... of the chunk in order,
+//            then the group sums are added in group order, into partials[value][y][column]
+//            (a tracked scratch);
+//   stage 2: one thread per column adds the chunks' partials in chunk order, then adds that to
+//            the stored value with one rounding (S's: widened, fp32 sum, narrowed once).
+// Every order depends on the constants and M only, never on the GPU or launch timing; no float
+// atomics. Not the CPU's order (it sums rows in order): the tests compare within a tolerance.
+
+constexpr int kColumnsPerBlock = 32;  // columns per block ...
+constexpr int kColumnRowGroups = 8;   // ... and row groups (rows r ≡ g mod 8) per column
+constexpr int64_t kColumnChunkRows = 256;
+
+inline int64_t column_chunks(int64_t M) { return (M + kColumnChunkRows - 1) / kColumnChunkRows; }
+
+// Stage 1. partials: (Terms::kValues, chunks, N) fp32.
+template <class Terms>
+__global__ void column_partials_kernel(float* partials, Terms terms, int64_t M, int64_t N) {
+  constexpr int V = Terms::kValues;
+  __shared__ float shared[V][kColumnRowGroups][kColumnsPerBlock];
+  const int64_t col = int64_t(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
+  const int64_t chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t r0 = chunk * kColumnChunkRows;
+  const int64_t r1 = r0 + kColumnChunkRows < M ? r0 + kColumnChunkRows : M;
+  const int g = threadIdx.y;
+  float acc[V];
+  for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+  if (col < N)
+    for (int64_t r = r0 + g; r < r1; r += kColumnRowGroups) {
+      float v[V];
+      terms(r, col, v);
+      for (int j = 0; j < V; ++j) acc[j] += v[j];
+    }
+  for (int j = 0; j < V; ++j) shared[j][g][threadIdx.x] = acc[j];
+  __syncthreads();
+  if (g == 0 && col < N)
+    for (int j = 0; j < V; ++j) {
+      float sum = 0.0f;
+      for (int i = 0; i < kColumnRowGroups; ++i) sum += shared[j][i][threadIdx.x];
+      partials[(j * chunks + chunk) * N + col] = sum;
+    }
+}
+
+// Stage 1 on `stream` into partials (Terms::kValues · column_chunks(M) · N floats).
+template <class Terms>
+void column_partials(float* partials, const Terms& terms, int64_t M, int64_t N,
+                     cudaStream_t stream) {
+  const int64_t chunks = column_chunks(M);
+  ZT_CUDA_ASSERT(chunks <= 65535, "column reduction: too many rows for the grid's y extent");
+  column_partials_kernel<Terms>
+      <<<dim3(blocks_for(N, kColumnsPerBlock), unsigned(chunks)),
+         dim3(kColumnsPerBlock, kColumnRowGroups), 0, stream>>>(partials, terms, M, N);
+  check_launch();
+}
+
+// Stage 2 into dst (skipped when null) from one value's partials (column_chunks(M) · N floats).
+// Defined in cuda_nn_kernels.cu.
+void column_finish(Operand dst, const float* partials, int64_t M, int64_t N, cudaStream_t stream);
+
+}  // namespace zt
