@@ -6,7 +6,9 @@
 // render, with the template's special tokens as their ids and its BOS not doubled. Templates
 // whose prefix renders are not prefixes of the whole (Qwen3 multi-turn, Mistral with a system
 // message, a template of ours) are refused naming path:line and the bytes that differ. The
-// tokenizer is a byte-level BPE built here with the templates' special tokens as added tokens.
+// tokenizer is a byte-level BPE built here with the templates' special tokens as added tokens;
+// with data/hf-tokenizers (scripts/fetch_tokenizers.sh) the same holds for the real Llama 2,
+// Llama 3 and Qwen3 tokenizers, whose whole-text tokenisation every loss boundary falls on.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -291,6 +293,65 @@ TEST(ChatTemplateMaskTest, RefusesPrefixesThatDoNotMatchNamingTheExample) {
                    R"({"messages": [{"role": "assistant", "content": "a"}], "tools": 3})",
                    "x.jsonl:5", &llama2),
                Error);
+}
+
+// The real tokenizers of scripts/fetch_tokenizers.sh (data/hf-tokenizers), when fetched: Llama 3
+// and Qwen3 with the templates of their tokenizer_config.json, Qwen3's with ChatML, Llama 2's
+// (Metaspace, legacy: a space after each special token) with the Llama 2, Mistral, Zephyr and
+// Phi-3 templates. Every loss boundary is a token boundary of the whole text's tokenisation, so
+// the ids are apply_chat_template(tokenize=True)'s, and the loss decodes to the replies.
+TEST(ChatTemplateMaskTest, WithRealTokenizers) {
+  const std::string hf = std::string(ZT_SOURCE_DIR) + "/data/hf-tokenizers";
+  for (const char* name : {"llama2", "llama3", "qwen3"})
+    if (!std::ifstream(hf + "/" + name + "/tokenizer.json"))
+      GTEST_SKIP() << "no data/hf-tokenizers (scripts/fetch_tokenizers.sh)";
+  struct Case {
+    std::string tokenizer;
+    std::string chat_template;  // "": the directory's own
+    std::function<std::string(const std::string& reply)> turn;
+    std::vector<std::string> refused;
+  };
+  const std::string think = "<think>\n\n</think>\n\n";
+  const std::vector<Case> cases = {
+      {"llama3", "", [](const std::string& r) { return r + "<|eot_id|>"; }, {}},
+      {"qwen3",
+       "",
+       [&](const std::string& r) { return think + r + "<|im_end|>\n"; },
+       {"multi", "multi_system"}},
+      {"qwen3", "chatml", [](const std::string& r) { return r + "<|im_end|>\n"; }, {}},
+      {"llama2", "llama2", [](const std::string& r) { return " " + r + " </s>"; }, {}},
+      {"llama2",
+       "mistral",
+       [](const std::string& r) { return " " + r + "</s>"; },
+       {"single_system", "multi_system"}},
+      {"llama2", "zephyr", [](const std::string& r) { return r + "</s> \n"; }, {}},
+      {"llama2", "phi3", [](const std::string& r) { return r + "<|end|>\n"; }, {}}};
+  int checked = 0, refused = 0;
+  for (const Case& c : cases) {
+    BpeTokenizer tokenizer = load_tokenizer_json(hf + "/" + c.tokenizer);
+    const ChatTemplate t = c.chat_template.empty() ? ChatTemplate::load(hf + "/" + c.tokenizer)
+                                                   : fixture(c.chat_template);
+    for (const Conversation& conversation : conversations()) {
+      SCOPED_TRACE(c.tokenizer + "/" + c.chat_template + " x " + conversation.name);
+      if (std::find(c.refused.begin(), c.refused.end(), conversation.name) != c.refused.end()) {
+        EXPECT_THROW(parse_instruction_example(conversation.line, "r:1", &t), Error);
+        ++refused;
+        continue;
+      }
+      const InstructionExample e = parse_instruction_example(conversation.line, "r:1", &t);
+      const TokenizedExample tokens = tokenize_example(tokenizer, e, 0, std::nullopt);
+      std::string whole, expected;
+      for (const TextSegment& segment : e.segments) whole += segment.text;
+      for (const std::string& reply : conversation.replies) expected += c.turn(reply);
+      if (expected.starts_with(' ')) expected.erase(0, 1);  // the decoder strips it
+      EXPECT_FALSE(tokens.by_segments);
+      EXPECT_EQ(tokens.ids, tokenizer.encode(whole, SpecialTokens::kMatch));
+      EXPECT_EQ(tokenizer.decode(loss_ids(tokens)), expected);
+      ++checked;
+    }
+  }
+  std::printf("real tokenizers: %d masks exact, %d refused\n", checked, refused);
+  EXPECT_EQ(checked + refused, 7 * 4);
 }
 
 }  // namespace
