@@ -11,7 +11,9 @@
 //     per line, prompt/completion or chat messages, each ending with the separator, optionally
 //     after a --bos token, packed into blocks of --seq-len tokens (one example per block with
 //     --pad) in a version 3 token file whose flags mark the completion tokens the loss counts
-//     on (runtime/data/instruction_data.h, docs/data_format.md).
+//     on (runtime/data/instruction_data.h, docs/data_format.md). Chat messages are rendered
+//     with the tokenizer directory's chat template when it has one (--template: auto, builtin
+//     for the "### Role" template, or a .jinja file), the loss on the assistant turns.
 // With --val-out and --val-fraction, the last documents or examples (in command-line order,
 // never split) go to the validation file. Parses the command line and maps errors to exit
 // codes; the tokenizer, the template, the packing and the file format live in runtime/.
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <iostream>
 #include <iterator>
@@ -34,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/data/chat_template.h"
 #include "runtime/data/instruction_data.h"
 #include "runtime/data/token_data.h"
 #include "runtime/data/tokenizer.h"
@@ -52,11 +56,12 @@ struct PrepOptions {
   bool separator_given = false;  // --separator on the command line
   bool print_ids = false;        // --print-ids: JSON lines to stdout, no token file
   std::string out;
-  std::string val_out;        // empty: everything goes to `out`
-  double val_fraction = 0.0;  // share of documents (or examples) for `val_out`
-  int64_t seq_len = 0;        // .jsonl: the block length examples are packed into
-  std::string bos;            // .jsonl: a token put first in every example; empty: none
-  bool pad = false;           // .jsonl: one example per block
+  std::string val_out;                 // empty: everything goes to `out`
+  double val_fraction = 0.0;           // share of documents (or examples) for `val_out`
+  int64_t seq_len = 0;                 // .jsonl: the block length examples are packed into
+  std::string bos;                     // .jsonl: a token put first in every example; empty: none
+  bool pad = false;                    // .jsonl: one example per block
+  std::string chat_template = "auto";  // .jsonl: auto, builtin, or a .jinja file
   std::vector<std::string> inputs;
 };
 
@@ -137,15 +142,59 @@ void print_ids(const PrepOptions& options) {
   }
 }
 
+// The chat template {"messages"} lines are rendered with (none: the "### Role" template), and
+// how the summary line names it.
+struct ChatTemplateChoice {
+  std::optional<zt::ChatTemplate> chat_template;
+  std::string description;
+};
+
+ChatTemplateChoice choose_chat_template(const PrepOptions& options) {
+  namespace fs = std::filesystem;
+  std::string dir = options.tokenizer_path.empty() ? options.vocab_dir : options.tokenizer_path;
+  if (!fs::is_directory(dir)) dir = fs::path(dir).parent_path().string();
+  if (dir.empty()) dir = ".";
+  ChatTemplateChoice choice;
+  if (options.chat_template == "builtin") {
+    choice.description = "### Role (--template builtin)";
+  } else if (options.chat_template != "auto") {
+    choice.chat_template = zt::ChatTemplate::load_file(options.chat_template, dir);
+  } else if (zt::ChatTemplate::found_in(dir)) {
+    choice.chat_template = zt::ChatTemplate::load(dir);
+  } else {
+    choice.description = fmt::format("### Role (no chat_template in {})", dir);
+  }
+  if (choice.chat_template) choice.description = choice.chat_template->name();
+  return choice;
+}
+
+// The end (and pad) token's text: --separator, else a chat template's eos_token when the
+// tokenizer has it, else <|endoftext|>.
+std::string end_token(const PrepOptions& options, const zt::BpeTokenizer& tokenizer,
+                      const ChatTemplateChoice& choice) {
+  if (options.separator_given || !choice.chat_template) return options.separator;
+  const auto& tokens = choice.chat_template->special_tokens();
+  if (tokens.contains("eos_token") && tokens["eos_token"].is_string()) {
+    const std::string eos = tokens["eos_token"].get<std::string>();
+    if (tokenizer.token_id(eos)) return eos;
+  }
+  return options.separator;
+}
+
 // Tokenises and packs `examples` into one file and prints its summary line.
 void write_instruction_split(zt::BpeTokenizer& tokenizer, const PrepOptions& options,
                              int32_t end_id, std::optional<int32_t> bos_id,
                              std::span<const zt::InstructionExample> examples,
-                             const std::string& out) {
+                             const std::string& out, const std::string& template_description) {
   std::vector<zt::TokenizedExample> tokenized;
   tokenized.reserve(examples.size());
+  bool any_messages = false;
+  int64_t by_segments = 0;
+  std::string first_by_segments;
   for (const zt::InstructionExample& example : examples) {
     tokenized.push_back(zt::tokenize_example(tokenizer, example, end_id, bos_id));
+    any_messages = any_messages || example.messages;
+    if (tokenized.back().by_segments && by_segments++ == 0) first_by_segments = example.where;
   }
   const zt::PackedExamples packed =
       zt::pack_examples(tokenized, options.seq_len, end_id,
@@ -157,6 +206,13 @@ void write_instruction_split(zt::BpeTokenizer& tokenizer, const PrepOptions& opt
     without_completion = fmt::format(", {} examples without completion tokens (the first at {})",
                                      packed.without_completion, packed.first_without_completion);
   }
+  if (by_segments > 0) {
+    without_completion += fmt::format(
+        ", {} chat examples tokenised run by run, a token crossing a loss boundary (the "
+        "first at {})",
+        by_segments, first_by_segments);
+  }
+  if (any_messages) without_completion += "; messages rendered by " + template_description;
   fmt::print(
       "{}: {} examples, {} blocks of {} tokens, {} completion tokens ({:.1f}%), {} "
       "padding tokens, {} truncated examples{}\n",
@@ -166,23 +222,27 @@ void write_instruction_split(zt::BpeTokenizer& tokenizer, const PrepOptions& opt
 }
 
 void prep_instruction_data(const PrepOptions& options) {
+  const ChatTemplateChoice choice = choose_chat_template(options);
+  const zt::ChatTemplate* chat_template = choice.chat_template ? &*choice.chat_template : nullptr;
   std::vector<zt::InstructionExample> examples;
   for (const std::string& input : options.inputs) {
-    std::vector<zt::InstructionExample> file_examples = zt::read_instruction_file(input);
+    std::vector<zt::InstructionExample> file_examples =
+        zt::read_instruction_file(input, chat_template);
     std::move(file_examples.begin(), file_examples.end(), std::back_inserter(examples));
   }
   const size_t val_examples = validation_count(options, examples.size(), "examples");
   zt::BpeTokenizer tokenizer = load_tokenizer(options);
-  const int32_t end_id = token_for(tokenizer, options.separator, "--separator", "end examples");
+  const int32_t end_id =
+      token_for(tokenizer, end_token(options, tokenizer, choice), "--separator", "end examples");
   std::optional<int32_t> bos_id;
   if (!options.bos.empty()) bos_id = token_for(tokenizer, options.bos, "--bos", "begin examples");
   const std::span<const zt::InstructionExample> all(examples);
   const size_t train_examples = examples.size() - val_examples;
   write_instruction_split(tokenizer, options, end_id, bos_id, all.first(train_examples),
-                          options.out);
+                          options.out, choice.description);
   if (val_examples > 0) {
     write_instruction_split(tokenizer, options, end_id, bos_id, all.subspan(train_examples),
-                            options.val_out);
+                            options.val_out, choice.description);
   }
 }
 
@@ -194,16 +254,17 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
       "               [--val-out FILE --val-fraction F] INPUT...\n"
       "       zt-prep (--vocab DIR | --tokenizer PATH) --print-ids INPUT...\n"
       "       zt-prep (--vocab DIR | --tokenizer PATH) --out FILE --seq-len N [--pad]\n"
-      "               [--separator TOKEN] [--bos TOKEN] [--val-out FILE --val-fraction F]\n"
-      "               DATA.jsonl...\n"
+      "               [--separator TOKEN] [--bos TOKEN] [--template auto|builtin|FILE]\n"
+      "               [--val-out FILE --val-fraction F] DATA.jsonl...\n"
       "Tokenises each INPUT text file as one document (with the tokenizer's own BOS/EOS, after\n"
       "the separator token unless the tokenizer adds some) into an llm.c token file. Inputs ending "
       "in .jsonl are instruction data instead: one example\n"
       "per line, {\"prompt\": P, \"completion\": C} or "
       "{\"messages\": [{\"role\": R, \"content\": X},\n"
-      "...]} with R system, user or assistant; each ends with the separator token and is packed\n"
-      "into blocks of N tokens, the loss on C or on the assistant's X only (template and file\n"
-      "format: docs/data_format.md). Options");
+      "...]}, rendered by the tokenizer's chat template when it has one (else a \"### Role\"\n"
+      "template, R system, user or assistant); each is packed into blocks of N tokens, the loss\n"
+      "on C, or on the assistant turns only (templates and file format: docs/data_format.md).\n"
+      "Options");
   visible.add_options()("help,h", "print this help")(
       "vocab", po::value(&options.vocab_dir),
       "directory holding GPT-2's encoder.json and vocab.bpe")(
@@ -211,12 +272,13 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
       "a Hugging Face tokenizer.json (byte-level BPE), or a directory holding one")(
       "separator", po::value(&options.separator),
       "the token put before each document (by default only when the tokenizer adds no "
-      "BOS/EOS of its own), or after each .jsonl example and as its padding (default "
-      "<|endoftext|>), e.g. <|end_of_text|>")("print-ids", po::bool_switch(&options.print_ids),
-                                              "print each INPUT's ids (as Hugging Face's "
-                                              "encode gives them) and their decoding as JSON "
-                                              "lines; write no file")(
-      "out", po::value(&options.out), "token file to write (training split)")(
+      "BOS/EOS of its own), or after each .jsonl example not rendered by a chat template and as "
+      "the padding (default <|endoftext|>; with a chat template, its eos_token), e.g. "
+      "<|end_of_text|>")("print-ids", po::bool_switch(&options.print_ids),
+                         "print each INPUT's ids (as Hugging Face's "
+                         "encode gives them) and their decoding as JSON "
+                         "lines; write no file")("out", po::value(&options.out),
+                                                 "token file to write (training split)")(
       "val-out", po::value(&options.val_out), "token file for the validation split")(
       "val-fraction", po::value(&options.val_fraction),
       "share of the documents or examples (the last ones, in order) that go to --val-out; "
@@ -225,7 +287,12 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
       ".jsonl: the block length N examples are packed into (train with seq_len a multiple of "
       "N); longer examples are cut to N")(
       "bos", po::value(&options.bos),
-      ".jsonl: a token put first in every example (not trained on), e.g. <|begin_of_text|>")(
+      ".jsonl: a token put first in every example (not trained on; not again after the one a "
+      "chat template writes), e.g. <|begin_of_text|>")(
+      "template", po::value(&options.chat_template),
+      ".jsonl: how {\"messages\"} lines are rendered: auto (default: the chat template of the "
+      "tokenizer's directory, chat_template.jinja or tokenizer_config.json's chat_template, "
+      "else ### Role headers), builtin (### Role headers), or a .jinja file")(
       "pad", po::bool_switch(&options.pad),
       ".jsonl: one example per block, the rest padding (for attention without document "
       "masks)");
@@ -272,8 +339,10 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
     if (options.seq_len < 1 || options.seq_len > INT32_MAX) {
       zt::throw_input(fmt::format("--seq-len must be 1..{}; got {}", INT32_MAX, options.seq_len));
     }
-  } else if (vm.count("seq-len") || vm.count("bos") || options.pad) {
-    zt::throw_input("--seq-len, --bos and --pad apply to instruction data (.jsonl inputs) only");
+  } else if (vm.count("seq-len") || vm.count("bos") || options.pad || vm.count("template")) {
+    zt::throw_input(
+        "--seq-len, --bos, --pad and --template apply to instruction data (.jsonl inputs) "
+        "only");
   }
   if (vm.count("vocab") + vm.count("tokenizer") != 1) {
     zt::throw_input("give exactly one of --vocab and --tokenizer (see zt-prep --help)");

@@ -93,6 +93,30 @@ ChatTemplate ChatTemplate::load(const std::string& dir, const jinja::Limits& lim
                       limits);
 }
 
+bool ChatTemplate::found_in(const std::string& dir) {
+  const fs::path base(dir);
+  if (fs::exists(base / "chat_template.jinja")) return true;
+  const fs::path config_file = base / "tokenizer_config.json";
+  if (!fs::exists(config_file)) return false;
+  const OrderedJson config =
+      OrderedJson::parse(read_file(config_file.string(), "the tokenizer config"), nullptr, false);
+  if (config.is_discarded() || !config.is_object()) return true;  // load() names the problem
+  return config.contains("chat_template") && !config["chat_template"].is_null();
+}
+
+ChatTemplate ChatTemplate::load_file(const std::string& path, const std::string& dir,
+                                     const jinja::Limits& limits) {
+  const std::string config_file = (fs::path(dir) / "tokenizer_config.json").string();
+  OrderedJson config = OrderedJson::object();
+  if (fs::exists(config_file)) {
+    config = OrderedJson::parse(read_file(config_file, "the tokenizer config"), nullptr, false);
+    if (config.is_discarded() || !config.is_object())
+      throw_input(fmt::format("{} is not a JSON object", config_file));
+  }
+  return ChatTemplate(read_file(path, "the chat template"),
+                      read_special_tokens(config, config_file), path, limits);
+}
+
 ChatTemplate::ChatTemplate(const std::string& source, OrderedJson special_tokens, std::string name,
                            const jinja::Limits& limits)
     : template_(source, std::move(name), limits), special_tokens_(std::move(special_tokens)) {

@@ -32,6 +32,14 @@ class ChatTemplate {
  public:
   // Reads the template and special tokens of the model (or tokenizer) directory `dir`.
   static ChatTemplate load(const std::string& dir, const jinja::Limits& limits = {});
+  // Whether `dir` has a template for load() to find: chat_template.jinja, or a
+  // tokenizer_config.json with a non-null chat_template (or one that does not parse, which
+  // load() then reports).
+  static bool found_in(const std::string& dir);
+  // The template of the .jinja file `path`, with the special tokens of `dir`'s
+  // tokenizer_config.json (none when it has none).
+  static ChatTemplate load_file(const std::string& path, const std::string& dir,
+                                const jinja::Limits& limits = {});
 
   // A template given as source; `special_tokens` is an object such as {"bos_token": "<s>"}.
   ChatTemplate(const std::string& source, nlohmann::ordered_json special_tokens,

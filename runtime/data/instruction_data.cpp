@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "runtime/data/chat_segments.h"
+#include "runtime/data/chat_template.h"
 #include "runtime/data/token_data.h"
 #include "runtime/file_io.h"
 #include "runtime/status.h"
@@ -13,7 +15,8 @@ namespace zt {
 
 namespace {
 
-using nlohmann::json;
+// Ordered, so that a chat template sees each message's keys in the line's order (tojson).
+using json = nlohmann::ordered_json;
 
 // The template's header line for a role (instruction_data.h shows the whole rendering).
 std::optional<std::string_view> role_header(std::string_view role) {
@@ -102,9 +105,48 @@ void render_messages(const json& messages, const std::string& where,
   }
 }
 
+// The messages of a line for a chat template: an array of objects with a "role" string, the
+// last from the assistant; the rest is the template's to judge.
+void check_chat_messages(const json& messages, const std::string& where) {
+  if (!messages.is_array()) {
+    throw_input(fmt::format("{}: \"messages\" must be an array; got {}", where, kind_of(messages)));
+  }
+  if (messages.empty()) {
+    throw_input(fmt::format(
+        "{}: no assistant message; the loss counts on the assistant's turns only", where));
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string key_path = fmt::format("messages[{}]", i);
+    if (!messages[i].is_object()) {
+      throw_input(fmt::format("{}: {} must be an object with a \"role\"; got {}", where, key_path,
+                              kind_of(messages[i])));
+    }
+    string_member(messages[i], "role", where, key_path + ".role");
+  }
+  const std::string& last_role = messages.back()["role"].get_ref<const std::string&>();
+  if (last_role != "assistant") {
+    throw_input(
+        fmt::format("{}: the last message is from the {}; a conversation must end "
+                    "with the assistant's",
+                    where, last_role));
+  }
+}
+
+// root["key"], which must be null (or absent) or of the kind `is_kind` accepts.
+json optional_member(const json& root, std::string_view key, bool (json::*is_kind)() const,
+                     std::string_view kind, const std::string& where) {
+  auto it = root.find(key);
+  if (it == root.end() || it->is_null()) return nullptr;
+  if (!((*it).*is_kind)()) {
+    throw_input(fmt::format("{}: \"{}\" must be {}; got {}", where, key, kind, kind_of(*it)));
+  }
+  return *it;
+}
+
 }  // namespace
 
-InstructionExample parse_instruction_example(std::string_view line, const std::string& where) {
+InstructionExample parse_instruction_example(std::string_view line, const std::string& where,
+                                             const ChatTemplate* chat_template) {
   json root;
   try {
     root = json::parse(line);
@@ -135,17 +177,26 @@ InstructionExample parse_instruction_example(std::string_view line, const std::s
         fmt::format("{}: has neither \"prompt\" and \"completion\" nor \"messages\"", where));
   }
   InstructionExample example{where, {}};
+  example.messages = chat;
   if (pair) {
     append(example.segments, string_member(root, "prompt", where, "\"prompt\""), Loss::kNo);
     append(example.segments, string_member(root, "completion", where, "\"completion\""),
            Loss::kYes);
+  } else if (chat_template != nullptr) {
+    check_chat_messages(root["messages"], where);
+    example.segments = render_chat_segments(
+        *chat_template, root["messages"],
+        optional_member(root, "tools", &json::is_array, "an array", where),
+        optional_member(root, "chat_template_kwargs", &json::is_object, "an object", where), where);
+    example.templated = true;
   } else {
     render_messages(root["messages"], where, example.segments);
   }
   return example;
 }
 
-std::vector<InstructionExample> read_instruction_file(const std::string& path) {
+std::vector<InstructionExample> read_instruction_file(const std::string& path,
+                                                      const ChatTemplate* chat_template) {
   const std::string text = read_file(path, "instruction data");
   std::vector<InstructionExample> examples;
   size_t line_number = 0;
@@ -156,7 +207,8 @@ std::vector<InstructionExample> read_instruction_file(const std::string& path) {
     ++line_number;
     begin = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    examples.push_back(parse_instruction_example(line, fmt::format("{}:{}", path, line_number)));
+    examples.push_back(
+        parse_instruction_example(line, fmt::format("{}:{}", path, line_number), chat_template));
   }
   if (examples.empty()) {
     throw_input(
@@ -167,17 +219,64 @@ std::vector<InstructionExample> read_instruction_file(const std::string& path) {
   return examples;
 }
 
+namespace {
+
+// A chat template's text tokenised whole, special tokens matched, with each segment's flags,
+// when every segment boundary is a token boundary of that tokenisation; else false.
+bool encode_whole(BpeTokenizer& tokenizer, const std::vector<TextSegment>& segments,
+                  std::vector<int32_t>& ids, std::vector<uint8_t>& flags) {
+  std::string text;
+  for (const TextSegment& segment : segments) text += segment.text;
+  const std::vector<int32_t> whole = tokenizer.encode(text, SpecialTokens::kMatch);
+  std::vector<uint8_t> whole_flags;
+  size_t bytes = 0, tokens = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    bytes += segments[i].text.size();
+    size_t end = whole.size();
+    if (i + 1 < segments.size()) {
+      const std::vector<int32_t> before =
+          tokenizer.encode(std::string_view(text).substr(0, bytes), SpecialTokens::kMatch);
+      if (before.size() < tokens || before.size() > whole.size() ||
+          !std::equal(before.begin(), before.end(), whole.begin())) {
+        return false;
+      }
+      end = before.size();
+    }
+    whole_flags.resize(end, segments[i].loss == Loss::kYes ? kTokenLoss : 0);
+    tokens = end;
+  }
+  ids.insert(ids.end(), whole.begin(), whole.end());
+  flags.insert(flags.end(), whole_flags.begin(), whole_flags.end());
+  return true;
+}
+
+}  // namespace
+
 TokenizedExample tokenize_example(BpeTokenizer& tokenizer, const InstructionExample& example,
                                   int32_t end_id, std::optional<int32_t> bos_id) {
   TokenizedExample out{example.where, {}, {}};
   if (bos_id) out.ids.push_back(*bos_id);
   out.flags.resize(out.ids.size(), 0);
-  for (const TextSegment& segment : example.segments) {
-    tokenizer.encode_append(segment.text, out.ids);
-    out.flags.resize(out.ids.size(), segment.loss == Loss::kYes ? kTokenLoss : 0);
+  const size_t first = out.ids.size();
+  if (!example.templated || !encode_whole(tokenizer, example.segments, out.ids, out.flags)) {
+    out.by_segments = example.templated;
+    for (const TextSegment& segment : example.segments) {
+      tokenizer.encode_append(segment.text, out.ids,
+                              example.templated ? SpecialTokens::kMatch : SpecialTokens::kAsText);
+      out.flags.resize(out.ids.size(), segment.loss == Loss::kYes ? kTokenLoss : 0);
+    }
   }
-  out.ids.push_back(end_id);
-  out.flags.push_back(kTokenLoss);
+  if (example.templated) {
+    // The template wrote its BOS: not a second one.
+    if (bos_id && out.ids.size() > first && out.ids[first] == *bos_id) {
+      out.ids.erase(out.ids.begin());
+      out.flags.erase(out.flags.begin());
+    }
+  } else {
+    out.ids.push_back(end_id);
+    out.flags.push_back(kTokenLoss);
+  }
+  if (out.ids.empty()) return out;
   out.flags[0] = kTokenDocStart;  // never kTokenLoss: see instruction_data.h
   return out;
 }

@@ -102,7 +102,7 @@ echo '{"prompt": "val", "completion": "!"}' > "$tmp/b.jsonl"
 if prep "jsonl greedy" --tokenizer "$tmp/bytes" --seq-len 32 --out "$tmp/i.bin" \
      --val-out "$tmp/iv.bin" --val-fraction 0.25 "$tmp/a.jsonl" "$tmp/b.jsonl"; then
   check "jsonl summary lines" "$(summary)" \
-"$tmp/i.bin: 3 examples, 2 blocks of 32 tokens, 11 completion tokens (P%), 17 padding tokens, 0 truncated examples
+"$tmp/i.bin: 3 examples, 2 blocks of 32 tokens, 11 completion tokens (P%), 17 padding tokens, 0 truncated examples; messages rendered by ### Role (no chat_template in $tmp/bytes)
 $tmp/iv.bin: 1 examples, 1 blocks of 32 tokens, 2 completion tokens (P%), 27 padding tokens, 0 truncated examples"
   check "jsonl header" "$(for i in 0 1 2 3 4 5 255; do header_int "$tmp/i.bin" $i; done | xargs)" \
     "20240520 3 65 2 32 0 0"
@@ -122,7 +122,7 @@ fi
 if prep "jsonl --pad" --tokenizer "$tmp/bytes" --seq-len 32 --pad --out "$tmp/p.bin" \
      "$tmp/a.jsonl"; then
   check "jsonl --pad summary" "$(summary)" \
-    "$tmp/p.bin: 3 examples, 3 blocks of 32 tokens, 11 completion tokens (P%), 49 padding tokens, 0 truncated examples"
+    "$tmp/p.bin: 3 examples, 3 blocks of 32 tokens, 11 completion tokens (P%), 49 padding tokens, 0 truncated examples; messages rendered by ### Role (no chat_template in $tmp/bytes)"
   check "jsonl --pad: the second example starts block 1" \
     "$(ids "$tmp/p.bin" 32 2) / $(flags "$tmp/p.bin" 97 30 3)" "83 97 / 2 2 2"
 fi
@@ -135,7 +135,7 @@ fi
 if prep "jsonl truncation" --tokenizer "$tmp/bytes" --seq-len 8 --out "$tmp/t.bin" \
      "$tmp/a.jsonl"; then
   check "jsonl truncation summary" "$(summary)" \
-    "$tmp/t.bin: 3 examples, 3 blocks of 8 tokens, 8 completion tokens (P%), 1 padding tokens, 2 truncated examples, 1 examples without completion tokens (the first at $tmp/a.jsonl:4)"
+    "$tmp/t.bin: 3 examples, 3 blocks of 8 tokens, 8 completion tokens (P%), 1 padding tokens, 2 truncated examples, 1 examples without completion tokens (the first at $tmp/a.jsonl:4); messages rendered by ### Role (no chat_template in $tmp/bytes)"
 fi
 
 printf '{"prompt": "a", "completion": "b"}\n{"prompt": "a", completion: "b"}\n' > "$tmp/bad.jsonl"
@@ -169,6 +169,46 @@ if [ -e "$tmp/y.bin" ]; then
   echo "FAIL: a refused run wrote y.bin"
   failures=$((failures + 1))
 fi
+
+# --- chat data with the tokenizer directory's chat template ---------------------------------
+# chat_template.jinja beside the byte tokenizer; its special tokens <|bos|> (257) and
+# <|endoftext|> (256) are ids, the loss is on "4<|endoftext|>\n", no end token follows, and the
+# pads are the template's eos_token. Tokens: <|bos|> "user: 2+2?" (10) 256 "\n" "assistant: "
+# (11) "4" 256 "\n" = 27, then 5 pads.
+mkdir "$tmp/chat"
+cp "$tmp/bytes/tokenizer.json" "$tmp/chat/"
+echo '{"bos_token": "<|bos|>", "eos_token": "<|endoftext|>"}' > "$tmp/chat/tokenizer_config.json"
+cat > "$tmp/chat/chat_template.jinja" << 'JINJA'
+{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}<|endoftext|>
+{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}
+JINJA
+echo '{"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]}' \
+  > "$tmp/c.jsonl"
+if prep "chat template" --tokenizer "$tmp/chat" --seq-len 32 --out "$tmp/c.bin" "$tmp/c.jsonl"; then
+  check "chat template summary" "$(summary)" \
+    "$tmp/c.bin: 1 examples, 1 blocks of 32 tokens, 3 completion tokens (P%), 5 padding tokens, 0 truncated examples; messages rendered by $tmp/chat/chat_template.jinja"
+  check "chat template: BOS and end-of-turn as special ids, the reply's mask, the pads" \
+    "$(ids "$tmp/c.bin" 0 3) $(ids "$tmp/c.bin" 10 4) $(ids "$tmp/c.bin" 24 4) / $(flags "$tmp/c.bin" 33 22 7)" \
+    "257 117 115 63 256 10 97 52 256 10 256 / 0 0 1 1 1 2 2"
+fi
+if prep "chat template --bos" --tokenizer "$tmp/chat/tokenizer.json" --seq-len 32 --bos '<|bos|>' \
+     --out "$tmp/cb.bin" "$tmp/c.jsonl"; then
+  check "chat template --bos: the template's BOS is not doubled" \
+    "$(ids "$tmp/cb.bin" 0 2) $(header_int "$tmp/cb.bin" 2)" "257 117 33"
+fi
+if prep "--template builtin" --tokenizer "$tmp/chat" --template builtin --seq-len 32 \
+     --out "$tmp/cr.bin" "$tmp/c.jsonl"; then
+  check "--template builtin summary" "$(summary | sed 's/.*; //')" \
+    "messages rendered by ### Role (--template builtin)"
+  check "--template builtin: ### headers" "$(ids "$tmp/cr.bin" 0 3)" "35 35 35"
+fi
+echo '{{ messages | length }}{% for m in messages %}{{ m.content }}{% endfor %}' > "$tmp/count.jinja"
+refused "chat template whose prefixes do not match" \
+  'c.jsonl:1: the chat template .*count.jinja renders messages\[0..1\) with the generation prompt \(where reply 1 begins\) as text that is not the start of the whole conversation' \
+  --tokenizer "$tmp/chat" --template "$tmp/count.jinja" --seq-len 32 --out "$tmp/y.bin" \
+  "$tmp/c.jsonl"
+refused "--template on text" "apply to instruction data" \
+  --tokenizer "$tmp/chat" --template builtin --out "$tmp/y.bin" "$tmp/plain.txt"
 
 # --- text -------------------------------------------------------------------------------
 if ! [ -f "$gpt2/encoder.json" ] || ! [ -f "$gpt2/vocab.bpe" ] || ! [ -d "$text" ]; then
