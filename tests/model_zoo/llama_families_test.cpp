@@ -196,6 +196,19 @@ TEST(LlamaFamilies, ZooNamesBuildTheirFamily) {
   EXPECT_THROW(zoo_model_spec("qwen3-huge"), Error);
 }
 
+// The zoo's full-size models count the published checkpoints' parameters (Qwen3-0.6B tied:
+// 596,049,920; Mistral-7B-v0.1: 7,241,732,096; Phi-3-mini-4k: 3,821,079,552).
+TEST(LlamaFamilies, ParameterCountsMatchPublishedCheckpoints) {
+  const std::pair<const char*, int64_t> expected[] = {
+      {"qwen3-0.6B", 596049920}, {"mistral-7B-v0.1", 7241732096}, {"phi3-mini-4k", 3821079552}};
+  for (const auto& [name, count] : expected) {
+    const std::unique_ptr<Model> m = build_model(zoo_model_spec(name));
+    int64_t n = 0;
+    for (Unit* u : m->units()) n += u->layout().param_count();
+    EXPECT_EQ(n, count) << name;
+  }
+}
+
 TEST(LlamaFamilies, ValidationRefusesWhatAFamilyDoesNotHave) {
   LlamaConfig c = tiny(LlamaFamily::kPhi3);
   c.attention_bias = true;
