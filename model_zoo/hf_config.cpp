@@ -95,6 +95,8 @@ class HfConfigReader {
     const auto it = j_.find(key);
     return it != j_.end() && !it->is_null();
   }
+  // The key is there, null or not.
+  bool has(const char* key) const { return j_.contains(key); }
   const std::string& source() const { return source_; }
 
  private:
@@ -148,29 +150,82 @@ RopeScaling rope_scaling_from_hf(const HfConfigReader& r) {
   return s;
 }
 
-// LlamaConfig's and Qwen2Config's keys, with transformers' defaults where a key may be absent.
-LlamaConfig llama_from_hf(const HfConfigReader& r, bool qwen2) {
+// A Llama-family model_type and its config class's defaults for the keys that may be absent.
+struct FamilyDefaults {
+  const char* model_type;
+  LlamaFamily family;
+  bool qwen2;         // Qwen2's q/k/v-only biases
+  int max_positions;  // max_position_embeddings
+  int head_dim;       // 0: hidden_size / num_attention_heads
+  float rms_norm_eps;
+  int sliding_window;  // when the key is absent (MistralConfig: 4096); null is none
+};
+
+const FamilyDefaults kFamilies[] = {
+    {"llama", LlamaFamily::kLlama, false, 2048, 0, 1e-6f, 0},
+    {"qwen2", LlamaFamily::kLlama, true, 32768, 0, 1e-6f, 0},
+    {"mistral", LlamaFamily::kMistral, false, 4096 * 32, 0, 1e-6f, 4096},
+    {"qwen3", LlamaFamily::kQwen3, false, 32768, 128, 1e-6f, 0},
+    {"phi3", LlamaFamily::kPhi3, false, 4096, 0, 1e-5f, 0},
+};
+
+// Mistral's and Phi-3's sliding_window: a positive integer, or null (none); absent, the
+// family's default. Read as transformers' masking_utils reads it: query i reads key j when
+// i - sliding_window < j <= i (runtime/kernel_entries.h).
+int sliding_window_from_hf(const HfConfigReader& r, int fallback) {
+  if (!r.has("sliding_window")) return fallback;
+  return r.present("sliding_window") ? r.positive("sliding_window") : 0;
+}
+
+// The family's keys beyond Llama's shared ones: biases, windows, what is refused.
+void family_keys_from_hf(const HfConfigReader& r, const FamilyDefaults& f, LlamaConfig& c) {
+  switch (f.family) {
+    case LlamaFamily::kLlama:
+      if (f.qwen2) {  // Qwen2: biases on q/k/v always, on nothing else
+        c.attention_bias = true;
+        c.attention_out_bias = false;
+        // Qwen2's window applies to the layers from max_window_layers on only (its
+        // layer_types), which this model does not build.
+        r.refuse_unless("use_sliding_window", false, "per-layer sliding-window attention");
+      } else {  // Llama: attention_bias puts biases on q, k, v and o
+        c.attention_bias = r.boolean_or("attention_bias", false);
+        c.mlp_bias = r.boolean_or("mlp_bias", false);
+      }
+      return;
+    case LlamaFamily::kMistral:  // no biases
+      c.sliding_window = sliding_window_from_hf(r, f.sliding_window);
+      return;
+    case LlamaFamily::kQwen3:  // attention_bias on q, k, v and o; q_norm and k_norm
+      c.attention_bias = r.boolean_or("attention_bias", false);
+      r.refuse_unless("use_sliding_window", false, "per-layer sliding-window attention");
+      return;
+    case LlamaFamily::kPhi3:  // fused projections, no biases
+      c.sliding_window = sliding_window_from_hf(r, f.sliding_window);
+      // Phi-3.5/Phi-4-mini rotate part of each head only.
+      r.refuse_unless("partial_rotary_factor", 1.0, "rotary embeddings on part of each head");
+      return;
+  }
+}
+
+// LlamaConfig's, Qwen2Config's, MistralConfig's, Qwen3Config's and Phi3Config's keys, with
+// transformers' defaults where a key may be absent. Dropout probabilities (attention_dropout,
+// Phi-3's resid_pdrop and embd_pdrop) are not read: training here uses none.
+LlamaConfig llama_from_hf(const HfConfigReader& r, const FamilyDefaults& f) {
   LlamaConfig c;
+  c.family = f.family;
   c.hidden_size = r.positive("hidden_size");
   c.intermediate_size = r.positive("intermediate_size");
   c.num_hidden_layers = r.positive("num_hidden_layers");
   c.num_attention_heads = r.positive("num_attention_heads");
   c.num_key_value_heads = r.positive_or("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = r.positive_or("head_dim", 0);
+  c.head_dim = r.positive_or("head_dim", f.head_dim);
   c.vocab_size = r.positive("vocab_size");
-  c.max_position_embeddings = r.positive_or("max_position_embeddings", qwen2 ? 32768 : 2048);
-  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6f);
+  c.max_position_embeddings = r.positive_or("max_position_embeddings", f.max_positions);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", f.rms_norm_eps);
   c.rope_theta = r.number_or("rope_theta", 10000.0f);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
-  if (qwen2) {  // Qwen2: biases on q/k/v always, on nothing else
-    c.attention_bias = true;
-    c.attention_out_bias = false;
-    r.refuse_unless("use_sliding_window", false, "sliding-window attention");
-  } else {  // Llama: attention_bias puts biases on q, k, v and o
-    c.attention_bias = r.boolean_or("attention_bias", false);
-    c.attention_out_bias = true;
-    c.mlp_bias = r.boolean_or("mlp_bias", false);
-  }
+  c.attention_out_bias = true;
+  family_keys_from_hf(r, f, c);
   const std::string act = r.string_or("hidden_act", "silu");
   if (act != "silu")
     throw_input(fmt::format("{}: hidden_act '{}' is not supported (the SwiGLU MLP here uses silu)",
@@ -188,10 +243,12 @@ ModelSpec model_spec_from_hf_config(const nlohmann::json& j, const std::string& 
   if (!r.present("model_type")) throw_input(fmt::format("{}: no \"model_type\" string", source));
   const std::string model_type = r.string_or("model_type", "");
   if (model_type == "gpt2") return ModelSpec{gpt2_from_hf(r)};
-  if (model_type == "llama" || model_type == "qwen2")
-    return ModelSpec{llama_from_hf(r, model_type == "qwen2")};
-  throw_input(fmt::format("{}: model_type '{}' is not supported; supported: gpt2, llama, qwen2",
-                          source, model_type));
+  for (const FamilyDefaults& f : kFamilies)
+    if (model_type == f.model_type) return ModelSpec{llama_from_hf(r, f)};
+  throw_input(
+      fmt::format("{}: model_type '{}' is not supported; supported: gpt2, llama, qwen2, mistral, "
+                  "qwen3, phi3",
+                  source, model_type));
 }
 
 ModelSpec read_hf_config(const std::string& dir) {
@@ -246,10 +303,15 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& spec, DType dtype) {
     };
   }
   const LlamaConfig& c = spec.llama();
-  const bool qwen2 = spec.model_type() == "qwen2";
+  const std::string type = spec.model_type();
+  const char* architecture = type == "qwen2"     ? "Qwen2ForCausalLM"
+                             : type == "mistral" ? "MistralForCausalLM"
+                             : type == "qwen3"   ? "Qwen3ForCausalLM"
+                             : type == "phi3"    ? "Phi3ForCausalLM"
+                                                 : "LlamaForCausalLM";
   nlohmann::ordered_json j = {
-      {"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-      {"model_type", spec.model_type()},
+      {"architectures", {architecture}},
+      {"model_type", type},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
       {"num_hidden_layers", c.num_hidden_layers},
@@ -267,18 +329,29 @@ nlohmann::ordered_json hf_config_json(const ModelSpec& spec, DType dtype) {
       {"attention_dropout", 0.0},
       {"torch_dtype", hf_torch_dtype(dtype)},
   };
-  if (qwen2) {
+  const nlohmann::json window = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+  if (type == "qwen2") {
     j["use_sliding_window"] = false;
-  } else {
+  } else if (type == "llama") {
     j["attention_bias"] = c.attention_bias;
     j["mlp_bias"] = c.mlp_bias;
+  } else if (type == "mistral") {
+    j["sliding_window"] = window;
+  } else if (type == "qwen3") {
+    j["attention_bias"] = c.attention_bias;
+    j["use_sliding_window"] = false;
+  } else if (type == "phi3") {
+    j["sliding_window"] = window;
+    j["partial_rotary_factor"] = 1.0;
+    j["resid_pdrop"] = 0.0;
+    j["embd_pdrop"] = 0.0;
   }
   return j;
 }
 
 std::string hf_tensor_name(const ModelSpec& spec, const std::string& name) {
-  // GPT2LMHeadModel keeps the body under "transformer."; LlamaForCausalLM's names are the
-  // model's own.
+  // GPT2LMHeadModel keeps the body under "transformer."; the Llama family's names are the
+  // model's own (Phi-3's fused qkv_proj and gate_up_proj included: the model holds them fused).
   return spec.is_gpt2() ? "transformer." + name : name;
 }
 

@@ -7,8 +7,10 @@
 // qkv rows in the layout the rotary and attention kernels read; their biases likewise; gate_proj
 // and up_proj are one (2F, C) matrix whose output rows hold gate then up, as swiglu reads them.
 // Adjacency needs each tensor's size to be a multiple of the layout's 16-element alignment,
-// which validate_llama_config demands and the constructor asserts. Names are Hugging Face's, so
-// the order does not matter to weights import or export.
+// which validate_llama_config demands and the constructor asserts. Phi-3's checkpoints hold
+// these matrices whole (qkv_proj (R, C), gate_up_proj (2F, C)): its table has them as one tensor
+// each, the same rows in the same order. Qwen3's q_norm and k_norm (head_dim each) follow o_proj.
+// Names are Hugging Face's, so the order does not matter to weights import or export.
 #include "model_zoo/llama.h"
 
 #include <cmath>
@@ -31,9 +33,11 @@ constexpr float kInitStd = 0.02f;  // LlamaConfig's initializer_range
 enum RootParam { kEmbed, kNorm, kLmHead };
 
 // Where each tensor of a decoder layer sits in its table; -1: absent (an optional bias).
+// Phi-3's fused tensors sit at q (qkv_proj) and gate (gate_up_proj), k, v and up absent.
 struct BlockIndex {
   int ln1 = -1, q = -1, k = -1, v = -1, q_bias = -1, k_bias = -1, v_bias = -1, o = -1, o_bias = -1,
-      ln2 = -1, gate = -1, up = -1, gate_bias = -1, up_bias = -1, down = -1, down_bias = -1;
+      q_norm = -1, k_norm = -1, ln2 = -1, gate = -1, up = -1, gate_bias = -1, up_bias = -1,
+      down = -1, down_bias = -1;
 };
 
 // Model dimensions, resolved once.
@@ -66,10 +70,15 @@ std::vector<ParamSpec> block_specs(const LlamaConfig& c, int layer, BlockIndex& 
     index = static_cast<int>(specs.size());
     specs.push_back(std::move(spec));
   };
-  add(at.ln1, zoo::norm_weight_spec(p + "input_layernorm.weight", d.C));              // (C)
-  add(at.q, zoo::weight_spec(p + "self_attn.q_proj.weight", {d.Q, d.C}, kInitStd));   // (Q, C)
-  add(at.k, zoo::weight_spec(p + "self_attn.k_proj.weight", {d.KV, d.C}, kInitStd));  // (KV, C)
-  add(at.v, zoo::weight_spec(p + "self_attn.v_proj.weight", {d.KV, d.C}, kInitStd));  // (KV, C)
+  const bool fused = c.family == LlamaFamily::kPhi3;
+  add(at.ln1, zoo::norm_weight_spec(p + "input_layernorm.weight", d.C));  // (C)
+  if (fused) {
+    add(at.q, zoo::weight_spec(p + "self_attn.qkv_proj.weight", {d.R, d.C}, kInitStd));  // (R, C)
+  } else {
+    add(at.q, zoo::weight_spec(p + "self_attn.q_proj.weight", {d.Q, d.C}, kInitStd));   // (Q, C)
+    add(at.k, zoo::weight_spec(p + "self_attn.k_proj.weight", {d.KV, d.C}, kInitStd));  // (KV, C)
+    add(at.v, zoo::weight_spec(p + "self_attn.v_proj.weight", {d.KV, d.C}, kInitStd));  // (KV, C)
+  }
   if (c.attention_bias) {
     add(at.q_bias, zoo::bias_spec(p + "self_attn.q_proj.bias", d.Q));   // (Q)
     add(at.k_bias, zoo::bias_spec(p + "self_attn.k_proj.bias", d.KV));  // (KV)
@@ -77,10 +86,18 @@ std::vector<ParamSpec> block_specs(const LlamaConfig& c, int layer, BlockIndex& 
   }
   add(at.o, zoo::weight_spec(p + "self_attn.o_proj.weight", {d.C, d.Q}, kInitStd));  // (C, Q)
   if (c.attention_bias && c.attention_out_bias)
-    add(at.o_bias, zoo::bias_spec(p + "self_attn.o_proj.bias", d.C));                // (C)
-  add(at.ln2, zoo::norm_weight_spec(p + "post_attention_layernorm.weight", d.C));    // (C)
-  add(at.gate, zoo::weight_spec(p + "mlp.gate_proj.weight", {d.F, d.C}, kInitStd));  // (F, C)
-  add(at.up, zoo::weight_spec(p + "mlp.up_proj.weight", {d.F, d.C}, kInitStd));      // (F, C)
+    add(at.o_bias, zoo::bias_spec(p + "self_attn.o_proj.bias", d.C));  // (C)
+  if (c.family == LlamaFamily::kQwen3) {
+    add(at.q_norm, zoo::norm_weight_spec(p + "self_attn.q_norm.weight", d.hd));  // (hd)
+    add(at.k_norm, zoo::norm_weight_spec(p + "self_attn.k_norm.weight", d.hd));  // (hd)
+  }
+  add(at.ln2, zoo::norm_weight_spec(p + "post_attention_layernorm.weight", d.C));  // (C)
+  if (fused) {
+    add(at.gate, zoo::weight_spec(p + "mlp.gate_up_proj.weight", {2 * d.F, d.C}, kInitStd));
+  } else {
+    add(at.gate, zoo::weight_spec(p + "mlp.gate_proj.weight", {d.F, d.C}, kInitStd));  // (F, C)
+    add(at.up, zoo::weight_spec(p + "mlp.up_proj.weight", {d.F, d.C}, kInitStd));      // (F, C)
+  }
   if (c.mlp_bias) {
     add(at.gate_bias, zoo::bias_spec(p + "mlp.gate_proj.bias", d.F));  // (F)
     add(at.up_bias, zoo::bias_spec(p + "mlp.up_proj.bias", d.F));      // (F)
@@ -119,8 +136,22 @@ class DecoderLayer final : public Layer {
   int unit_index() const override { return unit_index_; }
   bool checkpointable() const override { return true; }
 
-  // Saved activations, by allocation order (ActivationStore::at).
-  enum Saved { kLn1, kLn1Rstd, kQkv, kAtt, kAtty, kRes2, kLn2, kLn2Rstd, kGateUp, kSwiglu };
+  // Saved activations, by allocation order (ActivationStore::at); the last two with q/k norms
+  // only (Qwen3): the projection's output before them, and their rstd (N, NH + NKV).
+  enum Saved {
+    kLn1,
+    kLn1Rstd,
+    kQkv,
+    kAtt,
+    kAtty,
+    kRes2,
+    kLn2,
+    kLn2Rstd,
+    kGateUp,
+    kSwiglu,
+    kQkvRaw,
+    kQkRstd
+  };
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
     const int64_t B = io.batch->B, T = io.batch->T, N = B * T;
@@ -135,15 +166,24 @@ class DecoderLayer final : public Layer {
     float* ln2_rstd = acts.alloc_stats(N);           // (N)
     float* gate_up = acts.alloc_floats(N * 2 * F);   // (N, 2F): gate, up
     float* swiglu = acts.alloc_floats(N * F);        // (N, F)
+    float* qkv_raw = qk_norm() ? acts.alloc_floats(N * d_.R) : nullptr;       // (N, R)
+    float* qk_rstd = qk_norm() ? acts.alloc_stats(N * (NH + NKV)) : nullptr;  // (N, NH + NKV)
     const float* x = io.input;
     const float eps = c_.rms_norm_eps;
 
     k.rmsnorm_forward(ln1, ln1_rstd, x, param(at_.ln1), N, C, eps);
-    k.matmul_forward(qkv, ln1, param(at_.q), param(at_.q_bias), N, C, d_.R,
+    k.matmul_forward(qk_norm() ? qkv_raw : qkv, ln1, param(at_.q), param(at_.q_bias), N, C, d_.R,
                      WeightLayout::kOutIn);  // q_proj, k_proj, v_proj in one
+    if (qk_norm()) {  // Qwen3: q_norm on each query head, k_norm on each key head
+      k.cast(qkv, DType::kF32, qkv_raw, DType::kF32, N * d_.R);
+      k.head_rmsnorm_forward(qkv, qk_rstd, param(at_.q_norm), N, NH, hd, d_.R, eps);
+      k.head_rmsnorm_forward(qkv + d_.Q, qk_rstd + N * NH, param(at_.k_norm), N, NKV, hd, d_.R,
+                             eps);
+    }
     k.rope_forward(qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
                    io.batch->positions);
-    k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd, io.batch->positions);
+    k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd, io.batch->positions,
+                            c_.sliding_window);
     k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C, WeightLayout::kOutIn);
     k.residual_forward(res2, res2, x, N * C);
     k.rmsnorm_forward(ln2, ln2_rstd, res2, param(at_.ln2), N, C, eps);
@@ -155,13 +195,19 @@ class DecoderLayer final : public Layer {
     k.residual_forward(io.output, io.output, res2, N * C);
   }
 
-  // forward's ten buffers and backward's seven, as allocated above and below.
+  // forward's ten buffers (twelve with q/k norms) and backward's seven, as allocated above and
+  // below.
   std::optional<LayerActivations> activations(int64_t B, int64_t T, bool) const override {
     const int64_t N = B * T, C = d_.C, F = d_.F;
     LayerActivations a;
     a.saved = {{N * C}, {N, true}, {N * d_.R}, {B * d_.NH * T * T}, {N * d_.Q},
                {N * C}, {N * C},   {N, true},  {N * 2 * F},         {N * F}};
-    ZT_ASSERT(a.saved.size() == kSwiglu + 1, "{} saved buffers declared", a.saved.size());
+    if (qk_norm()) {
+      a.saved.push_back({N * d_.R});
+      a.saved.push_back({N * (d_.NH + d_.NKV), true});
+    }
+    ZT_ASSERT(a.saved.size() == (qk_norm() ? kQkRstd : kSwiglu) + 1u, "{} saved buffers declared",
+              a.saved.size());
     a.scratch = N * C + N * F + 2 * N * F + N * C + N * d_.Q + N * d_.R + N * C;
     return a;
   }
@@ -196,11 +242,19 @@ class DecoderLayer final : public Layer {
     k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty), param(at_.o),
                       N, d_.Q, C, WeightLayout::kOutIn, kWrite);
     k.gqa_attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, NH, NKV, hd,
-                             io.batch->positions);
+                             io.batch->positions, c_.sliding_window);
     // d_qkv now holds the gradient w.r.t. the rotated q and k; rotated back in place, it is the
-    // gradient w.r.t. the projection's output.
+    // gradient w.r.t. the projection's output (with q/k norms: through them too, in place).
     k.rope_backward(d_qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
                     io.batch->positions);
+    if (qk_norm()) {
+      const float* raw = acts.at(kQkvRaw);
+      const float* rstd = acts.at(kQkRstd);
+      k.head_rmsnorm_backward(d_qkv, grad(at_.q_norm), raw, param(at_.q_norm), rstd, N, NH, hd,
+                              d_.R);
+      k.head_rmsnorm_backward(d_qkv + d_.Q, grad(at_.k_norm), raw + d_.Q, param(at_.k_norm),
+                              rstd + N * NH, N, NKV, hd, d_.R);
+    }
     k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q), N,
                       C, d_.R, WeightLayout::kOutIn, kWrite);
     k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),
@@ -208,6 +262,7 @@ class DecoderLayer final : public Layer {
   }
 
  private:
+  bool qk_norm() const { return at_.q_norm >= 0; }
   ConstOperand param(int i) const { return i < 0 ? ConstOperand() : u_.param(i); }
   Operand grad(int i) const { return i < 0 ? Operand() : u_.grad(i); }
 
@@ -238,6 +293,14 @@ LlamaConfig llama_zoo_config(const std::string& name) {
     c.attention_out_bias = false;  // Qwen2's q/k/v-only biases where biases are on
     return c;
   };
+  // The families past Llama and Qwen2: family, sliding window and head_dim set.
+  auto family = [](LlamaConfig c, LlamaFamily f, int window, int head_dim) {
+    c.family = f;
+    c.sliding_window = window;
+    c.head_dim = head_dim;
+    return c;
+  };
+  using F = LlamaFamily;
   struct Entry {
     const char* name;
     LlamaConfig config;
@@ -245,10 +308,28 @@ LlamaConfig llama_zoo_config(const std::string& name) {
   const Entry kZoo[] = {
       {"llama-tiny", make(64, 176, 2, 4, 2, 256, 256, 10000.0f, 1e-5f, false, false)},
       {"qwen2-tiny", make(64, 176, 2, 4, 2, 256, 256, 1000000.0f, 1e-6f, true, true)},
+      {"mistral-tiny",
+       family(make(64, 176, 2, 4, 2, 256, 256, 10000.0f, 1e-5f, false, false), F::kMistral, 8, 0)},
+      {"qwen3-tiny",
+       family(make(64, 176, 2, 4, 2, 256, 256, 1000000.0f, 1e-6f, true, false), F::kQwen3, 0, 32)},
+      {"phi3-tiny",
+       family(make(64, 176, 2, 4, 4, 256, 256, 10000.0f, 1e-5f, false, false), F::kPhi3, 0, 0)},
       // meta-llama/Llama-3.2-1B's config.json (its llama3 rope_scaling set below).
       {"llama-3.2-1B", make(2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, 1e-5f, true, false)},
       // Qwen/Qwen2-0.5B's config.json.
       {"qwen2-0.5B", make(896, 4864, 24, 14, 2, 151936, 32768, 1000000.0f, 1e-6f, true, true)},
+      // mistralai/Mistral-7B-v0.1's config.json.
+      {"mistral-7B-v0.1",
+       family(make(4096, 14336, 32, 32, 8, 32000, 32768, 10000.0f, 1e-5f, false, false),
+              F::kMistral, 4096, 0)},
+      // Qwen/Qwen3-0.6B's config.json.
+      {"qwen3-0.6B",
+       family(make(1024, 3072, 28, 16, 8, 151936, 40960, 1000000.0f, 1e-6f, true, false), F::kQwen3,
+              0, 128)},
+      // microsoft/Phi-3-mini-4k-instruct's config.json.
+      {"phi3-mini-4k",
+       family(make(3072, 8192, 32, 32, 32, 32064, 4096, 10000.0f, 1e-5f, false, false), F::kPhi3,
+              2047, 0)},
   };
   std::string known;
   for (const auto& e : kZoo) {
@@ -287,6 +368,16 @@ void validate_llama_config(const LlamaConfig& c, const std::string& source) {
           fmt::format("hidden_size ({}) must be divisible by num_attention_heads ({}) when "
                       "head_dim is not given",
                       c.hidden_size, c.num_attention_heads));
+  require(c.sliding_window >= 0,
+          fmt::format("sliding_window must be >= 0 (0: none); got {}", c.sliding_window));
+  const bool biased = c.attention_bias || c.mlp_bias;
+  require(!biased || (c.family != LlamaFamily::kMistral && c.family != LlamaFamily::kPhi3),
+          "attention_bias and mlp_bias must be false for mistral and phi3 (their layers have no "
+          "biases)");
+  require(!c.mlp_bias || c.family != LlamaFamily::kQwen3,
+          "mlp_bias must be false for qwen3 (its MLP has no biases)");
+  require(!c.attention_bias || c.attention_out_bias || c.family == LlamaFamily::kLlama,
+          "attention_bias without o_proj's bias is Qwen2's (family llama)");
   require(c.resolved_head_dim() % 2 == 0,
           fmt::format("head_dim must be even (rotary embeddings rotate its two halves); got {}",
                       c.resolved_head_dim()));
@@ -349,7 +440,11 @@ double Llama::forward_flops_per_token(int64_t T) const {
     params -= static_cast<double>(config_.vocab_size) * config_.hidden_size;
   const double q_width =
       static_cast<double>(config_.num_attention_heads) * config_.resolved_head_dim();
-  return 2.0 * params + 4.0 * config_.num_hidden_layers * static_cast<double>(T) * q_width;
+  // A sliding window reads at most its `sliding_window` keys.
+  const double keys = config_.sliding_window > 0 && config_.sliding_window < T
+                          ? static_cast<double>(config_.sliding_window)
+                          : static_cast<double>(T);
+  return 2.0 * params + 4.0 * config_.num_hidden_layers * keys * q_width;
 }
 
 }  // namespace zt

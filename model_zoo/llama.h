@@ -1,11 +1,15 @@
-// Llama-family decoder (Llama 2/3, Qwen2 and kin) written against runtime's Model/Unit/Layer
-// interface: token embedding without positions, pre-norm blocks of RMSNorm, grouped-query
-// attention with rotary position embeddings (Hugging Face's rotate-half) and a SwiGLU MLP, final
-// RMSNorm, LM head tied to the embedding or its own. Parameter names and shapes are
-// LlamaForCausalLM's (linear weights (out, in)), so weights move to and from transformers
-// unchanged; the vocabulary is not padded (embed_tokens is (V, C), as transformers stores it).
-// Units: 0 = root (embed_tokens, norm, lm_head when untied), 1..L = decoder layers. Layers:
-// embedding (root), decoder layers, head (root: final norm, LM head, cross-entropy fused).
+// Llama-family decoder (Llama 2/3, Qwen2, Mistral, Qwen3, Phi-3 and kin) written against
+// runtime's Model/Unit/Layer interface: token embedding without positions, pre-norm blocks of
+// RMSNorm, grouped-query attention with rotary position embeddings (Hugging Face's rotate-half)
+// and a SwiGLU MLP, final RMSNorm, LM head tied to the embedding or its own. Parameter names and
+// shapes are LlamaForCausalLM's, or the family's (linear weights (out, in)), so weights move to and
+// from transformers unchanged; the vocabulary is not padded (embed_tokens is (V, C), as
+// transformers stores it). Units: 0 = root (embed_tokens, norm, lm_head when untied), 1..L =
+// decoder layers. Layers: embedding (root), decoder layers, head (root: final norm, LM head,
+// cross-entropy fused). The families differ in a few places (LlamaFamily): Mistral's and Phi-3's
+// sliding-window attention, Qwen3's per-head RMSNorm of queries and keys (q_norm, k_norm, before
+// RoPE), Phi-3's fused qkv_proj and gate_up_proj tensors (the same matrices the others' adjacent
+// q/k/v and gate/up tensors form, under one name each).
 // Forward and backward are explicit kernel calls; no autograd. Owns no tensor memory.
 // Not here: reading a Hugging Face config.json (model_zoo/hf_config.h maps its keys, which
 // LlamaConfig's fields are named after, onto LlamaConfig) or weights (pretrained/).
@@ -18,8 +22,18 @@
 
 namespace zt {
 
-// config.json's keys of LlamaConfig (and Qwen2Config), the ones this model uses.
+// Which transformers model the config describes, where the families' layers differ.
+enum class LlamaFamily {
+  kLlama,    // LlamaForCausalLM, or Qwen2ForCausalLM by its biases (ModelSpec::model_type)
+  kMistral,  // MistralForCausalLM: Llama's layers, sliding_window, no biases
+  kQwen3,    // Qwen3ForCausalLM: q_norm and k_norm (RMSNorm per head, before RoPE)
+  kPhi3,     // Phi3ForCausalLM: qkv_proj and gate_up_proj fused, no biases
+};
+
+// config.json's keys of LlamaConfig (and Qwen2Config, MistralConfig, Qwen3Config, Phi3Config),
+// the ones this model uses.
 struct LlamaConfig {
+  LlamaFamily family = LlamaFamily::kLlama;
   int hidden_size = 4096;
   int intermediate_size = 11008;
   int num_hidden_layers = 32;
@@ -36,6 +50,10 @@ struct LlamaConfig {
                                      // q/k/v-only biases
   bool mlp_bias = false;             // biases on gate/up/down
   bool tie_word_embeddings = false;  // lm_head is embed_tokens (no lm_head.weight)
+  // > 0: sliding-window attention, each query reads its last sliding_window keys, itself
+  // included (kernel_entries.h's gqa_attention_forward); 0: plain causal attention. A window of
+  // the sequence length or more reads every key.
+  int sliding_window = 0;
 
   int resolved_head_dim() const {
     return head_dim > 0 ? head_dim : hidden_size / num_attention_heads;
@@ -43,10 +61,13 @@ struct LlamaConfig {
 };
 
 // Zoo names: llama-tiny (GQA, untied, no biases), qwen2-tiny (GQA, tied, q/k/v biases),
-// llama-3.2-1B, qwen2-0.5B. Unknown names are input errors listing the known ones.
+// mistral-tiny (sliding window 8), qwen3-tiny (q/k norms, head_dim 32), phi3-tiny (fused
+// projections), llama-3.2-1B, qwen2-0.5B, mistral-7B-v0.1, qwen3-0.6B, phi3-mini-4k. Unknown
+// names are input errors listing the known ones.
 LlamaConfig llama_zoo_config(const std::string& name);
-// Checks positivity, head and group divisibility, an even head_dim and the alignment the fused
-// projections need; throws kInput naming `source` and the field.
+// Checks positivity, head and group divisibility, an even head_dim, the alignment the fused
+// projections need and each family's own constraints (no biases for Mistral and Phi-3, ...);
+// throws kInput naming `source` and the field.
 void validate_llama_config(const LlamaConfig& config, const std::string& source);
 
 class Llama final : public zoo::DecoderModel {

@@ -18,6 +18,12 @@ auto visit_model(const ModelSpec& spec, Gpt2Fn gpt2, LlamaFn llama) {
 std::string ModelSpec::model_type() const {
   if (is_gpt2()) return "gpt2";
   const LlamaConfig& c = llama();
+  switch (c.family) {
+    case LlamaFamily::kMistral: return "mistral";
+    case LlamaFamily::kQwen3: return "qwen3";
+    case LlamaFamily::kPhi3: return "phi3";
+    case LlamaFamily::kLlama: break;
+  }
   return c.attention_bias && !c.attention_out_bias ? "qwen2" : "llama";
 }
 
@@ -47,7 +53,8 @@ int ModelSpec::max_positions() const {
 
 ModelSpec zoo_model_spec(const std::string& name) {
   if (name.starts_with("gpt2")) return ModelSpec{gpt2_zoo_config(name)};
-  if (name.starts_with("llama") || name.starts_with("qwen2"))
+  if (name.starts_with("llama") || name.starts_with("qwen") || name.starts_with("mistral") ||
+      name.starts_with("phi3"))
     return ModelSpec{llama_zoo_config(name)};
   // Neither family's prefix: the message lists both zoos.
   std::string gpt2_names, llama_names;

@@ -1,6 +1,7 @@
-// Which model of the zoo a job trains, and its shape: GPT-2 or a Llama-family decoder. What
-// train/ passes around from the config (zt.model, a Hugging Face config.json) to the tools that
-// build, plan, checkpoint and export the model, so that none of them names a model class.
+// Which model of the zoo a job trains, and its shape: GPT-2 or a Llama-family decoder (Llama,
+// Qwen2, Mistral, Qwen3, Phi-3). What train/ passes around from the config (zt.model, a Hugging
+// Face config.json) to the tools that build, plan, checkpoint and export the model, so that none
+// of them names a model class.
 #pragma once
 
 #include <memory>
@@ -18,8 +19,8 @@ struct ModelSpec {
   bool is_gpt2() const { return std::holds_alternative<Gpt2Config>(shape); }
   const Gpt2Config& gpt2() const { return std::get<Gpt2Config>(shape); }
   const LlamaConfig& llama() const { return std::get<LlamaConfig>(shape); }
-  // Hugging Face's model_type: "gpt2", "llama", or "qwen2" (a Llama with q/k/v-only biases,
-  // Qwen2Config's shape).
+  // Hugging Face's model_type: "gpt2", "llama", "qwen2" (a Llama with q/k/v-only biases,
+  // Qwen2Config's shape), or the LlamaConfig's family: "mistral", "qwen3", "phi3".
   std::string model_type() const;
   int layers() const;
   int hidden_size() const;

@@ -110,16 +110,22 @@ ZT_KERNEL(void, attention_backward,
 // the NKV key heads, then the NKV value heads, each hd wide; query head h reads key/value head
 // h / (NH/NKV) (NH a multiple of NKV). out (B,T,NH·hd); att (B,NH,T,T) and positions (null:
 // 0..T-1) as attention_forward's. Scale 1/sqrt(hd).
+// window > 0: sliding-window attention (Mistral's, Phi-3's): query t also reads no key before
+// t - window + 1, so it reads the last `window` keys of its document, itself included: key u is
+// read when t - window < u <= t (transformers' masking_utils: sliding_window_overlay keeps
+// kv_idx > q_idx - sliding_window, and'ed with the causal kv_idx <= q_idx). att's entries outside
+// the window are zero. window <= 0, or >= T: plain causal attention, the same bits.
 ZT_KERNEL(void, gqa_attention_forward,
           (float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t NH,
-           int64_t NKV, int64_t hd, const int32_t* positions),
-          (out, att, qkv, B, T, NH, NKV, hd, positions), (out, att, qkv, positions))
+           int64_t NKV, int64_t hd, const int32_t* positions, int64_t window = 0),
+          (out, att, qkv, B, T, NH, NKV, hd, positions, window), (out, att, qkv, positions))
 // dqkv (B,T,R) += gradient through attention, from dout (B,T,NH·hd). A key/value head's
-// gradient sums its group's query heads in increasing h.
+// gradient sums its group's query heads in increasing h. positions, window as forward's.
 ZT_KERNEL(void, gqa_attention_backward,
           (float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
-           int64_t T, int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions),
-          (dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions),
+           int64_t T, int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
+           int64_t window = 0),
+          (dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions, window),
           (dqkv, dout, qkv, att, positions))
 
 // ---- Llama's layers ---------------------------------------------------------------------------
@@ -135,6 +141,25 @@ ZT_KERNEL(void, rmsnorm_backward,
            ConstOperand weight, const float* rstd, int64_t N, int64_t C),
           (dinp, dweight, dout, inp, weight, rstd, N, C),
           (dinp, operand(dweight, C), dout, inp, operand(weight, C), rstd))
+
+// Per-head RMSNorm (Qwen3's q_norm and k_norm), IN PLACE on H heads of hd at the start of each
+// of N rows `stride` elements apart (the q heads of qkv (N,R): H = NH, stride R; its k heads: x
+// at qkv + NH·hd, H = NKV): each head x = x·rstd·weight, rstd = 1/sqrt(mean(x²) + eps) over
+// its hd values, weight (hd) shared by the heads; the rest of each row untouched. rstd (N,H)
+// is kept for backward (fp32). The bits of rmsnorm_forward over the same rows.
+ZT_KERNEL(void, head_rmsnorm_forward,
+          (float* x, float* rstd, ConstOperand weight, int64_t N, int64_t H, int64_t hd,
+           int64_t stride, float eps),
+          (x, rstd, weight, N, H, hd, stride, eps), (x, rstd, operand(weight, hd)))
+// The gradient through head_rmsnorm_forward, IN PLACE as rope_backward's: dx's heads (laid out
+// as forward's x; the gradient w.r.t. its output) become the gradient w.r.t. its input `inp`
+// (forward's x before it ran, the same layout); dweight (hd) += the heads' dweight terms, added
+// in a fixed order over the N·H head rows. The rest of each row untouched.
+ZT_KERNEL(void, head_rmsnorm_backward,
+          (float* dx, Operand dweight, const float* inp, ConstOperand weight, const float* rstd,
+           int64_t N, int64_t H, int64_t hd, int64_t stride),
+          (dx, dweight, inp, weight, rstd, N, H, hd, stride),
+          (dx, operand(dweight, hd), inp, operand(weight, hd), rstd))
 
 // Rotary position embedding (Hugging Face's rotate-half convention), IN PLACE on the NH query
 // and NKV key heads of qkv (B,T,R), laid out as gqa_attention_forward's; value heads untouched.

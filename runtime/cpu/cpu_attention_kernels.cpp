@@ -3,7 +3,10 @@
 // pair per task, which handles the key/value head's group of query heads in increasing order, so
 // a key/value head's gradient sums its group in a fixed order and tasks never share an output.
 // Documents packed in a row (Batch::positions) are attended one after another, each as a
-// sequence of its own: the kernels below run on the document's keys only.
+// sequence of its own: the kernels below run on the document's keys only. A sliding window
+// (window > 0) narrows each query's keys further to its last `window` (kernel_entries.h): a
+// block of queries runs from its first query's first key, and the keys a later query of the
+// block does not see get probability 0, so they add exact zeros to every sum.
 // Not here: the GEMMs of the projections around it (matmul, cpu_matmul_kernels.cpp), rotary
 // embeddings (cpu_nn_kernels.cpp) and any other op.
 #include <algorithm>
@@ -39,7 +42,14 @@ struct AttentionShape {
   int64_t HD;              // NH·hs: row stride of out and dout
   int64_t Tt;              // T + kTransposedPad: row stride of a transposed K or V copy
   float scale;             // 1/sqrt(hs)
+  int64_t window;          // > 0: a query reads its last `window` keys at most; <= 0: all
 };
+
+// The first key query t reads, in the document that starts at token w: w, or with a sliding
+// window the first of its last s.window keys when that is later.
+inline int64_t first_key_of(int64_t w, int64_t t, const AttentionShape& s) {
+  return s.window > 0 ? std::max(w, t - s.window + 1) : w;
+}
 
 // Copies T rows of hs floats, src rows `stride` apart, to dst (T, hs).
 inline void gather_rows(float* dst, const float* src, int64_t stride, int64_t T, int64_t hs) {
@@ -267,19 +277,21 @@ inline int64_t document_end(const int32_t* positions, int64_t start, int64_t T) 
   return end;
 }
 
-// Queries t0 .. t0+Q-1 of the document starting at token w (its keys w .. t0+Q-1): scores into
-// their att rows, softmax, out rows = att · V. att's columns before w stay 0.
+// Queries t0 .. t0+Q-1 of the document starting at token w (their keys lo .. t0+Q-1, lo the
+// first query's first key): scores into their att rows, softmax over each query's own keys,
+// out rows = att · V. att's columns before a query's first key stay 0.
 template <class V, int Q>
 void attention_forward_queries(float* out, float* att, const HeadView& hv, const float* kt,
                                const float* vc, int64_t w, int64_t t0, const AttentionShape& s) {
-  const int64_t T = s.T, n0 = t0 - w + 1;
+  const int64_t T = s.T, lo = first_key_of(w, t0, s), n0 = t0 - lo + 1;
   float* p = att + t0 * T;
-  block_dot<V, Q>(p + w, T, hv.q + t0 * s.R, s.R, kt + w, s.Tt, s.hs, n0 + Q - 1, s.scale);
+  block_dot<V, Q>(p + lo, T, hv.q + t0 * s.R, s.R, kt + lo, s.Tt, s.hs, n0 + Q - 1, s.scale);
   for (int q = 0; q < Q; ++q) {
-    std::fill(p + q * T, p + q * T + w, 0.0f);
-    softmax_causal_row<V>(p + q * T + w, n0 + q, T - w);
+    const int64_t first = first_key_of(w, t0 + q, s);
+    std::fill(p + q * T, p + q * T + first, 0.0f);
+    softmax_causal_row<V>(p + q * T + first, t0 + q - first + 1, T - first);
   }
-  block_combine<V, Q, false>(out + t0 * s.HD, s.HD, p + w, T, vc + w * s.hs, s.hs, n0, s.hs);
+  block_combine<V, Q, false>(out + t0 * s.HD, s.HD, p + lo, T, vc + lo * s.hs, s.hs, n0, s.hs);
 }
 
 // The pair's K and V, gathered once for its group: kt (hs, Tt) transposed, vc (T, hs).
@@ -310,16 +322,17 @@ struct HeadGrads {
   const float* dy;  // dout rows of this query head, HD apart
 };
 
-// Queries t0 .. t0+Q-1 of the document starting at token w (its keys w .. t0+Q-1):
+// Queries t0 .. t0+Q-1 of the document starting at token w (their keys lo .. t0+Q-1, as in
+// attention_forward_queries; p is 0 on the keys a query does not read):
 // dp = dy·Vᵀ, ds = p·(dp - sum p·dp)·scale, dq += ds·K, dk += dsᵀ·q, dv += pᵀ·dy.
 template <class V, int Q>
 void attention_backward_queries(const HeadGrads& g, const HeadView& hv, const float* att,
                                 const float* vt, const float* kc, float* dp, float* ds, int64_t w,
                                 int64_t t0, const AttentionShape& s) {
-  const int64_t T = s.T, n0 = t0 - w + 1;
-  const float* p = att + t0 * T + w;
+  const int64_t T = s.T, lo = first_key_of(w, t0, s), n0 = t0 - lo + 1;
+  const float* p = att + t0 * T + lo;
   const float* dy = g.dy + t0 * s.HD;
-  block_dot<V, Q>(dp, T, dy, s.HD, vt + w, s.Tt, s.hs, n0 + Q - 1, 1.0f);
+  block_dot<V, Q>(dp, T, dy, s.HD, vt + lo, s.Tt, s.hs, n0 + Q - 1, 1.0f);
   for (int q = 0; q < Q; ++q) {
     const int64_t n = n0 + q;
     const float* pq = p + q * T;
@@ -334,10 +347,10 @@ void attention_backward_queries(const HeadGrads& g, const HeadView& hv, const fl
       store<T_>(dsq + j, load<T_>(pq + j) * (load<T_>(dpq + j) - pdp) * s.scale);
     });
   }
-  const float* k = kc + w * s.hs;
+  const float* k = kc + lo * s.hs;
   block_combine<V, Q, true>(g.dq + t0 * s.R, s.R, ds, T, k, s.hs, n0, s.hs);
-  block_rank_update<V, Q>(g.dk + w * s.hs, s.hs, ds, T, hv.q + t0 * s.R, s.R, n0, s.hs);
-  block_rank_update<V, Q>(g.dv + w * s.hs, s.hs, p, T, dy, s.HD, n0, s.hs);
+  block_rank_update<V, Q>(g.dk + lo * s.hs, s.hs, ds, T, hv.q + t0 * s.R, s.R, n0, s.hs);
+  block_rank_update<V, Q>(g.dv + lo * s.hs, s.hs, p, T, dy, s.HD, n0, s.hs);
 }
 
 // Query head h's queries, against its key/value head's vt, kc (gathered once for the group);
@@ -357,7 +370,7 @@ void attention_backward_head(const HeadGrads& g, const HeadView& hv, const float
   }
 }
 
-AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs, int64_t window) {
   ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hs > 0,
             "attention: NH={} is not a positive multiple of NKV={} (head_dim {})", NH, NKV, hs);
   return AttentionShape{T,
@@ -368,7 +381,8 @@ AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
                         (NH + 2 * NKV) * hs,
                         NH * hs,
                         T + kTransposedPad,
-                        1.0f / std::sqrt(static_cast<float>(hs))};
+                        1.0f / std::sqrt(static_cast<float>(hs)),
+                        window < T ? window : 0};  // a window of T or more reads every key
 }
 
 }  // namespace
@@ -388,8 +402,8 @@ void CpuKernels::attention_backward(float* dqkv, const float* dout, const float*
 
 void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
                                        int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                                       const int32_t* positions) {
-  const AttentionShape s = attention_shape(T, NH, NKV, hd);
+                                       const int32_t* positions, int64_t window) {
+  const AttentionShape s = attention_shape(T, NH, NKV, hd, window);
   const int64_t pairs = B * NKV;
   if (pairs <= 0 || T <= 0) return;
   check_positions(positions, B, T, "attention");
@@ -416,8 +430,9 @@ void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
 
 void CpuKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
                                         const float* att, int64_t B, int64_t T, int64_t NH,
-                                        int64_t NKV, int64_t hd, const int32_t* positions) {
-  const AttentionShape s = attention_shape(T, NH, NKV, hd);
+                                        int64_t NKV, int64_t hd, const int32_t* positions,
+                                        int64_t window) {
+  const AttentionShape s = attention_shape(T, NH, NKV, hd, window);
   const int64_t pairs = B * NKV;
   if (pairs <= 0 || T <= 0) return;
   check_positions(positions, B, T, "attention");

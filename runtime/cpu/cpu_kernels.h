@@ -19,7 +19,10 @@
 //                                cpu_gemm_micro.h and cpu_gemm_pack.h)
 //   cpu_nn_kernels.cpp           embedding, layer norm, RMSNorm, GELU, SwiGLU, rotary embedding,
 //                                softmax cross-entropy
-//   cpu_attention_kernels.cpp    causal attention, multi-head and grouped-query
+//   cpu_head_norm_kernels.cpp    per-head RMSNorm (Qwen3's q_norm, k_norm), on the row kernels
+//                                of cpu_rmsnorm_rows.h that RMSNorm's share
+//   cpu_attention_kernels.cpp    causal attention, multi-head and grouped-query, optionally
+//                                within a sliding window
 //   cpu_elementwise_kernels.cpp  residual, accumulate, cast, round_to, round_rows, add, fill,
 //                                sum_squares
 //   cpu_optimizer_kernels.cpp    AdamW (cpu_adam_fused.h's loop, shared with offload's

@@ -110,21 +110,24 @@ struct BiasTerms {
 // Attention's causal softmax
 
 // The first key of a row of att (row index (b·NH + h)·T + t): t - positions[b,t], the start of
-// the query's document (0 without positions).
+// the query's document (0 without positions), or with a sliding window (window > 0) the first
+// of the query's last `window` keys when that is later (kernel_entries.h: key u is read when
+// t - window < u <= t).
 __device__ __forceinline__ int64_t first_key(const int32_t* positions, int64_t row, int64_t T,
-                                             int64_t NH) {
+                                             int64_t NH, int64_t window) {
   const int64_t t = row % T;
-  return positions ? t - positions[row / (NH * T) * T + t] : 0;
+  const int64_t w = positions ? t - positions[row / (NH * T) * T + t] : 0;
+  return window > 0 && t - window + 1 > w ? t - window + 1 : w;
 }
 
 // Rows of att (rows × T, row index = (b·NH + h)·T + t) hold scaled scores; each becomes the
 // softmax over the query's keys w..t (first_key), zeros elsewhere. One warp per row.
 __global__ void causal_softmax_kernel(float* att, const int32_t* positions, int64_t rows, int64_t T,
-                                      int64_t NH) {
+                                      int64_t NH, int64_t window) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const int64_t w = first_key(positions, row, T, NH), n = row % T + 1;  // keys w..t
+  const int64_t w = first_key(positions, row, T, NH, window), n = row % T + 1;  // keys w..t
   float* p = att + row * T;
   float mx = -INFINITY;
   for (int64_t j = w + lane; j < n; j += kWarp) mx = fmaxf(mx, p[j]);
@@ -145,11 +148,11 @@ __global__ void causal_softmax_kernel(float* att, const int32_t* positions, int6
 // dS = P·(dP - Σ P·dP)·scale over the query's keys w..t, zeros elsewhere. One warp per row.
 __global__ void causal_softmax_backward_kernel(float* dp, const float* att,
                                                const int32_t* positions, int64_t rows, int64_t T,
-                                               int64_t NH, float scale) {
+                                               int64_t NH, int64_t window, float scale) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
-  const int64_t w = first_key(positions, row, T, NH), n = row % T + 1;
+  const int64_t w = first_key(positions, row, T, NH, window), n = row % T + 1;
   float* d = dp + row * T;
   const float* p = att + row * T;
   float s = 0.0f;
@@ -368,8 +371,9 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
 // row-major Q (T,hd) with row stride R is, to cuBLAS, the column-major Qᵀ (hd,T) with ld R;
 // likewise K, V, dY and out (ld NH·hd). Row-major att (T,T) is the column-major attᵀ, ld T.
 // Key and value gradients accumulate over g in increasing order (beta = 1 GEMMs on one stream).
-// Documents (positions): the GEMMs run over whole rows; the softmax kernels zero att and dS
-// outside each query's document, so the products add exact zeros for the other documents' keys.
+// Documents (positions) and a sliding window: the GEMMs run over whole rows; the softmax kernels
+// zero att and dS outside each query's keys (its document, its window), so the products add
+// exact zeros for the keys it does not read.
 
 void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                     int64_t C, int64_t NH, const int32_t* positions) {
@@ -386,9 +390,10 @@ void CudaKernels::attention_backward(float* dqkv, const float* dout, const float
 
 void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
                                         int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                                        const int32_t* positions) {
+                                        const int32_t* positions, int64_t window) {
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_forward: NH must be a positive multiple of NKV");
+  if (window >= T) window = 0;  // reads every key: plain causal attention
   if (B <= 0 || T <= 0) return;
   const int64_t G = NH / NKV, R = (NH + 2 * NKV) * hd, HD = NH * hd, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -403,7 +408,7 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
     }
   const int64_t rows = B * NH * T;
   causal_softmax_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
-                          stream_>>>(att, positions, rows, T, NH);
+                          stream_>>>(att, positions, rows, T, NH, window);
   check_launch();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < G; ++g) {
@@ -420,9 +425,11 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
 
 void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, int64_t B, int64_t T, int64_t NH,
-                                         int64_t NKV, int64_t hd, const int32_t* positions) {
+                                         int64_t NKV, int64_t hd, const int32_t* positions,
+                                         int64_t window) {
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_backward: NH must be a positive multiple of NKV");
+  if (window >= T) window = 0;
   if (B <= 0 || T <= 0) return;
   const int64_t G = NH / NKV, R = (NH + 2 * NKV) * hd, HD = NH * hd, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -447,7 +454,7 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
     }
   const int64_t rows = B * NH * T;
   causal_softmax_backward_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
-                                   stream_>>>(ds, att, positions, rows, T, NH, scale);
+                                   stream_>>>(ds, att, positions, rows, T, NH, window, scale);
   check_launch();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < G; ++g) {

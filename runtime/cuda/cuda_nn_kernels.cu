@@ -190,6 +190,48 @@ __global__ void rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, con
   }
 }
 
+// Per-head RMSNorm, one warp per head row r of N·H (head r % H of row r / H, rows `stride`
+// apart, heads hd apart), in place: rmsnorm_forward_kernel's arithmetic on the row.
+__device__ __forceinline__ int64_t head_row_offset(int64_t r, int64_t H, int64_t hd,
+                                                   int64_t stride) {
+  return (r / H) * stride + (r % H) * hd;
+}
+
+template <class W>
+__global__ void head_rmsnorm_forward_kernel(float* x, float* rstd_out,
+                                            const typename W::Elem* weight, int64_t rows, int64_t H,
+                                            int64_t hd, int64_t stride, float eps) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  float* xr = x + head_row_offset(row, H, hd, stride);
+  float s = 0.0f;
+  for (int64_t i = lane; i < hd; i += kWarp) s += xr[i] * xr[i];
+  const float rstd = 1.0f / sqrtf(warp_sum(s) * (1.0f / static_cast<float>(hd)) + eps);
+  for (int64_t i = lane; i < hd; i += kWarp) xr[i] = xr[i] * rstd * W::to_fp32(weight[i]);
+  if (lane == 0 && rstd_out) rstd_out[row] = rstd;
+}
+
+// In place: dx = (w·dx - norm·mean(w·dx·norm))·rstd, norm = x·rstd, per head row (the sum is
+// complete, across the warp, before any lane writes).
+template <class W>
+__global__ void head_rmsnorm_backward_kernel(float* dx, const float* inp,
+                                             const typename W::Elem* weight, const float* rstd,
+                                             int64_t rows, int64_t H, int64_t hd, int64_t stride) {
+  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = threadIdx.x;
+  const int64_t at = head_row_offset(row, H, hd, stride);
+  const float* x = inp + at;
+  float* d = dx + at;
+  const float rs = rstd[row];
+  float s = 0.0f;
+  for (int64_t i = lane; i < hd; i += kWarp) s += W::to_fp32(weight[i]) * d[i] * (x[i] * rs);
+  const float dnorm_norm_mean = warp_sum(s) * (1.0f / static_cast<float>(hd));
+  for (int64_t i = lane; i < hd; i += kWarp)
+    d[i] = (W::to_fp32(weight[i]) * d[i] - x[i] * rs * dnorm_norm_mean) * rs;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The terms of the layer-norm and RMSNorm parameter gradients' column reductions
 // (cuda_kernel_helpers.cuh), and the reduction's stage 2.
@@ -213,6 +255,17 @@ struct RmsNormTerms {
   int64_t C;
   __device__ void operator()(int64_t r, int64_t c, float* v) const {
     v[0] = dout[r * C + c] * (inp[r * C + c] * rstd[r]);
+  }
+};
+
+// The per-head RMSNorm's weight gradient: dweight += dout·x·rstd over the head rows (r of N·H).
+struct HeadRmsNormTerms {
+  static constexpr int kValues = 1;
+  const float *dout, *inp, *rstd;
+  int64_t H, hd, stride;
+  __device__ void operator()(int64_t r, int64_t c, float* v) const {
+    const int64_t at = head_row_offset(r, H, hd, stride) + c;
+    v[0] = dout[at] * (inp[at] * rstd[r]);
   }
 };
 
@@ -451,6 +504,50 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
   Buffer partials = scratch(RmsNormTerms::kValues * column_chunks(N) * C);
   column_partials(partials.as<float>(), RmsNormTerms{dout, inp, rstd, C}, N, C, stream_);
   column_finish(dweight, partials.as<float>(), N, C, stream_);
+}
+
+// Per-head RMSNorm (Qwen3's q_norm, k_norm), in place. The 16-bit activation rounding runs over
+// the whole span of rows: the parts between the heads (v, or q for the k heads) are already
+// activation-dtype values, which rounding leaves as they are.
+
+void CudaKernels::head_rmsnorm_forward(float* x, float* rstd, ConstOperand weight, int64_t N,
+                                       int64_t H, int64_t hd, int64_t stride, float eps) {
+  ZT_CUDA_ASSERT(H > 0 && hd > 0 && stride >= H * hd, "head_rmsnorm_forward: bad head layout");
+  if (N <= 0) return;
+  visit_storage(weight.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    head_rmsnorm_forward_kernel<W>
+        <<<blocks_for(N * H, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+            x, rstd, elems<W>(weight), N * H, H, hd, stride, eps);
+  });
+  check_launch();
+  round_act(x, (N - 1) * stride + H * hd);  // rstd stays fp32
+}
+
+void CudaKernels::head_rmsnorm_backward(float* dx, Operand dweight, const float* inp,
+                                        ConstOperand weight, const float* rstd, int64_t N,
+                                        int64_t H, int64_t hd, int64_t stride) {
+  ZT_CUDA_ASSERT(!dweight.fresh, "head_rmsnorm_backward: a fresh gradient (kernels.h)");
+  ZT_CUDA_ASSERT(H > 0 && hd > 0 && stride >= H * hd, "head_rmsnorm_backward: bad head layout");
+  if (N <= 0) return;
+  const int64_t rows = N * H;
+  // dweight's partials first: they read dx as the gradient w.r.t. the output, which the
+  // in-place kernel below then overwrites (both on stream_, in this order).
+  Buffer partials;
+  if (dweight) {
+    partials = scratch(HeadRmsNormTerms::kValues * column_chunks(rows) * hd);
+    column_partials(partials.as<float>(), HeadRmsNormTerms{dx, inp, rstd, H, hd, stride}, rows, hd,
+                    stream_);
+  }
+  visit_storage(weight.dtype, [&](auto tag) {
+    using W = decltype(tag);
+    head_rmsnorm_backward_kernel<W>
+        <<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
+            dx, inp, elems<W>(weight), rstd, rows, H, hd, stride);
+  });
+  check_launch();
+  round_act(dx, (N - 1) * stride + H * hd);
+  if (dweight) column_finish(dweight, partials.as<float>(), rows, hd, stream_);
 }
 
 // ---------------------------------------------------------------------------------------------

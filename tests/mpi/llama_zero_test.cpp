@@ -1,7 +1,9 @@
 // ZeRO stages across ranks on a tiny Llama (run under mpirun -np 2 and -np 4): stages 0-3 give
 // bitwise-equal parameters and losses after five AdamW steps with clipping, with and without
 // activation checkpointing, for grouped-query attention with a tied head and q/k/v biases, an
-// untied head without biases, and MLP biases; and the losses track a single-process run of the
+// untied head without biases, and MLP biases, and for the families past Llama (Mistral's sliding
+// window, Qwen3's q/k norms, Phi-3's fused projections and window: tests/model_zoo/tiny_llama.h's
+// tiny_family_config); and the losses track a single-process run of the
 // same global batch within 1e-5 relative. (zero_test.cpp holds the same properties for GPT-2 and
 // the stage machinery's other options.)
 #include <gtest/gtest.h>
@@ -38,6 +40,9 @@ const Variant kVariants[] = {
     {"gqa tied qkv-bias", tiny_llama(true, true, false)},
     {"gqa untied no-bias", tiny_llama(false, false, false)},
     {"gqa untied mlp-bias", tiny_llama(false, false, true)},
+    {"mistral", tiny_family_config(LlamaFamily::kMistral, kModel.vocab_size, int(kT))},
+    {"qwen3", tiny_family_config(LlamaFamily::kQwen3, kModel.vocab_size, int(kT))},
+    {"phi3", tiny_family_config(LlamaFamily::kPhi3, kModel.vocab_size, int(kT))},
 };
 
 struct RunResult {

@@ -7,7 +7,10 @@
 // activation checkpointing, and the device's whole peak it replays (device_peak_bytes: states,
 // activations, gathers, gradient and reduction buffers, staging, workspace) equals the
 // tracker's peak_total and every category's peak, exactly. Rank 0 prints the table. Every rank runs
-// every case; checks use EXPECT so that no rank skips a collective.
+// every case; checks use EXPECT so that no rank skips a collective. The tiny GPT-2 throughout, and
+// the tiny Mistral, Qwen3 and Phi-3 (tests/model_zoo/tiny_llama.h) for every stage: their new
+// parameters (q_norm, k_norm, fused projections) and activations (Qwen3's pre-norm q/k/v and the
+// norms' statistics) counted.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -23,8 +26,10 @@
 
 #include "comm/mpi_communicator.h"
 #include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
 #include "offload/swap_store.h"
 #include "runtime/cpu/cpu_device.h"
+#include "tests/model_zoo/tiny_llama.h"
 #include "tests/mpi/zero_test_util.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
@@ -43,6 +48,7 @@ struct Case {
   // Buckets and prefetch small enough that reductions and gathers overlap the pass: 0 keeps
   // EngineOptions' defaults.
   int64_t buckets = 0;
+  std::optional<LlamaConfig> llama;  // the model when set; else the tiny GPT-2
 };
 
 const char* name_of(OffloadDevice d) {
@@ -50,8 +56,9 @@ const char* name_of(OffloadDevice d) {
 }
 
 std::string describe(const Case& c) {
-  return fmt::format("stage {} offload {}{}{} {}{}{}", c.stage, name_of(c.offload),
-                     c.params == OffloadDevice::kNone ? "" : " params ",
+  return fmt::format("{}stage {} offload {}{}{} {}{}{}",
+                     c.llama ? ModelSpec{*c.llama}.model_type() + " " : "", c.stage,
+                     name_of(c.offload), c.params == OffloadDevice::kNone ? "" : " params ",
                      c.params == OffloadDevice::kNone ? "" : name_of(c.params), dtype_name(c.dtype),
                      c.checkpoint ? " checkpointed" : "",
                      c.buckets > 0 ? fmt::format(" buckets {}", c.buckets) : "");
@@ -112,7 +119,9 @@ void check(const Case& c, const std::string& swap_dir) {
   MpiCommunicator comm(device);
   std::optional<CpuDevice> host;
   std::optional<SwapStore> swap;
-  Gpt2 model(kModel);
+  const std::unique_ptr<Model> owned =
+      c.llama ? build_model(ModelSpec{*c.llama}) : std::make_unique<Gpt2>(kModel);
+  Model& model = *owned;
   EngineOptions eo = options(c, model);
   if (c.offload != OffloadDevice::kNone) eo.offload.optimizer.emplace(host.emplace());
   if (c.offload == OffloadDevice::kNvme || c.params == OffloadDevice::kNvme) {
@@ -214,6 +223,20 @@ TEST(MemoryModel, ActivationsWithCheckpointingAreWithinTenPercent) {
   for (DType dtype : {DType::kF32, DType::kBF16})
     for (int stage = 0; stage <= 3; ++stage)
       check(Case{stage, OffloadDevice::kNone, dtype, true}, dir.path());
+}
+
+// The Llama families past Llama, every stage, fp32 and bf16, with and without checkpointing.
+TEST(MemoryModel, NewLlamaFamiliesEstimateEqualsTheTrackers) {
+  const SharedTempDir dir("memory_model_families");
+  print_header();
+  for (LlamaFamily family : kNewFamilies)
+    for (DType dtype : {DType::kF32, DType::kBF16})
+      for (int stage = 0; stage <= 3; ++stage)
+        for (bool checkpoint : {false, true}) {
+          Case c{stage, OffloadDevice::kNone, dtype, checkpoint};
+          c.llama = tiny_family_config(family, kModel.vocab_size, static_cast<int>(kT));
+          check(c, dir.path());
+        }
 }
 
 }  // namespace

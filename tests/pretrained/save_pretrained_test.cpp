@@ -1,15 +1,20 @@
 // Hugging Face model directories: save_pretrained's layout (config.json, one safetensors file or
 // an index and its shards, the tokenizer files) for GPT-2 and the Llama family (GQA, tied and
-// untied, with and without biases), its round trip through load_weights byte for byte, a
-// directory written here as transformers writes one, mixed dtypes on load, and each broken
-// directory refused naming the file (config.json itself: tests/model_zoo/hf_config_test.cpp).
+// untied, with and without biases; Mistral, Qwen3 and Phi-3), its round trip through
+// load_weights byte for byte, a directory written here as transformers writes one (for each
+// family: imported, trained, exported and imported again bit for bit), mixed dtypes on load, and
+// each broken directory refused naming the file (config.json itself:
+// tests/model_zoo/hf_config_test.cpp).
 #include "pretrained/save_pretrained.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -21,7 +26,9 @@
 #include "runtime/formats/safetensors.h"
 #include "runtime/formats/safetensors_set.h"
 #include "runtime/status.h"
+#include "tests/model_zoo/model_test_util.h"
 #include "tests/model_zoo/tiny_llama.h"
+#include "tests/runtime/random_data.h"
 
 namespace zt {
 namespace {
@@ -46,6 +53,9 @@ const ModelSpec kSpecs[] = {
       c.rope_scaling = RopeScaling{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 64};
       return c;
     }()},
+    ModelSpec{tiny_family_config(LlamaFamily::kMistral, 67, 16)},  // sliding window 3
+    ModelSpec{tiny_family_config(LlamaFamily::kQwen3, 67, 16)},    // q_norm, k_norm; tied
+    ModelSpec{tiny_family_config(LlamaFamily::kPhi3, 67, 16)},     // qkv_proj, gate_up_proj
 };
 
 struct Fixture {
@@ -248,9 +258,15 @@ TEST(SavePretrained, EveryModelFamilyRoundTrips) {
       EXPECT_NE(file.find("transformer.wte.weight"), nullptr);
     } else {
       EXPECT_NE(file.find("model.embed_tokens.weight"), nullptr);
-      EXPECT_NE(file.find("model.layers.1.self_attn.k_proj.weight"), nullptr);
-      EXPECT_EQ(file.find("model.layers.1.self_attn.k_proj.weight")->shape,
-                (std::vector<int64_t>{32, 32}));  // (num_key_value_heads * head_dim, hidden)
+      const bool phi3 = spec.model_type() == "phi3";
+      const char* k_proj = phi3 ? "model.layers.1.self_attn.qkv_proj.weight"
+                                : "model.layers.1.self_attn.k_proj.weight";
+      ASSERT_NE(file.find(k_proj), nullptr);
+      // (num_key_value_heads * head_dim, hidden); Phi-3's q, k and v rows in one
+      EXPECT_EQ(file.find(k_proj)->shape, (std::vector<int64_t>{phi3 ? 128 : 32, 32}));
+      EXPECT_EQ(file.find("model.layers.1.mlp.gate_up_proj.weight") != nullptr, phi3);
+      EXPECT_EQ(file.find("model.layers.1.self_attn.q_norm.weight") != nullptr,
+                spec.model_type() == "qwen3");
       EXPECT_EQ(file.find("lm_head.weight") != nullptr, !spec.llama().tie_word_embeddings);
       EXPECT_EQ(file.find("model.layers.0.self_attn.q_proj.bias") != nullptr,
                 spec.llama().attention_bias);
@@ -341,6 +357,67 @@ TEST(SavePretrained, ALlamaDirectoryWrittenByHandImportsAndExportsByteForByte) {
     if (spec.is_gpt2()) continue;
     SCOPED_TRACE(hf_config_json(spec, DType::kF32).dump());
     import_and_export_by_hand(spec);
+  }
+}
+
+// A tiny model of each new family written here as a Hugging Face directory (config.json and
+// model.safetensors with transformers' names, fp32): imported (every tensor as written),
+// trained three steps, exported, and imported again into another engine bit for bit; the
+// exported file holds the same names and shapes as the one written (Phi-3's fused tensors).
+TEST(SavePretrained, EachNewFamilyImportsTrainsExportsAndReimportsBitwise) {
+  for (LlamaFamily family : kNewFamilies) {
+    SCOPED_TRACE(family_name(family));
+    const ModelSpec spec{tiny_family_config(family, 67, 16)};
+    TempDir tmp;
+    const fs::path in = tmp.path / "in";
+    fs::create_directories(in);
+    write(in / "config.json", hf_config_json(spec, DType::kF32).dump(2));
+    const std::unique_ptr<Model> shapes = build_model(spec);
+    std::map<std::string, std::vector<float>> written;
+    std::map<std::string, std::vector<int64_t>> written_shapes;
+    SafetensorsWriter w;
+    uint32_t seed = 100;
+    for (Unit* u : shapes->units())
+      for (const auto& e : u->layout().entries()) {
+        written[e.spec.name] = test::random_floats(e.spec.numel(), ++seed, -0.1f, 0.1f);
+        written_shapes[e.spec.name] = e.spec.shape;
+        w.add_f32(e.spec.name, e.spec.shape, written[e.spec.name].data());
+      }
+    w.write((in / "model.safetensors").string());
+
+    Fixture a(21, spec), b(22, spec);
+    load_weights(a.engine, in.string());
+    for (int u = 0; u < a.engine.num_units(); ++u) {  // every tensor as written
+      std::vector<float> params(a.engine.model().units()[u]->layout().numel());
+      a.engine.read_unit_params(u, params.data());
+      for (const auto& e : a.engine.model().units()[u]->layout().entries())
+        EXPECT_EQ(std::memcmp(params.data() + e.offset, written.at(e.spec.name).data(),
+                              e.spec.numel() * 4),
+                  0)
+            << e.spec.name;
+    }
+    for (int step = 0; step < 3; ++step) {
+      const model_test::Tokens t = model_test::random_tokens(2, 8, 67, 30 + step);
+      a.engine.train_step(std::span<const Batch>(&t.batch, 1), 1e-2f);
+    }
+    SavePretrainedOptions o;
+    o.dir = (tmp.path / "out").string();
+    save_pretrained(a.engine, spec, o);
+    EXPECT_EQ(read_hf_config(o.dir).model_type(), spec.model_type());
+    const SafetensorsReader file = SafetensorsReader::open(o.dir + "/model.safetensors");
+    EXPECT_EQ(file.entries().size(), written_shapes.size());
+    for (const auto& [name, shape] : written_shapes) {
+      const SafetensorsEntry* e = file.find(name);
+      ASSERT_NE(e, nullptr) << name;
+      EXPECT_EQ(e->shape, shape) << name;
+      EXPECT_EQ(e->dtype, "F32") << name;
+    }
+    load_weights(b.engine, o.dir);
+    const auto trained = params_of(a.engine);
+    EXPECT_EQ(trained, params_of(b.engine));
+    // Training moved the weights away from what was imported.
+    load_weights(b.engine, in.string());
+    EXPECT_NE(trained, params_of(b.engine));
   }
 }
 
