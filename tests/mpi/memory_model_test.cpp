@@ -48,7 +48,7 @@ struct Case {
   // Buckets and prefetch small enough that reductions and gathers overlap the pass: 0 keeps
   // EngineOptions' defaults.
   int64_t buckets = 0;
-  std::optional<LlamaConfig> llama;  // the model when set; else the tiny GPT-2
+  std::optional<LlamaConfig> llama = std::nullopt;  // the model when set; else the tiny GPT-2
 };
 
 const char* name_of(OffloadDevice d) {

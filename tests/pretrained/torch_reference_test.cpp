@@ -48,7 +48,7 @@ TEST(TorchReference, EachLlamaFamilysLossMatchesAFloat64Reference) {
   // The first of $ZT_TORCH_PYTHON, python3 and Debian's /usr/bin/python3 that imports torch.
   std::string python, probe;
   const char* env = std::getenv("ZT_TORCH_PYTHON");
-  for (const std::string candidate :
+  for (const std::string& candidate :
        {std::string(env ? env : ""), std::string("python3"), std::string("/usr/bin/python3")}) {
     if (candidate.empty()) continue;
     probe.clear();

@@ -58,8 +58,11 @@ TEST_F(CudaNnKernelsTest, SlidingWindowAttentionMatchesCpu) {
       const int64_t t = row % c.T, bt = row / (c.NH * c.T) * c.T + t;
       int64_t first = test::first_key(c.positions.empty() ? nullptr : c.positions.data(), bt, c.T);
       if (t - c.window + 1 > first) first = t - c.window + 1;  // keys t - window < j <= t
-      for (int64_t j = 0; j < c.T; ++j)
-        if (j < first || j > t) ASSERT_EQ(att_gpu[row * c.T + j], 0.0f) << what << " " << row;
+      for (int64_t j = 0; j < c.T; ++j) {
+        if (j < first || j > t) {
+          ASSERT_EQ(att_gpu[row * c.T + j], 0.0f) << what << " " << row;
+        }
+      }
     }
     att.reset_gpu(att.cpu());
     Mirror dout = mirror(random_floats(c.B * c.T * HD, 4));

@@ -108,9 +108,11 @@ void check_forward(Kernels& k, const WindowShape& s, const int32_t* positions, u
   for (int64_t row = 0; row < s.B * s.NH * s.T; ++row) {  // exact zeros outside the window
     const int64_t t = row % s.T, bt = row / (s.NH * s.T) * s.T + t;
     const int64_t j0 = first_read_key(positions, bt, s.T, s.window);
-    for (int64_t j = 0; j < s.T; ++j)
-      if (j < j0 || j > t)
+    for (int64_t j = 0; j < s.T; ++j) {
+      if (j < j0 || j > t) {
         ASSERT_EQ(std::bit_cast<uint32_t>(att[row * s.T + j]), 0u) << describe(s) << " " << row;
+      }
+    }
   }
 }
 
