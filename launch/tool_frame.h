@@ -9,7 +9,8 @@
 //      diverged
 //   2  bad input: command line, config, data or weights file
 //   3  a collective did not complete within zt.comm_timeout_s (a rank stopped, died or
-//      diverged); reported by the watchdog of the rank that saw it
+//      diverged), or a rank waiting in one got SIGTERM/SIGUSR1 (not a preemption: a peer is
+//      gone); reported by the watchdog of the rank that saw it
 //   4  preempted: zt-train got SIGTERM or SIGUSR1, finished the step in progress, saved a
 //      checkpoint and stopped, on every rank (continue with zt-train --resume)
 // Under mpirun an aborted job exits with the code of the rank that called abort_job (Open MPI's
