@@ -3,8 +3,10 @@
 #include "comm/collective_watchdog.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -18,9 +20,27 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The last termination signal of this process (note_termination_signal): when (steady clock
+// seconds, 0: none) and its name. Process-wide because signals are.
+std::atomic<double> g_signal_s{0.0};
+std::atomic<const char*> g_signal_name{nullptr};
+
+// Every live watchdog, so that a signal wakes them at once (the next wake may be a second away,
+// and mpirun's SIGKILL follows its SIGTERM by one).
+std::mutex g_live_mutex;
+std::vector<CollectiveWatchdog*> g_live;
+
 }  // namespace
 
 std::string CollectiveTimeout::message() const {
+  if (!signal.empty())
+    return fmt::format(
+        "{}{}{} was waiting when {} came and has not completed (waited {:.1f} s on rank {}; a "
+        "preemption needs it within {:g} s; zt.comm_timeout_s = {:g} s): a peer is gone or "
+        "stuck, so this is not a preemption; ending without a checkpoint",
+        collective, unit.empty() ? std::string() : fmt::format(" for unit {}", unit),
+        context.empty() ? std::string() : fmt::format(" at {}", context), signal, waited_s, rank,
+        signal_grace_s, timeout_s);
   return fmt::format(
       "{}{}{} did not complete within zt.comm_timeout_s = {:g} s on rank {} "
       "(waited {:.1f} s): a rank stopped, died or issued a different collective",
@@ -37,9 +57,15 @@ CollectiveWatchdog::CollectiveWatchdog(double timeout_s, WatchdogHandler handler
   // The thread's first wake is measured from here: a stop before it was first scheduled counts.
   const double created_s = now_s();
   thread_ = std::thread([this, created_s] { run(created_s); });
+  std::lock_guard<std::mutex> live(g_live_mutex);
+  g_live.push_back(this);
 }
 
 CollectiveWatchdog::~CollectiveWatchdog() {
+  {
+    std::lock_guard<std::mutex> live(g_live_mutex);
+    std::erase(g_live, this);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
@@ -72,10 +98,29 @@ void CollectiveWatchdog::end(bool failed) {
   if (report_now) handler_(report);
 }
 
+void CollectiveWatchdog::note_termination_signal(const char* name) {
+  g_signal_name.store(name);
+  double none = 0.0;
+  g_signal_s.compare_exchange_strong(none, now_s());  // the first signal counts
+  std::lock_guard<std::mutex> live(g_live_mutex);
+  for (CollectiveWatchdog* w : g_live) w->wake_.notify_one();
+}
+
 bool CollectiveWatchdog::due(double now, CollectiveTimeout* report) {
-  if (!running_ || reported_ || now - started_s_ < timeout_s_) return false;
+  if (!running_ || reported_) return false;
+  // Waiting when a termination signal came, for kSignalGraceS in all: a peer is gone.
+  const double signal_s = g_signal_s.load();
+  const double grace_s = std::min(kSignalGraceS, timeout_s_);
+  const bool after_signal = signal_s > 0 && started_s_ <= signal_s && now - started_s_ >= grace_s;
+  if (!after_signal && now - started_s_ < timeout_s_) return false;
   reported_ = true;
-  *report = CollectiveTimeout{collective_, unit_, context_, rank_, timeout_s_, now - started_s_};
+  *report =
+      CollectiveTimeout{collective_, unit_, context_, rank_, timeout_s_, now - started_s_, {}, 0};
+  if (after_signal && now - started_s_ < timeout_s_) {
+    const char* name = g_signal_name.load();
+    report->signal = name != nullptr ? name : "a termination signal";
+    report->signal_grace_s = grace_s;
+  }
   return true;
 }
 
@@ -85,7 +130,7 @@ void CollectiveWatchdog::run(double last_s) {
   const auto period = std::chrono::duration<double>(period_s);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    wake_.wait_for(lock, period, [this] { return stopping_; });
+    wake_.wait_for(lock, period);  // a signal (note_termination_signal) wakes it early
     if (stopping_) return;
     const double now = now_s();
     // A wake far later than the period means this process did not run in between: it was

@@ -26,9 +26,16 @@ struct CollectiveTimeout {
   int rank = -1;           // the rank that saw it (this process)
   double timeout_s = 0;
   double waited_s = 0;  // how long it had been running when reported
+  // Set when the collective was reported because it was waiting when a termination signal came
+  // and had waited signal_grace_s (note_termination_signal), before timeout_s: "SIGTERM".
+  std::string signal;
+  double signal_grace_s = 0;
   // One line: "all_gather of 4096 bytes for unit h.1 at step 12 did not complete within
   // zt.comm_timeout_s = 20 s on rank 0 (waited 20.3 s): a rank stopped, died or issued a
-  // different collective".
+  // different collective". After a signal: "all_gather of 4096 bytes at step 12 was waiting when
+  // SIGTERM came and has not completed (waited 9.8 s on rank 0; a preemption needs it within
+  // 5 s; zt.comm_timeout_s = 20 s): a peer is gone or stuck, so this is not a preemption; ending
+  // without a checkpoint".
   std::string message() const;
 };
 
@@ -58,6 +65,17 @@ class CollectiveWatchdog {
   void end(bool failed);
 
   double timeout_s() const { return timeout_s_; }
+
+  // A termination signal (SIGTERM, SIGUSR1; `name` a string literal) reached this process. A
+  // preemption is such a signal while the job is healthy: every rank finishes its step and
+  // saves. A rank that was waiting in a collective when the signal came is not healthy once that
+  // collective has waited kSignalGraceS in all (at most the timeout; at once when it already
+  // had): its watchdog reports it then (CollectiveTimeout::signal), so a rank whose peers are
+  // gone (mpirun ending the job after losing a node) names the collective and ends, instead of
+  // waiting for a save it can never reach. Process-wide (signals are); not async-signal-safe:
+  // call it from a thread that took the signal with sigwait.
+  static void note_termination_signal(const char* name);
+  static constexpr double kSignalGraceS = 5.0;
 
  private:
   void run(double last_s);  // last_s: when the watchdog was made, steady clock

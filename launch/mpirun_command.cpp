@@ -110,6 +110,13 @@ int hostfile_slots(std::string_view text, int cores_per_node, std::string_view p
   return total;
 }
 
+std::span<const DaemonKeepalive> daemon_keepalive() {
+  static constexpr DaemonKeepalive kKeepalive[] = {{"oob_tcp_keepalive_time", 5},
+                                                   {"oob_tcp_keepalive_intvl", 2},
+                                                   {"oob_tcp_keepalive_probes", 3}};
+  return kKeepalive;
+}
+
 bool forwarded_to_ranks(std::string_view name) {
   if (name == "PATH" || name == "LD_LIBRARY_PATH" || name == "CUDA_VISIBLE_DEVICES") return true;
   for (std::string_view prefix : {"OMP_", "OPENBLAS_", "ZT_", "NCCL_"})
@@ -127,6 +134,19 @@ std::vector<std::string> mpirun_argv(const RunRequest& request, const LaunchHost
   const bool on_cpus = request.cpu || !host.gpu_visible;
   if (on_cpus && request.ranks > host.slots) argv.push_back("--oversubscribe");
   for (const char* word : {"--map-by", "slot", "--bind-to", "none"}) argv.push_back(word);
+  if (!request.hostfile.empty()) {
+    // Open MPI's own failure detection for its daemons' TCP connections: an unreachable node is
+    // declared lost within about time + intvl * probes seconds of silence, instead of the
+    // kernel's two hours (or Open MPI's 300 + 20 * 9 s). An OMPI_MCA_<name> the caller set wins.
+    for (const DaemonKeepalive& k : daemon_keepalive()) {
+      const std::string env = "OMPI_MCA_" + std::string(k.name);
+      if (std::find(host.environment.begin(), host.environment.end(), env) !=
+          host.environment.end())
+        continue;
+      for (std::string word : {std::string("--mca"), std::string(k.name), std::to_string(k.value)})
+        argv.push_back(std::move(word));
+    }
+  }
 
   std::vector<std::string> forwarded;
   for (const std::string& name : host.environment)

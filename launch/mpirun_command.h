@@ -50,9 +50,25 @@ int hostfile_slots(std::string_view text, int cores_per_node, std::string_view p
 // CUDA_VISIBLE_DEVICES that is set. True for those names.
 bool forwarded_to_ranks(std::string_view name);
 
+// Open MPI's TCP keepalive for the connections between mpirun and its daemons on other nodes
+// (the out-of-band channel): idle seconds before the first probe, seconds between probes, and
+// unanswered probes before the connection, and so the node, is declared lost. mpirun then ends
+// the job and names the node ("ORTE has lost communication with a remote daemon"), and a daemon
+// that lost mpirun ends its ranks. 5 + 2 * 3 = 11 s of silence: shorter than any collective
+// timeout worth setting (zt.comm_timeout_s), so mpirun learns of a lost node before a rank's
+// MPI_Abort queues a message to it (TCP suspends keepalive while data waits to be sent).
+struct DaemonKeepalive {
+  std::string_view name;  // the MCA parameter
+  int value;
+};
+std::span<const DaemonKeepalive> daemon_keepalive();
+
 // mpirun's argv (argv[0] = "mpirun"):
 //   mpirun -np N [--hostfile F] [--allow-run-as-root] [--oversubscribe]
-//          --map-by slot --bind-to none [-x NAME]... PROGRAM ARGS...
+//          --map-by slot --bind-to none [--mca oob_tcp_keepalive_* V]... [-x NAME]...
+//          PROGRAM ARGS...
+// The keepalive parameters (daemon_keepalive) with a hostfile only, each unless the caller's
+// environment sets OMPI_MCA_<name>.
 // --allow-run-as-root when host.root. --oversubscribe when the ranks run on CPUs (request.cpu,
 // or no GPU visible) and N > host.slots: one rank per core is a choice, not a need, there.
 // --map-by slot fills each node's slots in order, so a node's ranks are consecutive world ranks

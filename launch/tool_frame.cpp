@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "comm/process_group.h"
 #include "runtime/status.h"
@@ -29,6 +31,8 @@ int capture(const std::function<int()>& body, std::string* message) {
 
 // Set by the first abort_job of this process.
 std::atomic<bool> g_aborting{false};
+// Set by the first arm_abort_deadline: the exit code this process ends with.
+std::atomic<int> g_abort_code{0};
 
 void print_error(const char* tool, int rank, const std::string& message) {
   if (rank >= 0)
@@ -58,9 +62,28 @@ int describe_current_exception(std::string* message) {
   }
 }
 
+void arm_abort_deadline(int code) {
+  const int exit_code = code != 0 ? code : kExitFailure;
+  int none = 0;
+  if (!g_abort_code.compare_exchange_strong(none, exit_code)) return;  // armed already
+  // MPI_Abort asks the launcher to end every rank; when the launcher cannot be reached (its
+  // daemon is behind a network partition) the call can block for good, and nothing else would
+  // end this process. The thread holds nothing: _exit skips destructors and atexit handlers.
+  std::thread([exit_code] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kAbortGraceS));
+    std::fprintf(stderr, "zt: MPI_Abort did not end this process within %.0f s; exiting %d\n",
+                 kAbortGraceS, exit_code);
+    std::fflush(stderr);
+    std::_Exit(exit_code);
+  }).detach();
+}
+
+int abort_code() { return g_abort_code.load(); }
+
 void abort_job(const char* tool, int rank, const std::string& message, int code) {
   if (!g_aborting.exchange(true)) {
     print_error(tool, rank, message);
+    arm_abort_deadline(code);
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // MPI_Abort does not return; if it did, this process still ends
   }

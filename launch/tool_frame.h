@@ -9,11 +9,14 @@
 //      diverged
 //   2  bad input: command line, config, data or weights file
 //   3  a collective did not complete within zt.comm_timeout_s (a rank stopped, died or
-//      diverged); reported by the watchdog of the rank that saw it
+//      diverged), or a rank waiting in one got SIGTERM/SIGUSR1 (not a preemption: a peer is
+//      gone); reported by the watchdog of the rank that saw it
 //   4  preempted: zt-train got SIGTERM or SIGUSR1, finished the step in progress, saved a
 //      checkpoint and stopped, on every rank (continue with zt-train --resume)
 // Under mpirun an aborted job exits with the code of the rank that called abort_job (Open MPI's
-// mpirun returns the MPI_Abort code).
+// mpirun returns the MPI_Abort code). A rank never outlives its own abort by more than
+// kAbortGraceS: MPI_Abort can block when the launcher cannot be reached (a network partition),
+// so the rank then ends its own process with the same code (arm_abort_deadline).
 #pragma once
 
 #include <functional>
@@ -25,6 +28,9 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitCommTimeout = 3;
 inline constexpr int kExitPreempted = 4;
+
+// Seconds a rank that called MPI_Abort may stay alive before it ends its own process.
+inline constexpr double kAbortGraceS = 5.0;
 
 // Runs body(); prints "<tool>: <message>" as one line on stderr for any error ("<tool>: rank r:
 // <message>" when rank >= 0) and returns the exit code to use.
@@ -49,5 +55,13 @@ int describe_current_exception(std::string* message);
 // that abort. One process-wide atomic flag in tool_frame.cpp holds this; it is the only state.
 // Call it before unwinding the stack past objects that wait for peers (the engine's CommQueue).
 [[noreturn]] void abort_job(const char* tool, int rank, const std::string& message, int code);
+
+// Starts (once per process) a detached thread that ends this process with `code` (_exit, no
+// unwinding) kAbortGraceS from now, and marks the process as aborting. abort_job calls it before
+// MPI_Abort; so must any other caller of MPI_Abort (MpiSession::abort in a main).
+void arm_abort_deadline(int code);
+// Whether this process is ending (arm_abort_deadline was called), and with which code (0: not).
+// A termination signal that arrives then is the launcher ending the job, not a preemption.
+int abort_code();
 
 }  // namespace zt

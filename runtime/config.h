@@ -31,8 +31,9 @@ struct OptimizerConfig {
   std::array<double, 2> betas{0.9, 0.999};  // Adam/AdamW only
   double eps = 1e-8;                        // Adam/AdamW only
   double weight_decay = 0.0;
-  double momentum = 0.0;    // SGD only
-  bool adam_w_mode = true;  // Adam only; DeepSpeed's ADAM_W_MODE_DEFAULT
+  double momentum = 0.0;        // SGD only
+  bool adam_w_mode = true;      // Adam only; DeepSpeed's ADAM_W_MODE_DEFAULT
+  bool bias_correction = true;  // Adam/AdamW: DeepSpeed's default; false: no bias correction
   // True when weight decay is applied to the weights, not added to the gradient.
   bool decoupled_weight_decay() const {
     return type == OptimizerType::kAdamW || (type == OptimizerType::kAdam && adam_w_mode);

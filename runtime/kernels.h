@@ -93,30 +93,29 @@ struct AdamWArgs {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
-  float weight_decay = 0.0f;  // decoupled (AdamW); 0 for biases and norms
-  int64_t step = 1;           // 1-based, for bias correction
-  float grad_scale = 1.0f;    // gradients are multiplied by this first (unscale, clip)
-  bool decoupled = true;      // false: classic Adam, decay added to the gradient (L2)
+  float weight_decay = 0.0f;    // decoupled (AdamW); 0 for biases and norms
+  int64_t step = 1;             // 1-based, for bias correction
+  float grad_scale = 1.0f;      // gradients are multiplied by this first (unscale, clip)
+  bool decoupled = true;        // false: classic Adam, decay added to the gradient (L2)
+  bool bias_correction = true;  // false: m and v used as they are (DeepSpeed's bias_correction)
 };
 
 // The per-call scalars of an Adam step, derived once from AdamWArgs, so every back end's
 // element loop uses the same values (bias corrections 1 - beta^step computed in double).
 struct AdamScalars {
   float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay, grad_scale;
-  float bias_correction1, bias_correction2;  // 1 - beta^step
+  float bias_correction1, bias_correction2;  // 1 - beta^step; 1 without bias correction
 };
 inline AdamScalars adam_scalars(const AdamWArgs& args) {
-  const double t = static_cast<double>(args.step);
-  return AdamScalars{args.lr,
-                     args.beta1,
-                     args.beta2,
-                     1.0f - args.beta1,
-                     1.0f - args.beta2,
-                     args.eps,
-                     args.weight_decay,
-                     args.grad_scale,
-                     static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta1), t)),
-                     static_cast<float>(1.0 - std::pow(static_cast<double>(args.beta2), t))};
+  // Without bias correction the step count is ignored: m / 1 and v / 1 are m and v, bit for bit.
+  const double t = args.bias_correction ? static_cast<double>(args.step) : 0.0;
+  const auto correction = [&](float beta) {
+    return args.bias_correction ? static_cast<float>(1.0 - std::pow(static_cast<double>(beta), t))
+                                : 1.0f;
+  };
+  return AdamScalars{
+      args.lr,  args.beta1,        args.beta2,      1.0f - args.beta1,      1.0f - args.beta2,
+      args.eps, args.weight_decay, args.grad_scale, correction(args.beta1), correction(args.beta2)};
 }
 
 struct SgdArgs {

@@ -175,6 +175,9 @@ int main(int argc, char** argv) {
         return result.exit_code;
       },
       report_rank);
-  if (code != 0 && group.world > 1 && !agreed_failure) mpi.abort(code);
+  if (code != 0 && group.world > 1 && !agreed_failure) {
+    zt::arm_abort_deadline(code);  // MPI_Abort may block when the launcher is unreachable
+    mpi.abort(code);
+  }
   return code;
 }

@@ -33,8 +33,11 @@ int Checkpointer::unit_index(const std::string& name) const {
   return 0;
 }
 
-std::string Checkpointer::begin_step_dir(int64_t step) {
-  if (comm_.rank() == 0) prepare_checkpoint_dir(options_.root, step);
+std::string Checkpointer::begin_step_dir(int64_t step, std::vector<std::string>* removed) {
+  if (comm_.rank() == 0) {
+    *removed = remove_unfinished_saves(options_.root);
+    prepare_checkpoint_dir(options_.root, step);
+  }
   all_gather_doubles(comm_, std::array{0.0});  // barrier: the directory exists
   return checkpoint_step_dir(options_.root, step) + ".tmp";
 }
@@ -63,11 +66,11 @@ int64_t Checkpointer::commit(int64_t step, const ShardFileInfo& info, nlohmann::
 
 void Checkpointer::save_sync(int64_t step, nlohmann::json trainer_state) {
   const auto t0 = Clock::now();
-  ShardFileWriter writer(begin_step_dir(step), comm_.rank());
+  SaveReport report;
+  ShardFileWriter writer(begin_step_dir(step, &report.removed), comm_.rank());
   trainer_state["engine"] =
       engine_.save_state(writer, [&](int unit) { fault(SavePoint::kShardRecord, step, unit); });
   const ShardFileInfo info = writer.finish();
-  SaveReport report;
   report.step = step;
   report.bytes = commit(step, info, std::move(trainer_state));
   report.blocked_ms = report.save_ms = ms_since(t0);
@@ -77,9 +80,9 @@ void Checkpointer::save_sync(int64_t step, nlohmann::json trainer_state) {
 void Checkpointer::begin_async(int64_t step, nlohmann::json trainer_state) {
   finish_pending();  // one save at a time
   const auto t0 = Clock::now();
-  const std::string dir = begin_step_dir(step);
   pending_ = std::make_unique<PendingSave>();
   PendingSave& p = *pending_;
+  const std::string dir = begin_step_dir(step, &p.removed);
   p.step = step;
   p.started = t0;
   snapshot_.rewind();
@@ -111,6 +114,7 @@ void Checkpointer::finish_pending() {
   SaveReport report;
   report.step = p.step;
   report.async = true;
+  report.removed = std::move(p.removed);
   report.bytes = commit(p.step, p.info, std::move(p.state));
   report.blocked_ms = p.blocked_ms;
   report.write_ms = p.write_ms;

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,9 @@ struct SaveReport {
   double blocked_ms = 0.0;  // training waited: the whole save (sync), the snapshot (async)
   double write_ms = 0.0;    // async: the writer thread's shard file
   double save_ms = 0.0;     // from the save's start to its commit
+  // step<N>.tmp directories a save that never committed had left, removed before this one
+  // (rank 0; remove_unfinished_saves).
+  std::vector<std::string> removed;
 };
 
 // Where a test fault may fire during a save (train/test_fault.h maps them to its points).
@@ -97,11 +101,13 @@ class Checkpointer {
     std::exception_ptr error;
     std::atomic<bool> written{false};
     double blocked_ms = 0.0, write_ms = 0.0;
+    std::vector<std::string> removed;
     Clock::time_point started;
     std::thread writer;
   };
 
-  std::string begin_step_dir(int64_t step);  // collective: rank 0 makes step<N>.tmp
+  // Collective: rank 0 removes unfinished saves (into *removed) and makes step<N>.tmp.
+  std::string begin_step_dir(int64_t step, std::vector<std::string>* removed);
   // Collective: every rank's file is written; rank 0 commits. Returns the checkpoint's bytes.
   int64_t commit(int64_t step, const ShardFileInfo& info, nlohmann::json state);
   void fault(SavePoint at, int64_t step, int unit) const;

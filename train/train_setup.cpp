@@ -93,6 +93,7 @@ EngineOptions engine_options(const Config& config, Model& model) {
   o.optimizer.eps = static_cast<float>(oc.eps);
   o.optimizer.weight_decay = static_cast<float>(oc.weight_decay);
   o.optimizer.momentum = static_cast<float>(oc.momentum);
+  o.optimizer.bias_correction = oc.bias_correction;
   o.gradient_clipping = static_cast<float>(config.gradient_clipping);
   o.seed = config.zt.seed;
   const ZeroConfig& z = config.zero_optimization;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <limits>
@@ -18,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/collective_watchdog.h"
 #include "comm/communicator_factory.h"
 #include "launch/tool_frame.h"
 #include "model_zoo/model_spec.h"
@@ -49,6 +51,11 @@ using Clock = std::chrono::steady_clock;
 // a number), so that every rank saves and stops after the same step. The signals are blocked in
 // every thread (block_preemption_signals) and taken synchronously by one waiting thread. The one
 // process-wide state of the trainer: a signal can reach nothing else.
+// A signal is a preemption only while the job is healthy (docs/failure.md#signals): one that
+// comes while this process is already aborting (mpirun ending the job after a rank's MPI_Abort)
+// ends the process at once with the abort's code, and a rank that was waiting in a collective
+// when it came, and still waits CollectiveWatchdog::kSignalGraceS later, is ended by its watchdog
+// (its peers are gone: the save it would wait for never comes).
 std::atomic<int> preempt_signal{0};
 
 sigset_t preemption_signals() {
@@ -68,7 +75,10 @@ void install_preemption_handlers() {
       const sigset_t set = preemption_signals();
       for (;;) {
         int signal = 0;
-        if (sigwait(&set, &signal) == 0) preempt_signal.store(signal);
+        if (sigwait(&set, &signal) != 0) continue;
+        if (const int code = abort_code(); code != 0) std::_Exit(code);
+        CollectiveWatchdog::note_termination_signal(signal == SIGTERM ? "SIGTERM" : "SIGUSR1");
+        preempt_signal.store(signal);
       }
     }).detach();
   });
@@ -220,6 +230,9 @@ Resumed resume_training(const TrainSetup& setup, Engine& engine, Communicator& c
       agree_on_failure("zt-train", rank, world, refused.empty() ? 0 : kExitBadInput, refused);
   if (resumed.exit_code != 0) return resumed;
   resumed.first_step = point.step + 1;
+  if (rank == 0)
+    for (const std::string& dir : remove_unfinished_saves(setup.checkpoint_root))
+      resumed.notes.push_back(fmt::format("removed {}: left by a save that did not finish", dir));
   // The data position in tokens of the whole job, as this world's batches.
   const int64_t position = resumed_train_position(point, world, B, T, resumed.notes);
   train_loader.seek(position);
@@ -241,6 +254,8 @@ void report_save(const SaveReport& s, const std::string& root, int world, const 
                     "in {:.0f} ms behind it, committed {:.0f} ms after the save began",
                     s.blocked_ms, s.write_ms, s.save_ms)
               : fmt::format("{:.0f} ms", s.save_ms);
+  for (const std::string& dir : s.removed)
+    log.rank0("removed {}: left by a save that did not finish", dir);
   log.rank0("step {:>5} | saved checkpoint {} ({:.1f} MiB in {} shard file{}, {})", s.step,
             checkpoint_step_dir(root, s.step), s.bytes / 1048576.0, world, world > 1 ? "s" : "",
             how);

@@ -49,9 +49,15 @@ Optimizer::Optimizer(Device& device, Kernels& kernels, const OptimizerOptions& o
 AdamWArgs Optimizer::adam_args(const DecayRange& r, float lr, float grad_scale,
                                int64_t step) const {
   const float wd = r.decay == Decay::kYes ? options_.weight_decay : 0.0f;
-  return AdamWArgs{
-      lr, options_.beta1, options_.beta2, options_.eps,
-      wd, step,           grad_scale,     options_.type == OptimizerOptions::Type::kAdamW};
+  return AdamWArgs{lr,
+                   options_.beta1,
+                   options_.beta2,
+                   options_.eps,
+                   wd,
+                   step,
+                   grad_scale,
+                   options_.type == OptimizerOptions::Type::kAdamW,
+                   options_.bias_correction};
 }
 
 void Optimizer::step_part_host(int range, int64_t begin, int64_t end, float* master,

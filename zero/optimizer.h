@@ -20,7 +20,8 @@ struct OptimizerOptions {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
-  float momentum = 0.0f;  // SGD
+  float momentum = 0.0f;        // SGD
+  bool bias_correction = true;  // Adam/AdamW: false divides m and v by nothing (DeepSpeed's)
 };
 
 // The state tensors an element has under `options`, in order: Adam "exp_avg", "exp_avg_sq";

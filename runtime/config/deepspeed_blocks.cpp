@@ -197,10 +197,19 @@ constexpr Field<ZeroConfig> kZeroFields[] = {
 };
 constexpr std::string_view kGatherFp16 = "stage3_gather_fp16_weights_on_model_save";  // older name
 
-// Offload tiers the stage cannot use are errors, not silent no-ops.
-void check_offload_stage(const Reader& r, const ZeroConfig& z) {
-  if (z.offload_optimizer.device != OffloadDevice::kNone && z.stage < 1) {
-    r.fail("'zero_optimization.offload_optimizer' needs zero_optimization.stage >= 1, got stage 0");
+// Offload tiers the stage cannot use are errors, not silent no-ops; except at stage 0, where
+// DeepSpeed ignores both offload blocks (ZeRO is off), and so does ZeroTrain, with a note.
+void check_offload_stage(const Reader& r, ZeroConfig& z) {
+  if (z.stage == 0) {
+    for (OffloadConfig* o : {&z.offload_optimizer, &z.offload_param}) {
+      if (o->device == OffloadDevice::kNone) continue;
+      r.note(fmt::format(
+          "'zero_optimization.{}' has no effect at zero_optimization.stage 0: ZeRO is off, so "
+          "DeepSpeed does not offload, and neither does ZeroTrain (offload needs stage >= 1; "
+          "offload_param stage 3)",
+          o == &z.offload_optimizer ? "offload_optimizer" : "offload_param"));
+      *o = OffloadConfig{};
+    }
   }
   if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
     r.fail(fmt::format(

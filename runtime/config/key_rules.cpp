@@ -212,6 +212,9 @@ constexpr KeyRule kFp16[] = {
      "inputs are token ids; with fp16 enabled the model computes in fp16 throughout", ""},
 };
 
+constexpr std::string_view kNoBf16LossScale =
+    "bf16 training uses no loss scale (a key of the fp16 block; DeepSpeed ignores it here too)";
+
 constexpr KeyRule kBf16[] = {
     {"bf16_optimizer_states", E::kBool, H::kFalse, "optimizer states are fp32",
      "is not supported: ZeroTrain keeps optimizer states in fp32; set it to false"},
@@ -221,6 +224,13 @@ constexpr KeyRule kBf16[] = {
      ""},
     {"check_grad_overflow", E::kBool, H::kAlways,
      "bf16 training needs no overflow check, and ZeroTrain runs none", ""},
+    // The fp16 block's loss-scaling keys: DeepSpeed reads none of them from the bf16 block.
+    {"loss_scale", E::kNumber, H::kAlways, kNoBf16LossScale, "", Bound::kNonNegative},
+    {"initial_scale_power", E::kInteger, H::kAlways, kNoBf16LossScale, "", Bound::kNonNegative},
+    {"loss_scale_window", E::kNumber, H::kAlways, kNoBf16LossScale, "", Bound::kPositive},
+    {"hysteresis", E::kInteger, H::kAlways, kNoBf16LossScale, "", Bound::kPositive},
+    {"consecutive_hysteresis", E::kBool, H::kAlways, kNoBf16LossScale, ""},
+    {"min_loss_scale", E::kNumber, H::kAlways, kNoBf16LossScale, "", Bound::kPositive},
 };
 
 // ---- optimizer and scheduler -----------------------------------------------------------------
@@ -244,8 +254,6 @@ constexpr KeyRule kAdam[] = {
     {"torch_adam", E::kBool, H::kAlways, "ZeroTrain runs its own Adam kernel over each shard", ""},
     {"amsgrad", E::kBool, H::kFalse, "false is what ZeroTrain does",
      "is not supported: AMSGrad is not built; set it to false"},
-    {"bias_correction", E::kBool, H::kTrue, "ZeroTrain's Adam always applies bias correction",
-     "is not supported: ZeroTrain's Adam always applies bias correction; set it to true"},
 };
 
 constexpr KeyRule kAdamW[] = {
@@ -253,8 +261,6 @@ constexpr KeyRule kAdamW[] = {
     {"torch_adam", E::kBool, H::kAlways, "ZeroTrain runs its own Adam kernel over each shard", ""},
     {"amsgrad", E::kBool, H::kFalse, "false is what ZeroTrain does",
      "is not supported: AMSGrad is not built; set it to false"},
-    {"bias_correction", E::kBool, H::kTrue, "ZeroTrain's Adam always applies bias correction",
-     "is not supported: ZeroTrain's Adam always applies bias correction; set it to true"},
     {"adam_w_mode", E::kBool, H::kTrue, "AdamW always decouples weight decay",
      "false asks for L2 weight decay, but AdamW always decouples it; use \"type\": \"Adam\" with "
      "adam_w_mode false"},
@@ -277,8 +283,10 @@ constexpr KeyRule kSchedulerParams[] = {
 // ---- activation checkpointing ----------------------------------------------------------------
 
 constexpr KeyRule kCheckpointing[] = {
-    {"partition_activations", E::kBool, H::kFalse, "false is what ZeroTrain does",
-     "is not supported yet; set it to false"},
+    {"partition_activations", E::kBool, H::kAlways,
+     "DeepSpeed partitions checkpointed activations across model-parallel ranks, and ZeroTrain "
+     "has no model parallelism (a model-parallel size of 1: nothing to partition)",
+     ""},
     {"cpu_checkpointing", E::kBool, H::kFalse, "false is what ZeroTrain does",
      "is not supported yet; set it to false"},
     {"contiguous_memory_optimization", E::kBool, H::kAlways,

@@ -44,16 +44,18 @@ constexpr Field<OptimizerConfig> kOptimizerFields[] = {
     {"weight_decay", &OptimizerConfig::weight_decay, Bound::kNonNegative},
     {"momentum", &OptimizerConfig::momentum, Bound::kNonNegative},
     {"adam_w_mode", &OptimizerConfig::adam_w_mode},
+    {"bias_correction", &OptimizerConfig::bias_correction},
 };
 
 // The implemented params of each type; their rule keys are allowed too.
 std::vector<std::string_view> optimizer_params(OptimizerType type) {
   switch (type) {
     case OptimizerType::kAdam:
-      return concat({"lr", "betas", "eps", "weight_decay", "adam_w_mode"},
+      return concat({"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction"},
                     rule_keys(adam_param_rules(false)));
     case OptimizerType::kAdamW:
-      return concat({"lr", "betas", "eps", "weight_decay"}, rule_keys(adam_param_rules(true)));
+      return concat({"lr", "betas", "eps", "weight_decay", "bias_correction"},
+                    rule_keys(adam_param_rules(true)));
     case OptimizerType::kSGD:
       return concat({"lr", "momentum", "weight_decay"}, rule_keys(sgd_param_rules()));
   }

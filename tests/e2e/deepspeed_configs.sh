@@ -5,7 +5,8 @@
 # tier). No output may contain "unknown key". When the first run stops on
 # "auto" values zt-train cannot derive, the script applies the --set fixes that line prints and
 # reruns; then every "auto" in the file must be named by that line or by a start-up note of the
-# run that trains. Usage: deepspeed_configs.sh BIN_DIR SOURCE_DIR. Skips (77) without the corpus.
+# run that trains, and every text a file lists under "_notes" must be in a start-up note (keys
+# DeepSpeed accepts but ignores in that case: noted, not refused). Usage: deepspeed_configs.sh BIN_DIR SOURCE_DIR. Skips (77) without the corpus.
 set -u
 bin=$1 src=$2
 [ -f "$src/data/corpus/train.bin" ] || { echo "no corpus: run scripts/fetch_data.sh"; exit 77; }
@@ -77,6 +78,10 @@ for file in configs/deepspeed/*.json; do
   for path in $(auto_paths "$file"); do
     if ! grep -qF "'$path'" <<< "$named$notes"; then fail "\"auto\" at '$path' is neither resolved nor named"; fi
   done
+  # "_notes" (a comment key, so DeepSpeed and zt-train skip it): notes the run must print.
+  while IFS= read -r want; do
+    [ -z "$want" ] || grep -qF -- "$want" <<< "$notes" || fail "no start-up note with: $want"
+  done < <(python3 -c 'import json, sys; print("\n".join(json.load(open(sys.argv[1])).get("_notes", [])))' "$file")
   echo "ok   $name: trained 2 steps; $(grep -c 'note: ' <<< "$notes") notes"
 done
 

@@ -87,4 +87,42 @@ if [ "$mounted" -eq 1 ]; then
 else
   echo "skipped the weights case: it needs a real small file system"
 fi
+
+# A checkpoint save that fails on a full disk leaves `latest` on the previous step; the next
+# resume removes the step<N>.tmp it left and says so. The checkpoint directory is a tmpfs 1.5x
+# the size of one checkpoint: the save of step 2 fits, the save of step 4 does not.
+if [ "$mounted" -eq 1 ]; then
+  ckpt=$tmp/ckpt
+  mpirun --oversubscribe -np 2 "$bin/zt-train" --config "$tmp/job.json" --set zt.steps=2 \
+    --set zt.output_dir="$tmp/measure" --set zt.save_weights='""' \
+    --set zt.checkpoint='{"every_n_steps": 2}' > /dev/null 2> "$tmp/measure.err" ||
+    { echo "FAIL: a run to measure one checkpoint:"; cat "$tmp/measure.err"; exit 1; }
+  one=$(du -sb "$tmp/measure/checkpoints/step2" | cut -f1)
+  mkdir -p "$ckpt"
+  mount -t tmpfs -o size=$(( (one * 3 / 2 / 4096 + 1) * 4096 )) tmpfs "$ckpt" ||
+    { echo "FAIL: cannot mount the checkpoint tmpfs"; exit 1; }
+  trap 'umount "$ckpt"; cleanup' EXIT
+  save=(--config "$tmp/job.json" --set zt.output_dir="$tmp/saves" --set zt.save_weights='""'
+        --set zt.checkpoint="{\"dir\": \"$ckpt\", \"every_n_steps\": 2}")
+  timeout 120 mpirun --oversubscribe -np 2 "$bin/zt-train" "${save[@]}" --set zt.steps=6 \
+    > "$tmp/stdout3" 2> "$tmp/stderr3"
+  rc=$?
+  echo "checkpoints on a tmpfs of 1.5 checkpoints ($one bytes each): exit $rc; latest $(cat "$ckpt/latest" 2> /dev/null); left: $(ls "$ckpt" | tr '\n' ' ')"
+  sed 's/^/    /' "$tmp/stderr3"
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: exit code $rc"; failed=1; }
+  grep -q "No space left on device" "$tmp/stderr3" || { echo "FAIL: no line naming the OS error"; failed=1; }
+  [ "$(cat "$ckpt/latest" 2> /dev/null)" = step2 ] || { echo "FAIL: latest is not step2"; failed=1; }
+  [ -d "$ckpt/step4.tmp" ] || echo "note: the failed save left no step4.tmp"
+  mount -o remount,size=$(( one * 4 )) "$ckpt"
+  timeout 120 mpirun --oversubscribe -np 2 "$bin/zt-train" "${save[@]}" --set zt.steps=4 --resume \
+    > "$tmp/stdout4" 2> "$tmp/stderr4"
+  rc=$?
+  removed=$(grep "removed $ckpt/step4.tmp: left by a save that did not finish" "$tmp/stdout4")
+  echo "resume after more space: exit $rc; ${removed:-no line naming the removed step4.tmp}"
+  [ "$rc" -eq 0 ] || { echo "FAIL: the resume failed:"; sed 's/^/    /' "$tmp/stderr4"; failed=1; }
+  [ -n "$removed" ] || { echo "FAIL: the resume did not name the step4.tmp it removed"; failed=1; }
+  [ ! -e "$ckpt/step4.tmp" ] && [ "$(cat "$ckpt/latest")" = step4 ] ||
+    { echo "FAIL: after the resume: $(ls "$ckpt" | tr '\n' ' ')"; failed=1; }
+  [ "$failed" -eq 0 ] && echo "ok: latest stayed on step2; the resume removed step4.tmp and said so"
+fi
 exit "$failed"

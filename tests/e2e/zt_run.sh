@@ -39,9 +39,10 @@ expect_line "mpirun -np 1 ${root}$common $bin/zt-train --config c.json" \
 expect_line "mpirun -np 1000 ${root}--oversubscribe $common $bin/zt-train --config c.json" \
   -np 1000 --cpu -- zt-train --config c.json
 printf '# two nodes\nnode0 slots=2\nnode1 slots=2\n' > "$tmp/hosts"
-expect_line "mpirun -np 4 --hostfile $tmp/hosts ${root}$common /bin/true" \
+keepalive="--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3"
+expect_line "mpirun -np 4 --hostfile $tmp/hosts ${root}--map-by slot --bind-to none $keepalive -x PATH /bin/true" \
   -np 4 --hostfile "$tmp/hosts" -- /bin/true
-expect_line "mpirun -np 5 --hostfile $tmp/hosts ${root}--oversubscribe $common /bin/true" \
+expect_line "mpirun -np 5 --hostfile $tmp/hosts ${root}--oversubscribe --map-by slot --bind-to none $keepalive -x PATH /bin/true" \
   -np 5 --hostfile "$tmp/hosts" -- /bin/true
 # A variable of the ranks' environment is forwarded; OMP_WAIT_POLICY set by the caller is kept.
 got=$(env -i PATH="$path_dirs" OMP_WAIT_POLICY=ACTIVE ZT_TEST_FAULT=x HOME=/ "$bin/zt-run" --dry-run -np 1 -- /bin/true)

@@ -92,9 +92,24 @@ TEST(MpirunCommand, ForwardsTheRanksEnvironment) {
                       "TERM",      "NCCL_DEBUG", "OMP_WAIT_POLICY", "LD_LIBRARY_PATH",
                       "OMPI_MCA_x"};
   EXPECT_EQ(line_of(parse({"-np", "2", "--hostfile", "my hosts", "--", "zt-train"}), host),
-            "mpirun -np 2 --hostfile 'my hosts' --map-by slot --bind-to none -x LD_LIBRARY_PATH "
+            "mpirun -np 2 --hostfile 'my hosts' --map-by slot --bind-to none "
+            "--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 "
+            "--mca oob_tcp_keepalive_probes 3 -x LD_LIBRARY_PATH "
             "-x NCCL_DEBUG -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x PATH -x ZT_TEST_FAULT "
             "zt-train");
+}
+
+// With a hostfile, Open MPI's keepalive for its daemons; one the caller set (OMPI_MCA_<name>)
+// is left to the caller; without a hostfile, none.
+TEST(MpirunCommand, DaemonKeepaliveWithAHostfileUnlessSet) {
+  LaunchHost host;
+  host.slots = 8;
+  host.environment = {"OMPI_MCA_oob_tcp_keepalive_time"};
+  EXPECT_EQ(line_of(parse({"-np", "2", "--hostfile", "h", "--", "zt-train"}), host),
+            "mpirun -np 2 --hostfile h --map-by slot --bind-to none "
+            "--mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 zt-train");
+  EXPECT_EQ(line_of(parse({"-np", "2", "--", "zt-train"}), host),
+            "mpirun -np 2 --map-by slot --bind-to none zt-train");
 }
 
 TEST(MpirunCommand, HostfileSlots) {

@@ -203,11 +203,19 @@ TEST(ConfigCombinations, ConflictsAreErrors) {
                              {{"stage", 2}, {"offload_param", {{"device", "cpu"}}}})),
             "configs/x.json: 'zero_optimization.offload_param' needs zero_optimization.stage 3, "
             "got stage 2");
-  EXPECT_EQ(
-      input_error(
-          with(minimal(), "/zero_optimization", {{"offload_optimizer", {{"device", "cpu"}}}})),
-      "configs/x.json: 'zero_optimization.offload_optimizer' needs zero_optimization.stage >= 1, "
-      "got stage 0");
+  // At stage 0 DeepSpeed ignores both offload blocks (ZeRO is off): a note, no offload.
+  const Config stage0 = parse(with(minimal(), "/zero_optimization",
+                                   {{"stage", 0},
+                                    {"offload_optimizer", {{"device", "cpu"}}},
+                                    {"offload_param", {{"device", "cpu"}}}}));
+  EXPECT_EQ(stage0.zero_optimization.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(stage0.zero_optimization.offload_param.device, OffloadDevice::kNone);
+  ASSERT_EQ(stage0.notes.size(), 2u);
+  EXPECT_NE(stage0.notes[0].find("'zero_optimization.offload_optimizer' has no effect at "
+                                 "zero_optimization.stage 0"),
+            std::string::npos);
+  EXPECT_NE(stage0.notes[1].find("'zero_optimization.offload_param' has no effect"),
+            std::string::npos);
   EXPECT_EQ(input_error(
                 with(minimal(), "/zero_optimization",
                      {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/x"}}}})),
@@ -230,10 +238,10 @@ TEST(ConfigCheckpointing, PoliciesAndUnsupportedOptions) {
                   .activation_checkpointing;
   EXPECT_EQ(none.policy, ActivationCheckpointing::Policy::kCount);
   EXPECT_EQ(none.count, 0);
-  EXPECT_EQ(
-      input_error(with(minimal(), "/activation_checkpointing", {{"partition_activations", true}})),
-      "configs/x.json: 'activation_checkpointing.partition_activations' is not supported yet; "
-      "set it to false");
+  // Without model parallelism there is nothing to partition: a note (DeepSpeed does nothing).
+  EXPECT_EQ(parse(with(minimal(), "/activation_checkpointing", {{"partition_activations", true}}))
+                .notes.size(),
+            1u);
   EXPECT_EQ(
       input_error(with(minimal(), "/activation_checkpointing", {{"cpu_checkpointing", true}})),
       "configs/x.json: 'activation_checkpointing.cpu_checkpointing' is not supported yet; set it "
@@ -307,7 +315,8 @@ TEST(ConfigFull, EveryBlockParses) {
   json j = R"({
     "train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
     "optimizer": {"type": "Adam", "params": {"lr": 3e-4, "betas": [0.8, 0.9], "eps": 1e-6,
-                                              "weight_decay": 0.01, "adam_w_mode": false}},
+                                              "weight_decay": 0.01, "adam_w_mode": false,
+                                              "bias_correction": false}},
     "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-5, "warmup_max_lr": 3e-4,
                   "warmup_num_steps": 20, "warmup_type": "linear", "total_num_steps": 200}},
     "gradient_clipping": 0.5, "steps_per_print": 5, "wall_clock_breakdown": true,
@@ -339,6 +348,7 @@ TEST(ConfigFull, EveryBlockParses) {
   EXPECT_EQ(c.train_batch_size, 32);
   EXPECT_EQ(c.optimizer.type, OptimizerType::kAdam);
   EXPECT_FALSE(c.optimizer.adam_w_mode);
+  EXPECT_FALSE(c.optimizer.bias_correction);
   EXPECT_FALSE(c.optimizer.decoupled_weight_decay());
   EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.8);
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-6);

@@ -23,8 +23,12 @@ using namespace test;
 
 TEST_F(KernelsTest, AdamWMatchesReference) {
   const int64_t n = 1001;
-  for (bool decoupled : {true, false}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    // AdamW, Adam with L2 decay, and AdamW without bias correction (DeepSpeed's
+    // bias_correction: false).
+    const bool decoupled = variant != 1, corrected = variant != 2;
     AdamWArgs args;
+    args.bias_correction = corrected;
     args.lr = 1e-2f;
     args.weight_decay = 0.1f;
     args.grad_scale = 0.5f;
@@ -41,13 +45,16 @@ TEST_F(KernelsTest, AdamWMatchesReference) {
         if (!decoupled) gi += args.weight_decay * rp[i];
         rm[i] = b1 * rm[i] + (1 - b1) * gi;
         rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
-        const double mhat = rm[i] / (1 - std::pow(b1, step));
-        const double vhat = rv[i] / (1 - std::pow(b2, step));
+        const double mhat = corrected ? rm[i] / (1 - std::pow(b1, step)) : rm[i];
+        const double vhat = corrected ? rv[i] / (1 - std::pow(b2, step)) : rv[i];
         rp[i] -= args.lr * (mhat / (std::sqrt(vhat) + args.eps) +
                             (decoupled ? args.weight_decay * rp[i] : 0.0));
       }
     }
-    expect_close(p, rp, 1e-6, 1e-5, decoupled ? "adamw param" : "adam (L2) param");
+    expect_close(p, rp, 1e-6, 1e-5,
+                 !corrected  ? "adamw (no bias correction) param"
+                 : decoupled ? "adamw param"
+                             : "adam (L2) param");
     expect_close(m, rm, 1e-6, 1e-5, "adamw m");
     expect_close(v, rv, 1e-7, 1e-5, "adamw v");
   }

@@ -35,6 +35,23 @@ std::string prepare_checkpoint_dir(const std::string& root, int64_t step) {
   return temp.string();
 }
 
+std::vector<std::string> remove_unfinished_saves(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.ends_with(".tmp") || !it->is_directory(ec) || ec) continue;
+    if (parse_step_name(std::string_view(name).substr(0, name.size() - 4)) < 0) continue;
+    removed.push_back(it->path().string());
+  }
+  if (ec) fail_fs("list the checkpoint directory", root, ec);
+  std::sort(removed.begin(), removed.end());
+  for (const std::string& path : removed) remove_tree(path);
+  if (!removed.empty()) sync_parent_directory(removed.front());
+  return removed;
+}
+
 namespace {
 
 // Deletes committed step directories beyond the keep_last newest by step number (keep_last <= 0:

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "zero/checkpoint/format.h"
 
@@ -20,6 +21,11 @@ namespace zt {
 
 // crashed, and returns its path: every rank writes its shard file there. Rank 0 only.
 std::string prepare_checkpoint_dir(const std::string& root, int64_t step);
+
+// Deletes every `<root>/step<N>.tmp/`: what a save that never committed left (a full disk, a
+// rank that died while writing). Returns their paths, so that the caller names them; empty when
+// there were none or `root` does not exist. Rank 0 only, while no save into `root` is under way.
+std::vector<std::string> remove_unfinished_saves(const std::string& root);
 
 // Turns `<root>/step<N>.tmp/` into the checkpoint `<root>/step<N>/` (rank 0, after every rank's
 // finish()): checks each file of manifest.files is there with its size; writes manifest.json
