@@ -76,7 +76,7 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  zt::block_preemption_signals();  // before any thread: see trainer.h
+  zt::block_preemption_signals();  // before any thread: see train/preemption.h
   zt::MpiSession mpi(&argc, &argv);
   const zt::ProcessGroup& group = mpi.group();
   zt::Logger log(group.rank, group.world);

@@ -2,24 +2,17 @@
 // MetricsWriter) and the engine; the helpers above train_run each do one part of a run.
 #include "train/trainer.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <limits>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "comm/collective_watchdog.h"
 #include "comm/communicator_factory.h"
 #include "launch/tool_frame.h"
 #include "model_zoo/model_spec.h"
@@ -46,45 +39,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Preemption: SIGTERM and SIGUSR1 (what schedulers send before they kill a job) only set this
-// flag; the training loop reads it after every step and the ranks agree on it (one all-gather of
-// a number), so that every rank saves and stops after the same step. The signals are blocked in
-// every thread (block_preemption_signals) and taken synchronously by one waiting thread. The one
-// process-wide state of the trainer: a signal can reach nothing else.
-// A signal is a preemption only while the job is healthy (docs/failure.md#signals): one that
-// comes while this process is already aborting (mpirun ending the job after a rank's MPI_Abort)
-// ends the process at once with the abort's code, and a rank that was waiting in a collective
-// when it came, and still waits CollectiveWatchdog::kSignalGraceS later, is ended by its watchdog
-// (its peers are gone: the save it would wait for never comes).
-std::atomic<int> preempt_signal{0};
-
-sigset_t preemption_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGUSR1);
-  return set;
-}
-
-// A detached thread waiting for the signals for the rest of the process (it holds nothing).
-void install_preemption_handlers() {
-  static std::once_flag started;
-  std::call_once(started, [] {
-    block_preemption_signals();  // the caller's thread too, if main() did not
-    std::thread([] {
-      const sigset_t set = preemption_signals();
-      for (;;) {
-        int signal = 0;
-        if (sigwait(&set, &signal) != 0) continue;
-        if (const int code = abort_code(); code != 0) std::_Exit(code);
-        CollectiveWatchdog::note_termination_signal(signal == SIGTERM ? "SIGTERM" : "SIGUSR1");
-        preempt_signal.store(signal);
-      }
-    }).detach();
-  });
-}
-
 }  // namespace
+
 namespace {
 
 // A micro-batch's arrays, filled by DataLoader::next. Positions are passed to the model only for
@@ -388,7 +344,7 @@ struct AfterStep {
 
 AfterStep agree_after_step(Communicator& comm, const Checkpointer& checkpointer) {
   const std::vector<double> flags =
-      all_gather_doubles(comm, std::array{static_cast<double>(preempt_signal.load()),
+      all_gather_doubles(comm, std::array{static_cast<double>(preemption_signal()),
                                           checkpointer.pending_written() ? 1.0 : 0.0});
   AfterStep a;
   a.all_written = checkpointer.pending();
@@ -587,11 +543,6 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
 }
 
 }  // namespace
-
-void block_preemption_signals() {
-  const sigset_t set = preemption_signals();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
 
 TrainResult train(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
                   Communicator& comm, const Logger& log, const TrainErrorHandler& on_error) {

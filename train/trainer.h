@@ -18,6 +18,7 @@
 #include "runtime/config.h"
 #include "runtime/data/token_data.h"
 #include "train/checkpointer.h"
+#include "train/preemption.h"
 #include "zero/checkpoint/reader.h"
 #include "zero/engine.h"
 
@@ -55,13 +56,6 @@ TrainSetup prepare_training(const std::string& config_path,
 // points (train/test_fault.h), as zt-train and zt-bench checkpoint install it; empty when the
 // variable is unset.
 SaveFaultHook checkpoint_fault_hook(Model& model, int rank);
-
-// Preemption signals (SIGTERM, SIGUSR1) are never delivered into training's threads: call this
-// first in main(), before any thread exists (MPI's, OpenMP's), so that every thread inherits
-// them blocked; train() then takes them on a thread of its own (sigwait) that only sets the flag
-// the training loop reads. A handler run on a compute thread is not safe here: one interrupting
-// oneDNN's GEMM kernels corrupted the heap (tests/e2e/checkpoint_resume.sh, preemption cases).
-void block_preemption_signals();
 
 struct TrainResult {
   double first_val_loss = 0.0;  // before the first step; NaN without validation data
