@@ -16,12 +16,12 @@ using json = nlohmann::json;
 struct TokenDecoder::Step {
   enum class Kind { kByteLevel, kMetaspace, kByteFallback, kFuse, kStrip, kReplace };
   Kind kind;
-  bool map_alphabet = false;     // kByteLevel: tokens are in GPT-2's alphabet
-  std::string character;         // kMetaspace: the replacement; kStrip: the content
-  bool first_dropped = true;     // kMetaspace: prepend_scheme is not "never"
-  size_t start = 0, stop = 0;    // kStrip
-  std::string literal, content;  // kReplace
-  std::unique_ptr<Regex> regex;  // kReplace with a Regex pattern
+  bool map_alphabet = false;   // kByteLevel: tokens are in GPT-2's alphabet
+  std::string character;       // kMetaspace: the replacement; kStrip: the content
+  bool first_dropped = true;   // kMetaspace: prepend_scheme is not "never"
+  size_t start = 0, stop = 0;  // kStrip
+  std::string content;         // kReplace: the replacement
+  Pattern pattern;             // kReplace: what is replaced
 };
 
 TokenDecoder::TokenDecoder() = default;
@@ -117,10 +117,9 @@ std::string strip(const std::string& token, const Step& step) {
 }
 
 std::string replace(const std::string& token, const Step& step) {
-  if (!step.regex) return replace_all(token, step.literal, step.content);
   std::string out;
   size_t done = 0, begin = 0, end = 0;
-  while (done < token.size() && step.regex->find(token, done, begin, end)) {
+  while (done < token.size() && step.pattern.find(token, done, begin, end)) {
     out.append(token, done, begin - done);
     out += step.content;
     done = end;
@@ -193,19 +192,8 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
   } else if (type == "Replace") {
     step.kind = Step::Kind::kReplace;
     step.content = file.string(file.member(value, where, "content"), member_path(where, "content"));
-    const std::string pattern_where = member_path(where, "pattern");
-    const json& pattern = file.object(file.member(value, where, "pattern"), pattern_where);
-    if (const json* regex = file.find(pattern, pattern_where, "Regex")) {
-      const std::string regex_where = member_path(pattern_where, "Regex");
-      step.regex = std::make_unique<Regex>(file.string(*regex, regex_where), false, file.path(),
-                                           regex_where);
-    } else if (const json* literal = file.find(pattern, pattern_where, "String")) {
-      step.literal = file.string(*literal, member_path(pattern_where, "String"));
-      if (step.literal.empty()) file.fail(member_path(pattern_where, "String"), "is empty");
-    } else {
-      file.fail(pattern_where,
-                fmt::format("must hold \"Regex\" or \"String\"; got {}", shown(pattern)));
-    }
+    step.pattern =
+        Pattern::read(file, file.member(value, where, "pattern"), member_path(where, "pattern"));
   } else {
     file.fail(member_path(where, "type"),
               fmt::format("'{}' is not supported; {}", type, kSupported));

@@ -15,8 +15,7 @@ struct Normalizer::Step {
   NormalForm form = NormalForm::kNFC;
   bool left = false, right = false;  // Strip
   std::string text;                  // Prepend: the prefix; Replace: the content
-  std::string literal;               // Replace with a String pattern
-  std::unique_ptr<Regex> regex;      // Replace with a Regex pattern
+  Pattern pattern;                   // Replace: what is replaced
 };
 
 Normalizer::Normalizer() = default;
@@ -66,13 +65,7 @@ std::string replace(std::string_view text, const Step& step) {
   out.reserve(text.size());
   size_t done = 0, begin = 0, end = 0;
   while (done < text.size()) {
-    if (step.regex) {
-      if (!step.regex->find(text, done, begin, end)) break;
-    } else {
-      begin = text.find(step.literal, done);
-      if (begin == std::string_view::npos) break;
-      end = begin + step.literal.size();
-    }
+    if (!step.pattern.find(text, done, begin, end)) break;
     out.append(text.substr(done, begin - done));
     out += step.text;
     done = end;
@@ -127,19 +120,8 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
   } else if (type == "Replace") {
     step.kind = Step::Kind::kReplace;
     step.text = file.string(file.member(value, where, "content"), member_path(where, "content"));
-    const std::string pattern_where = member_path(where, "pattern");
-    const json& pattern = file.object(file.member(value, where, "pattern"), pattern_where);
-    if (const json* regex = file.find(pattern, pattern_where, "Regex")) {
-      const std::string regex_where = member_path(pattern_where, "Regex");
-      step.regex = std::make_unique<Regex>(file.string(*regex, regex_where), /*literal=*/false,
-                                           file.path(), regex_where);
-    } else if (const json* literal = file.find(pattern, pattern_where, "String")) {
-      step.literal = file.string(*literal, member_path(pattern_where, "String"));
-      if (step.literal.empty()) file.fail(member_path(pattern_where, "String"), "is empty");
-    } else {
-      file.fail(pattern_where,
-                fmt::format("must hold \"Regex\" or \"String\"; got {}", shown(pattern)));
-    }
+    step.pattern =
+        Pattern::read(file, file.member(value, where, "pattern"), member_path(where, "pattern"));
   } else {
     file.fail(member_path(where, "type"),
               fmt::format("'{}' is not supported; {}", type, kSupported));

@@ -15,7 +15,7 @@ namespace {
 
 enum class Behavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
 // What a Split-like step matches: a pattern, or single characters of one class.
-enum class Matcher { kRegex, kLiteral, kNumeric, kPunctuation, kWhitespace };
+enum class Matcher { kPattern, kNumeric, kPunctuation, kWhitespace };
 
 // A stretch of a piece, a match of the step's pattern or not.
 struct Stretch {
@@ -29,9 +29,8 @@ struct PreTokenizer::Step {
   enum class Kind { kSplit, kMetaspace, kPrefixSpace };
   Kind kind = Kind::kSplit;
   // kSplit
-  Matcher matcher = Matcher::kRegex;
-  std::unique_ptr<Regex> regex;
-  std::string literal;
+  Matcher matcher = Matcher::kPattern;
+  Pattern pattern;
   Behavior behavior = Behavior::kIsolated;
   bool invert = false;
   // kMetaspace
@@ -59,18 +58,9 @@ void find_stretches(const Step& step, std::string_view piece, std::vector<Stretc
     out.push_back({begin, end, true});
     done = end;
   };
-  if (step.matcher == Matcher::kRegex || step.matcher == Matcher::kLiteral) {
+  if (step.matcher == Matcher::kPattern) {
     size_t begin = 0, end = 0;
-    while (done < piece.size()) {
-      if (step.matcher == Matcher::kRegex) {
-        if (!step.regex->find(piece, done, begin, end)) break;
-      } else {
-        begin = piece.find(step.literal, done);
-        if (begin == std::string_view::npos) break;
-        end = begin + step.literal.size();
-      }
-      add_match(begin, end);
-    }
+    while (done < piece.size() && step.pattern.find(piece, done, begin, end)) add_match(begin, end);
   } else {
     int32_t cp = 0;
     for (size_t pos = 0; pos < piece.size();) {
@@ -189,23 +179,6 @@ Behavior read_behavior(const JsonFile& file, const json& value, const std::strin
                         name));
 }
 
-// A Split step on `pattern` (a {"Regex"} or {"String"} object at `where`).
-void read_pattern(const JsonFile& file, const json& pattern, const std::string& where, Step& step) {
-  file.object(pattern, where);
-  if (const json* regex = file.find(pattern, where, "Regex")) {
-    const std::string regex_where = member_path(where, "Regex");
-    step.matcher = Matcher::kRegex;
-    step.regex = std::make_unique<Regex>(file.string(*regex, regex_where), /*literal=*/false,
-                                         file.path(), regex_where);
-  } else if (const json* literal = file.find(pattern, where, "String")) {
-    step.matcher = Matcher::kLiteral;
-    step.literal = file.string(*literal, member_path(where, "String"));
-    if (step.literal.empty()) file.fail(member_path(where, "String"), "is empty");
-  } else {
-    file.fail(where, fmt::format("must hold \"Regex\" or \"String\"; got {}", shown(pattern)));
-  }
-}
-
 void read_metaspace(const JsonFile& file, const json& value, const std::string& where, Step& step) {
   step.kind = Step::Kind::kMetaspace;
   step.replacement = file.find_non_null(value, where, "replacement")
@@ -252,7 +225,8 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
     }
     return;
   } else if (type == "Split") {
-    read_pattern(file, file.member(value, where, "pattern"), member_path(where, "pattern"), step);
+    step.pattern =
+        Pattern::read(file, file.member(value, where, "pattern"), member_path(where, "pattern"));
     step.behavior = read_behavior(file, value, where, "Isolated");
     step.invert = file.optional_boolean(value, where, "invert", false);
   } else if (type == "Digits") {
@@ -265,8 +239,8 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
     step.behavior = read_behavior(file, value, where, "Isolated");
   } else if (type == "Whitespace") {
     // Hugging Face's \w+|[^\w\s]+, with \w spelled out as Oniguruma's Unicode word class.
-    step.regex = std::make_unique<Regex>(
-        R"([\p{L}\p{M}\p{Nd}\p{Pc}]+|[^\p{L}\p{M}\p{Nd}\p{Pc}\s]+)", false, file.path(), where);
+    step.pattern = Pattern(std::make_unique<Regex>(
+        R"([\p{L}\p{M}\p{Nd}\p{Pc}]+|[^\p{L}\p{M}\p{Nd}\p{Pc}\s]+)", false, file.path(), where));
     step.behavior = Behavior::kRemoved;
     step.invert = true;
   } else if (type == "WhitespaceSplit") {
@@ -279,8 +253,7 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
     steps.push_back(std::move(step));
     if (split) {
       Step cut;
-      cut.matcher = Matcher::kLiteral;
-      cut.literal = replacement;
+      cut.pattern = Pattern(replacement);
       cut.behavior = Behavior::kMergedWithNext;
       steps.push_back(std::move(cut));
     }
@@ -293,8 +266,8 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
       steps.push_back(std::move(prefix));
     }
     if (!file.optional_boolean(value, where, "use_regex", true)) return;
-    step.regex = std::make_unique<Regex>(kGpt2SplitPattern, false, file.path(),
-                                         member_path(where, "use_regex"));
+    step.pattern = Pattern(std::make_unique<Regex>(kGpt2SplitPattern, false, file.path(),
+                                                   member_path(where, "use_regex")));
   } else {
     file.fail(member_path(where, "type"),
               fmt::format("'{}' is not supported; {}", type, kSupported));
@@ -307,7 +280,8 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
 PreTokenizer PreTokenizer::gpt2(const std::string& source) {
   PreTokenizer pre_tokenizer;
   Step step;
-  step.regex = std::make_unique<Regex>(kGpt2SplitPattern, false, source, "GPT-2's pattern");
+  step.pattern =
+      Pattern(std::make_unique<Regex>(kGpt2SplitPattern, false, source, "GPT-2's pattern"));
   pre_tokenizer.steps_.push_back(std::move(step));
   pre_tokenizer.byte_level_ = true;
   return pre_tokenizer;

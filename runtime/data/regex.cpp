@@ -5,6 +5,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "runtime/data/json_reader.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -93,6 +94,31 @@ bool Regex::find(std::string_view text, size_t from, size_t& begin, size_t& end)
     from = next_char(text, begin);  // an empty match splits nothing
   }
   return false;
+}
+
+Pattern Pattern::read(const JsonFile& file, const nlohmann::json& pattern,
+                      const std::string& where) {
+  file.object(pattern, where);
+  if (const nlohmann::json* regex = file.find(pattern, where, "Regex")) {
+    const std::string regex_where = member_path(where, "Regex");
+    return Pattern(std::make_unique<Regex>(file.string(*regex, regex_where), /*literal=*/false,
+                                           file.path(), regex_where));
+  }
+  if (const nlohmann::json* literal = file.find(pattern, where, "String")) {
+    Pattern out(file.string(*literal, member_path(where, "String")));
+    if (out.literal_.empty()) file.fail(member_path(where, "String"), "is empty");
+    return out;
+  }
+  file.fail(where, fmt::format("must hold \"Regex\" or \"String\"; got {}", shown(pattern)));
+}
+
+bool Pattern::find(std::string_view text, size_t from, size_t& begin, size_t& end) const {
+  if (regex_) return regex_->find(text, from, begin, end);
+  if (literal_.empty() || from >= text.size()) return false;
+  begin = text.find(literal_, from);
+  if (begin == std::string_view::npos) return false;
+  end = begin + literal_.size();
+  return true;
 }
 
 }  // namespace zt

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 namespace zt {
 
 class Regex {
@@ -28,6 +30,29 @@ class Regex {
  private:
   struct Impl;  // PCRE2 handles (keeps pcre2.h out of this header)
   std::unique_ptr<Impl> impl_;
+};
+
+class JsonFile;
+
+// What a tokenizer.json pattern matches: a Regex, or a non-empty text matched literally. Split
+// pre-tokenizers and the Replace normalizer and decoder share it.
+class Pattern {
+ public:
+  Pattern() = default;
+  explicit Pattern(std::unique_ptr<Regex> regex) : regex_(std::move(regex)) {}
+  explicit Pattern(std::string literal) : literal_(std::move(literal)) {}
+
+  // The pattern object at `where` in `file`: {"Regex": "..."} or {"String": "..."}. Neither key,
+  // an empty String or a Regex PCRE2 rejects: kInput naming the file and the key path.
+  static Pattern read(const JsonFile& file, const nlohmann::json& pattern,
+                      const std::string& where);
+
+  // As Regex::find; a literal's next occurrence at or after `from`. False for an empty pattern.
+  bool find(std::string_view text, size_t from, size_t& begin, size_t& end) const;
+
+ private:
+  std::unique_ptr<Regex> regex_;
+  std::string literal_;
 };
 
 }  // namespace zt
