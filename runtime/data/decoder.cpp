@@ -116,18 +116,6 @@ std::string strip(const std::string& token, const Step& step) {
   return token.substr(begin, end - begin);
 }
 
-std::string replace(const std::string& token, const Step& step) {
-  std::string out;
-  size_t done = 0, begin = 0, end = 0;
-  while (done < token.size() && step.pattern.find(token, done, begin, end)) {
-    out.append(token, done, begin - done);
-    out += step.content;
-    done = end;
-  }
-  out.append(token, done);
-  return out;
-}
-
 Tokens apply_step(const Step& step, Tokens tokens) {
   switch (step.kind) {
     case Step::Kind::kByteLevel: {
@@ -148,7 +136,7 @@ Tokens apply_step(const Step& step, Tokens tokens) {
       for (std::string& token : tokens) token = strip(token, step);
       return tokens;
     case Step::Kind::kReplace:
-      for (std::string& token : tokens) token = replace(token, step);
+      for (std::string& token : tokens) token = step.pattern.replace_all(token, step.content);
       return tokens;
   }
   return tokens;

@@ -60,20 +60,6 @@ std::string strip_accents(std::string_view text) {
   return out;
 }
 
-std::string replace(std::string_view text, const Step& step) {
-  std::string out;
-  out.reserve(text.size());
-  size_t done = 0, begin = 0, end = 0;
-  while (done < text.size()) {
-    if (!step.pattern.find(text, done, begin, end)) break;
-    out.append(text.substr(done, begin - done));
-    out += step.text;
-    done = end;
-  }
-  out.append(text.substr(done));
-  return out;
-}
-
 std::string apply_step(const Step& step, std::string_view text) {
   switch (step.kind) {
     case Step::Kind::kForm: return normalize_unicode(text, step.form);
@@ -81,7 +67,7 @@ std::string apply_step(const Step& step, std::string_view text) {
     case Step::Kind::kStrip: return strip(text, step.left, step.right);
     case Step::Kind::kStripAccents: return strip_accents(text);
     case Step::Kind::kPrepend: return text.empty() ? std::string() : step.text + std::string(text);
-    case Step::Kind::kReplace: return replace(text, step);
+    case Step::Kind::kReplace: return step.pattern.replace_all(text, step.text);
   }
   return std::string(text);
 }

@@ -121,4 +121,17 @@ bool Pattern::find(std::string_view text, size_t from, size_t& begin, size_t& en
   return true;
 }
 
+std::string Pattern::replace_all(std::string_view text, std::string_view content) const {
+  std::string out;
+  out.reserve(text.size());
+  size_t done = 0, begin = 0, end = 0;
+  while (done < text.size() && find(text, done, begin, end)) {
+    out.append(text.substr(done, begin - done));
+    out.append(content);
+    done = end;
+  }
+  out.append(text.substr(done));
+  return out;
+}
+
 }  // namespace zt

@@ -49,6 +49,8 @@ class Pattern {
 
   // As Regex::find; a literal's next occurrence at or after `from`. False for an empty pattern.
   bool find(std::string_view text, size_t from, size_t& begin, size_t& end) const;
+  // `text` with every match, left to right and not overlapping, replaced by `content`.
+  std::string replace_all(std::string_view text, std::string_view content) const;
 
  private:
   std::unique_ptr<Regex> regex_;
