@@ -29,6 +29,8 @@
 #include "runtime/file_io.h"
 #include "runtime/status.h"
 #include "train/trainer.h"
+#include "zero/offload_plan.h"
+#include "zero/zero_policy.h"
 
 namespace zt {
 
@@ -76,12 +78,18 @@ void read_metrics(const fs::path& file, int warmup, ScalePoint& p) {
   p.ms = bench::summarize(std::vector<double>(p.step_ms.begin() + warmup, p.step_ms.end()));
 }
 
-// Why the engine refuses the point, or "" when it runs.
+// Why the engine refuses the point, or "" when it runs: the engine's own offload rule
+// (zero/offload_plan.h), not a copy of it.
 std::string refusal(const ScalePoint& p) {
-  if (p.offload != "none" && p.stage == 0) return "optimizer offload needs ZeRO stage >= 1";
-  if (p.offload != "none" && p.precision.ends_with("-pure"))
-    return "optimizer offload needs an fp32 master (pure 16-bit has none)";
-  return "";
+  switch (offload_problem(p.offload != "none", false, ZeroPolicy::for_stage(p.stage),
+                          bench_precision(p.precision))) {
+    case OffloadProblem::kNone: return "";
+    case OffloadProblem::kOptimizerNeedsStage1: return "optimizer offload needs ZeRO stage >= 1";
+    case OffloadProblem::kOptimizerNeedsMaster:
+      return "optimizer offload needs an fp32 master (pure 16-bit has none)";
+    case OffloadProblem::kParamsNeedStage3: break;  // parameters are never offloaded here
+  }
+  return "parameter offload needs ZeRO stage 3";
 }
 
 // The zt-train overrides of a point.
