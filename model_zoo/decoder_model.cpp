@@ -34,6 +34,13 @@ void EmbeddingLayer::forward(Kernels& k, const LayerIO& io, ActivationStore&) {
                       b.positions);
 }
 
+void EmbeddingLayer::decode(Kernels& k, const DecodeIO& io, ActivationStore&) {
+  const ConstOperand positions_table =
+      positions_table_ < 0 ? ConstOperand() : root_.param(positions_table_);
+  k.embedding_forward(io.output, io.tokens, root_.param(table_), positions_table, io.B, io.T, C_,
+                      io.positions);
+}
+
 void EmbeddingLayer::backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) {
   const Batch& b = *io.batch;
   const Operand d_positions_table = positions_table_ < 0 ? Operand() : root_.grad(positions_table_);

@@ -61,6 +61,7 @@ class EmbeddingLayer final : public Layer {
   std::optional<LayerActivations> activations(int64_t, int64_t, bool) const override {
     return LayerActivations{};  // keeps nothing, needs no scratch
   }
+  void decode(Kernels& k, const DecodeIO& io, ActivationStore&) override;
 
  private:
   TableUnit& root_;

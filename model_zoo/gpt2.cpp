@@ -107,12 +107,36 @@ class BlockLayer final : public Layer {
   };
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
-    const int64_t B = io.batch->B, T = io.batch->T, C = c_.n_embd, NH = c_.n_head, N = B * T;
+    const Batch& b = *io.batch;
+    compute(k, io.input, io.output, b.B * b.T, acts, b.B * c_.n_head * b.T * b.T,
+            [&](float* atty, float* att, const float* qkv) {
+              k.attention_forward(atty, att, qkv, b.B, b.T, c_.n_embd, c_.n_head, b.positions);
+            });
+  }
+
+  int64_t kv_width() const override { return c_.n_embd; }
+
+  // forward's computation with the attention over the cache; its buffers are temporaries.
+  void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override {
+    const int64_t NH = c_.n_head;
+    compute(k, io.input, io.output, io.B * io.T, scratch, 0,
+            [&](float* atty, float*, const float* qkv) {
+              k.gqa_attention_decode(atty, io.k_cache, io.v_cache, qkv, io.B, io.T, io.past,
+                                     io.capacity, NH, NH, c_.n_embd / NH, 0);
+            });
+  }
+
+  // The block on N tokens, its buffers in `acts` in the order of Saved (att: att_elements of
+  // them, given to attend), attend computing atty from qkv.
+  template <class Attend>
+  void compute(Kernels& k, const float* x, float* out, int64_t N, ActivationStore& acts,
+               int64_t att_elements, const Attend& attend) {
+    const int64_t C = c_.n_embd;
     float* ln1 = acts.alloc_floats(N * C);           // (N, C)
     float* ln1_mean = acts.alloc_stats(N);           // (N)
     float* ln1_rstd = acts.alloc_stats(N);           // (N)
     float* qkv = acts.alloc_floats(N * 3 * C);       // (N, 3C)
-    float* att = acts.alloc_floats(B * NH * T * T);  // (B, NH, T, T)
+    float* att = acts.alloc_floats(att_elements);    // (B, NH, T, T) or none
     float* atty = acts.alloc_floats(N * C);          // (N, C)
     float* res2 = acts.alloc_floats(N * C);          // (N, C) x + attention
     float* ln2 = acts.alloc_floats(N * C);           // (N, C)
@@ -120,21 +144,20 @@ class BlockLayer final : public Layer {
     float* ln2_rstd = acts.alloc_stats(N);           // (N)
     float* fc = acts.alloc_floats(N * 4 * C);        // (N, 4C)
     float* gelu = acts.alloc_floats(N * 4 * C);      // (N, 4C)
-    const float* x = io.input;
 
     k.layernorm_forward(ln1, ln1_mean, ln1_rstd, x, u_.param(kLn1W), u_.param(kLn1B), N, C);
     k.matmul_forward(qkv, ln1, u_.param(kAttnW), u_.param(kAttnB), N, C, 3 * C,
                      WeightLayout::kInOut);
-    k.attention_forward(atty, att, qkv, B, T, C, NH, io.batch->positions);
+    attend(atty, att, qkv);
     k.matmul_forward(res2, atty, u_.param(kAttnProjW), u_.param(kAttnProjB), N, C, C,
                      WeightLayout::kInOut);
     k.residual_forward(res2, res2, x, N * C);
     k.layernorm_forward(ln2, ln2_mean, ln2_rstd, res2, u_.param(kLn2W), u_.param(kLn2B), N, C);
     k.matmul_forward(fc, ln2, u_.param(kFcW), u_.param(kFcB), N, C, 4 * C, WeightLayout::kInOut);
     k.gelu_forward(gelu, fc, N * 4 * C);
-    k.matmul_forward(io.output, gelu, u_.param(kFcProjW), u_.param(kFcProjB), N, 4 * C, C,
+    k.matmul_forward(out, gelu, u_.param(kFcProjW), u_.param(kFcProjB), N, 4 * C, C,
                      WeightLayout::kInOut);
-    k.residual_forward(io.output, io.output, res2, N * C);
+    k.residual_forward(out, out, res2, N * C);
   }
 
   // forward's twelve buffers and backward's seven, as allocated above.

@@ -154,12 +154,38 @@ class DecoderLayer final : public Layer {
   };
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
-    const int64_t B = io.batch->B, T = io.batch->T, N = B * T;
+    const Batch& b = *io.batch;
+    compute(k, io.input, io.output, b.B, b.T, b.positions, acts, b.B * d_.NH * b.T * b.T,
+            [&](float* atty, float* att, const float* qkv) {
+              k.gqa_attention_forward(atty, att, qkv, b.B, b.T, d_.NH, d_.NKV, d_.hd, b.positions,
+                                      c_.sliding_window);
+            });
+  }
+
+  int64_t kv_width() const override { return d_.KV; }
+
+  // forward's computation with the attention over the cache; its buffers are temporaries.
+  void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override {
+    compute(k, io.input, io.output, io.B, io.T, io.positions, scratch, 0,
+            [&](float* atty, float*, const float* qkv) {
+              k.gqa_attention_decode(atty, io.k_cache, io.v_cache, qkv, io.B, io.T, io.past,
+                                     io.capacity, d_.NH, d_.NKV, d_.hd, c_.sliding_window);
+            });
+  }
+
+  // The layer on B rows of T tokens at `positions` (model.h's Batch::positions), its buffers in
+  // `acts` in the order of Saved (att: att_elements of them, given to attend), attend computing
+  // atty from qkv (q and k rotated).
+  template <class Attend>
+  void compute(Kernels& k, const float* x, float* out, int64_t B, int64_t T,
+               const int32_t* positions, ActivationStore& acts, int64_t att_elements,
+               const Attend& attend) {
+    const int64_t N = B * T;
     const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
     float* ln1 = acts.alloc_floats(N * C);           // (N, C)
     float* ln1_rstd = acts.alloc_stats(N);           // (N)
     float* qkv = acts.alloc_floats(N * d_.R);        // (N, R): q, k (rotated), v
-    float* att = acts.alloc_floats(B * NH * T * T);  // (B, NH, T, T)
+    float* att = acts.alloc_floats(att_elements);    // (B, NH, T, T) or none
     float* atty = acts.alloc_floats(N * d_.Q);       // (N, Q)
     float* res2 = acts.alloc_floats(N * C);          // (N, C) x + attention
     float* ln2 = acts.alloc_floats(N * C);           // (N, C)
@@ -168,7 +194,6 @@ class DecoderLayer final : public Layer {
     float* swiglu = acts.alloc_floats(N * F);        // (N, F)
     float* qkv_raw = qk_norm() ? acts.alloc_floats(N * d_.R) : nullptr;       // (N, R)
     float* qk_rstd = qk_norm() ? acts.alloc_stats(N * (NH + NKV)) : nullptr;  // (N, NH + NKV)
-    const float* x = io.input;
     const float eps = c_.rms_norm_eps;
 
     k.rmsnorm_forward(ln1, ln1_rstd, x, param(at_.ln1), N, C, eps);
@@ -181,18 +206,17 @@ class DecoderLayer final : public Layer {
                              eps);
     }
     k.rope_forward(qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
-                   io.batch->positions);
-    k.gqa_attention_forward(atty, att, qkv, B, T, NH, NKV, hd, io.batch->positions,
-                            c_.sliding_window);
+                   positions);
+    attend(atty, att, qkv);
     k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C, WeightLayout::kOutIn);
     k.residual_forward(res2, res2, x, N * C);
     k.rmsnorm_forward(ln2, ln2_rstd, res2, param(at_.ln2), N, C, eps);
     k.matmul_forward(gate_up, ln2, param(at_.gate), param(at_.gate_bias), N, C, 2 * F,
                      WeightLayout::kOutIn);  // gate_proj, up_proj in one
     k.swiglu_forward(swiglu, gate_up, N, F);
-    k.matmul_forward(io.output, swiglu, param(at_.down), param(at_.down_bias), N, F, C,
+    k.matmul_forward(out, swiglu, param(at_.down), param(at_.down_bias), N, F, C,
                      WeightLayout::kOutIn);
-    k.residual_forward(io.output, io.output, res2, N * C);
+    k.residual_forward(out, out, res2, N * C);
   }
 
   // forward's ten buffers (twelve with q/k norms) and backward's seven, as allocated above and

@@ -63,6 +63,20 @@ void LmHeadLayer::backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
   norm_.backward(k, root_, io.d_input, acts.at(d_normed), io.input, acts, 1, N, C_);
 }
 
+void LmHeadLayer::decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) {
+  const int64_t B = io.B, C = C_;
+  float* last = scratch.alloc_floats(B * C);  // (B, C) each row's last new token
+  for (int64_t b = 0; b < B; ++b)
+    k.cast(last + b * C, DType::kF32, io.input + (b * io.T + io.T - 1) * C, DType::kF32, C);
+  float* normed = scratch.alloc_floats(B * C);  // (B, C)
+  norm_.forward(k, root_, normed, last, scratch, B, C);
+  float* logits = Vp_ == V_ ? io.logits : scratch.alloc_floats(B * Vp_);  // (B, Vp)
+  k.matmul_forward(logits, normed, root_.param(head_), nullptr, B, C, Vp_, WeightLayout::kOutIn);
+  if (logits != io.logits)  // the real vocabulary's columns
+    for (int64_t b = 0; b < B; ++b)
+      k.cast(io.logits + b * V_, DType::kF32, logits + b * Vp_, DType::kF32, V_);
+}
+
 std::optional<LayerActivations> LmHeadLayer::activations(int64_t B, int64_t T,
                                                          bool training) const {
   const int64_t N = B * T;

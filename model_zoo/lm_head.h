@@ -61,6 +61,8 @@ class LmHeadLayer final : public Layer {
   // forward's buffers (the norm's output, its statistics, d norm-output when training) and its
   // logits chunk, as forward allocates them.
   std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override;
+  // The logits (B, V) of each row's last new token: the norm and the head on those rows only.
+  void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override;
 
  private:
   int64_t chunk_rows(int64_t N) const { return chunking_.rows_for(N, Vp_); }

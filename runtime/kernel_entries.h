@@ -52,12 +52,14 @@ ZT_KERNEL(void, matmul_backward,
 
 // out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (wpe null: no position embedding,
 // Llama's). tokens are already validated (< V). positions (B,T), model.h's Batch::positions,
-// null: 0..T-1 in every row. wte is (V,C) with V not an argument: only its pointer is checked.
+// null: 0..T-1 in every row; a row may also continue a sequence, starting at any position
+// (generation's DecodeIO), below wpe's rows. wte is (V,C) and wpe (positions, C) with their
+// row counts not arguments: only their pointers are checked.
 ZT_KERNEL(void, embedding_forward,
           (float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe, int64_t B,
            int64_t T, int64_t C, const int32_t* positions),
           (out, tokens, wte, wpe, B, T, C, positions),
-          (out, tokens, wte.data, operand(wpe, T * C), positions))
+          (out, tokens, wte.data, wpe.data, positions))
 // dwte (V,C) += scatter of dout by token; dwpe (T,C) += scatter of dout by position, a row's
 // contributions in token order (skipped when null; either may be null). Deterministic order.
 // A 16-bit dwte or dwpe row named by the batch is rounded once, after all its contributions.
@@ -128,6 +130,20 @@ ZT_KERNEL(void, gqa_attention_backward,
           (dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions, window),
           (dqkv, dout, qkv, att, positions))
 
+// Generation's attention (runtime/model.h's DecodeIO): the T new tokens of each of B rows, at
+// positions past .. past + T - 1, over a key/value cache. First the new tokens' NKV key and
+// value heads (qkv (B,T,R), laid out as gqa_attention_forward's) are copied into the caches
+// k_cache, v_cache (B,S,NKV·hd) at rows past .. past + T - 1 (S the capacity, past + T <= S);
+// then query head h of the new token at position p reads the cached keys and values u of head
+// h / (NH/NKV) with p - window < u <= p (window <= 0: 0 <= u <= p), softmax scaled by
+// 1/sqrt(hd) as gqa_attention_forward's. out (B,T,NH·hd). The same function of the sequence
+// as gqa_attention_forward's over one document; the bits may differ (another summation order).
+ZT_KERNEL(void, gqa_attention_decode,
+          (float* out, float* k_cache, float* v_cache, const float* qkv, int64_t B, int64_t T,
+           int64_t past, int64_t S, int64_t NH, int64_t NKV, int64_t hd, int64_t window),
+          (out, k_cache, v_cache, qkv, B, T, past, S, NH, NKV, hd, window),
+          (out, k_cache, v_cache, qkv))
+
 // ---- Llama's layers ---------------------------------------------------------------------------
 
 // RMSNorm per row of C: out = inp·rstd·weight, rstd = 1/sqrt(mean(inp²) + eps). rstd (N) is
@@ -163,8 +179,8 @@ ZT_KERNEL(void, head_rmsnorm_backward,
 
 // Rotary position embedding (Hugging Face's rotate-half convention), IN PLACE on the NH query
 // and NKV key heads of qkv (B,T,R), laid out as gqa_attention_forward's; value heads untouched.
-// Token (b, t) at position p = positions[b,t] (model.h's Batch::positions; null: p = t) of
-// each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2] and a = p·f_i, f_i =
+// Token (b, t) at position p = positions[b,t] (model.h's Batch::positions, or a row continuing
+// a sequence from any position, as embedding_forward's; null: p = t) of each head: for i < hd/2, with x1 = x[i], x2 = x[i + hd/2] and a = p·f_i, f_i =
 // rope_inv_freq(rope, i, hd) (runtime/rope.h: theta^(-2i/hd), rescaled by rope_scaling):
 // x[i] = x1·cos a - x2·sin a, x[i + hd/2] = x2·cos a + x1·sin a.
 // Precision: f_i is computed in double and rounded to fp32, a = float(p) times it in fp32

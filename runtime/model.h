@@ -15,6 +15,7 @@
 #include "runtime/activation_store.h"
 #include "runtime/device.h"
 #include "runtime/flat_layout.h"
+#include "runtime/status.h"
 
 namespace zt {
 
@@ -95,6 +96,25 @@ struct LayerActivations {
   int64_t scratch = 0;
 };
 
+// What a layer reads and writes when generating (generate/generator.h): a forward over the
+// T new tokens of each of B rows that reads and extends a key/value cache instead of keeping
+// activations for a backward. Every row has `past` tokens in the cache before the call; the new
+// tokens are at positions past .. past + T - 1. All pointers are device memory.
+struct DecodeIO {
+  const int32_t* tokens = nullptr;     // (B, T) the new token ids, already checked (< V)
+  const int32_t* positions = nullptr;  // (B, T) their positions, past + t
+  int64_t B = 0, T = 0;
+  int64_t past = 0;      // tokens already in the cache, each row
+  int64_t capacity = 0;  // cache rows per batch row (past + T <= capacity)
+  const float* input = nullptr;  // (B, T, C) previous layer's output; null for the first layer
+  float* output = nullptr;       // (B, T, C) this layer's output; null for the last layer
+  // This layer's cache, each (B, capacity, kv_width()): keys and values of positions
+  // 0 .. past - 1 on entry, 0 .. past + T - 1 on return. Null for a layer that keeps none.
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  float* logits = nullptr;  // last layer: (B, V) the logits of each row's last new token
+};
+
 // One step of the forward order: computes with one unit's parameters.
 class Layer {
  public:
@@ -113,6 +133,15 @@ class Layer {
   virtual std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const {
     (void)B, (void)T, (void)training;
     return std::nullopt;
+  }
+  // Generation. kv_width: the elements per token of this layer's key cache (and of its value
+  // cache); 0 when it keeps none. decode: the forward of DecodeIO's new tokens, the same
+  // function of the sequence as forward's, temporaries in `scratch` (released by the caller).
+  // A layer that cannot generate keeps these defaults: decode throws kInput naming the layer.
+  virtual int64_t kv_width() const { return 0; }
+  virtual void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) {
+    (void)k, (void)io, (void)scratch;
+    throw_input("this model's layers cannot generate (no decode)");
   }
 };
 

@@ -149,6 +149,12 @@ class Engine {
   // batch (their number into `targets`, when given). Parameters and gradients untouched.
   // Collective.
   double eval_loss(const Batch& batch, int64_t* targets = nullptr);
+  // The forward order over the model's layers with each layer's parameters in place, as
+  // eval_loss has them (stage 3: its unit gathered before the layer and released after, on the
+  // evaluation schedule), for a forward the caller drives itself (generation's decode):
+  // body(l, k) computes layer l with k, the engine's compute table. Parameters untouched.
+  // Collective under stage 3: every rank calls it in step.
+  void run_layers(const std::function<void(size_t layer, Kernels& k)>& body);
   // Forward and backward of one batch into reduced gradients (zeroed first), no optimizer
   // step (the gradient of the mean over every rank's counted targets); returns this rank's mean
   // loss over its counted targets. Read them with unit_grads(). Collective.

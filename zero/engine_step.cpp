@@ -351,6 +351,17 @@ double Engine::eval_loss(const Batch& batch, int64_t* targets_out) {
   return sums / std::max(targets, 1.0);
 }
 
+void Engine::run_layers(const std::function<void(size_t layer, Kernels& k)>& body) {
+  Kernels& k = compute_kernels();
+  const UnitSchedule& schedule = *evaluation_schedule_;
+  for (size_t l = 0; l < model_.layers().size(); ++l) {
+    const size_t at = schedule.forward_step(l);
+    use_unit(schedule, at);
+    body(l, k);
+    end_use(schedule, at);
+  }
+}
+
 double Engine::compute_gradients(const Batch& batch) {
   for (auto& g : groups_) g->zero_grads();
   const double local = static_cast<double>(counted_targets(batch));

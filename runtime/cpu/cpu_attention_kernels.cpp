@@ -482,3 +482,54 @@ void CpuKernels::gqa_attention_backward(float* dqkv, const float* dout, const fl
 }
 
 }  // namespace zt
+
+namespace zt {
+
+// One (row, query head, new token) per task: the token's key and value heads into the caches
+// first (a pass of its own, so every task reads complete caches), then scores over its keys
+// (each a dot product over hd in increasing d), the softmax (max, exponentials, their sum in
+// increasing key order), and the weighted sum of the cached values in increasing key order.
+void CpuKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache,
+                                      const float* qkv, int64_t B, int64_t T, int64_t past,
+                                      int64_t S, int64_t NH, int64_t NKV, int64_t hd,
+                                      int64_t window) {
+  ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
+            "attention: NH={} is not a positive multiple of NKV={} (head_dim {})", NH, NKV, hd);
+  ZT_ASSERT(past >= 0 && past + T <= S, "attention decode: {} + {} tokens past the cache's {}",
+            past, T, S);
+  if (B <= 0 || T <= 0) return;
+  const int64_t G = NH / NKV, HD = NH * hd, KV = NKV * hd, R = HD + 2 * KV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = qkv + (b * T + t) * R;
+      const size_t bytes = static_cast<size_t>(KV) * sizeof(float);
+      std::memcpy(k_cache + (b * S + past + t) * KV, row + HD, bytes);
+      std::memcpy(v_cache + (b * S + past + t) * KV, row + HD + KV, bytes);
+    }
+  const int64_t keys_max = past + T;
+  parallel_with_scratch(B * NH * T, keys_max, [&](int64_t i, float* p) {
+    const int64_t b = i / (NH * T), h = (i / T) % NH, t = i % T, pos = past + t;
+    const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, n = pos - lo + 1;
+    const float* q = qkv + (b * T + t) * R + h * hd;
+    const float* kc = k_cache + (b * S + lo) * KV + (h / G) * hd;
+    const float* vc = v_cache + (b * S + lo) * KV + (h / G) * hd;
+    float mx = -INFINITY;
+    for (int64_t u = 0; u < n; ++u) {
+      float dot = 0.0f;
+      for (int64_t d = 0; d < hd; ++d) dot += q[d] * kc[u * KV + d];
+      p[u] = dot * scale;
+      mx = std::max(mx, p[u]);
+    }
+    float sum = 0.0f;
+    for (int64_t u = 0; u < n; ++u) sum += (p[u] = std::exp(p[u] - mx));
+    const float inv_sum = 1.0f / sum;
+    float* o = out + (b * T + t) * HD + h * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t u = 0; u < n; ++u)
+      for (int64_t d = 0; d < hd; ++d) o[d] += p[u] * inv_sum * vc[u * KV + d];
+    if (act_ != DType::kF32) round_act(o, 0, hd);
+  });
+}
+
+}  // namespace zt

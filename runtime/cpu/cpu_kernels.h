@@ -93,9 +93,14 @@ class CpuKernels final : public Kernels {
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 
   // Throws unless positions (B,T) are model.h's Batch::positions: 0 at each row's first token,
-  // else 0 (a new document) or the previous token's plus one. Null passes. On the calling
-  // thread, before a kernel's parallel region (an exception must not leave an OpenMP task).
-  static void check_positions(const int32_t* positions, int64_t B, int64_t T, const char* kernel);
+  // else 0 (a new document) or the previous token's plus one. Null passes. any_start: a row may
+  // also start at any position > 0 (generation continues a sequence: embeddings, rope). On the
+  // calling thread, before a kernel's parallel region (an exception must not leave an OpenMP
+  // task).
+  static void check_positions(const int32_t* positions, int64_t B, int64_t T, const char* kernel,
+                              bool any_start = false);
+  // The number of positions the n positions (null: 0..T-1) need a table of: max + 1, at least T.
+  static int64_t position_count(const int32_t* positions, int64_t n, int64_t T);
   // rope_forward (sign 1) and rope_backward (sign -1, the inverse rotation).
   void rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                   const RopeFrequencies& rope, const int32_t* positions, float sign);

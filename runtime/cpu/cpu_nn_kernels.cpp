@@ -214,22 +214,30 @@ float softmax_cross_entropy_row(float* row, int32_t target, int64_t vocab, int64
 }  // namespace
 
 void CpuKernels::check_positions(const int32_t* positions, int64_t B, int64_t T,
-                                 const char* kernel) {
+                                 const char* kernel, bool any_start) {
   if (!positions) return;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const int32_t p = positions[b * T + t];
-      ZT_ASSERT(p == 0 || (t > 0 && p == positions[b * T + t - 1] + 1),
+      const bool starts = t == 0 && (p == 0 || (any_start && p > 0));
+      ZT_ASSERT(p == 0 || starts || (t > 0 && p == positions[b * T + t - 1] + 1),
                 "{}: positions[{}] (row {}, token {}) is {}; a document's positions count 0, 1, "
-                "2, ... from its first token, and every row starts one",
-                kernel, b * T + t, b, t, p);
+                "2, ... from its first token, and every row starts one{}",
+                kernel, b * T + t, b, t, p, any_start ? " (or continues one)" : "");
     }
+}
+
+int64_t CpuKernels::position_count(const int32_t* positions, int64_t n, int64_t T) {
+  if (!positions) return T;
+  int64_t count = T;
+  for (int64_t i = 0; i < n; ++i) count = std::max<int64_t>(count, int64_t(positions[i]) + 1);
+  return count;
 }
 
 void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
                                    ConstOperand wpe, int64_t B, int64_t T, int64_t C,
                                    const int32_t* positions) {
-  check_positions(positions, B, T, "embedding_forward");
+  check_positions(positions, B, T, "embedding_forward", true);
   const bool wide = wte.dtype == DType::kF32 && (!wpe || wpe.dtype == DType::kF32);
   parallel_with_scratch(B * T, wide ? 0 : 2 * C, [&](int64_t bt, float* scratch) {
     const ConstOperand e_row = wte.at(int64_t(tokens[bt]) * C);
@@ -499,16 +507,18 @@ void CpuKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, in
   rope_apply(dqkv, B, T, NH, NKV, hd, rope, positions, -1.0f);
 }
 
-// One token per task: its NH + NKV query and key heads are adjacent in the row. Positions are
-// below T, so the table of positions 0..T-1 serves packed rows too.
+// One token per task: its NH + NKV query and key heads are adjacent in the row. The table holds
+// the angles of positions 0 .. the largest one (below T in training's rows, packed or not;
+// generation's rows continue a sequence).
 void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                             const RopeFrequencies& rope, const int32_t* positions, float sign) {
   ZT_ASSERT(hd > 0 && hd % 2 == 0, "rope: head_dim {} must be even", hd);
   if (B <= 0 || T <= 0) return;
-  check_positions(positions, B, T, "rope");
+  check_positions(positions, B, T, "rope", true);
   const int64_t R = (NH + 2 * NKV) * hd, heads = NH + NKV;
-  float* table = thread_scratch<ScratchSlot::kCall>(T * hd);  // (T, hd): cos, sin halves
-  rope_table(table, T, hd, rope);
+  const int64_t P = position_count(positions, B * T, T);
+  float* table = thread_scratch<ScratchSlot::kCall>(P * hd);  // (P, hd): cos, sin halves
+  rope_table(table, P, hd, rope);
   parallel_for(B * T, [&](int64_t bt) {
     const float* angles = table + (positions ? positions[bt] : bt % T) * hd;
     float* row = qkv + bt * R;

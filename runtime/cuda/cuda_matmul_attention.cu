@@ -423,6 +423,76 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
   round_act(att, B * NH * TT);
 }
 
+// Generation's attention (gqa_attention_decode): one warp per (row, query head, new token).
+// Lanes take the keys in turn for the scores (each a dot product over hd in increasing d) into
+// p, the row's slice of a scratch; the max and the sum of exponentials are warp reductions in a
+// fixed butterfly; then each lane owns head dimensions d and adds p[u]·v[u][d] in increasing u.
+__global__ void attention_decode_kernel(float* out, const float* k_cache, const float* v_cache,
+                                        const float* qkv, float* scores, int64_t B, int64_t T,
+                                        int64_t past, int64_t S, int64_t NH, int64_t NKV,
+                                        int64_t hd, int64_t window, float scale) {
+  const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
+  if (i >= B * NH * T) return;
+  const int64_t b = i / (NH * T), h = (i / T) % NH, t = i % T, pos = past + t;
+  const int64_t G = NH / NKV, HD = NH * hd, KV = NKV * hd, R = HD + 2 * KV;
+  const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, n = pos - lo + 1;
+  const float* q = qkv + (b * T + t) * R + h * hd;
+  const float* kc = k_cache + (b * S + lo) * KV + (h / G) * hd;
+  const float* vc = v_cache + (b * S + lo) * KV + (h / G) * hd;
+  float* p = scores + i * (past + T);
+  const int lane = threadIdx.x;
+  float mx = -INFINITY;
+  for (int64_t u = lane; u < n; u += kWarp) {
+    float dot = 0.0f;
+    for (int64_t d = 0; d < hd; ++d) dot += q[d] * kc[u * KV + d];
+    p[u] = dot * scale;
+    mx = fmaxf(mx, p[u]);
+  }
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int64_t u = lane; u < n; u += kWarp) sum += (p[u] = expf(p[u] - mx));
+  const float inv_sum = 1.0f / warp_sum(sum);
+  __syncwarp();
+  float* o = out + (b * T + t) * HD + h * hd;
+  for (int64_t d = lane; d < hd; d += kWarp) {
+    float acc = 0.0f;
+    for (int64_t u = 0; u < n; ++u) acc += p[u] * inv_sum * vc[u * KV + d];
+    o[d] = acc;
+  }
+}
+
+// The new tokens' key and value heads into the caches: element e of (B, T, 2, KV).
+__global__ void kv_cache_write_kernel(float* k_cache, float* v_cache, const float* qkv, int64_t B,
+                                      int64_t T, int64_t past, int64_t S, int64_t HD, int64_t KV) {
+  ZT_GRID_STRIDE_LOOP(e, B * T * 2 * KV) {
+    const int64_t bt = e / (2 * KV), which = (e / KV) % 2, c = e % KV;
+    const int64_t b = bt / T, t = bt % T;
+    float* cache = which == 0 ? k_cache : v_cache;
+    cache[(b * S + past + t) * KV + c] = qkv[bt * (HD + 2 * KV) + HD + which * KV + c];
+  }
+}
+
+void CudaKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache,
+                                       const float* qkv, int64_t B, int64_t T, int64_t past,
+                                       int64_t S, int64_t NH, int64_t NKV, int64_t hd,
+                                       int64_t window) {
+  ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
+                 "gqa_attention_decode: NH must be a positive multiple of NKV");
+  ZT_CUDA_ASSERT(past >= 0 && past + T <= S, "gqa_attention_decode: tokens past the cache");
+  if (B <= 0 || T <= 0) return;
+  const int64_t KV = NKV * hd, rows = B * NH * T;
+  kv_cache_write_kernel<<<blocks_for(B * T * 2 * KV, kElementThreads), kElementThreads, 0,
+                          stream_>>>(k_cache, v_cache, qkv, B, T, past, S, NH * hd, KV);
+  check_launch();
+  Buffer p = scratch(rows * (past + T));  // each row's scores, then probabilities
+  attention_decode_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
+                            stream_>>>(out, k_cache, v_cache, qkv, p.as<float>(), B, T, past, S,
+                                       NH, NKV, hd, window,
+                                       1.0f / std::sqrt(static_cast<float>(hd)));
+  check_launch();
+  round_act(out, B * T * NH * hd);
+}
+
 void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, int64_t B, int64_t T, int64_t NH,
                                          int64_t NKV, int64_t hd, const int32_t* positions,

@@ -14,6 +14,7 @@
 //   model_zoo  runtime, model_zoo               (a model is written against runtime's Model only)
 //   zero       runtime, comm, offload, zero     (never model_zoo: it drives any runtime::Model)
 //   pretrained runtime, model_zoo, zero, pretrained     (weights files, save_pretrained)
+//   generate   runtime, comm, zero, generate    (text generation: a cache over any Model)
 //   launch     runtime, comm, launch            (the process: mpirun line, binding, exit codes)
 //   train      every layer below it and train   (the training job: trainer and components)
 //   bench      every layer but tools            (the benchmarks and their harness)
@@ -42,6 +43,7 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
       {"model_zoo", {"runtime", "model_zoo"}},
       {"zero", {"runtime", "comm", "offload", "zero"}},
       {"pretrained", {"runtime", "model_zoo", "zero", "pretrained"}},
+      {"generate", {"runtime", "comm", "zero", "generate"}},
       {"launch", {"runtime", "comm", "launch"}},
       {"train",
        {"runtime", "comm", "offload", "model_zoo", "zero", "pretrained", "launch", "train"}},
@@ -49,8 +51,8 @@ const std::map<std::string, std::set<std::string>>& allowed_includes() {
        {"runtime", "comm", "offload", "model_zoo", "zero", "pretrained", "launch", "train",
         "bench"}},
       {"tools",
-       {"runtime", "comm", "offload", "model_zoo", "zero", "pretrained", "launch", "train", "bench",
-        "tools"}},
+       {"runtime", "comm", "offload", "model_zoo", "zero", "pretrained", "generate", "launch",
+        "train", "bench", "tools"}},
   };
   return allowed;
 }

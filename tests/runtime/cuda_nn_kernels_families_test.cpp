@@ -75,6 +75,30 @@ TEST_F(CudaNnKernelsTest, SlidingWindowAttentionMatchesCpu) {
   }
 }
 
+// Generation's attention on the GPU: a prefill of 6 tokens over an empty cache, then a token
+// after 6, each against the CPU's; the caches equal.
+TEST_F(CudaNnKernelsTest, DecodeAttentionMatchesCpu) {
+  for (const WindowCase& c : window_cases()) {
+    if (!c.positions.empty()) continue;  // generation's rows are one sequence each
+    const std::string what = "decode window " + std::to_string(c.window) + " T" +
+                             std::to_string(c.T) + " NKV" + std::to_string(c.NKV);
+    const int64_t R = (c.NH + 2 * c.NKV) * c.hd, HD = c.NH * c.hd, S = 8, KV = c.NKV * c.hd;
+    Mirror k_cache = mirror(random_floats(c.B * S * KV, 6));
+    Mirror v_cache = mirror(random_floats(c.B * S * KV, 7));
+    for (const auto [past, n] : {std::pair<int64_t, int64_t>{0, 6}, {6, 1}}) {
+      Mirror qkv = mirror(random_floats(c.B * n * R, 8 + past, -2.0f, 2.0f));
+      Mirror out = mirror(random_floats(c.B * n * HD, 9));
+      cpu().gqa_attention_decode(out.c(), k_cache.c(), v_cache.c(), qkv.c(), c.B, n, past, S, c.NH,
+                                 c.NKV, c.hd, c.window);
+      gpu().gqa_attention_decode(out.g(), k_cache.g(), v_cache.g(), qkv.g(), c.B, n, past, S, c.NH,
+                                 c.NKV, c.hd, c.window);
+      expect_close(out.gpu(), out.cpu(), kRtol, what + " out after " + std::to_string(past));
+      EXPECT_TRUE(same_bits(k_cache.gpu(), k_cache.cpu())) << what;
+      EXPECT_TRUE(same_bits(v_cache.gpu(), v_cache.cpu())) << what;
+    }
+  }
+}
+
 TEST_F(CudaNnKernelsTest, WindowOfTheSequenceIsCausalAttentionBitsOnTheGpu) {
   const int64_t B = 2, T = 19, NH = 4, NKV = 2, hd = 16, R = (NH + 2 * NKV) * hd, HD = NH * hd;
   Mirror qkv = mirror(random_floats(B * T * R, 1));

@@ -146,6 +146,40 @@ TEST_F(KernelsTest, SlidingWindowAttentionForwardMatchesReference) {
   for (const WindowShape& s : kWindowShapes) check_forward(k_, s, nullptr, seed += 10);
 }
 
+// Generation's attention: the sequence in pieces (a prefill of 5 tokens, then one token at a
+// time) through gqa_attention_decode's cache gives each token the output of the whole
+// sequence's attention (the reference loop), windows included; the caches hold every token's
+// key and value heads as the rows of qkv have them.
+TEST_F(KernelsTest, DecodeAttentionOverTheCacheMatchesReference) {
+  uint32_t seed = 650;
+  for (const WindowShape& s : kWindowShapes) {
+    const auto qkv = random_floats(s.B * s.T * s.R(), seed += 10, -1.5f, 1.5f);
+    const auto ref = windowed_gqa_ref(to_double(qkv), s);
+    const int64_t S = s.T + 3, KV = s.NKV * s.hd;
+    std::vector<float> k_cache(s.B * S * KV, 7.0f), v_cache(s.B * S * KV, 7.0f);
+    std::vector<float> got(s.B * s.T * s.HD(), 99.0f);
+    for (int64_t past = 0, n = std::min<int64_t>(5, s.T); past < s.T; past += n, n = 1) {
+      std::vector<float> piece, out(s.B * n * s.HD(), 99.0f);  // rows past .. past + n - 1
+      for (int64_t b = 0; b < s.B; ++b)
+        piece.insert(piece.end(), qkv.begin() + (b * s.T + past) * s.R(),
+                     qkv.begin() + (b * s.T + past + n) * s.R());
+      k_.gqa_attention_decode(out.data(), k_cache.data(), v_cache.data(), piece.data(), s.B, n,
+                              past, S, s.NH, s.NKV, s.hd, s.window);
+      for (int64_t b = 0; b < s.B; ++b)
+        std::copy(out.begin() + b * n * s.HD(), out.begin() + (b + 1) * n * s.HD(),
+                  got.begin() + (b * s.T + past) * s.HD());
+    }
+    expect_close(got, ref, 1e-6, 1e-5, describe(s) + " decode out");
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t t = 0; t < s.T; ++t)
+        for (int64_t c = 0; c < KV; ++c) {
+          const float* row = &qkv[(b * s.T + t) * s.R() + s.HD()];
+          ASSERT_EQ(k_cache[(b * S + t) * KV + c], row[c]) << describe(s) << " key " << t;
+          ASSERT_EQ(v_cache[(b * S + t) * KV + c], row[KV + c]) << describe(s) << " value " << t;
+        }
+  }
+}
+
 TEST_F(KernelsTest, SlidingWindowAttentionBackwardMatchesFiniteDifferences) {
   uint32_t seed = 700;
   for (const WindowShape& s : kWindowShapes) check_backward(k_, s, nullptr, seed += 10);
