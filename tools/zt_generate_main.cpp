@@ -225,8 +225,9 @@ void run(const CommandLine& cl, const Job& job, zt::Engine& engine, zt::BpeToken
     prefill += g.prefill_seconds;
     decode += g.decode_seconds;
     nlohmann::ordered_json row = {{"where", p.where},       {"input", p.input},
-                                  {"prompt_ids", p.ids},    {"ids", g.ids},
-                                  {"text", answer},         {"stopped", g.stopped}};
+                                  {"prompt_text", p.text},  {"prompt_ids", p.ids},
+                                  {"ids", g.ids},           {"text", answer},
+                                  {"stopped", g.stopped}};
     if (p.expected) {
       const bool match = zt::exact_match(answer, *p.expected);
       row["expected"] = *p.expected;
