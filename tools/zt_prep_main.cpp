@@ -19,7 +19,9 @@
 // codes; the tokenizer, the template, the packing and the file format live in runtime/.
 // --print-ids prints each input's ids as Hugging Face's encode() gives them (special tokens
 // matched in the text and added around it) and their decoding, one JSON line per input, and
-// writes no file (tests/e2e/hf_tokenizers.sh compares them with Hugging Face's).
+// writes no file (tests/e2e/hf_tokenizers.sh compares them with Hugging Face's). --decode-ids
+// reads JSON arrays of ids, one per line, and prints their four decodings (special tokens kept
+// or skipped, with or without the display clean-up) the same way.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
@@ -55,6 +57,7 @@ struct PrepOptions {
   std::string separator = "<|endoftext|>";
   bool separator_given = false;  // --separator on the command line
   bool print_ids = false;        // --print-ids: JSON lines to stdout, no token file
+  bool decode_ids = false;       // --decode-ids: the same, for id lists read from the inputs
   std::string out;
   std::string val_out;                 // empty: everything goes to `out`
   double val_fraction = 0.0;           // share of documents (or examples) for `val_out`
@@ -139,6 +142,51 @@ void print_ids(const PrepOptions& options) {
         read_document(input), zt::SpecialTokens::kMatch, zt::AddSpecialTokens::kYes);
     const nlohmann::json line = {{"file", input}, {"ids", ids}, {"text", tokenizer.decode(ids)}};
     std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+}
+
+// One --decode-ids line: a JSON array of token ids. `where` is "FILE:LINE" for errors.
+std::vector<int32_t> read_id_list(const std::string& line, const std::string& where) {
+  const nlohmann::json value = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  const bool ids = value.is_array() && std::all_of(value.begin(), value.end(), [](const auto& id) {
+                     return id.is_number_integer() && id.template get<int64_t>() >= INT32_MIN &&
+                            id.template get<int64_t>() <= INT32_MAX;
+                   });
+  if (!ids) {
+    zt::throw_input(fmt::format("{}: expected a JSON array of token ids, e.g. [1, 15043]", where));
+  }
+  return value.get<std::vector<int32_t>>();
+}
+
+// --decode-ids: for each line of each input, {"ids", "decode", "decode_skip_special",
+// "display", "display_skip_special"}: decode() and decode_for_display(), special tokens kept
+// and skipped.
+void decode_ids(const PrepOptions& options) {
+  const zt::BpeTokenizer tokenizer = load_tokenizer(options);
+  constexpr auto kSkip = zt::SkipSpecialTokens::kYes;
+  for (const std::string& input : options.inputs) {
+    const std::string text = read_document(input);
+    size_t line_number = 0;
+    for (size_t begin = 0; begin < text.size();) {
+      const size_t end = std::min(text.find('\n', begin), text.size());
+      const std::string line = text.substr(begin, end - begin);
+      begin = end + 1;
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = fmt::format("{}:{}", input, line_number);
+      const std::vector<int32_t> ids = read_id_list(line, where);
+      try {
+        const nlohmann::json out = {
+            {"ids", ids},
+            {"decode", tokenizer.decode(ids)},
+            {"decode_skip_special", tokenizer.decode(ids, kSkip)},
+            {"display", tokenizer.decode_for_display(ids)},
+            {"display_skip_special", tokenizer.decode_for_display(ids, kSkip)}};
+        std::cout << out.dump() << "\n";
+      } catch (const zt::Error& e) {
+        zt::throw_input(fmt::format("{}: {}", where, e.message()));
+      }
+    }
   }
 }
 
@@ -253,6 +301,7 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
       "Usage: zt-prep (--vocab DIR | --tokenizer PATH) --out FILE [--separator TOKEN]\n"
       "               [--val-out FILE --val-fraction F] INPUT...\n"
       "       zt-prep (--vocab DIR | --tokenizer PATH) --print-ids INPUT...\n"
+      "       zt-prep (--vocab DIR | --tokenizer PATH) --decode-ids IDS_FILE...\n"
       "       zt-prep (--vocab DIR | --tokenizer PATH) --out FILE --seq-len N [--pad]\n"
       "               [--separator TOKEN] [--bos TOKEN] [--template auto|builtin|FILE]\n"
       "               [--val-out FILE --val-fraction F] DATA.jsonl...\n"
@@ -277,8 +326,12 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
       "<|end_of_text|>")("print-ids", po::bool_switch(&options.print_ids),
                          "print each INPUT's ids (as Hugging Face's "
                          "encode gives them) and their decoding as JSON "
-                         "lines; write no file")("out", po::value(&options.out),
-                                                 "token file to write (training split)")(
+                         "lines; write no file")(
+      "decode-ids", po::bool_switch(&options.decode_ids),
+      "read each INPUT as JSON arrays of token ids, one per line, and print their decodings "
+      "(special tokens kept and skipped, with and without the tokenizer_config.json clean-up) "
+      "as JSON lines; write no file")("out", po::value(&options.out),
+                                      "token file to write (training split)")(
       "val-out", po::value(&options.val_out), "token file for the validation split")(
       "val-fraction", po::value(&options.val_fraction),
       "share of the documents or examples (the last ones, in order) that go to --val-out; "
@@ -317,11 +370,19 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
   }
   if (options.inputs.empty()) zt::throw_input("no INPUT files given (see zt-prep --help)");
   options.separator_given = vm.count("separator") > 0;
-  if (options.print_ids != options.out.empty()) {
-    zt::throw_input(options.print_ids ? "--print-ids writes no file; drop --out"
-                                      : "the option '--out' is required but missing (see zt-prep "
-                                        "--help)");
+  if (options.print_ids && options.decode_ids) {
+    zt::throw_input("--print-ids and --decode-ids are two modes; give one");
   }
+  const bool prints = options.print_ids || options.decode_ids;
+  if (prints != options.out.empty()) {
+    zt::throw_input(prints ? fmt::format("{} writes no file; drop --out",
+                                         options.print_ids ? "--print-ids" : "--decode-ids")
+                           : "the option '--out' is required but missing (see zt-prep --help)");
+  }
+  if (vm.count("vocab") + vm.count("tokenizer") != 1) {
+    zt::throw_input("give exactly one of --vocab and --tokenizer (see zt-prep --help)");
+  }
+  if (options.decode_ids) return options;  // its inputs hold ids, whatever their names
   const auto jsonl = std::find_if(options.inputs.begin(), options.inputs.end(), is_jsonl);
   const auto text = std::find_if_not(options.inputs.begin(), options.inputs.end(), is_jsonl);
   if (jsonl != options.inputs.end() && text != options.inputs.end()) {
@@ -344,9 +405,6 @@ std::optional<PrepOptions> parse_command_line(int argc, char** argv) {
         "--seq-len, --bos, --pad and --template apply to instruction data (.jsonl inputs) "
         "only");
   }
-  if (vm.count("vocab") + vm.count("tokenizer") != 1) {
-    zt::throw_input("give exactly one of --vocab and --tokenizer (see zt-prep --help)");
-  }
   if (vm.count("val-out") != vm.count("val-fraction")) {
     zt::throw_input("--val-out and --val-fraction must be given together");
   }
@@ -364,6 +422,8 @@ int main(int argc, char** argv) {
     if (auto options = parse_command_line(argc, argv)) {
       if (options->print_ids)
         print_ids(*options);
+      else if (options->decode_ids)
+        decode_ids(*options);
       else if (is_jsonl(options->inputs.front()))
         prep_instruction_data(*options);
       else

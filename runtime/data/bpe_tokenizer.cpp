@@ -352,6 +352,8 @@ struct BpeTokenizer::Impl {
 BpeTokenizer::BpeTokenizer(BpeSpec spec)
     : impl_(std::make_unique<Impl>()), token_bytes_(std::move(spec.token_bytes)),
       prefix_ids_(std::move(spec.prefix_ids)), suffix_ids_(std::move(spec.suffix_ids)),
+      special_(token_bytes_.size(), false),
+      clean_up_tokenization_spaces_(spec.clean_up_tokenization_spaces),
       source_(std::move(spec.source)) {
   Impl& impl = *impl_;
   impl.normalizer = std::move(spec.normalizer);
@@ -372,6 +374,7 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
                   !token.content.empty(),
               "{}: added token id {} of {}", source_, token.id, token_bytes_.size());
     if (!token.in_model_vocab) added_only[token.id] = true;
+    if (token.special) special_[token.id] = true;
     impl.added_ids.emplace(token.content, token.id);
     if (token.normalized && !impl.normalizer.empty()) {
       token.content = impl.normalizer.normalize(token.content);
@@ -442,7 +445,8 @@ void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& ou
   if (post_process) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
 }
 
-std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
+std::string BpeTokenizer::decode(std::span<const int32_t> ids, SkipSpecialTokens skip) const {
+  const bool skip_special = skip == SkipSpecialTokens::kYes;
   std::vector<std::string> tokens;
   std::string text;
   for (int32_t id : ids) {
@@ -450,13 +454,23 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
       throw_input(fmt::format("token id {} is outside the vocabulary [0, {}) of {}", id,
                               token_bytes_.size(), source_));
     }
+    if (skip_special && special_[id]) continue;
     if (impl_->decoder_empty) {
       text += token_bytes_[id];
     } else {
       tokens.push_back(token_bytes_[id]);
     }
   }
-  return impl_->decoder_empty ? text : impl_->decoder.decode(std::move(tokens));
+  // The decoder's ByteLevel step makes its text valid UTF-8; a concatenation of byte-level
+  // tokens is made so here, as that step would.
+  if (!impl_->decoder_empty) text = impl_->decoder.decode(std::move(tokens));
+  return is_valid_utf8(text) ? text : utf8_lossy(text);
+}
+
+std::string BpeTokenizer::decode_for_display(std::span<const int32_t> ids,
+                                             SkipSpecialTokens skip) const {
+  std::string text = decode(ids, skip);
+  return clean_up_tokenization_spaces_ ? clean_up_tokenization(text) : text;
 }
 
 std::optional<int32_t> BpeTokenizer::token_id(std::string_view content) const {

@@ -18,7 +18,11 @@
 //      documents, from going quadratic);
 //   5. with AddSpecialTokens::kYes, the post-processor's special tokens go around the text
 //      (Llama 2's <s> before it).
-// decode() maps ids to their tokens' text and runs the decoder (decoder.h).
+// decode() maps ids to their tokens' text (special added tokens dropped under
+// SkipSpecialTokens::kYes) and runs the decoder (decoder.h), as tokenizers' decode does; its
+// result is always valid UTF-8, bytes that are not (a byte-level token sequence cut inside a
+// character) having become U+FFFD. decode_for_display() is transformers' decode: the same, then
+// clean_up_tokenization when tokenizer_config.json asks for it.
 //
 // No file parsing (the loaders build and check a BpeSpec) and no threads: encode() fills a
 // per-word cache, and the steps hold regex match data, so one tokenizer must not be shared
@@ -51,6 +55,9 @@ enum class SpecialTokens : bool { kAsText, kMatch };
 // Whether encode() adds the special tokens the post-processor puts around a text (Hugging
 // Face's add_special_tokens): Llama 2's <s> before it; none for GPT-2.
 enum class AddSpecialTokens : bool { kNo, kYes };
+// Whether decode() drops the added tokens marked special (Hugging Face's skip_special_tokens):
+// Llama 2's <s>, Qwen's <|im_end|>; not Qwen3's <think>, an added token that is not special.
+enum class SkipSpecialTokens : bool { kNo, kYes };
 
 // A token matched in the text as a whole before pre-tokenisation (Hugging Face's added_tokens).
 struct AddedToken {
@@ -89,6 +96,7 @@ struct BpeSpec {
   std::string continuing_subword_prefix;  // in the words' terms (raw bytes when byte-level)
   std::string end_of_word_suffix;
   std::vector<int32_t> prefix_ids, suffix_ids;  // the post-processor's, around a text
+  bool clean_up_tokenization_spaces = false;    // tokenizer_config.json's, for display
 };
 
 class BpeTokenizer {
@@ -100,16 +108,24 @@ class BpeTokenizer {
 
   // Text to ids. Any byte string is accepted: bytes that are not valid UTF-8 are characters of
   // their own that no pattern matches and no normalizer changes, so with a byte-level
-  // pre-tokenizer decode(encode(x)) == x for every x (without add_prefix_space).
+  // pre-tokenizer decode(encode(x)) == x for every valid UTF-8 x (without add_prefix_space).
   std::vector<int32_t> encode(std::string_view text, SpecialTokens special = SpecialTokens::kAsText,
                               AddSpecialTokens add = AddSpecialTokens::kNo);
   // Same, appending to `out` (saves a copy when building one long stream).
   void encode_append(std::string_view text, std::vector<int32_t>& out,
                      SpecialTokens special = SpecialTokens::kAsText,
                      AddSpecialTokens add = AddSpecialTokens::kNo);
-  // Ids to text through the decoder; special tokens are kept. An id outside
+  // Ids to text through the decoder, as tokenizers' decode(ids, skip_special_tokens): valid
+  // UTF-8, whatever the ids (U+FFFD where their bytes are not). An id outside
   // [0, vocab_size()) throws kInput naming it.
-  std::string decode(std::span<const int32_t> ids) const;
+  std::string decode(std::span<const int32_t> ids,
+                     SkipSpecialTokens skip = SkipSpecialTokens::kNo) const;
+  // What transformers' tokenizer.decode(ids, skip_special_tokens) shows: decode(), then
+  // clean_up_tokenization (decoder.h) when tokenizer_config.json's clean_up_tokenization_spaces
+  // is true (Llama 3's file; false, its default, for Llama 2 and Qwen3).
+  std::string decode_for_display(std::span<const int32_t> ids,
+                                 SkipSpecialTokens skip = SkipSpecialTokens::kNo) const;
+  bool cleans_up_spaces() const { return clean_up_tokenization_spaces_; }
 
   // What AddSpecialTokens::kYes puts before and after a text.
   const std::vector<int32_t>& prefix_ids() const { return prefix_ids_; }
@@ -127,6 +143,8 @@ class BpeTokenizer {
   std::unique_ptr<Impl> impl_;
   std::vector<std::string> token_bytes_;  // id -> text
   std::vector<int32_t> prefix_ids_, suffix_ids_;
+  std::vector<bool> special_;  // (vocab_size,) an added token marked special
+  bool clean_up_tokenization_spaces_ = false;
   std::string source_;
 };
 

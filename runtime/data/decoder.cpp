@@ -3,6 +3,8 @@
 #include "runtime/data/decoder.h"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include "runtime/data/byte_alphabet.h"
 #include "runtime/data/regex.h"
@@ -68,21 +70,16 @@ int fallback_byte(std::string_view token) {
   return value;
 }
 
-bool valid_utf8(std::string_view bytes) {
-  int32_t cp = 0;
-  for (size_t pos = 0; pos < bytes.size(); pos += utf8_char(bytes, pos, cp)) {
-    if (cp < 0) return false;
-  }
-  return true;
-}
-
+// Runs of <0xNN> tokens become the text their bytes spell; a run that is not valid UTF-8
+// becomes one U+FFFD per byte, its valid characters too (tokenizers' ByteFallback, unlike
+// String::from_utf8_lossy: "<0xF0><0x9F>" gives two).
 Tokens byte_fallback(Tokens tokens) {
   Tokens out;
   out.reserve(tokens.size());
   std::string bytes;
   auto flush = [&] {
     if (bytes.empty()) return;
-    if (valid_utf8(bytes)) {
+    if (is_valid_utf8(bytes)) {
       out.push_back(bytes);
     } else {
       for (size_t i = 0; i < bytes.size(); ++i) out.push_back("\xEF\xBF\xBD");  // U+FFFD
@@ -119,11 +116,13 @@ std::string strip(const std::string& token, const Step& step) {
 Tokens apply_step(const Step& step, Tokens tokens) {
   switch (step.kind) {
     case Step::Kind::kByteLevel: {
-      if (!step.map_alphabet) return Tokens{joined(tokens)};
+      // One text; bytes that do not make UTF-8 become U+FFFD as String::from_utf8_lossy
+      // makes them (a generation cut inside a character).
+      if (!step.map_alphabet) return Tokens{utf8_lossy(joined(tokens))};
       std::string text, bytes;
       for (const std::string& token : tokens)
         text += alphabet_to_bytes(token, bytes) ? bytes : token;
-      return Tokens{text};
+      return Tokens{utf8_lossy(text)};
     }
     case Step::Kind::kFuse: return Tokens{joined(tokens)};
     case Step::Kind::kByteFallback: return byte_fallback(std::move(tokens));
@@ -194,6 +193,17 @@ void read_step(const JsonFile& file, const json& value, const std::string& where
 std::string TokenDecoder::decode(std::vector<std::string> tokens) const {
   for (const Step& step : steps_) tokens = apply_step(step, std::move(tokens));
   return joined(tokens);
+}
+
+std::string clean_up_tokenization(std::string_view text) {
+  // transformers' order; each replacement runs over the result of the one before.
+  static constexpr std::pair<std::string_view, std::string_view> kReplacements[] = {
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+  };
+  std::string out(text);
+  for (const auto& [from, to] : kReplacements) out = replace_all(out, from, to);
+  return out;
 }
 
 bool TokenDecoder::concatenates() const {

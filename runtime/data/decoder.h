@@ -2,11 +2,13 @@
 // What is read (a Sequence's steps run in order over the list of token strings):
 //   ByteLevel     joins the tokens into one; when the model works on bytes (a ByteLevel
 //                 pre-tokenizer) its tokens already are the bytes, else each token's characters
-//                 are read back through GPT-2's byte alphabet (a token outside it is kept)
+//                 are read back through GPT-2's byte alphabet (a token outside it is kept);
+//                 bytes that are not UTF-8 become U+FFFD (utf8_lossy: one per maximal subpart)
 //   Metaspace     replacement (default U+2581) becomes a space, except in the first token
 //                 where it is dropped (unless prepend_scheme is never)
 //   ByteFallback  runs of <0xNN> tokens become the text their bytes spell, or one U+FFFD per
-//                 byte when they are not valid UTF-8
+//                 byte of the run when it is not valid UTF-8 (as tokenizers' Rust code does;
+//                 its JavaScript port gives one per maximal subpart)
 //   Fuse          joins the tokens into one
 //   Strip         content (one character): up to `start` of it removed from the front of each
 //                 token and up to `stop` from the back
@@ -20,6 +22,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/data/json_reader.h"
@@ -45,6 +48,12 @@ class TokenDecoder {
                                    bool);
   std::vector<Step> steps_;
 };
+
+// transformers' clean_up_tokenization, which its decode() applies after the decoder when
+// tokenizer_config.json's clean_up_tokenization_spaces is true: " ." " ?" " !" " ," become
+// "." "?" "!" ",", " ' " becomes "'", and the space before n't 'm 's 've 're is dropped, each
+// replacement in that order over the whole text.
+std::string clean_up_tokenization(std::string_view text);
 
 // Reads the decoder `value` found at key path `where` of `file` (null: concatenation).
 // `byte_level_model`: the model's tokens are raw bytes (a ByteLevel pre-tokenizer).

@@ -210,7 +210,14 @@ void read_template(const JsonFile& file, const json& value, const std::string& w
                    std::vector<int32_t>& suffix) {
   const std::string single_where = member_path(where, "single");
   const json& single = file.member(value, where, "single");
-  if (single.is_string()) file.fail(single_where, "as a string is not supported; only a list");
+  if (single.is_string()) {
+    // "<s> $A" is a shorthand of the TemplateProcessing constructors in tokenizers' API; they
+    // write the list, and tokenizers' reader (Rust and JavaScript) refuses the string.
+    file.fail(single_where, fmt::format("is a string ({}); a tokenizer.json spells the template "
+                                        "as a list of {{\"SpecialToken\"}} and {{\"Sequence\"}} "
+                                        "pieces, and Hugging Face's tokenizers refuse it too",
+                                        shown(single)));
+  }
   file.array(single, single_where);
   const std::string specials_where = member_path(where, "special_tokens");
   const json* specials = file.find_non_null(value, where, "special_tokens");
@@ -275,10 +282,10 @@ void read_post_processor(const JsonFile& file, const json& value, const std::str
   spec.suffix_ids.insert(spec.suffix_ids.end(), suffix.begin(), suffix.end());
 }
 
-// tokenizer_config.json beside the tokenizer.json, when there is one: transformers' Llama,
-// CodeLlama and Gemma tokenizers rebuild the post-processor from add_bos_token (default true)
-// and add_eos_token (default false) with bos_token and eos_token; other classes keep
-// tokenizer.json's.
+// tokenizer_config.json beside the tokenizer.json, when there is one: clean_up_tokenization_spaces
+// (transformers' default false) for every class; transformers' Llama, CodeLlama and Gemma
+// tokenizers rebuild the post-processor from add_bos_token (default true) and add_eos_token
+// (default false) with bos_token and eos_token; other classes keep tokenizer.json's.
 void read_tokenizer_config(const std::string& path, const VocabIds& vocab_ids, BpeSpec& spec) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return;
@@ -290,6 +297,8 @@ void read_tokenizer_config(const std::string& path, const VocabIds& vocab_ids, B
   }
   const JsonFile file(path);
   file.object(root, "the top level");
+  spec.clean_up_tokenization_spaces =
+      file.optional_boolean(root, "", "clean_up_tokenization_spaces", false);
   const std::string class_name = file.optional_string(root, "", "tokenizer_class", "");
   bool rebuilds = false;
   for (std::string_view family : {"LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer"}) {

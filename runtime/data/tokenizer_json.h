@@ -12,17 +12,20 @@
 //     than null or 0 is refused (it is random).
 //   added_tokens: {id, content, special, normalized, lstrip, rstrip, single_word}. Special ones
 //     are matched in the text only under SpecialTokens::kMatch, the others always.
-//   post_processor: TemplateProcessing ("single": the special tokens around $A),
+//   post_processor: TemplateProcessing ("single": the special tokens around $A, a list of
+//     pieces; the string shorthand "<s> $A" is refused, as tokenizers' own readers refuse it),
 //     BertProcessing and RobertaProcessing (cls before, sep after), ByteLevel (nothing), or a
 //     Sequence of them: what encode(..., AddSpecialTokens::kYes) puts around a text.
-//   tokenizer_config.json beside the file, when its tokenizer_class is transformers' Llama,
-//     CodeLlama or Gemma tokenizer: add_bos_token (default true) and add_eos_token (default
+//   tokenizer_config.json beside the file: clean_up_tokenization_spaces (default false, as in
+//     transformers) for decode_for_display(); when its tokenizer_class is transformers' Llama,
+//     CodeLlama or Gemma tokenizer, add_bos_token (default true) and add_eos_token (default
 //     false) with bos_token and eos_token replace the post-processor, as transformers does.
 // Every problem (unreadable file, not JSON, a missing key or a wrong type, an unsupported
 // choice, a merge naming or making a token missing from the vocabulary, duplicate ids, an id
 // with no token, a bad regex) throws one kInput line naming the file and the key path
 // ("model.merges[12]"). Pinned by tests/runtime/data/tokenizer_json_test.cpp and
-// tokenizer_parts_test.cpp; tests/e2e/hf_tokenizers.sh compares ids with Hugging Face's.
+// tokenizer_parts_test.cpp, decoding by tokenizer_decode_test.cpp; tests/e2e/hf_tokenizers.sh
+// compares ids and decodings with Hugging Face's.
 #pragma once
 
 #include <string>

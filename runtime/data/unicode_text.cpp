@@ -36,6 +36,65 @@ size_t utf8_length(std::string_view text) {
   return count;
 }
 
+namespace {
+
+// The length of the maximal subpart at text[pos] (pos < size): the bytes that follow the lead
+// byte within the ranges of Unicode's table 3-7 of well-formed sequences, the lead included.
+// `complete`: they make a whole character.
+size_t utf8_subpart(std::string_view text, size_t pos, bool& complete) {
+  const auto lead = static_cast<uint8_t>(text[pos]);
+  complete = lead < 0x80;
+  if (complete) return 1;
+  size_t trailing = 0;
+  uint8_t low = 0x80, high = 0xBF;  // the range of the byte after the lead
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    trailing = 1;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    trailing = 2;
+    if (lead == 0xE0) low = 0xA0;   // no overlong forms
+    if (lead == 0xED) high = 0x9F;  // no surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    trailing = 3;
+    if (lead == 0xF0) low = 0x90;   // no overlong forms
+    if (lead == 0xF4) high = 0x8F;  // nothing past U+10FFFF
+  } else {
+    return 1;  // a continuation byte, C0, C1 or F5..FF: never starts a character
+  }
+  size_t length = 1;
+  for (; length <= trailing && pos + length < text.size(); ++length) {
+    const auto byte = static_cast<uint8_t>(text[pos + length]);
+    if (byte < (length == 1 ? low : 0x80) || byte > (length == 1 ? high : 0xBF)) break;
+  }
+  complete = length == trailing + 1;
+  return length;
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view text) {
+  bool complete = true;
+  for (size_t pos = 0; pos < text.size() && complete;) pos += utf8_subpart(text, pos, complete);
+  return complete;
+}
+
+std::string utf8_lossy(std::string_view bytes) {
+  std::string out;
+  size_t copied = 0;  // bytes [0, copied) are in `out`
+  bool complete = true;
+  for (size_t pos = 0; pos < bytes.size();) {
+    const size_t length = utf8_subpart(bytes, pos, complete);
+    if (!complete) {
+      out.append(bytes.substr(copied, pos - copied));
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      copied = pos + length;
+    }
+    pos += length;
+  }
+  if (copied == 0) return std::string(bytes);
+  out.append(bytes.substr(copied));
+  return out;
+}
+
 bool is_whitespace(int32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||

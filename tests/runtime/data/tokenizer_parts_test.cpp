@@ -28,6 +28,7 @@ namespace zt {
 namespace {
 
 using nlohmann::json;
+using test::sentencepiece_style;
 using test::TempDir;
 
 const JsonFile kFile("test.json");
@@ -204,52 +205,6 @@ TEST(DecoderTest, Llama2Sequence) {
 }
 
 // --- The model, added tokens and post-processing through load_tokenizer_json. ---------------
-
-// A SentencePiece-style BPE as Llama 2 ships it: ids 0..2 <unk> <s> </s>, 3..258 the byte
-// tokens <0x00>..<0xFF>, then `tokens` in order; merges as given.
-json sentencepiece_style(const std::vector<std::string>& tokens,
-                         const std::vector<std::string>& merges) {
-  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
-  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
-  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = 259 + i;
-  json added = json::array();
-  for (int id = 0; id < 3; ++id) {
-    added.push_back({{"id", id},
-                     {"content", id == 0   ? "<unk>"
-                                 : id == 1 ? "<s>"
-                                           : "</s>"},
-                     {"special", true},
-                     {"normalized", false}});
-  }
-  const std::string m = "\xE2\x96\x81";
-  return {{"added_tokens", added},
-          {"normalizer",
-           {{"type", "Sequence"},
-            {"normalizers",
-             {{{"type", "Prepend"}, {"prepend", m}},
-              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
-          {"pre_tokenizer", nullptr},
-          {"post_processor",
-           {{"type", "TemplateProcessing"},
-            {"single",
-             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-          {"decoder",
-           {{"type", "Sequence"},
-            {"decoders",
-             {{{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
-              {{"type", "ByteFallback"}},
-              {{"type", "Fuse"}},
-              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-          {"model",
-           {{"type", "BPE"},
-            {"unk_token", "<unk>"},
-            {"fuse_unk", true},
-            {"byte_fallback", true},
-            {"vocab", vocab},
-            {"merges", merges}}}};
-}
 
 BpeTokenizer load_json(const TempDir& dir, const json& tokenizer) {
   dir.write("tokenizer.json", tokenizer.dump());

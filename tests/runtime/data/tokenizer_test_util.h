@@ -1,9 +1,11 @@
 // Helpers for the tokenizer tests (tokenizer_test.cpp, tokenizer_json_test.cpp,
-// tests/e2e/zt_prep.sh): GPT-2's byte alphabet re-stated independently of
-// runtime/data/byte_alphabet.cpp, a per-test temporary directory, and a Hugging Face
-// tokenizer.json built from a vocabulary and merges in the byte alphabet.
+// tokenizer_parts_test.cpp, tokenizer_decode_test.cpp, tests/e2e/zt_prep.sh): GPT-2's byte
+// alphabet re-stated independently of runtime/data/byte_alphabet.cpp, a per-test temporary
+// directory, a Hugging Face tokenizer.json built from a vocabulary and merges in the byte
+// alphabet, and one in Llama 2's SentencePiece style.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -145,6 +147,52 @@ inline std::pair<nlohmann::json, std::vector<std::pair<std::string, std::string>
   }
   vocab["<|endoftext|>"] = id;
   return {vocab, merges};
+}
+
+// A SentencePiece-style BPE as Llama 2 ships it: ids 0..2 <unk> <s> </s>, 3..258 the byte
+// tokens <0x00>..<0xFF>, then `tokens` in order; merges as given.
+inline nlohmann::json sentencepiece_style(const std::vector<std::string>& tokens,
+                                          const std::vector<std::string>& merges) {
+  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 3 + b;
+  for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = 259 + i;
+  nlohmann::json added = nlohmann::json::array();
+  for (int id = 0; id < 3; ++id) {
+    added.push_back({{"id", id},
+                     {"content", id == 0   ? "<unk>"
+                                 : id == 1 ? "<s>"
+                                           : "</s>"},
+                     {"special", true},
+                     {"normalized", false}});
+  }
+  const std::string m = "\xE2\x96\x81";
+  return {{"added_tokens", added},
+          {"normalizer",
+           {{"type", "Sequence"},
+            {"normalizers",
+             {{{"type", "Prepend"}, {"prepend", m}},
+              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}}}}}},
+          {"pre_tokenizer", nullptr},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single",
+             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders",
+             {{{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
+              {{"type", "ByteFallback"}},
+              {{"type", "Fuse"}},
+              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+          {"model",
+           {{"type", "BPE"},
+            {"unk_token", "<unk>"},
+            {"fuse_unk", true},
+            {"byte_fallback", true},
+            {"vocab", vocab},
+            {"merges", merges}}}};
 }
 
 }  // namespace zt::test
