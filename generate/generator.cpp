@@ -50,8 +50,9 @@ std::vector<float> Generator::forward(std::span<const int32_t> tokens, int64_t p
   std::iota(host.begin() + T, host.end(), static_cast<int32_t>(past));
   Buffer ids = device_.alloc(host.size() * sizeof(int32_t), MemCategory::kActivations);
   device_.copy_from_host(ids.data(), host.data(), host.size() * sizeof(int32_t));
-  Buffer hidden[2] = {device_.alloc(static_cast<size_t>(T * C) * sizeof(float), MemCategory::kActivations),
-                      device_.alloc(static_cast<size_t>(T * C) * sizeof(float), MemCategory::kActivations)};
+  Buffer hidden[2] = {
+      device_.alloc(static_cast<size_t>(T * C) * sizeof(float), MemCategory::kActivations),
+      device_.alloc(static_cast<size_t>(T * C) * sizeof(float), MemCategory::kActivations)};
   Buffer logits = device_.alloc(static_cast<size_t>(V) * sizeof(float), MemCategory::kActivations);
   const size_t L = model.layers().size();
   engine_.run_layers([&](size_t l, Kernels& k) {
@@ -90,8 +91,8 @@ Generation Generator::generate(std::span<const int32_t> prompt, const GenerateOp
   for (int64_t past = n;; ++past) {
     const int32_t next = pick_token(logits, options.sampling, rng);
     g.ids.push_back(next);
-    g.stopped = std::find(options.stop_ids.begin(), options.stop_ids.end(), next) !=
-                options.stop_ids.end();
+    g.stopped =
+        std::find(options.stop_ids.begin(), options.stop_ids.end(), next) != options.stop_ids.end();
     if (g.stopped || static_cast<int64_t>(g.ids.size()) >= options.max_new_tokens ||
         past + 1 >= capacity_)
       break;
@@ -103,8 +104,8 @@ Generation Generator::generate(std::span<const int32_t> prompt, const GenerateOp
 
 std::vector<float> Generator::next_logits(std::span<const int32_t> ids) {
   if (ids.empty() || static_cast<int64_t>(ids.size()) > capacity_)
-    throw_input(fmt::format("generation: {} tokens do not fit a context of {}", ids.size(),
-                            capacity_));
+    throw_input(
+        fmt::format("generation: {} tokens do not fit a context of {}", ids.size(), capacity_));
   return forward(ids, 0);
 }
 

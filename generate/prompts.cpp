@@ -33,8 +33,8 @@ nlohmann::ordered_json conversation(const nlohmann::ordered_json& line, const st
     const auto& last = messages.back();
     if (last["role"] == "assistant") {
       if (!last.contains("content") || !last["content"].is_string())
-        throw_input(fmt::format("{}: the last (assistant) message needs a string \"content\"",
-                                where));
+        throw_input(
+            fmt::format("{}: the last (assistant) message needs a string \"content\"", where));
       prompt.expected = last["content"].get<std::string>();
       messages.erase(messages.size() - 1);
       if (messages.empty())
@@ -42,7 +42,8 @@ nlohmann::ordered_json conversation(const nlohmann::ordered_json& line, const st
     }
     return messages;
   }
-  if (!options.system.empty()) messages.push_back({{"role", "system"}, {"content", options.system}});
+  if (!options.system.empty())
+    messages.push_back({{"role", "system"}, {"content", options.system}});
   messages.push_back({{"role", "user"}, {"content", line["prompt"]}});
   return messages;
 }

@@ -24,7 +24,7 @@ namespace zt {
 class ChatTemplate;
 
 struct Prompt {
-  std::string where;  // "path:line" or "--prompt 2"
+  std::string where;             // "path:line" or "--prompt 2"
   nlohmann::ordered_json input;  // the line's prompt or messages (what the model is given)
   std::string text;              // the text tokenised (rendered, for a conversation)
   std::vector<int32_t> ids;

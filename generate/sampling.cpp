@@ -13,11 +13,12 @@ namespace zt {
 
 void validate_sampling(const SamplingOptions& o, const std::string& source) {
   if (!(o.temperature >= 0.0f) || !std::isfinite(o.temperature))
-    throw_input(fmt::format("{}: temperature must be >= 0 (0: greedy); got {}", source,
-                            o.temperature));
+    throw_input(
+        fmt::format("{}: temperature must be >= 0 (0: greedy); got {}", source, o.temperature));
   if (!(o.top_p > 0.0f && o.top_p <= 1.0f))
     throw_input(fmt::format("{}: top_p must be in (0, 1]; got {}", source, o.top_p));
-  if (o.top_k < 0) throw_input(fmt::format("{}: top_k must be >= 0 (0: all); got {}", source, o.top_k));
+  if (o.top_k < 0)
+    throw_input(fmt::format("{}: top_k must be >= 0 (0: all); got {}", source, o.top_k));
 }
 
 int32_t argmax_token(std::span<const float> logits) {

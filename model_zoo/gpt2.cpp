@@ -132,18 +132,18 @@ class BlockLayer final : public Layer {
   void compute(Kernels& k, const float* x, float* out, int64_t N, ActivationStore& acts,
                int64_t att_elements, const Attend& attend) {
     const int64_t C = c_.n_embd;
-    float* ln1 = acts.alloc_floats(N * C);           // (N, C)
-    float* ln1_mean = acts.alloc_stats(N);           // (N)
-    float* ln1_rstd = acts.alloc_stats(N);           // (N)
-    float* qkv = acts.alloc_floats(N * 3 * C);       // (N, 3C)
-    float* att = acts.alloc_floats(att_elements);    // (B, NH, T, T) or none
-    float* atty = acts.alloc_floats(N * C);          // (N, C)
-    float* res2 = acts.alloc_floats(N * C);          // (N, C) x + attention
-    float* ln2 = acts.alloc_floats(N * C);           // (N, C)
-    float* ln2_mean = acts.alloc_stats(N);           // (N)
-    float* ln2_rstd = acts.alloc_stats(N);           // (N)
-    float* fc = acts.alloc_floats(N * 4 * C);        // (N, 4C)
-    float* gelu = acts.alloc_floats(N * 4 * C);      // (N, 4C)
+    float* ln1 = acts.alloc_floats(N * C);         // (N, C)
+    float* ln1_mean = acts.alloc_stats(N);         // (N)
+    float* ln1_rstd = acts.alloc_stats(N);         // (N)
+    float* qkv = acts.alloc_floats(N * 3 * C);     // (N, 3C)
+    float* att = acts.alloc_floats(att_elements);  // (B, NH, T, T) or none
+    float* atty = acts.alloc_floats(N * C);        // (N, C)
+    float* res2 = acts.alloc_floats(N * C);        // (N, C) x + attention
+    float* ln2 = acts.alloc_floats(N * C);         // (N, C)
+    float* ln2_mean = acts.alloc_stats(N);         // (N)
+    float* ln2_rstd = acts.alloc_stats(N);         // (N)
+    float* fc = acts.alloc_floats(N * 4 * C);      // (N, 4C)
+    float* gelu = acts.alloc_floats(N * 4 * C);    // (N, 4C)
 
     k.layernorm_forward(ln1, ln1_mean, ln1_rstd, x, u_.param(kLn1W), u_.param(kLn1B), N, C);
     k.matmul_forward(qkv, ln1, u_.param(kAttnW), u_.param(kAttnB), N, C, 3 * C,

@@ -182,16 +182,16 @@ class DecoderLayer final : public Layer {
                const Attend& attend) {
     const int64_t N = B * T;
     const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
-    float* ln1 = acts.alloc_floats(N * C);           // (N, C)
-    float* ln1_rstd = acts.alloc_stats(N);           // (N)
-    float* qkv = acts.alloc_floats(N * d_.R);        // (N, R): q, k (rotated), v
-    float* att = acts.alloc_floats(att_elements);    // (B, NH, T, T) or none
-    float* atty = acts.alloc_floats(N * d_.Q);       // (N, Q)
-    float* res2 = acts.alloc_floats(N * C);          // (N, C) x + attention
-    float* ln2 = acts.alloc_floats(N * C);           // (N, C)
-    float* ln2_rstd = acts.alloc_stats(N);           // (N)
-    float* gate_up = acts.alloc_floats(N * 2 * F);   // (N, 2F): gate, up
-    float* swiglu = acts.alloc_floats(N * F);        // (N, F)
+    float* ln1 = acts.alloc_floats(N * C);          // (N, C)
+    float* ln1_rstd = acts.alloc_stats(N);          // (N)
+    float* qkv = acts.alloc_floats(N * d_.R);       // (N, R): q, k (rotated), v
+    float* att = acts.alloc_floats(att_elements);   // (B, NH, T, T) or none
+    float* atty = acts.alloc_floats(N * d_.Q);      // (N, Q)
+    float* res2 = acts.alloc_floats(N * C);         // (N, C) x + attention
+    float* ln2 = acts.alloc_floats(N * C);          // (N, C)
+    float* ln2_rstd = acts.alloc_stats(N);          // (N)
+    float* gate_up = acts.alloc_floats(N * 2 * F);  // (N, 2F): gate, up
+    float* swiglu = acts.alloc_floats(N * F);       // (N, F)
     float* qkv_raw = qk_norm() ? acts.alloc_floats(N * d_.R) : nullptr;       // (N, R)
     float* qk_rstd = qk_norm() ? acts.alloc_stats(N * (NH + NKV)) : nullptr;  // (N, NH + NKV)
     const float eps = c_.rms_norm_eps;

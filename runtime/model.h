@@ -104,8 +104,8 @@ struct DecodeIO {
   const int32_t* tokens = nullptr;     // (B, T) the new token ids, already checked (< V)
   const int32_t* positions = nullptr;  // (B, T) their positions, past + t
   int64_t B = 0, T = 0;
-  int64_t past = 0;      // tokens already in the cache, each row
-  int64_t capacity = 0;  // cache rows per batch row (past + T <= capacity)
+  int64_t past = 0;              // tokens already in the cache, each row
+  int64_t capacity = 0;          // cache rows per batch row (past + T <= capacity)
   const float* input = nullptr;  // (B, T, C) previous layer's output; null for the first layer
   float* output = nullptr;       // (B, T, C) this layer's output; null for the last layer
   // This layer's cache, each (B, capacity, kv_width()): keys and values of positions

@@ -70,7 +70,7 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv) {
       "the key/value cache's tokens (default: the longest prompt + max-new-tokens)")(
       "temperature", po::value(&cl.sampling.temperature)->default_value(0.0f),
       "0: greedy; > 0: sample")("top-p", po::value(&cl.sampling.top_p)->default_value(1.0f),
-                               "nucleus sampling's probability mass")(
+                                "nucleus sampling's probability mass")(
       "top-k", po::value(&cl.sampling.top_k)->default_value(0), "sample from the k likeliest")(
       "seed", po::value(&cl.sampling.seed)->default_value(0), "the sampling seed")(
       "stop", po::value(&cl.stops)->composing(),
@@ -120,12 +120,12 @@ zt::EngineOptions engine_options(const CommandLine& cl, int world) {
   const int stage = cl.zero_stage >= 0 ? cl.zero_stage : world > 1 ? 3 : 0;
   o.policy = zt::ZeroPolicy::for_stage(stage);
   if (cl.dtype != "fp32") {
-    const zt::DType d = cl.dtype == "bf16"   ? zt::DType::kBF16
-                        : cl.dtype == "fp16" ? zt::DType::kF16
-                                             : (zt::throw_input(fmt::format(
-                                                    "--dtype must be fp32, bf16 or fp16; got {}",
-                                                    cl.dtype)),
-                                                zt::DType::kF32);
+    const zt::DType d =
+        cl.dtype == "bf16" ? zt::DType::kBF16
+        : cl.dtype == "fp16"
+            ? zt::DType::kF16
+            : (zt::throw_input(fmt::format("--dtype must be fp32, bf16 or fp16; got {}", cl.dtype)),
+               zt::DType::kF32);
     o.precision.compute = o.precision.grad_accum = o.precision.comm = d;
     o.precision.master_weights = false;
   }
@@ -156,9 +156,9 @@ Job resolve_job(const CommandLine& cl, int rank, int world) {
     std::vector<zt::CheckpointUnit> units;
     for (zt::Unit* u : model->units())
       units.push_back(zt::checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
-    job.temp_weights = (fs::temp_directory_path() /
-                        fmt::format("zt-generate-{}-{}.safetensors", ::getpid(), rank))
-                           .string();
+    job.temp_weights =
+        (fs::temp_directory_path() / fmt::format("zt-generate-{}-{}.safetensors", ::getpid(), rank))
+            .string();
     zt::consolidate_checkpoint(dir, job.temp_weights, zt::DType::kF32, &units);
     job.weights = job.temp_weights;
     if (zt::is_hf_model_dir(config.zt.init_from)) job.tokenizer_dir = config.zt.init_from;
@@ -192,8 +192,7 @@ Work prepare(const CommandLine& cl, const Job& job, zt::BpeTokenizer& tokenizer,
   };
   if (!cl.bos.empty()) options.bos_id = token(cl.bos, "--bos");
   Work w;
-  if (!cl.prompts_file.empty())
-    w.prompts = zt::read_prompts(cl.prompts_file, tokenizer, options);
+  if (!cl.prompts_file.empty()) w.prompts = zt::read_prompts(cl.prompts_file, tokenizer, options);
   for (size_t i = 0; i < cl.prompts.size(); ++i)
     w.prompts.push_back(zt::make_prompt({{"prompt", cl.prompts[i]}},
                                         fmt::format("--prompt {}", i + 1), tokenizer, options));
@@ -207,10 +206,10 @@ void run(const CommandLine& cl, const Job& job, zt::Engine& engine, zt::BpeToken
          const Work& work, int rank) {
   size_t longest = 0;
   for (const zt::Prompt& p : work.prompts) longest = std::max(longest, p.ids.size());
-  const int64_t context = cl.context > 0 ? cl.context
-                                         : std::min<int64_t>(static_cast<int64_t>(longest) +
-                                                                 cl.max_new_tokens,
-                                                             engine.model().max_seq_len());
+  const int64_t context = cl.context > 0
+                              ? cl.context
+                              : std::min<int64_t>(static_cast<int64_t>(longest) + cl.max_new_tokens,
+                                                  engine.model().max_seq_len());
   zt::Generator generator(engine, context);
   zt::GenerateOptions options{cl.max_new_tokens, work.stop_ids, cl.sampling};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -220,14 +219,14 @@ void run(const CommandLine& cl, const Job& job, zt::Engine& engine, zt::BpeToken
     const zt::Generation g = generator.generate(p.ids, options);
     std::vector<int32_t> answer_ids = g.ids;
     if (g.stopped) answer_ids.pop_back();  // the stop token is not part of the answer
-    const std::string answer = tokenizer.decode(answer_ids);
+    const std::string answer =
+        tokenizer.decode_for_display(answer_ids, zt::SkipSpecialTokens::kYes);
     tokens += static_cast<int64_t>(g.ids.size());
     prefill += g.prefill_seconds;
     decode += g.decode_seconds;
-    nlohmann::ordered_json row = {{"where", p.where},       {"input", p.input},
-                                  {"prompt_text", p.text},  {"prompt_ids", p.ids},
-                                  {"ids", g.ids},           {"text", answer},
-                                  {"stopped", g.stopped}};
+    nlohmann::ordered_json row = {
+        {"where", p.where}, {"input", p.input}, {"prompt_text", p.text}, {"prompt_ids", p.ids},
+        {"ids", g.ids},     {"text", answer},   {"stopped", g.stopped}};
     if (p.expected) {
       const bool match = zt::exact_match(answer, *p.expected);
       row["expected"] = *p.expected;
@@ -250,9 +249,11 @@ void run(const CommandLine& cl, const Job& job, zt::Engine& engine, zt::BpeToken
                            100.0 * static_cast<double>(matched) / static_cast<double>(scored));
   std::cerr << summary << "\n";
   if (!cl.json_path.empty()) {
-    nlohmann::ordered_json j = {{"model", job.weights},     {"dtype", cl.dtype},
+    nlohmann::ordered_json j = {{"model", job.weights},
+                                {"dtype", cl.dtype},
                                 {"device", engine.device().name()},
-                                {"stop_ids", work.stop_ids}, {"prompts", rows}};
+                                {"stop_ids", work.stop_ids},
+                                {"prompts", rows}};
     if (scored > 0) j["exact_match"] = {{"matched", matched}, {"scored", scored}};
     zt::AtomicFile out(cl.json_path);
     out.write(j.dump(2) + "\n");

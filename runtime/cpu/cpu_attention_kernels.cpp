@@ -489,10 +489,9 @@ namespace zt {
 // first (a pass of its own, so every task reads complete caches), then scores over its keys
 // (each a dot product over hd in increasing d), the softmax (max, exponentials, their sum in
 // increasing key order), and the weighted sum of the cached values in increasing key order.
-void CpuKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache,
-                                      const float* qkv, int64_t B, int64_t T, int64_t past,
-                                      int64_t S, int64_t NH, int64_t NKV, int64_t hd,
-                                      int64_t window) {
+void CpuKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache, const float* qkv,
+                                      int64_t B, int64_t T, int64_t past, int64_t S, int64_t NH,
+                                      int64_t NKV, int64_t hd, int64_t window) {
   ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
             "attention: NH={} is not a positive multiple of NKV={} (head_dim {})", NH, NKV, hd);
   ZT_ASSERT(past >= 0 && past + T <= S, "attention decode: {} + {} tokens past the cache's {}",

@@ -213,8 +213,8 @@ float softmax_cross_entropy_row(float* row, int32_t target, int64_t vocab, int64
 
 }  // namespace
 
-void CpuKernels::check_positions(const int32_t* positions, int64_t B, int64_t T,
-                                 const char* kernel, bool any_start) {
+void CpuKernels::check_positions(const int32_t* positions, int64_t B, int64_t T, const char* kernel,
+                                 bool any_start) {
   if (!positions) return;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {

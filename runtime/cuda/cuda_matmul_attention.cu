@@ -472,10 +472,9 @@ __global__ void kv_cache_write_kernel(float* k_cache, float* v_cache, const floa
   }
 }
 
-void CudaKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache,
-                                       const float* qkv, int64_t B, int64_t T, int64_t past,
-                                       int64_t S, int64_t NH, int64_t NKV, int64_t hd,
-                                       int64_t window) {
+void CudaKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache, const float* qkv,
+                                       int64_t B, int64_t T, int64_t past, int64_t S, int64_t NH,
+                                       int64_t NKV, int64_t hd, int64_t window) {
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_decode: NH must be a positive multiple of NKV");
   ZT_CUDA_ASSERT(past >= 0 && past + T <= S, "gqa_attention_decode: tokens past the cache");
@@ -486,9 +485,8 @@ void CudaKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cach
   check_launch();
   Buffer p = scratch(rows * (past + T));  // each row's scores, then probabilities
   attention_decode_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0,
-                            stream_>>>(out, k_cache, v_cache, qkv, p.as<float>(), B, T, past, S,
-                                       NH, NKV, hd, window,
-                                       1.0f / std::sqrt(static_cast<float>(hd)));
+                            stream_>>>(out, k_cache, v_cache, qkv, p.as<float>(), B, T, past, S, NH,
+                                       NKV, hd, window, 1.0f / std::sqrt(static_cast<float>(hd)));
   check_launch();
   round_act(out, B * T * NH * hd);
 }

@@ -56,7 +56,8 @@ std::vector<int32_t> cycle_tokens(int64_t n, int64_t offset) {
 }
 
 struct Trained {
-  explicit Trained(const ModelSpec& spec) : model(build_model(spec)), engine(device, comm, *model, options()) {
+  explicit Trained(const ModelSpec& spec)
+      : model(build_model(spec)), engine(device, comm, *model, options()) {
     const int64_t B = 4, T = 32;
     for (int step = 0; step < 40; ++step) {
       std::vector<int32_t> inputs, targets;
@@ -195,7 +196,8 @@ TEST(GeneratorTest, PickTokenFiltersAsTransformersDoes) {
 }
 
 struct TempDir {
-  TempDir() : path(std::filesystem::temp_directory_path() / ("zt_gen_" + std::to_string(::getpid()))) {
+  TempDir()
+      : path(std::filesystem::temp_directory_path() / ("zt_gen_" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(path);
   }
   ~TempDir() { std::filesystem::remove_all(path); }
