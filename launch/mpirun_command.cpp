@@ -11,18 +11,22 @@ namespace zt {
 
 namespace {
 
-// A positive int from the whole of `text`, or 0.
-int positive_int(std::string_view text) {
+// A non-negative int from the whole of `text`, or -1.
+int non_negative_int(std::string_view text) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 1) return 0;
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) return -1;
   return value;
 }
+
+// A positive int from the whole of `text`, or 0.
+int positive_int(std::string_view text) { return std::max(0, non_negative_int(text)); }
 
 }  // namespace
 
 std::string run_usage() {
-  return "usage: zt-run -np N [--hostfile FILE] [--cpu] [--dry-run] -- PROGRAM [ARGS...]\n"
+  return "usage: zt-run -np N [--hostfile FILE] [--cpu] [--max-restarts N] [--min-nodes N]\n"
+         "              [--dry-run] -- PROGRAM [ARGS...]\n"
          "  e.g. zt-run -np 2 -- zt-train --config configs/gpt2-tiny.json\n"
          "Runs PROGRAM on N ranks with mpirun, adding what this machine needs, and prints the\n"
          "mpirun line first (on stderr; with --dry-run on stdout, and nothing runs).\n"
@@ -30,6 +34,10 @@ std::string run_usage() {
          "  --hostfile FILE  Open MPI hostfile (\"host slots=K\" a line) for several nodes\n"
          "  --cpu            ranks compute on CPUs: more ranks than slots oversubscribe\n"
          "                   (also without --cpu when no GPU is visible)\n"
+         "  --max-restarts N relaunch a failed zt-train job up to N times from its latest\n"
+         "                   complete checkpoint (default 0: zt-run execs mpirun); with\n"
+         "                   --hostfile, a failed host is left out and the global batch kept\n"
+         "  --min-nodes N    a restart continues on at least N hosts (default 1)\n"
          "  --dry-run        print the mpirun line and exit\n"
          "mpirun's own settings go through its environment (OMPI_MCA_name=value).\n";
 }
@@ -57,6 +65,16 @@ RunRequest parse_run_request(std::span<const std::string> args) {
     } else if (arg == "--hostfile" || arg == "-hostfile") {
       request.hostfile = value_of(arg);
       if (request.hostfile.empty()) throw_input("--hostfile needs a file name");
+    } else if (arg == "--max-restarts") {
+      const std::string& text = value_of(arg);
+      request.max_restarts = non_negative_int(text);
+      if (request.max_restarts < 0)
+        throw_input(fmt::format("--max-restarts must be an integer >= 0; got '{}'", text));
+    } else if (arg == "--min-nodes") {
+      const std::string& text = value_of(arg);
+      request.min_nodes = positive_int(text);
+      if (request.min_nodes == 0)
+        throw_input(fmt::format("--min-nodes must be a positive integer; got '{}'", text));
     } else if (arg == "--cpu") {
       request.cpu = true;
     } else if (arg == "--dry-run") {
@@ -68,8 +86,9 @@ RunRequest parse_run_request(std::span<const std::string> args) {
           fmt::format("missing '--' before the program '{}': zt-run -np N -- {} ...", arg, arg));
     } else {
       throw_input(
-          fmt::format("unknown option '{}' before '--' (zt-run takes -np, --hostfile, "
-                      "--cpu, --dry-run; the program and its arguments follow '--')",
+          fmt::format("unknown option '{}' before '--' (zt-run takes -np, --hostfile, --cpu, "
+                      "--max-restarts, --min-nodes, --dry-run; the program and its arguments "
+                      "follow '--')",
                       arg));
     }
   }
@@ -83,8 +102,10 @@ RunRequest parse_run_request(std::span<const std::string> args) {
   return request;
 }
 
-int hostfile_slots(std::string_view text, int cores_per_node, std::string_view path) {
-  int total = 0, hosts = 0, line_number = 0;
+std::vector<HostfileEntry> parse_hostfile(std::string_view text, int cores_per_node,
+                                          std::string_view path) {
+  std::vector<HostfileEntry> entries;
+  int line_number = 0;
   std::istringstream lines{std::string(text)};
   for (std::string line; std::getline(lines, line);) {
     ++line_number;
@@ -92,7 +113,6 @@ int hostfile_slots(std::string_view text, int cores_per_node, std::string_view p
     std::istringstream words(line);
     std::string host;
     if (!(words >> host)) continue;
-    ++hosts;
     int slots = 0, max_slots = 0;
     for (std::string word; words >> word;) {
       for (auto [key, count] : {std::pair{"slots=", &slots}, std::pair{"max_slots=", &max_slots}}) {
@@ -104,9 +124,20 @@ int hostfile_slots(std::string_view text, int cores_per_node, std::string_view p
               fmt::format("{}:{}: '{}' must be a positive integer", path, line_number, word));
       }
     }
-    total += slots > 0 ? slots : max_slots > 0 ? max_slots : std::max(1, cores_per_node);
+    entries.push_back({host,
+                       slots > 0       ? slots
+                       : max_slots > 0 ? max_slots
+                                       : std::max(1, cores_per_node),
+                       line});
   }
-  if (hosts == 0) throw_input(fmt::format("hostfile {} lists no host", path));
+  if (entries.empty()) throw_input(fmt::format("hostfile {} lists no host", path));
+  return entries;
+}
+
+int hostfile_slots(std::string_view text, int cores_per_node, std::string_view path) {
+  int total = 0;
+  for (const HostfileEntry& entry : parse_hostfile(text, cores_per_node, path))
+    total += entry.slots;
   return total;
 }
 

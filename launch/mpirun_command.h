@@ -12,13 +12,16 @@
 
 namespace zt {
 
-// zt-run -np N [--hostfile F] [--cpu] [--dry-run] -- PROGRAM [ARGS...]
+// zt-run -np N [--hostfile F] [--cpu] [--max-restarts N] [--min-nodes N] [--dry-run]
+//        -- PROGRAM [ARGS...]
 struct RunRequest {
-  int ranks = 0;                     // -np N, N >= 1
-  std::string hostfile;              // --hostfile F; empty: this machine only
-  bool cpu = false;                  // --cpu: ranks run on CPUs (no GPU each), may oversubscribe
-  bool dry_run = false;              // --dry-run: print the line, run nothing
-  bool help = false;                 // --help
+  int ranks = 0;         // -np N, N >= 1
+  std::string hostfile;  // --hostfile F; empty: this machine only
+  int max_restarts = 0;  // --max-restarts N >= 0: relaunches after a failure (restart_policy.h)
+  int min_nodes = 1;     // --min-nodes N >= 1: the fewest hosts a restart may continue on
+  bool cpu = false;      // --cpu: ranks run on CPUs (no GPU each), may oversubscribe
+  bool dry_run = false;  // --dry-run: print the line, run nothing
+  bool help = false;     // --help
   std::vector<std::string> program;  // everything after "--": the program and its arguments
 };
 
@@ -38,10 +41,21 @@ struct LaunchHost {
   std::vector<std::string> environment;  // names of the variables set in the caller's environment
 };
 
-// The slots a hostfile gives, as Open MPI counts them: per non-comment line, slots=N, else
+// One host line of a hostfile: the host as written, its slots as Open MPI counts them, and the
+// line itself (without its comment), so that a hostfile of some of the hosts can be written.
+struct HostfileEntry {
+  std::string host;
+  int slots = 1;
+  std::string line;
+};
+
+// The host lines of a hostfile, in order. Slots as Open MPI counts them: slots=N, else
 // max_slots=N, else the node's cores (Open MPI discovers them on the node; here
 // `cores_per_node`, this machine's, stands in). kInput naming the line when a count is not a
 // positive integer, or when the file lists no host.
+std::vector<HostfileEntry> parse_hostfile(std::string_view text, int cores_per_node,
+                                          std::string_view path);
+// The slots of all of parse_hostfile's entries.
 int hostfile_slots(std::string_view text, int cores_per_node, std::string_view path);
 
 // The variables every rank needs, forwarded with -x NAME (remote nodes do not inherit mpirun's

@@ -310,4 +310,8 @@ void resolve_auto_from_model(Config& config, int64_t hidden_size);
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    int world_size);
 
+// Where the job's checkpoints go and `zt-train --resume` looks: zt.checkpoint.dir, or
+// <zt.output_dir>/checkpoints (zt-train, and zt-run's restarts).
+std::string checkpoint_root(const Config& config);
+
 }  // namespace zt

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "runtime/memory_tracker.h"
+#include "runtime/status.h"
 
 namespace zt {
 
@@ -19,8 +21,10 @@ namespace {
 // --resume continues the run's log rather than starting it again: of an existing metrics.jsonl,
 // the rows up to the resumed step stay (what a straight run would have written by then) and the
 // rest go, since this run redoes those steps: step rows past it, checkpoint rows of later saves,
-// summaries. Rewritten atomically (the old file stays whole if that fails); the run then appends.
-// A line that is not JSON (one cut short when a run was killed) ends what is kept.
+// summaries. Rows that name no step (zt-run's restart rows) stay whatever `step`, even -1 (a
+// restart from the start). Rewritten atomically (the old file stays whole if that fails); the
+// run then appends. A line that is not JSON (one cut short when a run was killed) ends what is
+// kept.
 void keep_metrics_through(const std::filesystem::path& file, int64_t step) {
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return;
@@ -33,7 +37,7 @@ void keep_metrics_through(const std::filesystem::path& file, int64_t step) {
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
     if (row.is_discarded() || !row.is_object()) break;
     if (row.contains("summary")) continue;
-    int64_t at_step = 0;
+    int64_t at_step = -1;
     for (const char* key : {"step", "checkpoint", "at_step"})
       if (row.contains(key) && row[key].is_number_integer()) at_step = row[key].get<int64_t>();
     if (at_step > step) continue;
@@ -143,12 +147,12 @@ void summarize_memory(const std::vector<Tier>& tiers, nlohmann::ordered_json& su
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& file, int rank,
-                             std::optional<int64_t> resumed_step, int64_t test_write_limit)
+                             std::optional<int64_t> kept_through, int64_t test_write_limit)
     : rank_(rank) {
   if (rank != 0) return;
-  if (resumed_step) keep_metrics_through(file, *resumed_step);
+  if (kept_through) keep_metrics_through(file, *kept_through);
   file_ = CheckedFile(file.string(),
-                      resumed_step ? CheckedFile::Mode::kAppend : CheckedFile::Mode::kTruncate);
+                      kept_through ? CheckedFile::Mode::kAppend : CheckedFile::Mode::kTruncate);
   file_.set_test_write_limit(test_write_limit);
 }
 
@@ -164,6 +168,19 @@ void MetricsWriter::close() {
   if (rank_ != 0) return;
   file_.sync();
   file_.close();
+}
+
+std::optional<nlohmann::ordered_json> restart_row_from_environment() {
+  const char* text = std::getenv("ZT_RESTART");
+  if (text == nullptr) return std::nullopt;
+  nlohmann::ordered_json row =
+      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!row.is_object() || row.value("event", "") != "restart")
+    throw_input(
+        fmt::format("ZT_RESTART must be the JSON row of a restart (zt-run sets it, "
+                    "{{\"event\": \"restart\", ...}}); got '{}'",
+                    text));
+  return row;
 }
 
 nlohmann::ordered_json peak_bytes_json(const MemoryTracker& mem) {

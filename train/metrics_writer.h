@@ -6,7 +6,8 @@
 // metrics.jsonl is a log written as the run goes: every row is one checked write, so a failed
 // write (a full disk) ends the run in the step it happened, naming the file and the OS error;
 // rows before it stay, the failed one may be cut short. On --resume the rows up to the resumed
-// step are kept and the run appends.
+// step are kept and the run appends. A run that zt-run restarted (ZT_RESTART) also keeps the
+// rows of earlier restarts, and its first row is its own restart's.
 //
 // What it does not do: decide what a step row holds (the loop builds it), print progress lines,
 // save checkpoints.
@@ -32,10 +33,11 @@ using LinePrinter = std::function<void(const std::string& line)>;
 
 class MetricsWriter {
  public:
-  // Rank 0 opens `file`: truncated, or on resume (`resumed_step` set) its rows through that step
-  // kept and the rest dropped, then appended. Other ranks hold no file and write nothing.
+  // Rank 0 opens `file`: truncated, or with `kept_through` set its rows through that step kept
+  // (the resumed step; -1 keeps only restart rows, which name no step) and the rest dropped,
+  // then appended. Other ranks hold no file and write nothing.
   // `test_write_limit`: CheckedFile::set_test_write_limit (negative: none).
-  MetricsWriter(const std::filesystem::path& file, int rank, std::optional<int64_t> resumed_step,
+  MetricsWriter(const std::filesystem::path& file, int rank, std::optional<int64_t> kept_through,
                 int64_t test_write_limit = -1);
 
   void write(const nlohmann::ordered_json& row);  // one checked write (rank 0)
@@ -46,6 +48,11 @@ class MetricsWriter {
   int rank_;
   CheckedFile file_;
 };
+
+// The row zt-run passes to a job it restarts, in the environment variable ZT_RESTART
+// (launch/restart_policy.h, restart_row): written first by the relaunched run. nullopt when
+// unset; kInput when it is not a JSON object with "event": "restart".
+std::optional<nlohmann::ordered_json> restart_row_from_environment();
 
 // The per-step peak bytes of a tracker, by category name.
 nlohmann::ordered_json peak_bytes_json(const MemoryTracker& mem);

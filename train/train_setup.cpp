@@ -15,6 +15,7 @@
 #include "runtime/data/token_data.h"
 #include "runtime/device_factory.h"
 #include "runtime/status.h"
+#include "train/metrics_writer.h"
 #include "train/trainer.h"
 #include "train/trainer_state.h"
 
@@ -152,14 +153,11 @@ TrainSetup prepare_training(const std::string& config_path,
   if (!config.zt.init_from.empty()) {
     check_weights_file(config.zt.init_from, *build_model(model));  // tables only
   }
-  std::string checkpoint_root =
-      config.zt.checkpoint.dir.empty()
-          ? (std::filesystem::path(config.zt.output_dir) / "checkpoints").string()
-          : config.zt.checkpoint.dir;
+  std::string root = checkpoint_root(config);
   std::optional<CheckpointReader> reader;
   if (resume) {
     // Every file read whole and checked, on every rank: a bad checkpoint is refused by all.
-    reader.emplace(resume->empty() ? checkpoint_root : *resume);
+    reader.emplace(resume->empty() ? root : *resume);
     reader->check_model(model_checkpoint_units(*build_model(model)));
     resume_point(*reader);
   }
@@ -185,9 +183,13 @@ TrainSetup prepare_training(const std::string& config_path,
       throw_input(fmt::format("{}: cannot create zt.output_dir '{}': {}", config.source,
                               config.zt.output_dir, ec.message()));
   }
-  return TrainSetup{std::move(config),          model,
-                    std::move(train_file),      std::move(val_file),
-                    std::move(checkpoint_root), std::move(reader)};
+  return TrainSetup{std::move(config),
+                    model,
+                    std::move(train_file),
+                    std::move(val_file),
+                    std::move(root),
+                    std::move(reader),
+                    restart_row_from_environment()};
 }
 
 OptimizerOptions optimizer_named(const std::string& name) {

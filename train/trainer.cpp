@@ -403,10 +403,16 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   DataLoader train_loader(setup.train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
   if (setup.val_file) val_loader.emplace(*setup.val_file, B, T, rank, world, false, config.zt.seed);
-  MetricsWriter metrics(
-      std::filesystem::path(config.zt.output_dir) / "metrics.jsonl", rank,
-      setup.resume ? std::optional<int64_t>(resume_point(*setup.resume).step) : std::nullopt,
-      test_write_limit_from_environment());
+  // A resumed run keeps the rows through its checkpoint's step; a restarted one from the start
+  // keeps only the earlier restarts' rows.
+  std::optional<int64_t> kept_through;
+  if (setup.resume)
+    kept_through = resume_point(*setup.resume).step;
+  else if (setup.restart)
+    kept_through = -1;
+  MetricsWriter metrics(std::filesystem::path(config.zt.output_dir) / "metrics.jsonl", rank,
+                        kept_through, test_write_limit_from_environment());
+  if (setup.restart) metrics.write(*setup.restart);
 
   TrainResult result;
   result.exit_code = build_engine(setup, device, comm, log, model_slot, offload, engine_slot);

@@ -31,6 +31,8 @@ struct TrainSetup {
   std::optional<TokenFile> val_file;
   std::string checkpoint_root;             // zt.checkpoint.dir, or <zt.output_dir>/checkpoints
   std::optional<CheckpointReader> resume;  // --resume: the validated checkpoint to continue
+  std::optional<nlohmann::ordered_json>
+      restart;  // zt-run's restart row (ZT_RESTART), written first
 };
 
 // The model a config names (zt.model: a zoo name or an object; else zt.init_from's

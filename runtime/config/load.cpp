@@ -191,4 +191,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(load_config_json(path, overrides), path, world_size);
 }
 
+std::string checkpoint_root(const Config& config) {
+  return config.zt.checkpoint.dir.empty()
+             ? (std::filesystem::path(config.zt.output_dir) / "checkpoints").string()
+             : config.zt.checkpoint.dir;
+}
+
 }  // namespace zt

@@ -40,6 +40,12 @@ TEST(MpirunCommand, ParsesOptionsAndProgram) {
   EXPECT_EQ(r.program, (std::vector<std::string>{"zt-train", "--config", "x.json", "--", "-np"}));
   EXPECT_EQ(parse({"-n", "2", "--dry-run", "--", "a"}).ranks, 2);
   EXPECT_TRUE(parse({"--help"}).help);
+  EXPECT_EQ(r.max_restarts, 0);  // torchrun's default: a failure ends the job
+  EXPECT_EQ(r.min_nodes, 1);
+  const RunRequest restarts =
+      parse({"-np", "4", "--max-restarts", "2", "--min-nodes", "2", "--", "zt-train"});
+  EXPECT_EQ(restarts.max_restarts, 2);
+  EXPECT_EQ(restarts.min_nodes, 2);
 }
 
 TEST(MpirunCommand, BadArgumentsAreInputErrors) {
@@ -60,6 +66,14 @@ TEST(MpirunCommand, BadArgumentsAreInputErrors) {
             std::string::npos);
   EXPECT_NE(input_error([] { parse({"-np", "2"}); }).find("missing '--'"), std::string::npos);
   EXPECT_NE(input_error([] { parse({"-np", "2", "--"}); }).find("no program"), std::string::npos);
+  EXPECT_EQ(input_error([] {
+              parse({"-np", "2", "--max-restarts", "-1", "--", "a"});
+            }),
+            "--max-restarts must be an integer >= 0; got '-1'");
+  EXPECT_EQ(input_error([] {
+              parse({"-np", "2", "--min-nodes", "0", "--", "a"});
+            }),
+            "--min-nodes must be a positive integer; got '0'");
 }
 
 TEST(MpirunCommand, NonRootWithinSlots) {
@@ -121,6 +135,14 @@ TEST(MpirunCommand, HostfileSlots) {
             std::string::npos);
   EXPECT_NE(input_error([] { hostfile_slots("# nothing\n", 2, "h"); }).find("lists no host"),
             std::string::npos);
+  // Each host line, its slots and the line without its comment.
+  const std::vector<HostfileEntry> entries = parse_hostfile("a slots=2 # first\nb\n", 3, "h");
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].host, "a");
+  EXPECT_EQ(entries[0].slots, 2);
+  EXPECT_EQ(entries[0].line, "a slots=2 ");
+  EXPECT_EQ(entries[1].host, "b");
+  EXPECT_EQ(entries[1].slots, 3);
 }
 
 TEST(MpirunCommand, ShellLineQuotes) {

@@ -15,7 +15,7 @@
 //   zero       runtime, comm, offload, zero     (never model_zoo: it drives any runtime::Model)
 //   pretrained runtime, model_zoo, zero, pretrained     (weights files, save_pretrained)
 //   generate   runtime, comm, zero, generate    (text generation: a cache over any Model)
-//   launch     runtime, comm, launch            (the process: mpirun line, binding, exit codes)
+//   launch     runtime, comm, launch            (the process: mpirun line, restarts, exit codes)
 //   train      every layer below it and train   (the training job: trainer and components)
 //   bench      every layer but tools            (the benchmarks and their harness)
 //   tools      every layer                      (the executables' mains: the only top)

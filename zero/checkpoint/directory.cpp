@@ -52,6 +52,20 @@ std::vector<std::string> remove_unfinished_saves(const std::string& root) {
   return removed;
 }
 
+std::optional<int64_t> latest_checkpoint_step(const std::string& root) {
+  std::error_code ec;
+  const fs::path latest = fs::path(root) / "latest";
+  if (!fs::exists(latest, ec)) return std::nullopt;
+  std::string name = read_file(latest.string(), "checkpoint pointer");
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  const int64_t step = parse_step_name(name);
+  if (step < 0)
+    bad_checkpoint(
+        latest.string(),
+        fmt::format("holds {}, not a step directory name like \"step100\"", quote_name(name)));
+  return step;
+}
+
 namespace {
 
 // Deletes committed step directories beyond the keep_last newest by step number (keep_last <= 0:

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ std::string prepare_checkpoint_dir(const std::string& root, int64_t step);
 // rank that died while writing). Returns their paths, so that the caller names them; empty when
 // there were none or `root` does not exist. Rank 0 only, while no save into `root` is under way.
 std::vector<std::string> remove_unfinished_saves(const std::string& root);
+
+// The step `<root>/latest` names ("step<N>"), read without opening the checkpoint (zt-run's
+// restarts; `zt-train --resume` validates it); nullopt when `root` has no `latest` (nothing was
+// committed). kInput naming the file when it holds no step directory name.
+std::optional<int64_t> latest_checkpoint_step(const std::string& root);
 
 // Turns `<root>/step<N>.tmp/` into the checkpoint `<root>/step<N>/` (rank 0, after every rank's
 // finish()): checks each file of manifest.files is there with its size; writes manifest.json

@@ -1,4 +1,4 @@
-# Two simulated nodes for the e2e scripts (two_nodes.sh, partition.sh, restart.sh): two network
+# Two simulated nodes for the e2e scripts (two_nodes.sh, partition.sh, restart_two_nodes.sh): two
 # namespaces joined by a veth pair are the two hosts of a hostfile (by their addresses); mpirun
 # runs in the first, and Open MPI's remote-launch agent (plm_rsh_agent) enters the second
 # namespace with `ip netns exec` where it would ssh. Between the namespaces only TCP exists (each
