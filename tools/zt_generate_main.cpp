@@ -213,7 +213,7 @@ void run(const CommandLine& cl, const Job& job, zt::Engine& engine, zt::BpeToken
   zt::Generator generator(engine, context);
   zt::GenerateOptions options{cl.max_new_tokens, work.stop_ids, cl.sampling};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  int64_t scored = 0, matched = 0, tokens = 0;
+  int64_t scored = 0, matched = 0, tokens = 0, stopped = 0;
   double prefill = 0.0, decode = 0.0;
   for (const zt::Prompt& p : work.prompts) {
     const zt::Generation g = generator.generate(p.ids, options);
@@ -222,6 +222,7 @@ void run(const CommandLine& cl, const Job& job, zt::Engine& engine, zt::BpeToken
     const std::string answer =
         tokenizer.decode_for_display(answer_ids, zt::SkipSpecialTokens::kYes);
     tokens += static_cast<int64_t>(g.ids.size());
+    stopped += g.stopped ? 1 : 0;
     prefill += g.prefill_seconds;
     decode += g.decode_seconds;
     nlohmann::ordered_json row = {
@@ -239,8 +240,9 @@ void run(const CommandLine& cl, const Job& job, zt::Engine& engine, zt::BpeToken
   }
   if (rank != 0) return;
   std::string summary = fmt::format(
-      "zt-generate: {} prompts, {} tokens; prefill {:.3f} s, decode {:.1f} tokens/s ({}, {})",
-      work.prompts.size(), tokens, prefill,
+      "zt-generate: {} prompts, {} tokens, {} ended by a stop token; prefill {:.3f} s, decode "
+      "{:.1f} tokens/s ({}, {})",
+      work.prompts.size(), tokens, stopped, prefill,
       decode > 0 ? static_cast<double>(tokens - static_cast<int64_t>(work.prompts.size())) / decode
                  : 0.0,
       engine.device().name(), cl.dtype);
