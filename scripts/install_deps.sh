@@ -13,6 +13,7 @@ packages=(cmake g++ make pkg-config ca-certificates
           clang-format  # e2e.format: the sources follow .clang-format
           python3-jinja2  # chat_template_test renders the chat templates with jinja2 to compare
           python3-torch  # torch_reference_test: a float64 PyTorch forward of each Llama family
+          nftables  # e2e.partition_netem drops packets with it where the kernel has no sch_netem
           gnuplot-nox)  # zt-bench scale's plots (without it: the .gp/.dat files only)
 command -v npm >/dev/null 2>&1 || packages+=(npm)  # fetches the corpus and the tokenizer
 

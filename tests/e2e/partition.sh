@@ -3,12 +3,15 @@
 # (lib/netns_nodes.bash), 4 ranks of gpt2-tiny at ZeRO stage 3 launched by zt-run --hostfile,
 # zt.comm_timeout_s 20; once the job trains, the link between the machines breaks:
 #   down   (default) the second node's end of the veth pair goes down;
-#   netem  tc netem drops 100% of the packets both ways (the link stays up; partition_netem.sh).
+#   netem  every packet is dropped both ways while the link stays up (partition_netem.sh): by
+#          tc netem's 100% loss where the kernel has sch_netem, else by nftables rules that
+#          drop every packet in and out of both veth ends (the same silence: nothing reaches the
+#          other side, nothing says the link is gone).
 # Then mpirun and every rank on both machines must be gone within comm_timeout_s + 30 s, the
 # exit non-zero, stderr with one line naming the collective that timed out and one naming the
 # lost host, and no process left in either namespace (Open MPI's daemon included).
 # Usage: partition.sh BIN_DIR SOURCE_DIR [down|netem]. Skips (77) as two_nodes.sh does, and for
-# netem without tc or the sch_netem qdisc.
+# netem with neither tc's sch_netem nor nftables (nft) in a network namespace.
 set -u
 bin=$1 src=$2 mode=${3:-down}
 command -v mpirun > /dev/null || { echo "skip: no mpirun"; exit 77; }
@@ -28,11 +31,25 @@ cleanup() {
 }
 trap cleanup EXIT
 source "$(dirname "$0")/lib/netns_nodes.bash"
+# The packet-loss tool: tc netem, else nftables (a table per namespace whose input and output
+# chains accept now and drop the veth end's packets from the partition on).
+loss=""
 if [ "$mode" = netem ]; then
-  command -v tc > /dev/null || { echo "skip: no tc command (iproute2)"; exit 77; }
-  why=$(tc -n "$ns_a" qdisc add dev "$veth_a" root netem loss 0% 2>&1) ||
-    { echo "skip: cannot add a netem qdisc (sch_netem): $why"; exit 77; }
-  tc -n "$ns_b" qdisc add dev "$veth_b" root netem loss 0% || { echo "FAIL: netem on $veth_b"; exit 1; }
+  if command -v tc > /dev/null && netem_why=$(tc -n "$ns_a" qdisc add dev "$veth_a" root netem loss 0% 2>&1); then
+    tc -n "$ns_b" qdisc add dev "$veth_b" root netem loss 0% || { echo "FAIL: netem on $veth_b"; exit 1; }
+    loss=netem
+  elif command -v nft > /dev/null && nft_why=$(ip netns exec "$ns_a" nft add table inet zt_loss 2>&1); then
+    for ns in "$ns_a" "$ns_b"; do
+      ip netns exec "$ns" nft add table inet zt_loss &&
+        for hook in input output; do
+          ip netns exec "$ns" nft add chain inet zt_loss "$hook" "{ type filter hook $hook priority 0; policy accept; }"
+        done || { echo "FAIL: nftables in $ns"; exit 1; }
+    done
+    loss=nftables
+  else
+    echo "skip: no way to drop packets here: tc netem (${netem_why:-no tc command}), nftables (${nft_why:-no nft command})"
+    exit 77
+  fi
 fi
 
 cd "$src"
@@ -54,10 +71,19 @@ done
 echo "training on two nodes: $(ip netns pids "$ns_a" | wc -l) processes in $ns_a, $(ip netns pids "$ns_b" | wc -l) in $ns_b"
 
 t0=$(date +%s.%N)
-if [ "$mode" = netem ]; then
+if [ "$loss" = netem ]; then
   tc -n "$ns_a" qdisc change dev "$veth_a" root netem loss 100% &&
     tc -n "$ns_b" qdisc change dev "$veth_b" root netem loss 100% || { echo "FAIL: netem loss 100%"; exit 1; }
   echo "after step $rows: 100% packet loss both ways (tc netem)"
+elif [ "$loss" = nftables ]; then
+  # Only the veth end, as netem's qdisc: each node's own loopback traffic flows on.
+  for pair in "$ns_a $veth_a" "$ns_b $veth_b"; do
+    set -- $pair
+    ip netns exec "$1" nft add rule inet zt_loss input iifname "$2" drop &&
+      ip netns exec "$1" nft add rule inet zt_loss output oifname "$2" drop ||
+      { echo "FAIL: nftables drop on $2 in $1"; exit 1; }
+  done
+  echo "after step $rows: 100% packet loss both ways (nftables drop on both nodes, the link up)"
 else
   ip -n "$ns_b" link set "$veth_b" down || { echo "FAIL: cannot take $veth_b down"; exit 1; }
   echo "after step $rows: link down ($veth_b in $ns_b)"
