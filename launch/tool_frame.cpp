@@ -44,6 +44,16 @@ void print_error(const char* tool, int rank, const std::string& message) {
 
 }  // namespace
 
+std::vector<std::string> attach_optional_value(int argc, char** argv, const std::string& flag) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == flag && !args[i + 1].starts_with("-")) {
+      args[i] += "=" + args[i + 1];
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    }
+  return args;
+}
+
 int describe_current_exception(std::string* message) {
   try {
     throw;

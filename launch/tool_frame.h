@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace zt {
 
@@ -44,6 +45,11 @@ int agree_on_exit_code(const char* tool, int rank, int world, const std::functio
 // succeeded) and its one-line `message`. Collective over MPI_COMM_WORLD.
 int agree_on_failure(const char* tool, int rank, int world, int code, const std::string& message);
 
+// The command line argv[1..argc) with "FLAG VALUE" joined into "FLAG=VALUE" wherever the
+// argument after FLAG does not start with '-': an option whose value is optional (zt-train's
+// --resume [DIR], zt-generate's --checkpoint [DIR]) takes a separate value only when attached
+// (Boost.Program_options' implicit values).
+std::vector<std::string> attach_optional_value(int argc, char** argv, const std::string& flag);
 // Inside a catch block: the exit code and one-line message of the exception being handled
 // (zt::Error: 2 for kInput, else 1; anything else 1, "internal error: ...").
 int describe_current_exception(std::string* message);

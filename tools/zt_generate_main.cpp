@@ -79,12 +79,7 @@ std::optional<CommandLine> parse_command_line(int argc, char** argv) {
       "dtype", po::value(&cl.dtype), "fp32 (default), bf16 or fp16: weights and activations")(
       "zero-stage", po::value(&cl.zero_stage), "0 or 3 (default: 0, or 3 under mpirun)")(
       "json", po::value(&cl.json_path), "write the prompts' ids, tokens and text as JSON");
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (size_t i = 0; i + 1 < args.size(); ++i)  // "--checkpoint DIR" as "--checkpoint=DIR"
-    if (args[i] == "--checkpoint" && !args[i + 1].starts_with("-")) {
-      args[i] += "=" + args[i + 1];
-      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-    }
+  const std::vector<std::string> args = zt::attach_optional_value(argc, argv, "--checkpoint");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);

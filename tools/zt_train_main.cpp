@@ -49,13 +49,7 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
       "resume", po::value(&resume)->implicit_value(""),
       "continue from a checkpoint: DIR (a checkpoint root or a step directory), or without DIR "
       "the latest under zt.checkpoint.dir");
-  // "--resume DIR" as "--resume=DIR": boost takes an implicit value only when attached.
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--resume" && !args[i + 1].starts_with("-")) {
-      args[i] += "=" + args[i + 1];
-      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-    }
+  const std::vector<std::string> args = zt::attach_optional_value(argc, argv, "--resume");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(desc).run(), vm);
