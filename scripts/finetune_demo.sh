@@ -12,7 +12,8 @@
 #      completion tokens' only, and export runs/llama-tiny-sums/hf;
 #   5. what the model learned: zt-generate answers 200 held-out examples (sums none of the
 #      training examples asks) greedily, with the base model and with the fine-tuned one, and
-#      prints the exact-match accuracy of each (runs/llama-tiny-sums/answers-{base,tuned}.json).
+#      prints the exact-match accuracy of each (runs/llama-tiny-sums/answers-{base,tuned}.json);
+#   6. the fine-tuning's curves drawn by zt-plot into runs/llama-tiny-sums/metrics.png.
 # Extra arguments go to the fine-tuning zt-train (e.g. --set zt.steps=100). To resume an
 # interrupted fine-tuning: the same zt-train command with --resume.
 set -euo pipefail
@@ -39,3 +40,4 @@ for which in base tuned; do
   "$bin/zt-generate" --model "$model" --prompts data/sums/heldout.jsonl --max-new-tokens 12 \
     --json "runs/llama-tiny-sums/answers-$which.json" > /dev/null
 done
+"$bin/zt-plot" runs/llama-tiny-sums
