@@ -28,6 +28,7 @@
 #include "train/checkpointer.h"
 #include "train/metrics_writer.h"
 #include "train/offload_plan.h"
+#include "train/progress.h"
 #include "train/test_fault.h"
 #include "train/trainer_state.h"
 #include "zero/engine.h"
@@ -58,10 +59,17 @@ struct BatchArrays {
   std::vector<int32_t> inputs, targets, positions;
 };
 
+// An evaluation: the validation loss, and the wall time it took.
+struct Evaluation {
+  double loss = 0.0;
+  double ms = 0.0;
+};
+
 // Mean loss over the counted targets of the first `batches` batches of the validation file (the
 // same batches every time, so evaluations are comparable).
-double evaluate(Engine& engine, DataLoader& loader, const TokenFile& file, int batches, int64_t B,
-                int64_t T) {
+Evaluation evaluate(Engine& engine, DataLoader& loader, const TokenFile& file, int batches,
+                    int64_t B, int64_t T) {
+  const auto t0 = std::chrono::steady_clock::now();
   BatchArrays arrays(B, T, file.has_flags());
   loader.seek(0);
   double sum = 0.0, targets = 0.0;
@@ -71,7 +79,8 @@ double evaluate(Engine& engine, DataLoader& loader, const TokenFile& file, int b
     sum += loss * static_cast<double>(counted);
     targets += static_cast<double>(counted);
   }
-  return sum / std::max(targets, 1.0);
+  return {sum / std::max(targets, 1.0),
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()};
 }
 
 }  // namespace
@@ -316,17 +325,17 @@ nlohmann::ordered_json step_row(const StepResult& r, int64_t step, double ms, do
 // A step's progress lines: every steps_per_print steps (and the first and last) the step line
 // and, with wall_clock_breakdown, its times; the evaluation's.
 void log_step(const Config& config, const StepResult& r, int64_t step, double ms,
-              double tokens_per_s, const Device& device, std::optional<double> val_loss,
-              const Logger& log) {
+              double tokens_per_s, const Device& device, const std::optional<Evaluation>& eval,
+              const std::string& left, const Logger& log) {
   const int64_t steps = config.zt.steps;
   const bool print = step == 1 || step % config.steps_per_print == 0 || step == steps;
   if (print)
     log.rank0(
         "step {:>5}/{} | loss {:.9g} | lr {:.3e} | norm {:.4f} | {:.0f} tok/s | "
-        "{:.1f} ms | peak {:.1f} MiB",
+        "{:.1f} ms | peak {:.1f} MiB{}",
         step, steps, r.loss, r.lr, r.grad_norm, tokens_per_s, ms,
-        device.memory().peak_total() / 1048576.0);
-  if (val_loss) log.rank0("step {:>5} | val loss {:.6f}", step, *val_loss);
+        device.memory().peak_total() / 1048576.0, left.empty() ? "" : " | left " + left);
+  if (eval) log.rank0("step {:>5} | val loss {:.6f} ({:.0f} ms)", step, eval->loss, eval->ms);
   if (config.wall_clock_breakdown && print)
     log.rank0(
         "step {:>5} | time (ms, rank 0) | forward {:.1f} | backward {:.1f} | "
@@ -387,6 +396,37 @@ void export_weights(const Config& config, const ModelSpec& model_spec, Engine& e
   }
 }
 
+namespace {
+
+// The run's metrics.jsonl: a resumed run keeps the rows through its checkpoint's step; a
+// restarted one from the start keeps only the earlier restarts' rows, and writes its own first.
+MetricsWriter open_metrics(const TrainSetup& setup, int rank) {
+  std::optional<int64_t> kept_through;
+  if (setup.resume)
+    kept_through = resume_point(*setup.resume).step;
+  else if (setup.restart)
+    kept_through = -1;
+  MetricsWriter metrics(std::filesystem::path(setup.config.zt.output_dir) / "metrics.jsonl", rank,
+                        kept_through, test_write_limit_from_environment());
+  if (setup.restart) metrics.write(*setup.restart);
+  return metrics;
+}
+
+// Seconds on the steady clock, for Progress.
+double seconds_now() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// The evaluation before the first step, printed and written as step 0's row; its loss.
+double report_first_evaluation(const Evaluation& first, const Logger& log, MetricsWriter& metrics) {
+  log.rank0("step {:>5} | val loss {:.6f} ({:.0f} ms)", 0, first.loss, first.ms);
+  metrics.write(
+      nlohmann::ordered_json{{"step", 0}, {"val_loss", first.loss}, {"val_ms", first.ms}});
+  return first.loss;
+}
+
+}  // namespace
+
 // The body of train(): set-up, the step loop, the exports and the summary. The model and the
 // engine live in the caller's slots, so that they are still alive in train()'s error handler.
 TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& device,
@@ -403,16 +443,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   DataLoader train_loader(setup.train_file, B, T, rank, world, config.zt.shuffle, config.zt.seed);
   std::optional<DataLoader> val_loader;
   if (setup.val_file) val_loader.emplace(*setup.val_file, B, T, rank, world, false, config.zt.seed);
-  // A resumed run keeps the rows through its checkpoint's step; a restarted one from the start
-  // keeps only the earlier restarts' rows.
-  std::optional<int64_t> kept_through;
-  if (setup.resume)
-    kept_through = resume_point(*setup.resume).step;
-  else if (setup.restart)
-    kept_through = -1;
-  MetricsWriter metrics(std::filesystem::path(config.zt.output_dir) / "metrics.jsonl", rank,
-                        kept_through, test_write_limit_from_environment());
-  if (setup.restart) metrics.write(*setup.restart);
+  MetricsWriter metrics = open_metrics(setup, rank);
 
   TrainResult result;
   result.exit_code = build_engine(setup, device, comm, log, model_slot, offload, engine_slot);
@@ -454,11 +485,9 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     return evaluate(engine, *val_loader, *setup.val_file, config.zt.eval_batches, B, T);
   };
   result.first_val_loss = result.last_val_loss = std::numeric_limits<double>::quiet_NaN();
-  if (val_loader && !setup.resume) {  // a resumed run evaluated before its checkpoint
-    result.first_val_loss = result.last_val_loss = evaluate_now();
-    log.rank0("step {:>5} | val loss {:.6f}", 0, result.first_val_loss);
-    metrics.write(nlohmann::ordered_json{{"step", 0}, {"val_loss", result.first_val_loss}});
-  }
+  if (val_loader && !setup.resume)  // a resumed run evaluated before its checkpoint
+    result.first_val_loss = result.last_val_loss =
+        report_first_evaluation(evaluate_now(), log, metrics);
   if (checkpointing.async && (checkpointing.every_n_steps > 0 || checkpointing.given)) {
     const Checkpointer::SnapshotMapping mapped = checkpointer.map_snapshot();
     log.rank0(
@@ -471,6 +500,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   std::vector<Batch> micro(accumulation);
   StepTraffic traffic(comm, static_cast<int>(cpus.world_ranks.size()), cpus.local_rank,
                       resumed.first_step);
+  Progress progress(steps);
   for (int64_t step = resumed.first_step; step <= steps; ++step) {
     step_now = step;
     const auto t0 = Clock::now();
@@ -506,15 +536,17 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
         step_row(r, step, ms, tokens_per_s, device, engine, setup.train_file.has_flags());
     if (engine.options().precision.loss_scaling() && r.skipped)
       log.rank0("step {:>5}/{} | {}", step, steps, r.scale_update.describe());
-    std::optional<double> val_loss;
+    std::optional<Evaluation> eval;
     if (val_loader && config.zt.eval_every > 0 &&
         (step % config.zt.eval_every == 0 || step == steps)) {
-      val_loss = result.last_val_loss = evaluate_now();
-      row["val_loss"] = *val_loss;
+      eval = evaluate_now();
+      result.last_val_loss = eval->loss;
+      row.update({{"val_loss", eval->loss}, {"val_ms", eval->ms}});
     }
     if (config.wall_clock_breakdown) row["wall_clock_ms"] = wall_clock_json(r.times);
     metrics.write(row);
-    log_step(config, r, step, ms, tokens_per_s, device, val_loss, log);
+    progress.step_done(step, seconds_now());
+    log_step(config, r, step, ms, tokens_per_s, device, eval, progress.left(), log);
     const bool save_now =
         (checkpointing.every_n_steps > 0 && step % checkpointing.every_n_steps == 0) ||
         (checkpointing.given && step == steps);
