@@ -244,6 +244,15 @@ struct ZtConfig {
   CheckpointConfig checkpoint;
 };
 
+// DeepSpeed's monitor blocks, "tensorboard" and "csv_monitor": {enabled, output_path,
+// job_name}. zt-train writes them from rank 0 under output_path/job_name (train/monitors.h);
+// an empty output_path is zt.output_dir (DeepSpeed's default is under the home directory).
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";  // DeepSpeed's default
+};
+
 struct Config {
   std::string source;       // the file the config came from, as given
   nlohmann::json resolved;  // the JSON after overrides, for logging
@@ -268,6 +277,8 @@ struct Config {
   std::optional<DType> communication_data_type;
   ActivationCheckpointing activation_checkpointing;
   AioConfig aio;
+  MonitorConfig tensorboard;
+  MonitorConfig csv_monitor;
   ZtConfig zt;
 
   // Start-up notes, one line each naming its key: DeepSpeed keys accepted with no effect, and

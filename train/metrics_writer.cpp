@@ -1,6 +1,8 @@
 // MetricsWriter, StepTraffic and the end-of-run summary (see metrics_writer.h).
 #include "train/metrics_writer.h"
 
+#include "train/monitors.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -156,8 +158,17 @@ MetricsWriter::MetricsWriter(const std::filesystem::path& file, int rank,
   file_.set_test_write_limit(test_write_limit);
 }
 
+MetricsWriter::MetricsWriter(MetricsWriter&&) noexcept = default;
+MetricsWriter::~MetricsWriter() = default;
+
+void MetricsWriter::add_monitors(std::unique_ptr<Monitors> monitors) {
+  monitors_ = std::move(monitors);
+}
+
 void MetricsWriter::write(const nlohmann::ordered_json& row) {
-  if (rank_ == 0) file_.write(row.dump() + "\n");
+  if (rank_ != 0) return;
+  file_.write(row.dump() + "\n");
+  if (monitors_) monitors_->write(row);
 }
 
 void MetricsWriter::sync() {
@@ -168,6 +179,7 @@ void MetricsWriter::close() {
   if (rank_ != 0) return;
   file_.sync();
   file_.close();
+  if (monitors_) monitors_->close();
 }
 
 std::optional<nlohmann::ordered_json> restart_row_from_environment() {

@@ -10,12 +10,14 @@
 // rows of earlier restarts, and its first row is its own restart's.
 //
 // What it does not do: decide what a step row holds (the loop builds it), print progress lines,
-// save checkpoints.
+// save checkpoints. The step rows also go to DeepSpeed's CSV and TensorBoard monitors when
+// the config enables them (add_monitors).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -28,6 +30,8 @@
 
 namespace zt {
 
+class Monitors;
+
 // Prints one line on rank 0 (zt-train: Logger::rank0).
 using LinePrinter = std::function<void(const std::string& line)>;
 
@@ -39,6 +43,10 @@ class MetricsWriter {
   // `test_write_limit`: CheckedFile::set_test_write_limit (negative: none).
   MetricsWriter(const std::filesystem::path& file, int rank, std::optional<int64_t> kept_through,
                 int64_t test_write_limit = -1);
+  MetricsWriter(MetricsWriter&&) noexcept;
+  ~MetricsWriter();
+  // DeepSpeed's monitors (train/monitors.h): every row written from now on is handed to them.
+  void add_monitors(std::unique_ptr<Monitors> monitors);
 
   void write(const nlohmann::ordered_json& row);  // one checked write (rank 0)
   void sync();                                    // fsync (rank 0)
@@ -47,6 +55,7 @@ class MetricsWriter {
  private:
   int rank_;
   CheckedFile file_;
+  std::unique_ptr<Monitors> monitors_;
 };
 
 // The row zt-run passes to a job it restarts, in the environment variable ZT_RESTART

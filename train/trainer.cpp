@@ -27,6 +27,7 @@
 #include "runtime/status.h"
 #include "train/checkpointer.h"
 #include "train/metrics_writer.h"
+#include "train/monitors.h"
 #include "train/offload_plan.h"
 #include "train/progress.h"
 #include "train/test_fault.h"
@@ -408,6 +409,8 @@ MetricsWriter open_metrics(const TrainSetup& setup, int rank) {
     kept_through = -1;
   MetricsWriter metrics(std::filesystem::path(setup.config.zt.output_dir) / "metrics.jsonl", rank,
                         kept_through, test_write_limit_from_environment());
+  metrics.add_monitors(std::make_unique<Monitors>(setup.config, rank, kept_through,
+                                                  test_write_limit_from_environment()));
   if (setup.restart) metrics.write(*setup.restart);
   return metrics;
 }

@@ -16,6 +16,8 @@ inline constexpr std::string_view kGas = "gradient_accumulation_steps";
 void resolve_batch(const Reader& r, const json& j, int world, Config& c);
 ZeroConfig parse_zero(const Reader& r, const json* block);
 void parse_precision(const Reader& r, const json& j, Config& c);
+// "tensorboard" and "csv_monitor" into c.tensorboard, c.csv_monitor.
+void parse_monitors(const Reader& r, const json& j, Config& c);
 ActivationCheckpointing parse_checkpointing(const Reader& r, const json* block);
 // `nvme_offload`: the optimizer is offloaded to NVMe, which the block tunes (else a note says it
 // has no effect).

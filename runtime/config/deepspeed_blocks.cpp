@@ -331,6 +331,23 @@ void parse_precision(const Reader& r, const json& j, Config& c) {
   }
 }
 
+void parse_monitors(const Reader& r, const json& j, Config& c) {
+  static constexpr Field<MonitorConfig> kFields[] = {
+      {"enabled", &MonitorConfig::enabled},
+      {"output_path", &MonitorConfig::output_path},
+      {"job_name", &MonitorConfig::job_name},
+  };
+  for (auto [name, out] :
+       {std::pair{"tensorboard", &c.tensorboard}, std::pair{"csv_monitor", &c.csv_monitor}}) {
+    const json* block = find_block(r, j, "", name);
+    if (!block) continue;
+    r.check_keys(*block, name, keys_of(kFields));
+    read_fields(r, *block, name, kFields, *out);
+    if (out->enabled && out->job_name.empty())
+      r.fail(fmt::format("'{}.job_name' is empty; it names the directory the files go to", name));
+  }
+}
+
 // ---- activation checkpointing and aio --------------------------------------------------------
 
 ActivationCheckpointing parse_checkpointing(const Reader& r, const json* block) {

@@ -36,7 +36,7 @@ std::vector<std::string_view> top_level_keys() {
   std::vector<std::string_view> keys =
       keys_of(kTopFields, {kTbs, kMicro, kGas, "optimizer", "scheduler", "zero_optimization",
                            "fp16", "bf16", "bfloat16", "data_types", "communication_data_type",
-                           "activation_checkpointing", "aio", "zt"});
+                           "activation_checkpointing", "aio", "tensorboard", "csv_monitor", "zt"});
   for (std::string_view key : rule_keys(top_level_rules())) keys.push_back(key);
   return keys;
 }
@@ -176,6 +176,7 @@ Config parse_config(const json& given, const std::string& source, int world_size
   apply_rules(r, j, "", top_level_rules());
   c.zero_optimization = parse_zero(r, find_block(r, j, "", "zero_optimization"));
   parse_precision(r, j, c);
+  parse_monitors(r, j, c);
   c.activation_checkpointing =
       parse_checkpointing(r, find_block(r, j, "", "activation_checkpointing"));
   c.aio = parse_aio(r, find_block(r, j, "", "aio"),

@@ -168,10 +168,8 @@ TEST(DeepSpeedKeys, NoEffectKeysGetExactlyOneNote) {
       {"/memory_breakdown", true, "memory_breakdown"},
       {"/dataloader_drop_last", true, "dataloader_drop_last"},
       {"/flops_profiler", {{"enabled", true}, {"profile_step", 1}}, "flops_profiler"},
-      {"/tensorboard", {{"enabled", true}, {"output_path", "x"}}, "tensorboard"},
       {"/wandb", {{"enabled", true}, {"project", "p"}}, "wandb"},
       {"/comet", {{"enabled", false}}, "comet"},
-      {"/csv_monitor", {{"enabled", true}}, "csv_monitor"},
       {"/comms_logger", {{"enabled", true}}, "comms_logger"},
       {"/checkpoint", {{"tag_validation", "Warn"}}, "checkpoint"},
       {"/compile", {{"deepcompile", false}}, "compile"},
@@ -360,6 +358,27 @@ TEST(DeepSpeedKeys, NoEffectKeysStillCheckTheirType) {
             "string \"yes\"");
   EXPECT_EQ(input_error(with(minimal(), "/tensorboard", true)),
             "'tensorboard' must be an object, got boolean true");
+}
+
+// tensorboard and csv_monitor are read (zt-train writes them: train/monitors.h), with
+// DeepSpeed's keys only and its default job name.
+TEST(DeepSpeedKeys, MonitorBlocksAreRead) {
+  const Config c = parse(with(with(minimal(), "/tensorboard",
+                                   {{"enabled", true}, {"output_path", "tb"}, {"job_name", "j"}}),
+                              "/csv_monitor", {{"enabled", true}}));
+  EXPECT_TRUE(c.tensorboard.enabled);
+  EXPECT_EQ(c.tensorboard.output_path, "tb");
+  EXPECT_EQ(c.tensorboard.job_name, "j");
+  EXPECT_TRUE(c.csv_monitor.enabled);
+  EXPECT_EQ(c.csv_monitor.output_path, "");
+  EXPECT_EQ(c.csv_monitor.job_name, "DeepSpeedJobName");
+  EXPECT_FALSE(parse(minimal()).tensorboard.enabled);
+  EXPECT_NE(
+      input_error(with(minimal(), "/csv_monitor", {{"enabled", true}, {"flush", 1}})).find("flush"),
+      std::string::npos);
+  EXPECT_NE(input_error(with(minimal(), "/tensorboard", {{"enabled", true}, {"job_name", ""}}))
+                .find("tensorboard.job_name"),
+            std::string::npos);
 }
 
 }  // namespace
