@@ -281,6 +281,14 @@ struct Config {
   MonitorConfig csv_monitor;
   ZtConfig zt;
 
+  // "auto" values filled from the Hugging Face Trainer's arguments in the zt block
+  // (runtime/config/trainer_arguments.h): the key, its value, the argument it came from.
+  // zt-train prints them once at start-up as a table.
+  struct FromArgument {
+    std::string key, value, from;
+  };
+  std::vector<FromArgument> from_arguments;
+
   // Start-up notes, one line each naming its key: DeepSpeed keys accepted with no effect, and
   // "auto" values resolved. zt-train prints them on rank 0; parse_config never prints.
   std::vector<std::string> notes;

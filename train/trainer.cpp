@@ -238,6 +238,21 @@ void report_save(const SaveReport& s, const std::string& root, int world, const 
                    {"save_ms", s.save_ms}});
 }
 
+// The "auto" values the Hugging Face Trainer's arguments filled (runtime/config/
+// trainer_arguments.h), once, as a table: key, value, argument.
+void log_from_arguments(const Config& config, const Logger& log) {
+  if (config.from_arguments.empty()) return;
+  size_t key_width = 3, value_width = 5;
+  for (const Config::FromArgument& a : config.from_arguments) {
+    key_width = std::max(key_width, a.key.size());
+    value_width = std::max(value_width, a.value.size());
+  }
+  log.rank0("\"auto\" from the Hugging Face Trainer's arguments in the zt block:");
+  log.rank0("  {:<{}}  {:<{}}  {}", "key", key_width, "value", value_width, "from");
+  for (const Config::FromArgument& a : config.from_arguments)
+    log.rank0("  {:<{}}  {:<{}}  {}", a.key, key_width, a.value, value_width, a.from);
+}
+
 // The run's start-up lines: what trains, where, how; the resume point; precision and stage 3
 // notes. `threads`: every rank's thread count.
 void log_start(const TrainSetup& setup, const CpuBinding& cpus, const std::vector<double>& threads,
@@ -262,6 +277,7 @@ void log_start(const TrainSetup& setup, const CpuBinding& cpus, const std::vecto
               format_bytes(device.memory_limit()));
   // DeepSpeed keys accepted with no effect and "auto" values resolved: one line each.
   for (const std::string& note : config.notes) log.rank0("note: {}", note);
+  log_from_arguments(config, log);
   if (setup.resume) {
     const CheckpointManifest& m = setup.resume->manifest();
     log.rank0(

@@ -13,6 +13,7 @@
 
 #include "runtime/config.h"
 #include "runtime/config/auto_values.h"
+#include "runtime/config/trainer_arguments.h"
 #include "runtime/config/blocks.h"
 #include "runtime/config/key_rules.h"
 #include "runtime/status.h"
@@ -167,6 +168,7 @@ Config parse_config(const json& given, const std::string& source, int world_size
   r.check_keys(given, "", top_level_keys());
   c.source = source;
   json j = given;  // "auto" values are resolved in this copy
+  apply_trainer_arguments(r, j, c.from_arguments);
   const AutoBatch auto_batch = resolve_auto(r, j, c.auto_from_model);
   resolve_batch(r, j, world_size, c);
   note_auto_batch(r, auto_batch, c, world_size);
