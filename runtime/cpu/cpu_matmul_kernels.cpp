@@ -203,9 +203,9 @@ std::string cpu_gemm_description() {
     }
   }
   return fmt::format(
-      "oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs on our packed GEMM (weights widened "
-      "in registers as they are read, weight gradients added into the 16-bit gradient in its "
-      "store)",
+      "oneDNN {}.{}.{} GEMMs, ISA {}; each 16-bit product on the path measured for its shape "
+      "(native, packed or widened; cpu_gemm_paths.h), where none is installed: {}, fp16 GEMMs "
+      "on our packed GEMM",
       v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
