@@ -60,22 +60,16 @@ class ScratchProduct {
   std::vector<uint16_t> weight_;  // the weight, or the weight gradient (kDweight)
 };
 
+constexpr int kMinRounds = 3, kMaxRounds = 16;
+constexpr double kKeySeconds = 0.1;  // a key's timed total before rounds stop (after the minimum)
+
 }  // namespace
 
 double WallClockGemmTimer::seconds(const GemmKey&, GemmPath, const std::function<void()>& run) {
   using Clock = std::chrono::steady_clock;
-  run();  // warm-up: oneDNN creates its primitive, the scratch grows
-  // At least `repetitions` runs, more (up to 8x) while they total under 30 ms: a small product's
-  // best is then still a best of many on a loaded machine.
-  double best = 0.0, total = 0.0;
-  for (int i = 0; i < std::max(1, repetitions_) || (total < 0.03 && i < 8 * repetitions_); ++i) {
-    const auto t0 = Clock::now();
-    run();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    total += s;
-    if (i == 0 || s < best) best = s;
-  }
-  return best;
+  const auto t0 = Clock::now();
+  run();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 std::vector<GemmMeasurement> measure_gemm_paths(std::span<const GemmKey> keys, GemmTimer& timer,
@@ -83,13 +77,33 @@ std::vector<GemmMeasurement> measure_gemm_paths(std::span<const GemmKey> keys, G
   std::vector<GemmMeasurement> out;
   for (const GemmKey& key : keys) {
     ScratchProduct product(key);
-    out.push_back(choose_gemm_path(key, abilities, [&](GemmPath path) {
-      GemmRouting routing;
+    const std::vector<GemmPath> paths = gemm_candidates(key, abilities);
+    const size_t n = paths.size();
+    // Each candidate's kernels: a table routing this key alone to it.
+    std::vector<std::unique_ptr<GemmRouting>> routings;
+    std::vector<std::unique_ptr<CpuKernels>> kernels;
+    std::vector<std::function<void()>> runs;
+    for (GemmPath path : paths) {
       auto alone = std::make_shared<GemmPaths>();
       alone->set(key, path);
-      routing.install(std::move(alone));
-      CpuKernels kernels(cpu::choose_isa(), key.act, &routing);
-      return timer.seconds(key, path, [&] { product.run(kernels); });
+      routings.push_back(std::make_unique<GemmRouting>());
+      routings.back()->install(std::move(alone));
+      kernels.push_back(
+          std::make_unique<CpuKernels>(cpu::choose_isa(), key.act, routings.back().get()));
+      runs.push_back([&product, k = kernels.back().get()] { product.run(*k); });
+    }
+    for (size_t i = 0; i < n; ++i) timer.warm_up(key, paths[i], runs[i]);
+    std::vector<double> best(n, 0.0);
+    double total = 0.0;
+    for (int round = 0; round < kMinRounds || (total < kKeySeconds && round < kMaxRounds); ++round)
+      for (size_t j = 0; j < n; ++j) {
+        const size_t i = round % 2 == 0 ? j : n - 1 - j;
+        const double s = timer.seconds(key, paths[i], runs[i]);
+        best[i] = round == 0 ? s : std::min(best[i], s);
+        total += s;
+      }
+    out.push_back(choose_gemm_path(key, abilities, [&](GemmPath path) {
+      return best[std::find(paths.begin(), paths.end(), path) - paths.begin()];
     }));
   }
   return out;

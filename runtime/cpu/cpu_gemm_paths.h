@@ -112,29 +112,32 @@ struct GemmMeasurement {
 };
 
 // How a measurement times a candidate: `run` computes the product once on scratch buffers;
-// returns seconds for one product. WallClockGemmTimer runs it; a test's fake returns its own
-// figures by key and path without running anything.
+// warm_up runs it untimed (oneDNN creates its primitive, the scratch grows), seconds returns the
+// seconds of one run. measure_gemm_paths alternates a key's candidates over rounds and keeps
+// each one's best. WallClockGemmTimer runs the product; a test's fake returns its own figures by
+// key and path without running anything.
 class GemmTimer {
  public:
   virtual ~GemmTimer() = default;
+  virtual void warm_up(const GemmKey&, GemmPath, const std::function<void()>&) {}
   virtual double seconds(const GemmKey& key, GemmPath path, const std::function<void()>& run) = 0;
 };
 
-// One warm-up run, then the best of at least `repetitions` timed runs (the steady clock): the
-// least disturbed by a neighbour's load on a shared machine.
+// The steady clock around one run.
 class WallClockGemmTimer final : public GemmTimer {
  public:
-  explicit WallClockGemmTimer(int repetitions = 3) : repetitions_(repetitions) {}
+  void warm_up(const GemmKey&, GemmPath, const std::function<void()>& run) override { run(); }
   double seconds(const GemmKey& key, GemmPath path, const std::function<void()>& run) override;
-
- private:
-  int repetitions_;
 };
 
 // Every key's candidates on this CPU timed through `timer` on scratch buffers (cpu_gemm_measure
 // .cpp: a CpuKernels under the current instruction set, each candidate installed alone), the
-// fastest chosen. Deterministic given the timer's figures. `abilities` names the candidates: a
-// test's fake timer may state another CPU's; a timer that runs the products needs this CPU's.
+// fastest chosen. Each candidate is warmed up, then timed once per round, the candidates'
+// order reversed every other round, so a neighbour's burst of load on a shared machine falls on
+// all alike; at least 3 rounds, more (at most 16) while the key's timed total is under 0.1 s;
+// a candidate's figure is its best round. Deterministic given the timer's figures. `abilities`
+// names the candidates: a test's fake timer may state another CPU's; a timer that runs the products
+// needs this CPU's.
 std::vector<GemmMeasurement> measure_gemm_paths(
     std::span<const GemmKey> keys, GemmTimer& timer,
     const GemmAbilities& abilities = cpu_gemm_abilities());
