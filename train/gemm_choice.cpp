@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "launch/tool_frame.h"
 #include "runtime/cpu/cpu_gemm_cache.h"
 #include "runtime/status.h"
 
@@ -218,6 +219,33 @@ GemmChoice choose_cpu_gemm(CpuDevice& device, Engine& engine, Communicator& comm
       choice.lines.push_back(fmt::format("  {:<34} {:>8}", to_string(key), gemm_path_name(path)));
   for (const std::string& note : decision.notes) choice.lines.push_back("note: " + note);
   return choice;
+}
+
+int set_up_job_gemm_paths(Device& device, Engine& engine, Communicator& comm, const Config& config,
+                          const CheckpointReader* resume, MetricsWriter& metrics,
+                          GemmChoice& choice) {
+  auto* cpu = dynamic_cast<CpuDevice*>(&device);
+  if (!cpu) return 0;
+  std::optional<GemmPaths> checkpoint;
+  if (resume)
+    checkpoint =
+        checkpoint_gemm_paths(resume->manifest().trainer_state, resume->dir() + "/manifest.json");
+  WallClockGemmTimer timer;
+  std::string refused;
+  try {
+    choice = choose_cpu_gemm(*cpu, engine, comm, gemm_setting(config.zt.cpu_gemm),
+                             config.train_micro_batch_size_per_gpu, config.zt.seq_len, checkpoint,
+                             timer);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kInput) throw;
+    describe_current_exception(&refused);
+  }
+  const int code = agree_on_failure("zt-train", comm.rank(), comm.world(),
+                                    refused.empty() ? 0 : kExitBadInput, refused);
+  if (code == 0)
+    metrics.write(nlohmann::ordered_json{{"cpu_gemm", choice.paths->serialize()},
+                                         {"cpu_gemm_hash", choice.paths->hash()}});
+  return code;
 }
 
 std::optional<GemmPaths> checkpoint_gemm_paths(const nlohmann::json& trainer_state,

@@ -4,7 +4,8 @@
 // rank 0 decides (the checkpoint's paths on a resume, else the cache's measurements, else it
 // measures and adds to the cache), broadcasts the table, and every rank installs it into its
 // CpuDevice. zt.cpu_gemm, or ZT_CPU_GEMM, pins the rule. What it does not do: time anything
-// itself (the GemmTimer does), or write metrics or checkpoints (the trainer records the table).
+// itself (the GemmTimer does), or write checkpoints (the trainer adds the table to each save's
+// trainer_state; set_up_job_gemm_paths writes its metrics.jsonl row).
 #pragma once
 
 #include <functional>
@@ -15,8 +16,11 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "runtime/config.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/cpu_gemm_paths.h"
+#include "train/metrics_writer.h"
+#include "zero/checkpoint/reader.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -68,6 +72,15 @@ struct GemmChoice {
 GemmChoice choose_cpu_gemm(CpuDevice& device, Engine& engine, Communicator& comm,
                            const GemmSetting& setting, int64_t B, int64_t T,
                            const std::optional<GemmPaths>& checkpoint, GemmTimer& timer);
+
+// zt-train's set-up: on a CpuDevice (nothing elsewhere), choose_cpu_gemm for `config`'s
+// zt.cpu_gemm and micro-batch, `resume`'s table kept (null: a fresh run), the WallClockGemmTimer;
+// the table's row (cpu_gemm, cpu_gemm_hash) opens what the run writes to `metrics`. A pinned
+// path that cannot run here is thrown on every rank alike, so it is agreed on like a set-up
+// error (one line from the lowest rank, exit 2, no abort). Returns the agreed exit code.
+int set_up_job_gemm_paths(Device& device, Engine& engine, Communicator& comm, const Config& config,
+                          const CheckpointReader* resume, MetricsWriter& metrics,
+                          GemmChoice& choice);
 
 // The table a checkpoint's trainer_state recorded ("cpu_gemm"), if any; kInput naming `where`
 // when it is not a table.

@@ -202,26 +202,6 @@ Resumed resume_training(const TrainSetup& setup, Engine& engine, Communicator& c
   return resumed;
 }
 
-// The CPU's 16-bit GEMM paths (train/gemm_choice.h), chosen before the first step (and before
-// the fault hooks: the recording forward is not an evaluation), the checkpoint's kept on a
-// resume; their row opens what this run writes to metrics.jsonl. Nothing on a GPU.
-GemmChoice set_up_gemm_paths(const TrainSetup& setup, Device& device, Communicator& comm,
-                             Engine& engine, MetricsWriter& metrics) {
-  auto* cpu = dynamic_cast<CpuDevice*>(&device);
-  if (!cpu) return {};
-  std::optional<GemmPaths> checkpoint;
-  if (setup.resume)
-    checkpoint = checkpoint_gemm_paths(setup.resume->manifest().trainer_state,
-                                       setup.resume->dir() + "/manifest.json");
-  WallClockGemmTimer timer;
-  const GemmChoice choice = choose_cpu_gemm(
-      *cpu, engine, comm, gemm_setting(setup.config.zt.cpu_gemm),
-      setup.config.train_micro_batch_size_per_gpu, setup.config.zt.seq_len, checkpoint, timer);
-  metrics.write(nlohmann::ordered_json{{"cpu_gemm", choice.paths->serialize()},
-                                       {"cpu_gemm_hash", choice.paths->hash()}});
-  return choice;
-}
-
 // A committed save's line and metrics.jsonl row.
 void report_save(const SaveReport& s, const std::string& root, int world, const Logger& log,
                  MetricsWriter& metrics) {
@@ -439,7 +419,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   result.exit_code = build_engine(setup, device, comm, log, model_slot, offload, engine_slot);
   if (result.exit_code != 0) return result;  // printed by the lowest failing rank
   Engine& engine = *engine_slot;
-  const GemmChoice gemm = set_up_gemm_paths(setup, device, comm, engine, metrics);
+  GemmChoice gemm;
+  result.exit_code = set_up_job_gemm_paths(device, engine, comm, config,
+                                           setup.resume ? &*setup.resume : nullptr, metrics, gemm);
+  if (result.exit_code != 0) return result;  // printed by the lowest failing rank
   int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
   const FaultPoints faults(rank, *model_slot);
   faults.hook_engine(engine, step_now);

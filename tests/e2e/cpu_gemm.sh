@@ -6,7 +6,8 @@
 #   - a corrupt cache is ignored with one note and measured again;
 #   - 2 steps, a checkpoint, then the cache edited to choose 'widened' everywhere: --resume keeps
 #     the checkpoint's table, says so, and steps 3-4 have the straight run's losses bit for bit;
-#   - ZT_CPU_GEMM=fast and zt.cpu_gemm=fast are one line each, exit 2.
+#   - ZT_CPU_GEMM=fast and zt.cpu_gemm=fast are one line each, exit 2; so is ZT_CPU_GEMM=native
+#     in fp16 (oneDNN 2.6 has no native fp16 matmul), agreed by both ranks.
 # Usage: cpu_gemm.sh BIN_DIR SOURCE_DIR. Skips (77) when the corpus was not fetched.
 set -u
 bin=$1 src=$2
@@ -69,5 +70,9 @@ for bad in "env ZT_CPU_GEMM=fast" "set zt.cpu_gemm=fast"; do
   [ $code -eq 2 ] && grep -q "is 'fast'; use auto, measure, flags, native, packed or widened" "$out/bad.log" ||
     fail "$bad: exit $code, $(tail -n 2 "$out/bad.log")"
 done
-[ $status -eq 0 ] && echo "bad ZT_CPU_GEMM and zt.cpu_gemm: one line each, exit 2"
+ZT_CPU_GEMM=native train native16 --set zt.steps=1 --set bf16.enabled=false --set fp16.enabled=true
+code=$?
+[ $code -eq 2 ] && [ "$(grep -c "^zt-train: .*ZT_CPU_GEMM is 'native', but '.* fp16/fp16' cannot run on that path here" "$out/native16.log")" = 1 ] ||
+  fail "ZT_CPU_GEMM=native in fp16: exit $code, $(grep -m2 zt-train "$out/native16.log")"
+[ $status -eq 0 ] && echo "bad ZT_CPU_GEMM and zt.cpu_gemm, native fp16: one line each, exit 2"
 exit $status
