@@ -35,8 +35,9 @@ std::string differing(const GemmPaths& paths, const std::vector<GemmMeasurement>
 std::vector<std::string> rate_lines(const std::vector<GemmMeasurement>& shown) {
   std::vector<std::string> lines;
   if (shown.empty()) return lines;
-  lines.push_back(fmt::format("  {:<34} {:>8} {:>9} {:>9} {:>9}  (GFLOP/s)", "product", "path",
-                              "native", "packed", "widened"));
+  std::string header = fmt::format("  {:<34} {:>8}", "product", "path");
+  for (GemmPath p : kAllGemmPaths) header += fmt::format(" {:>9}", gemm_path_name(p));
+  lines.push_back(header + "  (GFLOP/s)");
   for (const GemmMeasurement& m : shown) {
     std::string cells;
     for (GemmPath p : kAllGemmPaths) {
@@ -66,12 +67,14 @@ GemmSetting gemm_setting(const std::string& configured) {
     s.mode = GemmSetting::Mode::kMeasure;
   else if (s.value == "flags")
     s.mode = GemmSetting::Mode::kFlags;
-  else if (s.value == "native" || s.value == "packed" || s.value == "widened") {
+  else if (s.value == "native" || s.value == "packed" || s.value == "widened" ||
+           s.value == "packed_b") {
     s.mode = GemmSetting::Mode::kFixed;
     s.fixed = parse_gemm_path(s.value, s.source);
   } else {
-    throw_input(fmt::format("{} is '{}'; use auto, measure, flags, native, packed or widened",
-                            s.source, s.value));
+    throw_input(
+        fmt::format("{} is '{}'; use auto, measure, flags, native, packed, widened or packed_b",
+                    s.source, s.value));
   }
   return s;
 }
@@ -87,12 +90,15 @@ GemmDecision decide_gemm_paths(std::span<const GemmKey> keys, const GemmSetting&
       GemmPath path = fallback_gemm_path(key, abilities);
       if (setting.mode == Mode::kFixed) {
         const std::vector<GemmPath> can = gemm_candidates(key, abilities);
-        if (std::find(can.begin(), can.end(), setting.fixed) == can.end())
+        const bool runs = std::find(can.begin(), can.end(), setting.fixed) != can.end();
+        path = setting.fixed;
+        if (!runs && setting.fixed == GemmPath::kPackedB)
+          path = GemmPath::kPacked;  // where the weight is packed anyway: the same code
+        else if (!runs)
           throw_input(fmt::format(
               "{} is '{}', but '{}' cannot run on that path here (no native {} matmul in "
-              "oneDNN on this CPU); use auto, flags, packed or widened",
+              "oneDNN on this CPU); use auto, flags, packed, widened or packed_b",
               setting.source, setting.value, to_string(key), dtype_name(key.operand)));
-        path = setting.fixed;
       }
       d.paths.set(key, path);
     }

@@ -137,10 +137,11 @@ ZtConfig parse_zt(const Reader& r, const json& j) {
   if (z.device != "cpu" && z.device != "cuda")
     r.fail(fmt::format("'zt.device' is '{}'; use cpu or cuda", z.device));
   if (static constexpr std::string_view kGemm[] = {"auto", "measure", "flags", "native", "packed",
-                                                   "widened"};
+                                                   "widened", "packed_b"};
       std::find(std::begin(kGemm), std::end(kGemm), z.cpu_gemm) == std::end(kGemm))
-    r.fail(fmt::format("'zt.cpu_gemm' is '{}'; use auto, measure, flags, native, packed or widened",
-                       z.cpu_gemm));
+    r.fail(fmt::format(
+        "'zt.cpu_gemm' is '{}'; use auto, measure, flags, native, packed, widened or packed_b",
+        z.cpu_gemm));
   if (z.comm_backend != "auto" && z.comm_backend != "mpi" && z.comm_backend != "nccl")
     r.fail(fmt::format("'zt.comm_backend' is '{}'; use auto, mpi or nccl", z.comm_backend));
   return z;

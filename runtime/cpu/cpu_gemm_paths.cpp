@@ -47,6 +47,7 @@ std::string_view gemm_path_name(GemmPath path) {
     case GemmPath::kNative: return "native";
     case GemmPath::kPacked: return "packed";
     case GemmPath::kWidened: return "widened";
+    case GemmPath::kPackedB: return "packed_b";
   }
   return "?";
 }
@@ -54,7 +55,8 @@ std::string_view gemm_path_name(GemmPath path) {
 GemmPath parse_gemm_path(std::string_view name, std::string_view what) {
   for (GemmPath p : kAllGemmPaths)
     if (gemm_path_name(p) == name) return p;
-  throw_input(fmt::format("{}: '{}' is not a GEMM path (native, packed or widened)", what, name));
+  throw_input(
+      fmt::format("{}: '{}' is not a GEMM path (native, packed, widened or packed_b)", what, name));
 }
 
 std::string to_string(const GemmKey& key) {
@@ -114,6 +116,12 @@ std::vector<GemmPath> gemm_candidates(const GemmKey& key, const GemmAbilities& a
   std::vector<GemmPath> paths{first};
   if (first != GemmPath::kPacked) paths.push_back(GemmPath::kPacked);
   paths.push_back(GemmPath::kWidened);
+  // Where the packed GEMM reads the weight's rows in place: the weight is B with unit column
+  // stride (cpu_matmul_kernels.cpp).
+  const bool rows_in_place =
+      (key.product == GemmProduct::kForward && key.layout == WeightLayout::kInOut) ||
+      (key.product == GemmProduct::kDinput && key.layout == WeightLayout::kOutIn);
+  if (rows_in_place) paths.push_back(GemmPath::kPackedB);
   return paths;
 }
 

@@ -37,12 +37,16 @@ enum class GemmProduct : uint8_t { kForward, kDinput, kDweight };
 //   kNative   oneDNN's native 16-bit matmul (bf16 on AVX512_BF16 or AMX-BF16), the activation
 //             operand narrowed to 16 bits (exact: it holds 16-bit values);
 //   kPacked   our packed GEMM (cpu_gemm.cpp), 16-bit operands widened in registers;
-//   kWidened  oneDNN's sgemm on the 16-bit operand widened to fp32 a block at a time.
-enum class GemmPath : uint8_t { kNative, kPacked, kWidened };
+//   kWidened  oneDNN's sgemm on the 16-bit operand widened to fp32 a block at a time;
+//   kPackedB  our packed GEMM with a weight whose rows it could read in place (forward with
+//             kInOut, dinput with kOutIn) widened into packed panels instead: the same products
+//             in the same order, so the same bits as kPacked; faster where many row strips
+//             would each widen the weight again (measured, not assumed).
+enum class GemmPath : uint8_t { kNative, kPacked, kWidened, kPackedB };
 inline constexpr GemmPath kAllGemmPaths[] = {GemmPath::kNative, GemmPath::kPacked,
-                                             GemmPath::kWidened};
+                                             GemmPath::kWidened, GemmPath::kPackedB};
 
-std::string_view gemm_path_name(GemmPath path);  // "native", "packed", "widened"
+std::string_view gemm_path_name(GemmPath path);  // "native", "packed", "widened", "packed_b"
 // kInput naming `what` (a config key, a file) unless `name` is one of the names above.
 GemmPath parse_gemm_path(std::string_view name, std::string_view what);
 

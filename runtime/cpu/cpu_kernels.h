@@ -87,8 +87,10 @@ class CpuKernels final : public Kernels {
   // native GEMM for their dtype: forward and dinput (fp32 C) and the weight gradient (16-bit
   // C). A is fp32; B any dtype, widened in registers as it is read (in place where its rows are
   // contiguous, else as it is packed), with row_stride or col_stride 1; C has row stride ldc.
+  // `b_packed`: a 16-bit B whose rows could be read in place is widened into packed panels
+  // instead (GemmPath::kPackedB; the same bits).
   void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B, Operand C,
-            int64_t ldc, bool accumulate);
+            int64_t ldc, bool accumulate, bool b_packed = false);
   // The path of a 16-bit product (the routing's, else the feature-flag rule); asserts it can run
   // here.
   GemmPath path_of(GemmProduct product, int64_t M, int64_t K, int64_t N, WeightLayout layout,

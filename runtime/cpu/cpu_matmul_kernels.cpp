@@ -12,6 +12,8 @@
 //              sums are added into the stored 16-bit gradient with one rounding, a block at a
 //              time while in cache (a reduction over more tokens than the GEMM packs at once
 //              takes the widened path's code);
+//     packed_b the packed GEMM with a weight it would read in place widened into its panels
+//              (the same bits as packed);
 //     widened  dnnl_sgemm on the weight widened to fp32 a block of output columns at a time
 //              (forward, dinput), or on fp32 operands into an fp32 scratch a block of the
 //              gradient's rows at a time, then added into the 16-bit gradient (dweight).
@@ -204,7 +206,8 @@ std::string cpu_gemm_description() {
   }
   return fmt::format(
       "oneDNN {}.{}.{} GEMMs, ISA {}; each 16-bit product on the path measured for its shape "
-      "(native, packed or widened; cpu_gemm_paths.h), where none is installed: {}, fp16 GEMMs "
+      "(native, packed, widened or packed_b; cpu_gemm_paths.h), where none is installed: {}, fp16 "
+      "GEMMs "
       "on our packed GEMM",
       v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
@@ -243,7 +246,7 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
     widened_product(M, N, K, inp, weight, !in_out, beta, out);
   } else {  // the packed GEMM widens W as it reads it and rounds out (cpu_gemm.cpp)
     gemm(M, N, K, {inp, K, 1}, in_out ? GemmMatrix{weight, N, 1} : GemmMatrix{weight, 1, K}, out, N,
-         bool(bias));
+         bool(bias), path == GemmPath::kPackedB);
     return;
   }
   if (act_ != DType::kF32)
@@ -301,9 +304,10 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
       widened_product(M, K, N, dout, weight, in_out, add_dinp ? 1.0f : 0.0f, dinp);
     } else {  // the packed GEMM over Wᵀ's elements (n, k), rounding dinp itself
       gemm(M, K, N, {dout, N, 1}, in_out ? GemmMatrix{weight, 1, N} : GemmMatrix{weight, K, 1},
-           dinp, K, add_dinp);
+           dinp, K, add_dinp, path == GemmPath::kPackedB);
     }
-    if (act_ != DType::kF32 && (weight.dtype == DType::kF32 || path != GemmPath::kPacked))
+    if (act_ != DType::kF32 &&
+        (weight.dtype == DType::kF32 || path == GemmPath::kNative || path == GemmPath::kWidened))
       parallel_ranges(M * K, kElementGrain,
                       [&](int64_t i0, int64_t i1) { round_act(dinp, i0, i1); });
   }
@@ -339,7 +343,7 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   const float* X = in_out ? inp : dout;
   const float* Y = in_out ? dout : inp;
   const int64_t R = in_out ? K : N, S = in_out ? N : K;
-  if (path == GemmPath::kPacked && gemm_takes_16bit_c(M)) {
+  if ((path == GemmPath::kPacked || path == GemmPath::kPackedB) && gemm_takes_16bit_c(M)) {
     gemm(R, S, M, {X, 1, R}, {Y, S, 1}, dweight, S, add);
     return;
   }

@@ -67,7 +67,7 @@ for bad in "env ZT_CPU_GEMM=fast" "set zt.cpu_gemm=fast"; do
     train bad --set zt.steps=1 --set zt.cpu_gemm=fast
   fi
   code=$?
-  [ $code -eq 2 ] && grep -q "is 'fast'; use auto, measure, flags, native, packed or widened" "$out/bad.log" ||
+  [ $code -eq 2 ] && grep -q "is 'fast'; use auto, measure, flags, native, packed, widened or packed_b" "$out/bad.log" ||
     fail "$bad: exit $code, $(tail -n 2 "$out/bad.log")"
 done
 ZT_CPU_GEMM=native train native16 --set zt.steps=1 --set bf16.enabled=false --set fp16.enabled=true

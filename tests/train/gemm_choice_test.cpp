@@ -112,6 +112,12 @@ TEST(GemmChoiceTest, PinnedPathsApplyToEveryKeyOrAreRefused) {
   const GemmDecision widened =
       decide_gemm_paths(keys, setting("widened"), kNative, {}, nullptr, timer);
   EXPECT_EQ(widened.paths.find(kHalf), GemmPath::kWidened);
+  // packed_b where it is a candidate (a forward over a (K,N) weight), packed elsewhere.
+  const std::vector<GemmKey> with_dw{kA, kB};
+  const GemmDecision pb =
+      decide_gemm_paths(with_dw, setting("packed_b"), kNative, {}, nullptr, timer);
+  EXPECT_EQ(pb.paths.find(kA), GemmPath::kPackedB);
+  EXPECT_EQ(pb.paths.find(kB), GemmPath::kPacked);
   EXPECT_TRUE(timer.timed.empty());
   try {
     decide_gemm_paths(keys, setting("native"), kNative, {}, nullptr, timer);

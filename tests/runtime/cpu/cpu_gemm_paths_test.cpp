@@ -69,10 +69,16 @@ TEST(GemmPathsTest, BadTextIsOneInputError) {
 
 TEST(GemmPathsTest, CandidatesFollowTheAbilities) {
   const GemmAbilities native{.native_bf16 = true}, none{.native_bf16 = false};
-  EXPECT_EQ(gemm_candidates(kFwd, native),
+  // packed_b only where the packed GEMM would read the weight's rows in place (forward over a
+  // (K,N) weight, dinput over an (N,K) one).
+  EXPECT_EQ(gemm_candidates(kFwd, native), (std::vector{GemmPath::kNative, GemmPath::kPacked,
+                                                        GemmPath::kWidened, GemmPath::kPackedB}));
+  EXPECT_EQ(gemm_candidates(kFwd, none),
+            (std::vector{GemmPath::kPacked, GemmPath::kWidened, GemmPath::kPackedB}));
+  EXPECT_EQ(gemm_candidates(kHead, native),
+            (std::vector{GemmPath::kPacked, GemmPath::kWidened, GemmPath::kPackedB}));
+  EXPECT_EQ(gemm_candidates(kDw, native),
             (std::vector{GemmPath::kNative, GemmPath::kPacked, GemmPath::kWidened}));
-  EXPECT_EQ(gemm_candidates(kFwd, none), (std::vector{GemmPath::kPacked, GemmPath::kWidened}));
-  EXPECT_EQ(gemm_candidates(kHead, native), (std::vector{GemmPath::kPacked, GemmPath::kWidened}));
   EXPECT_EQ(fallback_gemm_path(kFwd, native), GemmPath::kNative);
   EXPECT_EQ(fallback_gemm_path(kHead, native), GemmPath::kPacked);
 }
@@ -81,23 +87,24 @@ TEST(GemmPathsTest, TheChoiceFollowsTheTimings) {
   const GemmAbilities native{.native_bf16 = true};
   FakeTimer timer;
   const std::vector<GemmKey> keys{kFwd, kHead};
-  timer.figures = {{{kFwd, GemmPath::kNative}, 3e-3},
-                   {{kFwd, GemmPath::kPacked}, 2e-3},
-                   {{kFwd, GemmPath::kWidened}, 1e-3},
-                   {{kHead, GemmPath::kPacked}, 1e-3},
-                   {{kHead, GemmPath::kWidened}, 4e-3}};
+  timer.figures = {{{kFwd, GemmPath::kNative}, 3e-3},  {{kFwd, GemmPath::kPacked}, 2e-3},
+                   {{kFwd, GemmPath::kWidened}, 1e-3}, {{kFwd, GemmPath::kPackedB}, 1.5e-3},
+                   {{kHead, GemmPath::kPacked}, 1e-3}, {{kHead, GemmPath::kWidened}, 4e-3},
+                   {{kHead, GemmPath::kPackedB}, 2e-3}};
   std::vector<GemmMeasurement> m = measure_gemm_paths(keys, timer, native);
   ASSERT_EQ(m.size(), 2u);
   EXPECT_EQ(m[0].chosen, GemmPath::kWidened);
   EXPECT_EQ(m[1].chosen, GemmPath::kPacked);
   // Every candidate timed in every round, at least 3; rounds continue while a key's total is
-  // under 0.1 s, at most 16: kFwd's rounds take 6 ms, kHead's 5 ms.
-  EXPECT_EQ(timer.calls.size(), 5u);
-  for (const auto& [which, n] : timer.calls) EXPECT_EQ(n, 16) << to_string(which.first);
+  // under 0.1 s, at most 16: kFwd's rounds take 7.5 ms (14 rounds), kHead's 7 ms (15).
+  EXPECT_EQ(timer.calls.size(), 7u);
+  for (const auto& [which, n] : timer.calls)
+    EXPECT_EQ(n, which.first == kFwd ? 14 : 15) << to_string(which.first);
   EXPECT_NEAR(m[0].rates[0].gflops, 2.0 * 256 * 768 * 2304 / 3e-3 / 1e9, 1e-6);
   // Other figures, another choice; a tie keeps the earlier candidate (the fallback).
   timer.figures[{kFwd, GemmPath::kNative}] = 0.5e-3;
   timer.figures[{kHead, GemmPath::kWidened}] = 1e-3;
+  timer.figures[{kHead, GemmPath::kPackedB}] = 1e-3;
   m = measure_gemm_paths(keys, timer, native);
   EXPECT_EQ(m[0].chosen, GemmPath::kNative);
   EXPECT_EQ(m[1].chosen, GemmPath::kPacked);
