@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/bench_gemm_paths.h"
 #include "bench/harness.h"
 #include "comm/self_communicator.h"
 #include "launch/logger.h"
@@ -172,6 +173,7 @@ struct PrecisionRow {
 // The CPU's references, alternated with the steps; absent on a GPU (MFU instead).
 struct CpuReferences {
   std::unique_ptr<GemmProbe> sgemm, bf16;  // bf16: made when a bf16 row is asked for
+  BenchGemmPaths paths;                    // the 16-bit rows' GEMM paths, installed in each
   GemmProbe& for_precision(const std::string& precision) {
     // The library rate of the path the step's GEMMs take: bf16 matmul where bf16 runs natively
     // (native_bf16_gemm: not under ZT_CPU_SIMD=avx2 or below), sgemm otherwise.
@@ -299,6 +301,12 @@ std::vector<PrecisionRow> measure_rows(const BenchTrainOptions& o, const Gpt2Con
   std::vector<std::unique_ptr<RowRun>> runs;
   for (const std::string& precision : o.precisions)
     runs.push_back(start_row(o, config, precision, cpu));
+  if (cpu) {  // every 16-bit product's path measured on the model's shapes, before any step
+    std::vector<BenchGemmRow> gemm_rows;
+    for (auto& run : runs)
+      gemm_rows.push_back({dynamic_cast<CpuDevice*>(run->device.get()), run->engine.get()});
+    cpu->paths = set_up_bench_gemm_paths(gemm_rows, batch.B, batch.T);
+  }
   bench::Rounds rounds(o.warmup, o.steps);
   for (auto& run : runs)
     rounds.add(run->row.name, [&o, &batch, r = run.get()](int round) {
@@ -457,6 +465,7 @@ void report_cpu(const BenchTrainOptions& o, const std::vector<PrecisionRow>& row
       cpu.bf16 ? cpu.bf16->name() : "none asked", square, 100.0 * square / start_peak.gflops,
       cpu_gemm_description()));
   report.add_table(table);
+  report_gemm_paths(cpu.paths, start_peak.gflops, report);
   nlohmann::ordered_json& j = report.json();
   j["peak_isa"] = start_peak.isa;
   j["startup_peak_gflops"] = start_peak.gflops;

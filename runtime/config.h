@@ -229,7 +229,10 @@ struct ZtConfig {
   std::string save_weights;  // empty: do not export
   SavePretrainedConfig save_pretrained;
   bool shuffle = false;
-  int num_threads = 0;                 // 0: automatic
+  int num_threads = 0;  // 0: automatic
+  // How the CPU back end chooses each 16-bit GEMM's path (train/gemm_choice.h): "auto",
+  // "measure", "flags", "native", "packed" or "widened". ZT_CPU_GEMM overrides it.
+  std::string cpu_gemm = "auto";
   std::string device = "cpu";          // "cpu" or "cuda" (one GPU per rank: local rank -> GPU)
   bool allow_tf32 = false;             // CUDA: fp32 GEMMs may use TF32 tensor cores
   std::string comm_backend = "auto";   // "auto", "mpi" or "nccl"

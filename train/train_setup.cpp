@@ -15,6 +15,7 @@
 #include "runtime/data/token_data.h"
 #include "runtime/device_factory.h"
 #include "runtime/status.h"
+#include "train/gemm_choice.h"
 #include "train/metrics_writer.h"
 #include "train/trainer.h"
 #include "train/trainer_state.h"
@@ -128,7 +129,8 @@ TrainSetup prepare_training(const std::string& config_path,
                             const std::optional<std::string>& resume) {
   Config config = load_config(config_path, overrides, world);
   refuse_unbuilt_features(config);
-  precision_from_config(config);  // rejects data types that do not fit the precision
+  precision_from_config(config);     // rejects data types that do not fit the precision
+  gemm_setting(config.zt.cpu_gemm);  // ZT_CPU_GEMM, which overrides zt.cpu_gemm, checked here
   if (config.zt.device == "cuda" && cuda_device_count() == 0)
     throw_input(
         fmt::format("{}: 'zt.device' is cuda, but {}", config.source, cuda_unavailable_reason()));
@@ -160,6 +162,7 @@ TrainSetup prepare_training(const std::string& config_path,
     reader.emplace(resume->empty() ? root : *resume);
     reader->check_model(model_checkpoint_units(*build_model(model)));
     resume_point(*reader);
+    checkpoint_gemm_paths(reader->manifest().trainer_state, reader->dir() + "/manifest.json");
   }
   // Each rank writes its swap files under an nvme block's path on its own node, so every rank
   // checks it (the swap store's own check, offload/swap_store.cpp, cannot name the file or key).

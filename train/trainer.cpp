@@ -26,6 +26,7 @@
 #include "runtime/file_io.h"
 #include "runtime/status.h"
 #include "train/checkpointer.h"
+#include "train/gemm_choice.h"
 #include "train/metrics_writer.h"
 #include "train/monitors.h"
 #include "train/offload_plan.h"
@@ -468,6 +469,10 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   result.exit_code = build_engine(setup, device, comm, log, model_slot, offload, engine_slot);
   if (result.exit_code != 0) return result;  // printed by the lowest failing rank
   Engine& engine = *engine_slot;
+  GemmChoice gemm;
+  result.exit_code = set_up_job_gemm_paths(device, engine, comm, config,
+                                           setup.resume ? &*setup.resume : nullptr, metrics, gemm);
+  if (result.exit_code != 0) return result;  // printed by the lowest failing rank
   int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
   const FaultPoints faults(rank, *model_slot);
   faults.hook_engine(engine, step_now);
@@ -493,12 +498,14 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   auto save = [&](int64_t step) {
     nlohmann::json state =
         trainer_state(config, world, step, train_loader, val_loader, engine.options().precision);
+    if (gemm.paths) state["cpu_gemm"] = gemm.paths->serialize();  // part of the run's bits
     if (checkpointing.async)
       checkpointer.begin_async(step, std::move(state));
     else
       checkpointer.save_sync(step, std::move(state));
   };
   log_start(setup, cpus, threads, device, engine, resumed, world, log, metrics);
+  for (const std::string& line : gemm.lines) log.rank0("{}", line);
 
   auto evaluate_now = [&] {
     return evaluate(engine, *val_loader, *setup.val_file, config.zt.eval_batches, B, T);

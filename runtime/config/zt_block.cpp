@@ -2,6 +2,10 @@
 // communication back end and the checkpoint sub-block).
 // Required keys: model, seq_len, train_data, steps. Zoo model names are checked by model_zoo/,
 // not here. (zt.comm_backend "auto" is ours: the back end follows zt.device.)
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+
 #include <fmt/format.h>
 
 #include "runtime/config/blocks.h"
@@ -60,6 +64,7 @@ constexpr Field<ZtConfig> kZtFields[] = {
     {"save_weights", &ZtConfig::save_weights},
     {"shuffle", &ZtConfig::shuffle},
     {"num_threads", &ZtConfig::num_threads, Bound::kNonNegative},
+    {"cpu_gemm", &ZtConfig::cpu_gemm},
     {"device", &ZtConfig::device},
     {"allow_tf32", &ZtConfig::allow_tf32},
     {"comm_backend", &ZtConfig::comm_backend},
@@ -131,6 +136,12 @@ ZtConfig parse_zt(const Reader& r, const json& j) {
   if (z.output_dir.empty()) r.fail("'zt.output_dir' must not be empty");
   if (z.device != "cpu" && z.device != "cuda")
     r.fail(fmt::format("'zt.device' is '{}'; use cpu or cuda", z.device));
+  if (static constexpr std::string_view kGemm[] = {"auto", "measure", "flags", "native", "packed",
+                                                   "widened", "packed_b"};
+      std::find(std::begin(kGemm), std::end(kGemm), z.cpu_gemm) == std::end(kGemm))
+    r.fail(fmt::format(
+        "'zt.cpu_gemm' is '{}'; use auto, measure, flags, native, packed, widened or packed_b",
+        z.cpu_gemm));
   if (z.comm_backend != "auto" && z.comm_backend != "mpi" && z.comm_backend != "nccl")
     r.fail(fmt::format("'zt.comm_backend' is '{}'; use auto, mpi or nccl", z.comm_backend));
   return z;

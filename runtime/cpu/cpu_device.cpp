@@ -76,7 +76,7 @@ void parallel_stream_zero(void* dst, size_t bytes) {
 
 CpuDevice::CpuDevice() {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
-    kernels_[static_cast<int>(t)] = make_cpu_kernels(t);
+    kernels_[static_cast<int>(t)] = make_cpu_kernels(t, &gemm_routing_);
 }
 
 Kernels& CpuDevice::kernels_for(DType activations) {

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "runtime/cpu/cpu_gemm_paths.h"
 #include "runtime/device.h"
 
 namespace zt {
@@ -51,11 +52,16 @@ class CpuDevice final : public Device {
   const std::string& pinning_failure() const { return pinning_failure_; }
   size_t pinned_bytes() const { return pinned_bytes_; }
 
+  // The GEMM paths every kernel table of this device computes 16-bit products with, and the
+  // recording of the keys they meet (cpu_gemm_paths.h; installed by train/gemm_choice.h).
+  GemmRouting& gemm_routing() { return gemm_routing_; }
+
  protected:
   void* raw_alloc(size_t bytes, std::string& why) override;
   void raw_free(void* data, size_t bytes) override;
 
  private:
+  GemmRouting gemm_routing_;             // declared before the tables that point to it
   std::unique_ptr<Kernels> kernels_[3];  // by DType: fp32, fp16, bf16
   std::multimap<size_t, void*> cache_;   // freed blocks by exact size
   size_t cached_bytes_ = 0;
@@ -80,8 +86,10 @@ void choose_cpu_threads(int requested, int fitting);
 void zero_host_bytes(void* dst, size_t bytes);
 
 // The CPU kernel table (CpuKernels, runtime/cpu/cpu_kernels.h) rounding activations to
-// `activations`.
-std::unique_ptr<Kernels> make_cpu_kernels(DType activations = DType::kF32);
+// `activations`, computing 16-bit GEMMs by `routing`'s paths (null: the feature-flag rule;
+// else it must outlive the table).
+std::unique_ptr<Kernels> make_cpu_kernels(DType activations = DType::kF32,
+                                          GemmRouting* routing = nullptr);
 
 // True when bf16 GEMMs run natively (oneDNN reports AVX512_BF16 or AMX-BF16 and ZT_CPU_SIMD
 // does not cap the instruction set below AVX-512); otherwise they widen to fp32 in blocks.

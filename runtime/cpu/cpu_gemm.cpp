@@ -94,7 +94,7 @@ struct CpuKernels::GemmPlan {
   using PackB = void (*)(float*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t);
 
   GemmPlan(const CpuKernels& k, int64_t M, int64_t N, int64_t K, const GemmMatrix& A,
-           const GemmMatrix& B, Operand c, int64_t ldc, bool accumulate);
+           const GemmMatrix& B, Operand c, int64_t ldc, bool accumulate, bool b_packed);
 
   const int64_t M, N, K;
   const GemmMatrix &A, &B;
@@ -124,7 +124,7 @@ struct CpuKernels::GemmPlan {
 
 CpuKernels::GemmPlan::GemmPlan(const CpuKernels& k, int64_t M, int64_t N, int64_t K,
                                const GemmMatrix& A, const GemmMatrix& B, Operand c, int64_t ldc,
-                               bool accumulate)
+                               bool accumulate, bool b_packed)
     : M(M), N(N), K(K), A(A), B(B), c(c), ldc(ldc), accumulate(accumulate),
       c16(c.dtype != DType::kF32), C(c16 ? nullptr : static_cast<float*>(c.data)),
       a(static_cast<const float*>(A.op.data)) {
@@ -156,7 +156,7 @@ CpuKernels::GemmPlan::GemmPlan(const CpuKernels& k, int64_t M, int64_t N, int64_
   // rows of 2,304-3,072 floats) stays packed: read in place, a step's weight gradients took 5%
   // more time on AVX-512 and 33% more on AVX2, its rows too far apart.
   a_in_place = isa != Isa::kSse2 && A.col_stride == 1;
-  b_in_place = fast && B.col_stride == 1 && B.op.dtype != DType::kF32;
+  b_in_place = fast && B.col_stride == 1 && B.op.dtype != DType::kF32 && !b_packed;
   // An fp32 C (an activation) is rounded to the activation dtype as the microkernel stores the
   // last reduction block's tile (AVX-512 and AVX2; SSE2 by a pass over each finished block).
   round_in_micro = !c16 && k.act_ != DType::kF32 && isa != Isa::kSse2;
@@ -464,7 +464,7 @@ void CpuKernels::GemmThread::run() {
 // The entry.
 
 void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B,
-                      Operand c, int64_t ldc, bool accumulate) {
+                      Operand c, int64_t ldc, bool accumulate, bool b_packed) {
   ZT_ASSERT(A.op.dtype == DType::kF32, "gemm: A in {}", dtype_name(A.op.dtype));
   ZT_ASSERT(B.row_stride == 1 || B.col_stride == 1, "gemm: B strides {} x {}", B.row_stride,
             B.col_stride);
@@ -477,7 +477,7 @@ void CpuKernels::gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, cons
     for (int64_t r = 0; r < M; ++r) std::memset(c.at(r * ldc).data, 0, row_bytes);
     return;
   }
-  const GemmPlan plan(*this, M, N, K, A, B, c, ldc, accumulate);
+  const GemmPlan plan(*this, M, N, K, A, B, c, ldc, accumulate, b_packed);
   const auto body = [&](int t) { GemmThread(*this, plan, t).run(); };
   if (plan.threads <= 1) {
     body(0);

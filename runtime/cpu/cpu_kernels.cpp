@@ -33,12 +33,13 @@ Isa choose_isa() {
 
 }  // namespace cpu
 
-CpuKernels::CpuKernels(cpu::Isa isa, DType activations)
-    : isa_(isa), act_(activations), native_bf16_(isa == cpu::Isa::kAvx512 && native_bf16_gemm()),
-      f16c_(isa != cpu::Isa::kSse2 && __builtin_cpu_supports("f16c")) {}
+CpuKernels::CpuKernels(cpu::Isa isa, DType activations, GemmRouting* routing)
+    : isa_(isa),
+      act_(activations), abilities_{.native_bf16 = isa == cpu::Isa::kAvx512 && native_bf16_gemm()},
+      routing_(routing), f16c_(isa != cpu::Isa::kSse2 && __builtin_cpu_supports("f16c")) {}
 
-std::unique_ptr<Kernels> make_cpu_kernels(DType activations) {
-  return std::make_unique<CpuKernels>(cpu::choose_isa(), activations);
+std::unique_ptr<Kernels> make_cpu_kernels(DType activations, GemmRouting* routing) {
+  return std::make_unique<CpuKernels>(cpu::choose_isa(), activations, routing);
 }
 
 }  // namespace zt

@@ -13,7 +13,10 @@
 //
 // The methods are split by op family, as the CUDA back end's are:
 //   cpu_kernels.cpp              construction, the instruction-set choice, make_cpu_kernels
-//   cpu_matmul_kernels.cpp       matmul forward and backward (oneDNN), typed weights
+//   cpu_matmul_kernels.cpp       matmul forward and backward (oneDNN), typed weights, each
+//                                16-bit product on its path (cpu_gemm_paths.h: the keys, the
+//                                table the device installs, the routing; cpu_gemm_measure.cpp
+//                                times the candidates; cpu_gemm_cache.h keeps the results)
 //   cpu_gemm.cpp                 the packed GEMM for 16-bit weights without a native GEMM,
 //                                their gradients included (its microkernels and packing in
 //                                cpu_gemm_micro.h and cpu_gemm_pack.h)
@@ -32,6 +35,7 @@
 // runtime/cpu: the rest of the tree gets the table from make_cpu_kernels (cpu_device.h).
 #pragma once
 
+#include "runtime/cpu/cpu_gemm_paths.h"
 #include "runtime/cpu/cpu_simd.h"
 #include "runtime/kernels.h"
 
@@ -43,8 +47,10 @@ namespace zt {
 // Precision).
 class CpuKernels final : public Kernels {
  public:
-  // `activations`: the dtype every activation written is rounded to (kernels.h).
-  CpuKernels(cpu::Isa isa, DType activations);
+  // `activations`: the dtype every activation written is rounded to (kernels.h). `routing`: the
+  // GEMM paths to compute 16-bit products with (cpu_gemm_paths.h), shared by a device's tables
+  // and outliving this one; null: the feature-flag rule.
+  CpuKernels(cpu::Isa isa, DType activations, GemmRouting* routing = nullptr);
 
   // Every entry of runtime/kernel_entries.h.
 #define ZT_KERNEL(ret, name, params, args, memory) ret name params override;
@@ -81,8 +87,19 @@ class CpuKernels final : public Kernels {
   // native GEMM for their dtype: forward and dinput (fp32 C) and the weight gradient (16-bit
   // C). A is fp32; B any dtype, widened in registers as it is read (in place where its rows are
   // contiguous, else as it is packed), with row_stride or col_stride 1; C has row stride ldc.
+  // `b_packed`: a 16-bit B whose rows could be read in place is widened into packed panels
+  // instead (GemmPath::kPackedB; the same bits).
   void gemm(int64_t M, int64_t N, int64_t K, const GemmMatrix& A, const GemmMatrix& B, Operand C,
-            int64_t ldc, bool accumulate);
+            int64_t ldc, bool accumulate, bool b_packed = false);
+  // The path of a 16-bit product (the routing's, else the feature-flag rule); asserts it can run
+  // here.
+  GemmPath path_of(GemmProduct product, int64_t M, int64_t K, int64_t N, WeightLayout layout,
+                   DType operand);
+  // C (M,P) = A (M,Q) · W's values as (Q,P) [beta: + C], W 16-bit, stored (P,Q) when `w_pq`
+  // else (Q,P): oneDNN's sgemm on W widened to fp32 a block of C's columns at a time (the
+  // widened path of forward and dinput).
+  void widened_product(int64_t M, int64_t P, int64_t Q, const float* A, ConstOperand W, bool w_pq,
+                       float beta, float* C);
   // Whether gemm takes a 16-bit C for reduction length K: its row block's A packed whole for
   // the reduction (a few MiB), so each block of C is summed to the end before it is added in.
   bool gemm_takes_16bit_c(int64_t K) const;
@@ -109,7 +126,8 @@ class CpuKernels final : public Kernels {
 
   cpu::Isa isa_;
   DType act_;
-  bool native_bf16_;  // bf16 GEMMs run natively (native_bf16_gemm() when the table was made)
+  GemmAbilities abilities_;  // bf16 GEMMs native or not (native_bf16_gemm() when made)
+  GemmRouting* routing_;     // null: the feature-flag rule
   bool f16c_;  // fp16 conversions by the F16C instructions in cast (fp32 -> fp16), round_to and
                // add (AVX2 paths only, so ZT_CPU_SIMD=sse2 tests the portable conversions)
 };

@@ -1,19 +1,27 @@
 // CpuKernels, the matrix products: matmul forward and backward with the weights, the bias and
 // their gradients in their stored dtypes. Every product is a row-major GEMM:
 //   - fp32 operands: dnnl_sgemm, accumulating in place (beta = 1) where the contract adds;
-//   - bf16 weights with bf16 activations, on a CPU with native bf16 (AVX512_BF16 or AMX-BF16;
-//     native_bf16_gemm()): the activation operand is narrowed to bf16 (exact: it holds bf16
-//     values already) in row blocks, and oneDNN's bf16 matmul accumulates in fp32;
-//   - otherwise (fp16, or bf16 without native support) every product is our packed GEMM
-//     (cpu_gemm.cpp): forward and dinput widen the weights in registers where they are read (or
-//     as they are packed, where a product reads them transposed) and round their output block
-//     by block; the weight gradient's fp32 sums are added into the stored 16-bit
-//     gradient with one rounding, a block at a time while in cache (a reduction over more
-//     tokens than the GEMM packs at once: an sgemm into an fp32 scratch, then the add).
+//   - a 16-bit operand: the product's path (cpu_gemm_paths.h; the table installed in the
+//     device's GemmRouting, measured per machine and model shape, else the feature-flag rule):
+//     native   oneDNN's bf16 matmul (AVX512_BF16 or AMX-BF16; native_bf16_gemm()), the activation
+//              operand narrowed to bf16 (exact: it holds bf16 values already) in row blocks,
+//              accumulating in fp32;
+//     packed   our packed GEMM (cpu_gemm.cpp): forward and dinput widen the weights in registers
+//              where they are read (or as they are packed, where a product reads them
+//              transposed) and round their output block by block; the weight gradient's fp32
+//              sums are added into the stored 16-bit gradient with one rounding, a block at a
+//              time while in cache (a reduction over more tokens than the GEMM packs at once
+//              takes the widened path's code);
+//     packed_b the packed GEMM with a weight it would read in place widened into its panels
+//              (the same bits as packed);
+//     widened  dnnl_sgemm on the weight widened to fp32 a block of output columns at a time
+//              (forward, dinput), or on fp32 operands into an fp32 scratch a block of the
+//              gradient's rows at a time, then added into the 16-bit gradient (dweight).
 // A 16-bit bias gradient is the fp32 column sums added the same way. Activation outputs (out,
 // dinp) are rounded to the table's activation dtype after their product.
 // Determinism: oneDNN's GEMMs give the same bits for the same shapes and thread count (the
-// ZeRO stages' bitwise equality compares runs of one shape); nothing here depends on timing.
+// ZeRO stages' bitwise equality compares runs of one shape); the paths differ in summation
+// order, so a run's paths are part of its identity, and nothing here times anything.
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -197,9 +205,10 @@ std::string cpu_gemm_description() {
     }
   }
   return fmt::format(
-      "oneDNN {}.{}.{} GEMMs, ISA {}; {}; fp16 GEMMs on our packed GEMM (weights widened "
-      "in registers as they are read, weight gradients added into the 16-bit gradient in its "
-      "store)",
+      "oneDNN {}.{}.{} GEMMs, ISA {}; each 16-bit product on the path measured for its shape "
+      "(native, packed, widened or packed_b; cpu_gemm_paths.h), where none is installed: {}, fp16 "
+      "GEMMs "
+      "on our packed GEMM",
       v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
@@ -223,7 +232,8 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
   } else if (weight.dtype == DType::kF32) {
     sgemm(false, !in_out, M, N, K, inp, K, static_cast<const float*>(weight.data), in_out ? N : K,
           beta, out, N);
-  } else if (weight.dtype == DType::kBF16 && act_ == DType::kBF16 && native_bf16_) {
+  } else if (const GemmPath path = path_of(GemmProduct::kForward, M, K, N, layout, weight.dtype);
+             path == GemmPath::kNative) {
     const int64_t rows = block_size(K, 2, M);
     uint16_t* a = bf16_scratch(rows * K);
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
@@ -232,9 +242,11 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
       Bf16Gemm::get().run(false, !in_out, m, N, K, a, K, static_cast<const uint16_t*>(weight.data),
                           in_out ? N : K, out + r0 * N, bool(bias));
     }
+  } else if (path == GemmPath::kWidened) {  // W (K,N), or (N,K) for kOutIn
+    widened_product(M, N, K, inp, weight, !in_out, beta, out);
   } else {  // the packed GEMM widens W as it reads it and rounds out (cpu_gemm.cpp)
     gemm(M, N, K, {inp, K, 1}, in_out ? GemmMatrix{weight, N, 1} : GemmMatrix{weight, 1, K}, out, N,
-         bool(bias));
+         bool(bias), path == GemmPath::kPackedB);
     return;
   }
   if (act_ != DType::kF32)
@@ -263,18 +275,18 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
   if (dweight && M == 0) dweight = zeroed_if_fresh(dweight, K * N);
   if (M == 0 || N == 0 || K == 0) return;
   const bool in_out = layout == WeightLayout::kInOut;
-  const bool native =
-      act_ == DType::kBF16 && native_bf16_ && (!dinp || weight.dtype == DType::kBF16);
   // The native path narrows dout into the start of the kOperand scratch; when dinp's product
-  // took it whole (one block), the weight gradient reuses it (the scratch keeps its contents
-  // when it grows).
+  // took it whole (one block), a native weight gradient reuses it (the scratch keeps its
+  // contents when it grows).
   bool dout_narrowed = false;
 
   if (dinp) {  // dinp (M,K) += dout (M,N) · Wᵀ, W (K,N) or (N,K)
+    GemmPath path = GemmPath::kPacked;
     if (weight.dtype == DType::kF32) {
       sgemm(false, in_out, M, K, N, dout, N, static_cast<const float*>(weight.data), in_out ? N : K,
             add_dinp ? 1.0f : 0.0f, dinp, K);
-    } else if (native) {
+    } else if (path = path_of(GemmProduct::kDinput, M, K, N, layout, weight.dtype);
+               path == GemmPath::kNative) {
       // Blocks along N, the reduction dimension, summed in fp32 in dinp: a block of dout's
       // columns narrowed to bf16, times Wᵀ's rows [n0, n0 + nb) (W's columns for kInOut, row
       // stride N; its rows for kOutIn).
@@ -288,11 +300,14 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
         Bf16Gemm::get().run(false, in_out, M, K, nb, d16, nb, static_cast<const uint16_t*>(wb.data),
                             in_out ? N : K, dinp, add_dinp || n0 > 0);
       }
+    } else if (path == GemmPath::kWidened) {  // Wᵀ's values (N,K): W (K,N) or (N,K)
+      widened_product(M, K, N, dout, weight, in_out, add_dinp ? 1.0f : 0.0f, dinp);
     } else {  // the packed GEMM over Wᵀ's elements (n, k), rounding dinp itself
       gemm(M, K, N, {dout, N, 1}, in_out ? GemmMatrix{weight, 1, N} : GemmMatrix{weight, K, 1},
-           dinp, K, add_dinp);
+           dinp, K, add_dinp, path == GemmPath::kPackedB);
     }
-    if (act_ != DType::kF32 && (weight.dtype == DType::kF32 || native))
+    if (act_ != DType::kF32 &&
+        (weight.dtype == DType::kF32 || path == GemmPath::kNative || path == GemmPath::kWidened))
       parallel_ranges(M * K, kElementGrain,
                       [&](int64_t i0, int64_t i1) { round_act(dinp, i0, i1); });
   }
@@ -308,7 +323,8 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
       sgemm(true, false, N, K, M, dout, N, inp, K, add ? 1.0f : 0.0f, dw, K);
     return;
   }
-  if (native && dweight.dtype == DType::kBF16) {  // one GEMM into the bf16 gradient
+  const GemmPath path = path_of(GemmProduct::kDweight, M, K, N, layout, dweight.dtype);
+  if (path == GemmPath::kNative) {  // one GEMM into the bf16 gradient (a bf16 key: bf16 dW)
     uint16_t* d16 = bf16_scratch(M * N + M * K);
     uint16_t* inp16 = d16 + M * N;
     if (!dout_narrowed) narrow_rows_bf16(d16, dout, M, N, N);
@@ -319,52 +335,57 @@ void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, co
       Bf16Gemm::get().run(true, false, N, K, M, d16, N, inp16, K, dweight.data, add, DType::kBF16);
     return;
   }
-  if (!native) {
-    // dW (R,S) += Xᵀ (R,M) · Y (M,S), with (X, Y) = (inp, dout) for kInOut and (dout, inp) for
-    // kOutIn, each block of dW summed in fp32 and added into the 16-bit gradient with one
-    // rounding: in the packed GEMM, a block at a time while in cache; for a reduction too long
-    // for it (M tokens past a few thousand), a block of dW's rows at a time, an sgemm into an
-    // fp32 scratch, then the add.
-    const float* X = in_out ? inp : dout;
-    const float* Y = in_out ? dout : inp;
-    const int64_t R = in_out ? K : N, S = in_out ? N : K;
-    if (gemm_takes_16bit_c(M)) {
-      gemm(R, S, M, {X, 1, R}, {Y, S, 1}, dweight, S, add);
-      return;
-    }
-    dweight = zeroed_if_fresh(dweight, R * S);
-    const int64_t rows = block_size(S, 4, R);
-    float* acc = thread_scratch<ScratchSlot::kCall>(rows * S);
-    for (int64_t r0 = 0; r0 < R; r0 += rows) {
-      const int64_t rb = std::min(rows, R - r0);
-      sgemm(true, false, rb, S, M, X + r0, R, Y, S, 0.0f, acc, S);
-      parallel_ranges(rb * S, kElementGrain, [&](int64_t i0, int64_t i1) {
-        add_range(dweight.at(r0 * S + i0), acc + i0, i1 - i0);
-      });
-    }
+  // dW (R,S) += Xᵀ (R,M) · Y (M,S), with (X, Y) = (inp, dout) for kInOut and (dout, inp) for
+  // kOutIn, each block of dW summed in fp32 and added into the 16-bit gradient with one
+  // rounding: packed, in the packed GEMM a block at a time while in cache; widened (and packed
+  // for a reduction too long for it: M tokens past a few thousand), a block of dW's rows at a
+  // time, an sgemm into an fp32 scratch, then the add.
+  const float* X = in_out ? inp : dout;
+  const float* Y = in_out ? dout : inp;
+  const int64_t R = in_out ? K : N, S = in_out ? N : K;
+  if ((path == GemmPath::kPacked || path == GemmPath::kPackedB) && gemm_takes_16bit_c(M)) {
+    gemm(R, S, M, {X, 1, R}, {Y, S, 1}, dweight, S, add);
     return;
   }
-  // Native bf16 products into an fp32 scratch, a block of the gradient's rows (kOutIn) or
-  // columns (kInOut) at a time, added into the stored values with one rounding each.
-  dweight = zeroed_if_fresh(dweight, K * N);
-  const int64_t block = block_size(K, 4, N);
-  float* acc = thread_scratch<ScratchSlot::kCall>(block * K);
-  uint16_t* inp16 = bf16_scratch(M * K + M * block);
-  uint16_t* d16 = inp16 + M * K;
-  narrow_rows_bf16(inp16, inp, M, K, K);
-  for (int64_t n0 = 0; n0 < N; n0 += block) {
-    const int64_t nb = std::min(block, N - n0);
-    narrow_rows_bf16(d16, dout + n0, M, nb, N);  // dout[:, n0:n0+nb] as (M, nb)
-    if (in_out) {  // acc (K, nb) = inpᵀ (K,M) · dout[:, n0:n0+nb] (M, nb)
-      Bf16Gemm::get().run(true, false, K, nb, M, inp16, K, d16, nb, acc, false);
-      parallel_ranges(K, 16, [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k) add_range(dweight.at(k * N + n0), acc + k * nb, nb);
+  dweight = zeroed_if_fresh(dweight, R * S);
+  const int64_t rows = block_size(S, 4, R);
+  float* acc = thread_scratch<ScratchSlot::kCall>(rows * S);
+  for (int64_t r0 = 0; r0 < R; r0 += rows) {
+    const int64_t rb = std::min(rows, R - r0);
+    sgemm(true, false, rb, S, M, X + r0, R, Y, S, 0.0f, acc, S);
+    parallel_ranges(rb * S, kElementGrain, [&](int64_t i0, int64_t i1) {
+      add_range(dweight.at(r0 * S + i0), acc + i0, i1 - i0);
+    });
+  }
+}
+
+GemmPath CpuKernels::path_of(GemmProduct product, int64_t M, int64_t K, int64_t N,
+                             WeightLayout layout, DType operand) {
+  const GemmKey key{product, M, K, N, layout, operand, act_};
+  const GemmPath path =
+      routing_ ? routing_->path_for(key, abilities_) : fallback_gemm_path(key, abilities_);
+  ZT_ASSERT(path != GemmPath::kNative || fallback_gemm_path(key, abilities_) == GemmPath::kNative,
+            "GEMM path native for '{}' where this table has no native {} matmul", to_string(key),
+            dtype_name(operand));
+  return path;
+}
+
+void CpuKernels::widened_product(int64_t M, int64_t P, int64_t Q, const float* A, ConstOperand W,
+                                 bool w_pq, float beta, float* C) {
+  const int64_t cols = block_size(Q, 4, P);
+  float* wb = thread_scratch<ScratchSlot::kCall>(cols * Q);
+  for (int64_t p0 = 0; p0 < P; p0 += cols) {
+    const int64_t pb = std::min(cols, P - p0);
+    if (w_pq) {  // W's rows [p0, p0 + pb), contiguous: (pb, Q)
+      parallel_ranges(pb * Q, kElementGrain, [&](int64_t i0, int64_t i1) {
+        widen_range(wb + i0, W.at(p0 * Q + i0), i1 - i0);
       });
-    } else {  // acc (nb, K) = dout[:, n0:n0+nb]ᵀ (nb, M) · inp (M, K)
-      Bf16Gemm::get().run(true, false, nb, K, M, d16, nb, inp16, K, acc, false);
-      parallel_ranges(nb * K, kElementGrain, [&](int64_t i0, int64_t i1) {
-        add_range(dweight.at(n0 * K + i0), acc + i0, i1 - i0);
+      sgemm(false, true, M, pb, Q, A, Q, wb, Q, beta, C + p0, P);
+    } else {  // W's columns [p0, p0 + pb), a row of pb at a time: (Q, pb)
+      parallel_ranges(Q, std::max<int64_t>(1, kElementGrain / pb), [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q) widen_range(wb + q * pb, W.at(q * P + p0), pb);
       });
+      sgemm(false, false, M, pb, Q, A, Q, wb, pb, beta, C + p0, P);
     }
   }
 }

@@ -4,7 +4,7 @@
 # row, the mixed rows' parameters half of fp32's and their workspace a few MiB; the first losses
 # agree; each row's paired ratio is the median and quartiles of its step over the fp32 row's of
 # the same round, recomputed here from step_ms; the profile's entries add up to within 10% of
-# the mean step.
+# the mean step; every 16-bit product is on its fastest measured GEMM path.
 # Usage: bench_train.sh BIN_DIR SOURCE_DIR
 set -u
 bin=$1
@@ -46,6 +46,16 @@ for name in ("bf16", "fp16"):
     assert 2 * p["params"] == fp32["peak_bytes"]["params"], (name, p["params"])
     assert 0 < p["workspace"] <= 16 << 20, (name, p["workspace"])
 assert rows["fp32"]["paired_ratio_to_first_row"] == {"median": 1.0, "q1": 1.0, "q3": 1.0}
+# The 16-bit rows' GEMM paths: every product kind of both dtypes, each on its fastest measured
+# candidate, beside an sgemm rate; the table's text names the same paths.
+paths = j["gemm_paths"]
+assert {(e["key"].split()[0], e["key"].split()[-1]) for e in paths} == {
+    (p, d) for p in ("fwd", "dinp", "dw") for d in ("bf16/bf16", "fp16/fp16")}, paths
+for e in paths:
+    assert e["gflops"][e["path"]] == max(e["gflops"].values()), e
+    assert "native" not in e["gflops"] or e["key"].endswith("bf16/bf16"), e
+    assert e["sgemm_gflops"] > 0, e
+    assert f'{e["key"]}={e["path"]}' in j["gemm_paths_table"].split(";"), e
 print("rows fp32, bf16, fp16: model-state bytes", state(fp32), "in each; mixed workspace",
       rows["bf16"]["peak_bytes"]["workspace"], "bytes; paired ratios",
       {n: round(rows[n]["paired_ratio_to_first_row"]["median"], 3) for n in ("bf16", "fp16")})

@@ -3,12 +3,15 @@
 // and reduction; with accumulation {0,1} and {2,3} are bitwise pairs; an inf injected into one
 // rank's gradient at step 3 skips that step on every rank, halves the fp16 loss scale and leaves
 // every byte of model state unchanged, and training goes on; model-state bytes per rank equal
-// the (2 + 2 + K)Ψ formula of the ZeRO paper in every stage.
+// the (2 + 2 + K)Ψ formula of the ZeRO paper in every stage; with every 16-bit GEMM pinned to
+// each path the CPU has (runtime/cpu/cpu_gemm_paths.h), stages 0-3 stay bitwise equal.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 
 #include "comm/mpi_communicator.h"
 #include "runtime/cpu/cpu_device.h"
@@ -37,6 +40,9 @@ struct Spec {
   Precision precision = kBf16;
   int accumulation = 1;
   bool checkpoint = false;
+  // Every 16-bit product on this path (the keys found by one evaluation forward, as zt-train
+  // finds them); unset: the feature-flag rule, no table installed.
+  std::optional<GemmPath> gemm;
 };
 
 struct Result {
@@ -74,6 +80,17 @@ Result run(const Spec& spec) {
   Gpt2 model(kModel);
   Engine engine(device, comm, model, options(spec, model));
   Result r;
+  if (spec.gemm) {
+    std::vector<GlobalBatch> first;
+    device.gemm_routing().start_recording();
+    engine.eval_loss(micro_batches(first, 0, 1)[0]);
+    auto pinned = std::make_shared<GemmPaths>();
+    for (const GemmKey& key :
+         training_gemm_keys(device.gemm_routing().stop_recording(), spec.precision.grad_accum))
+      pinned->set(key, *spec.gemm);
+    EXPECT_FALSE(pinned->empty());
+    device.gemm_routing().install(pinned);
+  }
   r.params_bytes = device.memory().current(MemCategory::kParams);
   r.grads_bytes = device.memory().current(MemCategory::kGrads);
   r.optimizer_bytes = device.memory().current(MemCategory::kOptimizer);
@@ -118,6 +135,22 @@ TEST(MixedPrecision, StagesAreBitwiseIdentical) {
   }
   // Recomputation changes nothing either.
   EXPECT_TRUE(bitwise_equal(run({0, kFp16}), run({3, kFp16, 1, true})));
+}
+
+TEST(MixedPrecision, StagesAreBitwiseIdenticalOnEveryGemmPath) {
+  for (const Named& p : {kPrecisions[0], kPrecisions[1]})
+    for (GemmPath path : kAllGemmPaths) {
+      const GemmKey probe{GemmProduct::kForward, 1, 1, 1, WeightLayout::kInOut, p.precision.compute,
+                          p.precision.compute};
+      const std::vector<GemmPath> can = gemm_candidates(probe, cpu_gemm_abilities());
+      if (std::find(can.begin(), can.end(), path) == can.end()) continue;
+      const Result reference = run({.stage = 0, .precision = p.precision, .gemm = path});
+      for (int stage = 1; stage <= 3; ++stage)
+        EXPECT_TRUE(
+            bitwise_equal(reference, run({.stage = stage, .precision = p.precision, .gemm = path})))
+            << p.name << " on the " << gemm_path_name(path) << " path: stage " << stage
+            << " differs from stage 0";
+    }
 }
 
 TEST(MixedPrecision, GradientAccumulationPairs) {
