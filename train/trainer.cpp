@@ -17,7 +17,6 @@
 #include "launch/tool_frame.h"
 #include "model_zoo/model_spec.h"
 #include "offload/swap_store.h"
-#include "pretrained/save_pretrained.h"
 #include "pretrained/weights_io.h"
 #include "runtime/byte_count.h"
 #include "runtime/cpu/cpu_device.h"
@@ -33,6 +32,7 @@
 #include "train/progress.h"
 #include "train/test_fault.h"
 #include "train/trainer_state.h"
+#include "train/weights_export.h"
 #include "zero/engine.h"
 #include "zero/lr_schedule.h"
 
@@ -382,38 +382,6 @@ AfterStep agree_after_step(Communicator& comm, const Checkpointer& checkpointer)
   return a;
 }
 
-// zt.save_weights and zt.save_pretrained, after the last step.
-void export_weights(const Config& config, const ModelSpec& model_spec, Engine& engine,
-                    const FaultPoints& faults, const Logger& log) {
-  const int64_t steps = config.zt.steps;
-  const Precision& precision = engine.options().precision;
-  if (!config.zt.save_weights.empty()) {
-    const bool sixteen_bit =
-        config.zero_optimization.stage3_gather_16bit_weights_on_model_save && precision.mixed();
-    engine.set_context(fmt::format("weights save after step {}", steps));
-    save_weights(engine, config.zt.save_weights,
-                 sixteen_bit ? WeightsDtype::kWorking : WeightsDtype::kMaster,
-                 [&](int unit) { faults(TestFault::Point::kSave, steps, unit); });
-    log.rank0("saved weights to {} ({})", config.zt.save_weights,
-              sixteen_bit ? fmt::format("{} working weights", dtype_name(precision.compute))
-                          : std::string("fp32"));
-  }
-  if (const SavePretrainedConfig& hf = config.zt.save_pretrained; !hf.dir.empty()) {
-    engine.set_context(fmt::format("save_pretrained after step {}", steps));
-    SavePretrainedOptions o;
-    o.dir = hf.dir;
-    o.dtype = hf.dtype == "bf16" ? DType::kBF16 : hf.dtype == "fp16" ? DType::kF16 : DType::kF32;
-    o.max_shard_size = hf.max_shard_size;
-    if (is_hf_model_dir(config.zt.init_from)) o.tokenizer_from = config.zt.init_from;
-    const SavePretrainedResult saved = save_pretrained(engine, model_spec, o);
-    log.rank0(
-        "saved a Hugging Face model directory {} ({} weights in {} safetensors file{}, {}; "
-        "{} tokenizer file{} copied)",
-        hf.dir, hf.dtype, saved.files, saved.files == 1 ? "" : "s", format_bytes(saved.bytes),
-        saved.tokenizer_files, saved.tokenizer_files == 1 ? "" : "s");
-  }
-}
-
 namespace {
 
 // The run's metrics.jsonl: a resumed run keeps the rows through its checkpoint's step; a
@@ -600,7 +568,8 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
     }
   }
 
-  export_weights(config, setup.model, engine, faults, log);
+  export_weights(config, setup.model, engine, log,
+                 [&](int unit) { faults(TestFault::Point::kSave, config.zt.steps, unit); });
   write_summary(metrics, engine, device, comm, traffic, steps,
                 [&](const std::string& line) { log.rank0("{}", line); });
   return result;
