@@ -15,7 +15,7 @@ namespace zt {
 struct LoraConfig {
   bool enabled = false;  // the zt.lora block is present
   int r = 8;
-  float alpha = 8.0f;   // lora_alpha
+  float alpha = 8.0f;    // lora_alpha
   float dropout = 0.0f;  // lora_dropout, in [0, 1)
   // Module names a linear layer's name ends with ("q_proj", "v_proj", ...), or the one entry
   // "all-linear": every linear layer of the blocks (PEFT: all but the output layer). Empty:
