@@ -9,7 +9,7 @@
 // model (zoo names and the model's own shape limits are checked by model_zoo/; "auto" values
 // that depend on the model are resolved by resolve_auto_from_model). Implementation:
 // runtime/config/ (reader, key_rules, auto_values, deepspeed_blocks, optimizer_blocks,
-// zt_block, load).
+// zt_block, tuning_block, load).
 #pragma once
 
 #include <array>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/tuning.h"
 
 namespace zt {
 
@@ -245,6 +246,9 @@ struct ZtConfig {
   // with a unit ("6GB" = 6 * 10^9, "6GiB" = 6 * 2^30). 0 (absent): the device's own capacity.
   uint64_t device_memory_limit = 0;
   CheckpointConfig checkpoint;
+  // zt.freeze (glob patterns over Hugging Face tensor names) and zt.lora (PEFT LoraConfig's keys
+  // inline, or the path of a PEFT adapter_config.json): which parameters train. Default: all.
+  Tuning tuning;
 };
 
 // DeepSpeed's monitor blocks, "tensorboard" and "csv_monitor": {enabled, output_path,

@@ -30,4 +30,12 @@ SchedulerConfig parse_scheduler(const Reader& r, const json* block, double optim
 // zt_block.cpp
 ZtConfig parse_zt(const Reader& r, const json& j);
 
+// tuning_block.cpp: zt.freeze and zt.lora of the zt block `zt` (either may be absent).
+Tuning parse_tuning(const Reader& r, const json& zt);
+
+// load.cpp: the JSON object in the file at `path` (a config file, a PEFT adapter_config.json).
+// Unreadable files, malformed JSON (line and column), duplicate keys and a top level that is not
+// an object are kInput errors naming `path`; `what` names the kind of file ("config file").
+json read_json_object(const std::string& path, std::string_view what);
+
 }  // namespace zt::config_detail

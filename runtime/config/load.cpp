@@ -44,15 +44,16 @@ std::vector<std::string_view> top_level_keys() {
 
 // ---- loading ---------------------------------------------------------------------------------
 
-std::string read_file(const std::string& path) {
+// `what` names the file in errors: "config file", "PEFT adapter config".
+std::string read_file(const std::string& path, std::string_view what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw_input(fmt::format("{}: is a directory, not a config file", path));
+    throw_input(fmt::format("{}: is a directory, not a {}", path, what));
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw_input(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
+  if (!in) throw_input(fmt::format("{}: cannot open {}: {}", path, what, std::strerror(errno)));
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) throw_input(fmt::format("{}: cannot read config file", path));
+  if (in.bad()) throw_input(fmt::format("{}: cannot read {}", path, what));
   return text.str();
 }
 
@@ -153,8 +154,16 @@ void apply_override(json& root, const std::string& spec) {
 
 }  // namespace
 
+namespace config_detail {
+
+json read_json_object(const std::string& path, std::string_view what) {
+  return parse_json_text(read_file(path, what), path);
+}
+
+}  // namespace config_detail
+
 json load_config_json(const std::string& path, const std::vector<std::string>& overrides) {
-  json j = parse_json_text(read_file(path), path);
+  json j = read_json_object(path, "config file");
   for (const std::string& spec : overrides) apply_override(j, spec);
   return j;
 }

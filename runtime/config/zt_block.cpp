@@ -1,5 +1,5 @@
 // The zt block: what is ours (model, data, steps, output, device, its memory limit, the
-// communication back end and the checkpoint sub-block).
+// communication back end and the checkpoint sub-block; freeze and lora: tuning_block.cpp).
 // Required keys: model, seq_len, train_data, steps. Zoo model names are checked by model_zoo/,
 // not here. (zt.comm_backend "auto" is ours: the back end follows zt.device.)
 #include <algorithm>
@@ -116,9 +116,9 @@ SavePretrainedConfig parse_save_pretrained(const Reader& r, const json& v) {
 ZtConfig parse_zt(const Reader& r, const json& j) {
   const json& block = r.require(j, "", "zt");
   r.expect_object(block, "zt");
-  r.check_keys(
-      block, "zt",
-      keys_of(kZtFields, {"model", "device_memory_limit", "checkpoint", "save_pretrained"}));
+  r.check_keys(block, "zt",
+               keys_of(kZtFields, {"model", "device_memory_limit", "checkpoint", "save_pretrained",
+                                   "freeze", "lora"}));
   for (std::string_view key : {"seq_len", "train_data", "steps"}) r.require(block, "zt", key);
   // zt.model may be left to a Hugging Face model directory's config.json (zt.init_from); the
   // trainer says so when zt.init_from is not one.
@@ -132,6 +132,7 @@ ZtConfig parse_zt(const Reader& r, const json& j) {
     z.device_memory_limit = r.byte_size(*limit, "zt.device_memory_limit");
   if (const json* checkpoint = Reader::find(block, "checkpoint"))
     z.checkpoint = parse_checkpoint(r, *checkpoint);
+  z.tuning = parse_tuning(r, block);
   if (z.train_data.empty()) r.fail("'zt.train_data' must not be empty");
   if (z.output_dir.empty()) r.fail("'zt.output_dir' must not be empty");
   if (z.device != "cpu" && z.device != "cuda")
