@@ -39,8 +39,8 @@ ZT_KERNEL(void, matmul_forward,
           (out, inp, operand(weight, K * N), operand(bias, N)))
 // dinp (M,K) += dout · Wᵀ, or = with kWrite (zeros when N == 0; skipped when null);
 // dweight (W's shape) += inpᵀ·dout (or its transpose for kOutIn), or = when dweight is fresh
-// (zeros when M == 0); each "=" gives the bits of adding into zeros. dbias (N) += column
-// sums of dout (skipped when null).
+// (zeros when M == 0; skipped when null); each "=" gives the bits of adding into zeros.
+// dbias (N) += column sums of dout (skipped when null).
 ZT_KERNEL(void, matmul_backward,
           (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
            ConstOperand weight, int64_t M, int64_t K, int64_t N, WeightLayout layout,
@@ -77,6 +77,8 @@ ZT_KERNEL(void, layernorm_forward,
            ConstOperand bias, int64_t N, int64_t C),
           (out, mean, rstd, inp, weight, bias, N, C),
           (out, mean, rstd, inp, operand(weight, C), operand(bias, C)))
+// dinp (N,C) += the gradient through layer norm; dweight, dbias (C) += theirs, each skipped
+// when null (a frozen parameter has no gradient buffer).
 ZT_KERNEL(void, layernorm_backward,
           (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
            ConstOperand weight, const float* mean, const float* rstd, int64_t N, int64_t C),
@@ -152,6 +154,7 @@ ZT_KERNEL(void, rmsnorm_forward,
           (float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N, int64_t C,
            float eps),
           (out, rstd, inp, weight, N, C, eps), (out, rstd, inp, operand(weight, C)))
+// dinp (N,C) += the gradient through RMSNorm; dweight (C) += its own (skipped when null).
 ZT_KERNEL(void, rmsnorm_backward,
           (float* dinp, Operand dweight, const float* dout, const float* inp,
            ConstOperand weight, const float* rstd, int64_t N, int64_t C),
@@ -170,7 +173,7 @@ ZT_KERNEL(void, head_rmsnorm_forward,
 // The gradient through head_rmsnorm_forward, IN PLACE as rope_backward's: dx's heads (laid out
 // as forward's x; the gradient w.r.t. its output) become the gradient w.r.t. its input `inp`
 // (forward's x before it ran, the same layout); dweight (hd) += the heads' dweight terms, added
-// in a fixed order over the N·H head rows. The rest of each row untouched.
+// in a fixed order over the N·H head rows (skipped when null). The rest of each row untouched.
 ZT_KERNEL(void, head_rmsnorm_backward,
           (float* dx, Operand dweight, const float* inp, ConstOperand weight, const float* rstd,
            int64_t N, int64_t H, int64_t hd, int64_t stride),
