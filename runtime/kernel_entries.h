@@ -211,6 +211,22 @@ ZT_KERNEL(void, swiglu_backward,
           (float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F),
           (dgate_up, gate_up, dout, N, F), (dgate_up, gate_up, dout))
 
+// ---- LoRA adapters ----------------------------------------------------------------------------
+// What an adapter y = W·x + s·B·(A·dropout(x)) needs beyond the matrix products.
+
+// dst[n·dst_stride + j] = scale·src[n·src_stride + j] for n < N, j < width (output kWrite), or
+// dst[...] + scale·src[...] (kAdd): the product rounded to fp32, then the sum (never one fused
+// multiply-add), so both back ends give the same bits. A LoRA B-product (N, width) added into
+// its column slice of a fused projection's output (rows R apart: dst = out + offset,
+// dst_stride R), and in backward that slice of the output gradient copied out, times s. An
+// activation: a 16-bit table rounds the written elements, never the rest of dst's rows.
+// width <= dst_stride and src_stride; src may be dst itself (equal strides), not a partial
+// overlap.
+ZT_KERNEL(void, add_columns,
+          (float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t N,
+           int64_t width, float scale, GradOutput output),
+          (dst, dst_stride, src, src_stride, N, width, scale, output), (dst, src))
+
 // ---- Residual stream and loss -----------------------------------------------------------------
 
 // out = a + b, element-wise (out may alias a or b).

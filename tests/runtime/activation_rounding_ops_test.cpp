@@ -1,10 +1,11 @@
 // The activation tables of the CPU back end (CpuDevice::kernels_for(fp16 / bf16), kernels.h
-// "Precision") beyond matmul: embedding, layer norm, softmax cross-entropy, attention and the
-// element-wise kernels write values of the table's dtype, the fp32 table's results rounded by
-// dtype.h bit for bit; fresh gradients are written as if added into zeros; fp16 overflow becomes
-// ±inf; the entries that write no activation (optimizers, cast, add, sum_squares) are not
-// rounded. Matmul, the suite's instantiation for fp16 and bf16 and the overview:
-// activation_rounding_test.cpp; the helpers and fixture both use: activation_rounding_test_util.h.
+// "Precision") beyond matmul: embedding, layer norm, softmax cross-entropy, attention, the
+// element-wise kernels and LoRA's add_columns (the columns it writes, no others)
+// write values of the table's dtype, the fp32 table's results rounded by dtype.h bit for bit; fresh
+// gradients are written as if added into zeros; fp16 overflow becomes ±inf; the entries that write
+// no activation (optimizers, cast, add, sum_squares) are not rounded. Matmul, the suite's
+// instantiation for fp16 and bf16 and the overview: activation_rounding_test.cpp; the helpers and
+// fixture both use: activation_rounding_test_util.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -259,6 +260,28 @@ TEST_P(ActivationRoundingTest, ElementwiseOutputsAreRounded) {
   check("accumulate",
         [&](Kernels& k, std::vector<float>& o) { k.accumulate(o.data(), x.data(), n); });
   check("fill", [&](Kernels& k, std::vector<float>& o) { k.fill(o.data(), 0.1f, n); });
+}
+
+// add_columns writes a column slice of strided rows: the written elements are the fp32 table's
+// rounded, the other columns of dst's rows keep their (unrounded) bits.
+TEST_P(ActivationRoundingTest, AddColumnsRoundsOnlyTheColumnsItWrites) {
+  const int64_t N = 9, R = 24, at = 6, width = 10;
+  const auto src = random_values(N * 12, 26), dst0 = random_floats(N * R, 27);
+  ASSERT_TRUE(has_unrounded(dst0, dtype()));
+  for (GradOutput output : {GradOutput::kWrite, GradOutput::kAdd}) {
+    SCOPED_TRACE(output == GradOutput::kAdd ? "kAdd" : "kWrite");
+    std::vector<float> from_f32 = dst0, from_act = dst0;
+    f32_.add_columns(from_f32.data() + at, R, src.data() + 1, 12, N, width, 0.3f, output);
+    act_.add_columns(from_act.data() + at, R, src.data() + 1, 12, N, width, 0.3f, output);
+    std::vector<float> want = dst0, written;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = at; j < at + width; ++j) written.push_back(from_f32[n * R + j]);
+    EXPECT_TRUE(has_unrounded(written, dtype()));
+    const std::vector<float> rounded_written = rounded(written, dtype());
+    for (int64_t n = 0, w = 0; n < N; ++n)
+      for (int64_t j = at; j < at + width; ++j) want[n * R + j] = rounded_written[w++];
+    EXPECT_TRUE(same_bits(from_act, want));
+  }
 }
 
 // bf16 has fp32's range: overflow is fp16's alone.

@@ -1,0 +1,48 @@
+// The CUDA back end's LoRA entries (cuda_lora_kernels.cu) against the CPU back end's, on the same
+// inputs on both devices, bit for bit on every activation table (fp32, fp16, bf16): add_columns
+// (kWrite and kAdd; the columns it does not write keep their bits), with buffers long enough for
+// the grid-stride loop. Every test skips when no GPU is visible. Not here: the CPU's own tests
+// (kernels_lora_test.cpp), frozen parameters (cuda_frozen_params_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/device.h"
+#include "runtime/kernels.h"
+
+#include "cuda_test_util.h"
+
+namespace zt {
+namespace {
+
+using namespace test;
+
+TEST_F(CudaDeviceTest, AddColumnsIsBitwiseEqualToCpuOnEveryTable) {
+  struct Shape {
+    int64_t N, R, at, width, S;
+  };
+  // The second: more than the 8192 · 256 elements of one grid.
+  const Shape shapes[] = {{37, 40, 9, 13, 17}, {70000, 72, 4, 64, 64}};
+  for (DType act : kAllTypes) {
+    for (const Shape& s : shapes) {
+      for (GradOutput output : {GradOutput::kWrite, GradOutput::kAdd}) {
+        const std::string what = "add_columns " + type_name(act) + " N=" + std::to_string(s.N) +
+                                 (output == GradOutput::kAdd ? " kAdd" : " kWrite");
+        const std::vector<float> dst0 = normal_floats(s.N * s.R, 1),
+                                 src = normal_floats(s.N * s.S, 2);
+        Buffer ddst = upload(dst0), dsrc = upload(src);
+        gpu_->kernels_for(act).add_columns(ddst.as<float>() + s.at, s.R, dsrc.as<float>(), s.S, s.N,
+                                           s.width, 0.37f, output);
+        std::vector<float> dst = dst0;
+        cpu_.kernels_for(act).add_columns(dst.data() + s.at, s.R, src.data(), s.S, s.N, s.width,
+                                          0.37f, output);
+        expect_bitwise(download<float>(ddst, s.N * s.R), dst, what);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt
