@@ -226,6 +226,19 @@ ZT_KERNEL(void, add_columns,
           (float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t N,
            int64_t width, float scale, GradOutput output),
           (dst, dst_stride, src, src_stride, N, width, scale, output), (dst, src))
+// Inverted dropout at drop probability p (0 <= p < 1): out[i] = inp[i]·k where element i is
+// kept, else 0, k = 1/(1 - p) rounded to fp32 once. Kept: dropout_keep(seed, i, p)
+// (runtime/dropout_mask.h: a hash of (seed, i), so every back end and thread count draws the
+// same mask, about 1 - p of the elements). The one element-wise entry whose bits depend on the
+// element's index: i counts from `out`, so a buffer dropped in parts draws another mask than
+// whole. p = 0: out = inp, a copy. out may be inp.
+ZT_KERNEL(void, dropout_forward, (float* out, const float* inp, int64_t n, float p, uint64_t seed),
+          (out, inp, n, p, seed), (out, inp))
+// dinp[i] += dout[i]·k where forward's mask (the same seed and p) kept element i, else += 0;
+// k as forward's. p = 0: dinp += dout, accumulate's bits.
+ZT_KERNEL(void, dropout_backward,
+          (float* dinp, const float* dout, int64_t n, float p, uint64_t seed),
+          (dinp, dout, n, p, seed), (dinp, dout))
 
 // ---- Residual stream and loss -----------------------------------------------------------------
 

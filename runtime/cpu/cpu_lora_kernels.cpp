@@ -1,14 +1,17 @@
 // CpuKernels, the entries LoRA adapters add (y = W·x + s·B·(A·dropout(x))): add_columns, a
-// scaled copy or add into a column slice of strided rows. Element-wise loops split across
-// threads (cpu_parallel.h); each element's bits depend on its operands only. The products s·x are
-// rounded to fp32 before any sum: the build's -ffp-contract=off keeps GCC from fusing them, as the
-// CUDA back end's __fmul_rn and __fadd_rn do. Not here: the adapters' matrix products
-// (matmul_forward / matmul_backward, cpu_matmul_kernels.cpp).
+// scaled copy or add into a column slice of strided rows, and dropout forward and backward on
+// runtime/dropout_mask.h's counter-based mask. Element-wise loops split across threads
+// (cpu_parallel.h); each element's bits depend on its operands (and, for dropout, its index)
+// only. The products s·x are rounded to fp32 before any sum: the build's -ffp-contract=off keeps
+// GCC from fusing them, as the CUDA back end's __fmul_rn and __fadd_rn do. Not here: the
+// adapters' matrix products (matmul_forward / matmul_backward, cpu_matmul_kernels.cpp).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_parallel.h"
+#include "runtime/dropout_mask.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -36,6 +39,46 @@ void CpuKernels::add_columns(float* dst, int64_t dst_stride, const float* src, i
       }
       round_act(d, 0, width);
     }
+  });
+}
+
+namespace {
+
+// The keep factor 1/(1 - p), rounded to fp32 once (the CUDA back end computes it on the host
+// the same way).
+float dropout_factor(float p, const char* kernel) {
+  ZT_ASSERT(p >= 0.0f && p < 1.0f, "{}: drop probability {} outside [0, 1)", kernel, p);
+  return 1.0f / (1.0f - p);
+}
+
+}  // namespace
+
+void CpuKernels::dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed) {
+  const float k = dropout_factor(p, "dropout_forward");
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    if (p == 0.0f) {
+      if (out != inp) std::memcpy(out + i0, inp + i0, static_cast<size_t>(i1 - i0) * sizeof(float));
+    } else {
+#pragma omp simd
+      for (int64_t i = i0; i < i1; ++i)
+        out[i] = dropout_keep(seed, static_cast<uint64_t>(i), p) ? inp[i] * k : 0.0f;
+    }
+    round_act(out, i0, i1);
+  });
+}
+
+void CpuKernels::dropout_backward(float* dinp, const float* dout, int64_t n, float p,
+                                  uint64_t seed) {
+  const float k = dropout_factor(p, "dropout_backward");
+  if (p == 0.0f) {
+    accumulate(dinp, dout, n);
+    return;
+  }
+  parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+    for (int64_t i = i0; i < i1; ++i)
+      dinp[i] = dinp[i] + (dropout_keep(seed, static_cast<uint64_t>(i), p) ? dout[i] * k : 0.0f);
+    round_act(dinp, i0, i1);
   });
 }
 

@@ -26,7 +26,7 @@
 // The methods are split over cuda_kernels.cu (construction, element-wise, optimizers,
 // reductions), cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy),
 // cuda_matmul_attention.cu (matmul, attention) and cuda_lora_kernels.cu (LoRA adapters'
-// add_columns); they share CudaKernels::Impl from cuda_kernels_impl.h and the
+// add_columns and dropout); they share CudaKernels::Impl from cuda_kernels_impl.h and the
 // launch helpers of cuda_kernel_helpers.cuh; cuda_lt_gemm.h holds the cuBLASLt plans.
 #pragma once
 
