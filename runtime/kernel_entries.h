@@ -39,8 +39,8 @@ ZT_KERNEL(void, matmul_forward,
           (out, inp, operand(weight, K * N), operand(bias, N)))
 // dinp (M,K) += dout · Wᵀ, or = with kWrite (zeros when N == 0; skipped when null);
 // dweight (W's shape) += inpᵀ·dout (or its transpose for kOutIn), or = when dweight is fresh
-// (zeros when M == 0); each "=" gives the bits of adding into zeros. dbias (N) += column
-// sums of dout (skipped when null).
+// (zeros when M == 0; skipped when null); each "=" gives the bits of adding into zeros.
+// dbias (N) += column sums of dout (skipped when null).
 ZT_KERNEL(void, matmul_backward,
           (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
            ConstOperand weight, int64_t M, int64_t K, int64_t N, WeightLayout layout,
@@ -77,6 +77,8 @@ ZT_KERNEL(void, layernorm_forward,
            ConstOperand bias, int64_t N, int64_t C),
           (out, mean, rstd, inp, weight, bias, N, C),
           (out, mean, rstd, inp, operand(weight, C), operand(bias, C)))
+// dinp (N,C) += the gradient through layer norm; dweight, dbias (C) += theirs, each skipped
+// when null (a frozen parameter has no gradient buffer).
 ZT_KERNEL(void, layernorm_backward,
           (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
            ConstOperand weight, const float* mean, const float* rstd, int64_t N, int64_t C),
@@ -152,6 +154,7 @@ ZT_KERNEL(void, rmsnorm_forward,
           (float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N, int64_t C,
            float eps),
           (out, rstd, inp, weight, N, C, eps), (out, rstd, inp, operand(weight, C)))
+// dinp (N,C) += the gradient through RMSNorm; dweight (C) += its own (skipped when null).
 ZT_KERNEL(void, rmsnorm_backward,
           (float* dinp, Operand dweight, const float* dout, const float* inp,
            ConstOperand weight, const float* rstd, int64_t N, int64_t C),
@@ -170,7 +173,7 @@ ZT_KERNEL(void, head_rmsnorm_forward,
 // The gradient through head_rmsnorm_forward, IN PLACE as rope_backward's: dx's heads (laid out
 // as forward's x; the gradient w.r.t. its output) become the gradient w.r.t. its input `inp`
 // (forward's x before it ran, the same layout); dweight (hd) += the heads' dweight terms, added
-// in a fixed order over the N·H head rows. The rest of each row untouched.
+// in a fixed order over the N·H head rows (skipped when null). The rest of each row untouched.
 ZT_KERNEL(void, head_rmsnorm_backward,
           (float* dx, Operand dweight, const float* inp, ConstOperand weight, const float* rstd,
            int64_t N, int64_t H, int64_t hd, int64_t stride),
@@ -207,6 +210,35 @@ ZT_KERNEL(void, swiglu_forward, (float* out, const float* gate_up, int64_t N, in
 ZT_KERNEL(void, swiglu_backward,
           (float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F),
           (dgate_up, gate_up, dout, N, F), (dgate_up, gate_up, dout))
+
+// ---- LoRA adapters ----------------------------------------------------------------------------
+// What an adapter y = W·x + s·B·(A·dropout(x)) needs beyond the matrix products.
+
+// dst[n·dst_stride + j] = scale·src[n·src_stride + j] for n < N, j < width (output kWrite), or
+// dst[...] + scale·src[...] (kAdd): the product rounded to fp32, then the sum (never one fused
+// multiply-add), so both back ends give the same bits. A LoRA B-product (N, width) added into
+// its column slice of a fused projection's output (rows R apart: dst = out + offset,
+// dst_stride R), and in backward that slice of the output gradient copied out, times s. An
+// activation: a 16-bit table rounds the written elements, never the rest of dst's rows.
+// width <= dst_stride and src_stride; src may be dst itself (equal strides), not a partial
+// overlap.
+ZT_KERNEL(void, add_columns,
+          (float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t N,
+           int64_t width, float scale, GradOutput output),
+          (dst, dst_stride, src, src_stride, N, width, scale, output), (dst, src))
+// Inverted dropout at drop probability p (0 <= p < 1): out[i] = inp[i]·k where element i is
+// kept, else 0, k = 1/(1 - p) rounded to fp32 once. Kept: dropout_keep(seed, i, p)
+// (runtime/dropout_mask.h: a hash of (seed, i), so every back end and thread count draws the
+// same mask, about 1 - p of the elements). The one element-wise entry whose bits depend on the
+// element's index: i counts from `out`, so a buffer dropped in parts draws another mask than
+// whole. p = 0: out = inp, a copy. out may be inp.
+ZT_KERNEL(void, dropout_forward, (float* out, const float* inp, int64_t n, float p, uint64_t seed),
+          (out, inp, n, p, seed), (out, inp))
+// dinp[i] += dout[i]·k where forward's mask (the same seed and p) kept element i, else += 0;
+// k as forward's. p = 0: dinp += dout, accumulate's bits.
+ZT_KERNEL(void, dropout_backward,
+          (float* dinp, const float* dout, int64_t n, float p, uint64_t seed),
+          (dinp, dout, n, p, seed), (dinp, dout))
 
 // ---- Residual stream and loss -----------------------------------------------------------------
 

@@ -13,7 +13,8 @@
 //     (GradOutput::kWrite, the buffer's one writer in a layer's backward);
 //   - element-wise kernels give an element the same bits wherever it sits in a buffer (no
 //     fast-math, the same operations in vector body and tail): shards of a buffer updated
-//     separately equal the buffer updated whole (the ZeRO stages' bitwise equality rests on it);
+//     separately equal the buffer updated whole (the ZeRO stages' bitwise equality rests on it).
+//     The one exception: dropout, whose mask is drawn by the element's index (kernel_entries.h);
 //   - reductions use a fixed blocking independent of the thread count, so results do not
 //     depend on how many threads ran them.
 // Precision. Parameters, their gradients and the optimizer's gradient input are Operands: a

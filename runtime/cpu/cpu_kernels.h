@@ -30,6 +30,7 @@
 //                                sum_squares
 //   cpu_optimizer_kernels.cpp    AdamW (cpu_adam_fused.h's loop, shared with offload's
 //                                CpuAdam), SGD
+//   cpu_lora_kernels.cpp         LoRA adapters' add_columns and dropout (dropout_mask.h's mask)
 // sharing the vector helpers of cpu_simd.h (and cpu_lane_codecs.h's in-register 16-bit loads
 // and stores) and the threading of cpu_parallel.h. Private to
 // runtime/cpu: the rest of the tree gets the table from make_cpu_kernels (cpu_device.h).

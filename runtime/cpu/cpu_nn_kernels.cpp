@@ -372,6 +372,7 @@ void CpuKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias,
       }
     });
   });
+  if (!dweight && !dbias) return;  // frozen weight and bias: no gradients to add into
   parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
     float sw[kColumnBlock] = {}, sb[kColumnBlock] = {};
     const int64_t w = c1 - c0;
@@ -384,8 +385,8 @@ void CpuKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias,
         sb[c] += pdb[c];
       }
     }
-    add_range(dweight.at(c0), sw, w);  // fp32: +=; 16-bit: one rounding
-    add_range(dbias.at(c0), sb, w);
+    if (dweight) add_range(dweight.at(c0), sw, w);  // fp32: +=; 16-bit: one rounding
+    if (dbias) add_range(dbias.at(c0), sb, w);
   });
 }
 

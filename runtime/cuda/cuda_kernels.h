@@ -8,26 +8,26 @@
 // timing, so results are deterministic run to run. Never yet run on a GPU: built and
 // parity-tested against the CPU back end by tests that skip without one.
 //
-// Precision (kernels.h). A device has three tables, one per activation dtype, sharing one
-// stream, one set of cuBLAS handles, workspaces and cuBLASLt plans, and one TF32 setting; a
-// table rounds every activation it writes to its dtype, in the op's own last step (a GEMM's
-// epilogue, or round_to's kernel right after the kernel that wrote it: the list is in
-// cuda_nn_kernels.cu, cuda_matmul_attention.cu and cuda_kernels.cu, entry by entry). 16-bit
-// operands: our own kernels (embedding, layer norm, bias sums, optimizers, sum_squares) read and
-// write them in their dtype with templated loads and stores (fp32 inside, one rounding per stored
-// gradient element). The GEMMs of a 16-bit table whose weight (or weight gradient) has the table's
-// dtype run on tensor cores through cuBLASLt: A and B 16-bit, fp32 accumulation
-// (CUBLAS_COMPUTE_32F), the activation operand narrowed (exactly) into a tracked 16-bit scratch
-// (kWorkspace); the forward writes a 16-bit D with the bias added by the epilogue before its one
-// rounding, and a 16-bit weight gradient accumulates as C = D = dW, beta = 1, rounded once
-// (cuda_matmul_attention.cu, "Matmul", has the whole list). Operands of any other mix fall back to
-// fp32 GEMMs on widened copies (correct, not fast).
+// Precision (kernels.h). A device has three tables, one per activation dtype, sharing one stream,
+// one set of cuBLAS handles, workspaces and cuBLASLt plans, and one TF32 setting; a table rounds
+// every activation it writes to its dtype, in the op's own last step (a GEMM's epilogue, round_to's
+// kernel right after the kernel that wrote it, or the writing kernel itself: the list is in
+// cuda_nn_kernels.cu, cuda_matmul_attention.cu, cuda_kernels.cu and cuda_lora_kernels.cu, entry by
+// entry). 16-bit operands: our own kernels (embedding, layer norm, bias sums, optimizers,
+// sum_squares) read and write them in their dtype with templated loads and stores (fp32 inside, one
+// rounding per stored gradient element). The GEMMs of a 16-bit table whose weight (or weight
+// gradient) has the table's dtype run on tensor cores through cuBLASLt: A and B 16-bit, fp32
+// accumulation (CUBLAS_COMPUTE_32F), the activation operand narrowed (exactly) into a tracked
+// 16-bit scratch (kWorkspace); the forward writes a 16-bit D with the bias added by the epilogue
+// before its one rounding, and a 16-bit weight gradient accumulates as C = D = dW, beta = 1,
+// rounded once (cuda_matmul_attention.cu, "Matmul", has the whole list). Operands of any other mix
+// fall back to fp32 GEMMs on widened copies (correct, not fast).
 //
 // The methods are split over cuda_kernels.cu (construction, element-wise, optimizers,
-// reductions), cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy) and
-// cuda_matmul_attention.cu (matmul, attention); they share CudaKernels::Impl from
-// cuda_kernels_impl.h and the launch helpers of cuda_kernel_helpers.cuh; cuda_lt_gemm.h holds
-// the cuBLASLt plans.
+// reductions), cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy),
+// cuda_matmul_attention.cu (matmul, attention) and cuda_lora_kernels.cu (LoRA adapters'
+// add_columns and dropout); they share CudaKernels::Impl from cuda_kernels_impl.h and the
+// launch helpers of cuda_kernel_helpers.cuh; cuda_lt_gemm.h holds the cuBLASLt plans.
 #pragma once
 
 #include <cuda_runtime_api.h>

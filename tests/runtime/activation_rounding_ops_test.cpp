@@ -1,10 +1,11 @@
 // The activation tables of the CPU back end (CpuDevice::kernels_for(fp16 / bf16), kernels.h
-// "Precision") beyond matmul: embedding, layer norm, softmax cross-entropy, attention and the
-// element-wise kernels write values of the table's dtype, the fp32 table's results rounded by
-// dtype.h bit for bit; fresh gradients are written as if added into zeros; fp16 overflow becomes
-// ±inf; the entries that write no activation (optimizers, cast, add, sum_squares) are not
-// rounded. Matmul, the suite's instantiation for fp16 and bf16 and the overview:
-// activation_rounding_test.cpp; the helpers and fixture both use: activation_rounding_test_util.h.
+// "Precision") beyond matmul: embedding, layer norm, softmax cross-entropy, attention, the
+// element-wise kernels and LoRA's dropout and add_columns (the columns it writes, no others)
+// write values of the table's dtype, the fp32 table's results rounded by dtype.h bit for bit; fresh
+// gradients are written as if added into zeros; fp16 overflow becomes ±inf; the entries that write
+// no activation (optimizers, cast, add, sum_squares) are not rounded. Matmul, the suite's
+// instantiation for fp16 and bf16 and the overview: activation_rounding_test.cpp; the helpers and
+// fixture both use: activation_rounding_test_util.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -259,6 +260,49 @@ TEST_P(ActivationRoundingTest, ElementwiseOutputsAreRounded) {
   check("accumulate",
         [&](Kernels& k, std::vector<float>& o) { k.accumulate(o.data(), x.data(), n); });
   check("fill", [&](Kernels& k, std::vector<float>& o) { k.fill(o.data(), 0.1f, n); });
+}
+
+// add_columns writes a column slice of strided rows: the written elements are the fp32 table's
+// rounded, the other columns of dst's rows keep their (unrounded) bits. Dropout's outputs and
+// gradients are the fp32 table's rounded.
+TEST_P(ActivationRoundingTest, AddColumnsRoundsOnlyTheColumnsItWrites) {
+  const int64_t N = 9, R = 24, at = 6, width = 10;
+  const auto src = random_values(N * 12, 26), dst0 = random_floats(N * R, 27);
+  ASSERT_TRUE(has_unrounded(dst0, dtype()));
+  for (GradOutput output : {GradOutput::kWrite, GradOutput::kAdd}) {
+    SCOPED_TRACE(output == GradOutput::kAdd ? "kAdd" : "kWrite");
+    std::vector<float> from_f32 = dst0, from_act = dst0;
+    f32_.add_columns(from_f32.data() + at, R, src.data() + 1, 12, N, width, 0.3f, output);
+    act_.add_columns(from_act.data() + at, R, src.data() + 1, 12, N, width, 0.3f, output);
+    std::vector<float> want = dst0, written;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = at; j < at + width; ++j) written.push_back(from_f32[n * R + j]);
+    EXPECT_TRUE(has_unrounded(written, dtype()));
+    const std::vector<float> rounded_written = rounded(written, dtype());
+    for (int64_t n = 0, w = 0; n < N; ++n)
+      for (int64_t j = at; j < at + width; ++j) want[n * R + j] = rounded_written[w++];
+    EXPECT_TRUE(same_bits(from_act, want));
+  }
+}
+
+TEST_P(ActivationRoundingTest, DropoutOutputsAndGradientsAreRounded) {
+  const int64_t n = 1001;
+  const auto x = random_values(n, 28), dout = random_values(n, 29);
+  for (float p : {0.3f, 0.0f}) {
+    SCOPED_TRACE(p);
+    std::vector<float> out_f32(n), out(n);
+    f32_.dropout_forward(out_f32.data(), x.data(), n, p, 11);
+    act_.dropout_forward(out.data(), x.data(), n, p, 11);
+    EXPECT_TRUE(same_bits(out, rounded(out_f32, dtype())));
+    std::vector<float> dinp_f32 = random_values(n, 30), dinp = dinp_f32;
+    f32_.dropout_backward(dinp_f32.data(), dout.data(), n, p, 11);
+    act_.dropout_backward(dinp.data(), dout.data(), n, p, 11);
+    EXPECT_TRUE(has_unrounded(dinp_f32, dtype()));
+    EXPECT_TRUE(same_bits(dinp, rounded(dinp_f32, dtype())));
+  }
+  std::vector<float> out_f32(n), out(n);  // 1/(1 - 0.3) scales values of the dtype off its grid
+  f32_.dropout_forward(out_f32.data(), x.data(), n, 0.3f, 11);
+  EXPECT_TRUE(has_unrounded(out_f32, dtype()));
 }
 
 // bf16 has fp32's range: overflow is fp16's alone.
