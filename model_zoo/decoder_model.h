@@ -14,9 +14,11 @@
 
 #include "model_zoo/logits_chunking.h"
 #include "runtime/model.h"
+#include "runtime/tuning.h"
 
 namespace zt::zoo {
 
+class Table;
 class TableUnit;
 
 class DecoderModel : public Model {
@@ -30,8 +32,11 @@ class DecoderModel : public Model {
 
  protected:
   DecoderModel();
-  // Appends `unit` (its index is the number of units before it) and returns it.
-  TableUnit& add_unit(std::unique_ptr<TableUnit> unit);
+  // The unit or units of a table named `name` (a block's "model.layers.3"): the tensors
+  // `tuning` freezes (lora.h's frozen_by) go to a frozen unit (named `name` when every tensor is
+  // frozen, else `name`.frozen, after the trainable one). Returns the table the layers read; the
+  // model owns it.
+  Table& add_table(const std::string& name, std::vector<ParamSpec> specs, const Tuning& tuning);
   // Appends `layer` to the forward order.
   void add_layer(std::unique_ptr<Layer> layer);
   const LogitsChunking& logits_chunking() const { return logits_chunking_; }
@@ -41,6 +46,7 @@ class DecoderModel : public Model {
  private:
   LogitsChunking logits_chunking_;  // the head's rows per chunk
   std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<std::unique_ptr<Table>> tables_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Unit*> unit_ptrs_;
   std::vector<Layer*> layer_ptrs_;
@@ -52,9 +58,10 @@ class DecoderModel : public Model {
 class EmbeddingLayer final : public Layer {
  public:
   // `table`, `positions_table`: tensor indices in `root`; positions_table -1: none.
-  EmbeddingLayer(TableUnit& root, int table, int positions_table, int64_t C)
+  EmbeddingLayer(const Table& root, int table, int positions_table, int64_t C)
       : root_(root), table_(table), positions_table_(positions_table), C_(C) {}
-  int unit_index() const override { return 0; }
+  int unit_index() const override;
+  std::vector<int> unit_indices() const override;
   bool checkpointable() const override { return false; }
   void forward(Kernels& k, const LayerIO& io, ActivationStore&) override;
   void backward(Kernels& k, const LayerIO& io, ActivationStore&, ActivationStore&) override;
@@ -64,7 +71,7 @@ class EmbeddingLayer final : public Layer {
   void decode(Kernels& k, const DecodeIO& io, ActivationStore&) override;
 
  private:
-  TableUnit& root_;
+  const Table& root_;
   int table_, positions_table_;
   int64_t C_;
 };

@@ -14,8 +14,6 @@ namespace zt {
 
 namespace {
 
-using zoo::TableUnit;
-
 // Root unit tensors, in table order.
 enum RootParam { kWte, kWpe, kLnfW, kLnfB, kRootParamCount };
 // Block tensors, in table order (Hugging Face's order within h.{i}).
@@ -85,9 +83,9 @@ std::vector<ParamSpec> block_specs(const Gpt2Config& c, int layer) {
 // One pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
 class BlockLayer final : public Layer {
  public:
-  BlockLayer(const Gpt2Config& c, TableUnit& unit, int unit_index)
-      : c_(c), u_(unit), unit_index_(unit_index) {}
-  int unit_index() const override { return unit_index_; }
+  BlockLayer(const Gpt2Config& c, const zoo::Table& table) : c_(c), u_(table) {}
+  int unit_index() const override { return u_.unit_indices().front(); }
+  std::vector<int> unit_indices() const override { return u_.unit_indices(); }
   bool checkpointable() const override { return true; }
 
   // Saved activations, by allocation order (ActivationStore::at).
@@ -209,8 +207,7 @@ class BlockLayer final : public Layer {
 
  private:
   Gpt2Config c_;
-  TableUnit& u_;
-  int unit_index_;
+  const zoo::Table& u_;
 };
 
 }  // namespace
@@ -243,14 +240,16 @@ void validate_gpt2_config(const Gpt2Config& c, const std::string& source) {
   require(c.vocab_size <= 65536, "vocab_size must be <= 65536 (token files hold uint16 ids)");
 }
 
-Gpt2::Gpt2(const Gpt2Config& config) : config_(config) {
-  TableUnit& root = add_unit(std::make_unique<TableUnit>("root", root_specs(config)));
+Gpt2::Gpt2(const Gpt2Config& config, const Tuning& tuning) : config_(config) {
+  if (tuning.lora.enabled)
+    throw_input(
+        "zt.lora: LoRA adapters are built for the Llama family (Llama, Qwen2, Mistral, Qwen3, "
+        "Phi-3); GPT-2's Conv1D layers are not adapted");
+  const zoo::Table& root = add_table("root", root_specs(config), tuning);
   add_layer(std::make_unique<zoo::EmbeddingLayer>(root, kWte, kWpe, config.n_embd));
-  for (int l = 0; l < config.n_layer; ++l) {
-    TableUnit& block =
-        add_unit(std::make_unique<TableUnit>("h." + std::to_string(l), block_specs(config, l)));
-    add_layer(std::make_unique<BlockLayer>(config, block, l + 1));
-  }
+  for (int l = 0; l < config.n_layer; ++l)
+    add_layer(std::make_unique<BlockLayer>(
+        config, add_table("h." + std::to_string(l), block_specs(config, l), tuning)));
   // The tied head: wte, (Vp, C), its padding rows zero.
   add_layer(std::make_unique<zoo::LmHeadLayer>(root, zoo::FinalNorm::layer_norm(kLnfW, kLnfB), kWte,
                                                config.n_embd, config.vocab_size,

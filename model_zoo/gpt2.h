@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model_zoo/decoder_model.h"
+#include "runtime/tuning.h"
 
 namespace zt {
 
@@ -30,7 +31,8 @@ void validate_gpt2_config(const Gpt2Config& config, const std::string& source);
 
 class Gpt2 final : public zoo::DecoderModel {
  public:
-  explicit Gpt2(const Gpt2Config& config);
+  // `tuning`: the tensors zt.freeze freezes go to frozen units; LoRA is refused (Llama only).
+  explicit Gpt2(const Gpt2Config& config, const Tuning& tuning = {});
   ~Gpt2() override;
 
   int64_t hidden_size() const override { return config_.n_embd; }

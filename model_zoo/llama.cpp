@@ -18,6 +18,7 @@
 #include <string>
 
 #include "model_zoo/lm_head.h"
+#include "model_zoo/lora.h"
 #include "model_zoo/table_unit.h"
 #include "runtime/status.h"
 
@@ -25,7 +26,8 @@ namespace zt {
 
 namespace {
 
-using zoo::TableUnit;
+using zoo::LoraProduct;
+using zoo::Table;
 
 constexpr float kInitStd = 0.02f;  // LlamaConfig's initializer_range
 
@@ -111,17 +113,92 @@ std::vector<ParamSpec> block_specs(const LlamaConfig& c, int layer, BlockIndex& 
 }
 
 // Tensors `first` .. `last` of the table follow one another in the flat buffer with no padding
-// between them (the fused GEMMs read them as one matrix).
-void assert_adjacent(const TableUnit& u, std::initializer_list<int> indices) {
-  auto entries = u.layout().entries();
+// between them (the fused GEMMs read them as one matrix): zt.freeze must freeze all or none.
+void assert_adjacent(const Table& u, std::initializer_list<int> indices) {
   int prev = -1;
   for (int i : indices) {
     if (i < 0) continue;
+    if (prev >= 0 && u.frozen(prev) != u.frozen(i))
+      throw_input(fmt::format(
+          "zt.freeze freezes {} but not {}: one product reads them as one matrix; freeze both "
+          "or neither",
+          u.name(u.frozen(prev) ? prev : i), u.name(u.frozen(prev) ? i : prev)));
     if (prev >= 0)
-      ZT_ASSERT(entries[prev].offset + entries[prev].numel == entries[i].offset,
-                "{}: {} does not follow {} in the flat buffer", u.name(), entries[i].spec.name,
-                entries[prev].spec.name);
+      ZT_ASSERT(u.adjacent(prev, i), "{} does not follow {} in the flat buffer", u.name(i),
+                u.name(prev));
     prev = i;
+  }
+}
+
+// A block's LoRA adapters, one product each (lora.h): q/k/v (one GEMM), o, gate/up (one GEMM),
+// down. Phi-3's fused modules take one adapter each (PEFT adapts its qkv_proj and gate_up_proj
+// whole).
+struct BlockLora {
+  LoraProduct qkv, o, gate_up, down;
+};
+
+// The block's linear modules (their full names), in product order.
+std::vector<std::string> block_linear_modules(const LlamaConfig& c, int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  if (c.family == LlamaFamily::kPhi3)
+    return {p + "self_attn.qkv_proj", p + "self_attn.o_proj", p + "mlp.gate_up_proj",
+            p + "mlp.down_proj"};
+  return {p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj",
+          p + "self_attn.o_proj", p + "mlp.gate_proj",    p + "mlp.up_proj",
+          p + "mlp.down_proj"};
+}
+
+// Appends the adapters of the targeted modules of block `layer` to its specs.
+BlockLora add_block_lora(const LlamaConfig& c, int layer, const LoraConfig& lora,
+                         std::vector<ParamSpec>& specs) {
+  const Dims d(c);
+  BlockLora b{LoraProduct(lora, d.C, d.R), LoraProduct(lora, d.Q, d.C),
+              LoraProduct(lora, d.C, 2 * d.F), LoraProduct(lora, d.F, d.C)};
+  if (!lora.enabled) return b;
+  const std::vector<std::string> m = block_linear_modules(c, layer);
+  auto add = [&](LoraProduct& product, const std::string& module, int64_t col, int64_t width) {
+    if (zoo::lora_targets(lora, module)) product.add(specs, module, col, width);
+  };
+  if (c.family == LlamaFamily::kPhi3) {
+    add(b.qkv, m[0], 0, d.R);
+    add(b.o, m[1], 0, d.C);
+    add(b.gate_up, m[2], 0, 2 * d.F);
+    add(b.down, m[3], 0, d.C);
+  } else {
+    add(b.qkv, m[0], 0, d.Q);
+    add(b.qkv, m[1], d.Q, d.KV);
+    add(b.qkv, m[2], d.Q + d.KV, d.KV);
+    add(b.o, m[3], 0, d.C);
+    add(b.gate_up, m[4], 0, d.F);
+    add(b.gate_up, m[5], d.F, d.F);
+    add(b.down, m[6], 0, d.C);
+  }
+  return b;
+}
+
+// Refuses LoRA settings this model cannot take, naming the key: a target that names no linear
+// layer (PEFT refuses it too), modules_to_save.
+void check_lora(const LlamaConfig& c, const LoraConfig& lora) {
+  if (!lora.enabled) return;
+  if (lora.r <= 0) throw_input(fmt::format("zt.lora.r must be > 0; got {}", lora.r));
+  if (!lora.modules_to_save.empty())
+    throw_input(
+        "zt.lora.modules_to_save is not supported yet: leave it out (the embeddings and the LM "
+        "head stay frozen)");
+  const std::vector<std::string> modules = block_linear_modules(c, 0);
+  std::string names;
+  for (const std::string& m : modules)
+    names += (names.empty() ? "" : ", ") + m.substr(m.rfind('.') + 1);
+  for (const std::string& target : lora.target_modules) {
+    LoraConfig one = lora;
+    one.target_modules = {target};
+    const bool found = std::any_of(modules.begin(), modules.end(),
+                                   [&](const std::string& m) { return zoo::lora_targets(one, m); });
+    if (!found)
+      throw_input(fmt::format(
+          "zt.lora.target_modules: '{}' names no linear layer of this model; its blocks' linear "
+          "layers are {} (or \"all-linear\"); the embeddings and lm_head take no adapters",
+          target, names));
   }
 }
 
@@ -131,9 +208,10 @@ void assert_adjacent(const TableUnit& u, std::initializer_list<int> indices) {
 // out = h + down_proj(silu(gate_proj(rmsnorm(h))) · up_proj(rmsnorm(h))).
 class DecoderLayer final : public Layer {
  public:
-  DecoderLayer(const LlamaConfig& c, TableUnit& unit, const BlockIndex& at, int unit_index)
-      : c_(c), d_(c), u_(unit), at_(at), unit_index_(unit_index) {}
-  int unit_index() const override { return unit_index_; }
+  DecoderLayer(const LlamaConfig& c, const Table& table, const BlockIndex& at, BlockLora lora)
+      : c_(c), d_(c), u_(table), at_(at), lora_(std::move(lora)) {}
+  int unit_index() const override { return u_.unit_indices().front(); }
+  std::vector<int> unit_indices() const override { return u_.unit_indices(); }
   bool checkpointable() const override { return true; }
 
   // Saved activations, by allocation order (ActivationStore::at); the last two with q/k norms
@@ -156,7 +234,7 @@ class DecoderLayer final : public Layer {
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
     const Batch& b = *io.batch;
     compute(k, io.input, io.output, b.B, b.T, b.positions, acts, b.B * d_.NH * b.T * b.T,
-            [&](float* atty, float* att, const float* qkv) {
+            io.training, io.seed, [&](float* atty, float* att, const float* qkv) {
               k.gqa_attention_forward(atty, att, qkv, b.B, b.T, d_.NH, d_.NKV, d_.hd, b.positions,
                                       c_.sliding_window);
             });
@@ -166,7 +244,7 @@ class DecoderLayer final : public Layer {
 
   // forward's computation with the attention over the cache; its buffers are temporaries.
   void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override {
-    compute(k, io.input, io.output, io.B, io.T, io.positions, scratch, 0,
+    compute(k, io.input, io.output, io.B, io.T, io.positions, scratch, 0, false, 0,
             [&](float* atty, float*, const float* qkv) {
               k.gqa_attention_decode(atty, io.k_cache, io.v_cache, qkv, io.B, io.T, io.past,
                                      io.capacity, d_.NH, d_.NKV, d_.hd, c_.sliding_window);
@@ -174,12 +252,13 @@ class DecoderLayer final : public Layer {
   }
 
   // The layer on B rows of T tokens at `positions` (model.h's Batch::positions), its buffers in
-  // `acts` in the order of Saved (att: att_elements of them, given to attend), attend computing
-  // atty from qkv (q and k rotated).
+  // `acts` in the order of Saved (att: att_elements of them, given to attend), then the LoRA
+  // adapters' (lora_first()), attend computing atty from qkv (q and k rotated). `training`:
+  // the adapters' dropout applies, its masks from `seed`.
   template <class Attend>
   void compute(Kernels& k, const float* x, float* out, int64_t B, int64_t T,
-               const int32_t* positions, ActivationStore& acts, int64_t att_elements,
-               const Attend& attend) {
+               const int32_t* positions, ActivationStore& acts, int64_t att_elements, bool training,
+               uint64_t seed, const Attend& attend) {
     const int64_t N = B * T;
     const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
     float* ln1 = acts.alloc_floats(N * C);          // (N, C)
@@ -194,11 +273,17 @@ class DecoderLayer final : public Layer {
     float* swiglu = acts.alloc_floats(N * F);       // (N, F)
     float* qkv_raw = qk_norm() ? acts.alloc_floats(N * d_.R) : nullptr;       // (N, R)
     float* qk_rstd = qk_norm() ? acts.alloc_stats(N * (NH + NKV)) : nullptr;  // (N, NH + NKV)
+    const std::vector<float*> qkv_a = lora_.qkv.alloc_saved(acts, N);
+    const std::vector<float*> o_a = lora_.o.alloc_saved(acts, N);
+    const std::vector<float*> gate_up_a = lora_.gate_up.alloc_saved(acts, N);
+    const std::vector<float*> down_a = lora_.down.alloc_saved(acts, N);
+    Device& device = acts.device();
     const float eps = c_.rms_norm_eps;
 
     k.rmsnorm_forward(ln1, ln1_rstd, x, param(at_.ln1), N, C, eps);
     k.matmul_forward(qk_norm() ? qkv_raw : qkv, ln1, param(at_.q), param(at_.q_bias), N, C, d_.R,
                      WeightLayout::kOutIn);  // q_proj, k_proj, v_proj in one
+    lora_.qkv.forward(k, u_, qk_norm() ? qkv_raw : qkv, ln1, N, qkv_a, device, training, seed);
     if (qk_norm()) {  // Qwen3: q_norm on each query head, k_norm on each key head
       k.cast(qkv, DType::kF32, qkv_raw, DType::kF32, N * d_.R);
       k.head_rmsnorm_forward(qkv, qk_rstd, param(at_.q_norm), N, NH, hd, d_.R, eps);
@@ -209,19 +294,22 @@ class DecoderLayer final : public Layer {
                    positions);
     attend(atty, att, qkv);
     k.matmul_forward(res2, atty, param(at_.o), param(at_.o_bias), N, d_.Q, C, WeightLayout::kOutIn);
+    lora_.o.forward(k, u_, res2, atty, N, o_a, device, training, seed);
     k.residual_forward(res2, res2, x, N * C);
     k.rmsnorm_forward(ln2, ln2_rstd, res2, param(at_.ln2), N, C, eps);
     k.matmul_forward(gate_up, ln2, param(at_.gate), param(at_.gate_bias), N, C, 2 * F,
                      WeightLayout::kOutIn);  // gate_proj, up_proj in one
+    lora_.gate_up.forward(k, u_, gate_up, ln2, N, gate_up_a, device, training, seed);
     k.swiglu_forward(swiglu, gate_up, N, F);
     k.matmul_forward(out, swiglu, param(at_.down), param(at_.down_bias), N, F, C,
                      WeightLayout::kOutIn);
+    lora_.down.forward(k, u_, out, swiglu, N, down_a, device, training, seed);
     k.residual_forward(out, out, res2, N * C);
   }
 
-  // forward's ten buffers (twelve with q/k norms) and backward's seven, as allocated above and
-  // below.
-  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool) const override {
+  // forward's ten buffers (twelve with q/k norms), then the adapters', and backward's seven (and
+  // the adapters'), as allocated above and below.
+  std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override {
     const int64_t N = B * T, C = d_.C, F = d_.F;
     LayerActivations a;
     a.saved = {{N * C}, {N, true}, {N * d_.R}, {B * d_.NH * T * T}, {N * d_.Q},
@@ -233,6 +321,8 @@ class DecoderLayer final : public Layer {
     ZT_ASSERT(a.saved.size() == (qk_norm() ? kQkRstd : kSwiglu) + 1u, "{} saved buffers declared",
               a.saved.size());
     a.scratch = N * C + N * F + 2 * N * F + N * C + N * d_.Q + N * d_.R + N * C;
+    for (const LoraProduct* p : {&lora_.qkv, &lora_.o, &lora_.gate_up, &lora_.down})
+      p->declare(a, N, training);
     return a;
   }
 
@@ -255,16 +345,24 @@ class DecoderLayer final : public Layer {
     k.fill(d_qkv, 0.0f, N * d_.R);
     constexpr GradOutput kWrite = GradOutput::kWrite;
 
+    const size_t qkv_a = lora_first(), o_a = qkv_a + lora_.qkv.size(),
+                 gate_up_a = o_a + lora_.o.size(), down_a = gate_up_a + lora_.gate_up.size();
+    const bool train = io.training;
     k.matmul_backward(d_swiglu, grad(at_.down), grad(at_.down_bias), io.d_output, acts.at(kSwiglu),
                       param(at_.down), N, F, C, WeightLayout::kOutIn, kWrite);
+    lora_.down.backward(k, u_, d_swiglu, io.d_output, acts.at(kSwiglu), N, acts, down_a, scratch,
+                        train, io.seed);
     k.swiglu_backward(d_gate_up, acts.at(kGateUp), d_swiglu, N, F);
     k.matmul_backward(d_ln2, grad(at_.gate), grad(at_.gate_bias), d_gate_up, acts.at(kLn2),
                       param(at_.gate), N, C, 2 * F, WeightLayout::kOutIn, kWrite);
+    lora_.gate_up.backward(k, u_, d_ln2, d_gate_up, acts.at(kLn2), N, acts, gate_up_a, scratch,
+                           train, io.seed);
     k.rmsnorm_backward(d_res2, grad(at_.ln2), d_ln2, acts.at(kRes2), param(at_.ln2),
                        acts.at(kLn2Rstd), N, C);
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
     k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty), param(at_.o),
                       N, d_.Q, C, WeightLayout::kOutIn, kWrite);
+    lora_.o.backward(k, u_, d_atty, d_res2, acts.at(kAtty), N, acts, o_a, scratch, train, io.seed);
     k.gqa_attention_backward(d_qkv, d_atty, acts.at(kQkv), acts.at(kAtt), B, T, NH, NKV, hd,
                              io.batch->positions, c_.sliding_window);
     // d_qkv now holds the gradient w.r.t. the rotated q and k; rotated back in place, it is the
@@ -281,20 +379,23 @@ class DecoderLayer final : public Layer {
     }
     k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q), N,
                       C, d_.R, WeightLayout::kOutIn, kWrite);
+    lora_.qkv.backward(k, u_, d_ln1, d_qkv, acts.at(kLn1), N, acts, qkv_a, scratch, train, io.seed);
     k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),
                        acts.at(kLn1Rstd), N, C);
   }
 
  private:
   bool qk_norm() const { return at_.q_norm >= 0; }
+  // Where the adapters' saved buffers start: after the layer's own.
+  size_t lora_first() const { return static_cast<size_t>(qk_norm() ? kQkRstd : kSwiglu) + 1; }
   ConstOperand param(int i) const { return i < 0 ? ConstOperand() : u_.param(i); }
   Operand grad(int i) const { return i < 0 ? Operand() : u_.grad(i); }
 
   LlamaConfig c_;
   Dims d_;
-  TableUnit& u_;
+  const Table& u_;
   BlockIndex at_;
-  int unit_index_;
+  BlockLora lora_;
 };
 
 }  // namespace
@@ -432,19 +533,21 @@ void validate_llama_config(const LlamaConfig& c, const std::string& source) {
                       c.intermediate_size));
 }
 
-Llama::Llama(const LlamaConfig& config) : config_(config) {
+Llama::Llama(const LlamaConfig& config, const Tuning& tuning) : config_(config) {
   validate_llama_config(config, "LlamaConfig");
-  TableUnit& root = add_unit(std::make_unique<TableUnit>("root", root_specs(config)));
+  check_lora(config, tuning.lora);
+  const Table& root = add_table("root", root_specs(config), tuning);
   add_layer(std::make_unique<zoo::EmbeddingLayer>(root, kEmbed, -1, config.hidden_size));
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     BlockIndex at;
-    TableUnit& block = add_unit(std::make_unique<TableUnit>("model.layers." + std::to_string(l),
-                                                            block_specs(config, l, at)));
+    std::vector<ParamSpec> specs = block_specs(config, l, at);
+    BlockLora lora = add_block_lora(config, l, tuning.lora, specs);
+    const Table& block = add_table("model.layers." + std::to_string(l), std::move(specs), tuning);
     assert_adjacent(block, {at.q, at.k, at.v});
     assert_adjacent(block, {at.q_bias, at.k_bias, at.v_bias});
     assert_adjacent(block, {at.gate, at.up});
     assert_adjacent(block, {at.gate_bias, at.up_bias});
-    add_layer(std::make_unique<DecoderLayer>(config, block, at, l + 1));
+    add_layer(std::make_unique<DecoderLayer>(config, block, at, std::move(lora)));
   }
   // The head: lm_head, or embed_tokens when tied; (V, C), the vocabulary not padded.
   const int head = config.tie_word_embeddings ? kEmbed : kLmHead;

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "model_zoo/decoder_model.h"
+#include "runtime/tuning.h"
 #include "runtime/rope.h"
 
 namespace zt {
@@ -73,7 +74,10 @@ void validate_llama_config(const LlamaConfig& config, const std::string& source)
 class Llama final : public zoo::DecoderModel {
  public:
   // Validates `config` (source "LlamaConfig").
-  explicit Llama(const LlamaConfig& config);
+  // Validates `config` (source "LlamaConfig"). `tuning`: the tensors zt.freeze freezes go to
+  // frozen units; with LoRA every base tensor is frozen and each targeted projection gains its
+  // adapters (model_zoo/lora.h) in its block's trainable unit.
+  explicit Llama(const LlamaConfig& config, const Tuning& tuning = {});
   ~Llama() override;
 
   int64_t hidden_size() const override { return config_.hidden_size; }

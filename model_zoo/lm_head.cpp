@@ -10,7 +10,7 @@ std::vector<ActivationBuffer> FinalNorm::statistics(int64_t N) const {
   return {{N, true}};                                            // rstd
 }
 
-void FinalNorm::forward(Kernels& k, const TableUnit& u, float* out, const float* inp,
+void FinalNorm::forward(Kernels& k, const Table& u, float* out, const float* inp,
                         ActivationStore& acts, int64_t N, int64_t C) const {
   if (kind_ == Kind::kLayerNorm) {
     float* mean = acts.alloc_stats(N);  // (N)
@@ -22,7 +22,7 @@ void FinalNorm::forward(Kernels& k, const TableUnit& u, float* out, const float*
   }
 }
 
-void FinalNorm::backward(Kernels& k, const TableUnit& u, float* d_inp, const float* d_out,
+void FinalNorm::backward(Kernels& k, const Table& u, float* d_inp, const float* d_out,
                          const float* inp, const ActivationStore& acts, size_t first_stat,
                          int64_t N, int64_t C) const {
   if (kind_ == Kind::kLayerNorm)

@@ -17,7 +17,7 @@
 
 namespace zt::zoo {
 
-// A norm over rows of C whose weights are tensors of a TableUnit: LayerNorm (weight and bias,
+// A norm over rows of C whose weights are tensors of a Table: LayerNorm (weight and bias,
 // the kernel's eps 1e-5; statistics mean and rstd) or RMSNorm (weight and eps; statistic
 // rstd). Its statistics are fp32 (N) buffers kept for backward.
 class FinalNorm {
@@ -28,11 +28,11 @@ class FinalNorm {
   // The statistics' buffers for N rows, as forward allocates them.
   std::vector<ActivationBuffer> statistics(int64_t N) const;
   // out (N,C) = norm(inp (N,C)), the statistics allocated in `acts` (after what it holds).
-  void forward(Kernels& k, const TableUnit& u, float* out, const float* inp, ActivationStore& acts,
+  void forward(Kernels& k, const Table& u, float* out, const float* inp, ActivationStore& acts,
                int64_t N, int64_t C) const;
   // d_inp (N,C) += the gradient through the norm from d_out; the weights' gradients added to.
   // The statistics are acts.at(first_stat) on.
-  void backward(Kernels& k, const TableUnit& u, float* d_inp, const float* d_out, const float* inp,
+  void backward(Kernels& k, const Table& u, float* d_inp, const float* d_out, const float* inp,
                 const ActivationStore& acts, size_t first_stat, int64_t N, int64_t C) const;
 
  private:
@@ -50,10 +50,11 @@ class LmHeadLayer final : public Layer {
   // In `root` (unit 0): the norm's tensors and the head weight, tensor `head` of shape (Vp, C)
   // (rows V..Vp padding: GPT-2's padded vocabulary; Vp == V when not padded). `chunking` is
   // the model's and outlives the layer.
-  LmHeadLayer(TableUnit& root, FinalNorm norm, int head, int64_t C, int64_t V, int64_t Vp,
+  LmHeadLayer(const Table& root, FinalNorm norm, int head, int64_t C, int64_t V, int64_t Vp,
               const LogitsChunking& chunking)
       : root_(root), norm_(norm), head_(head), C_(C), V_(V), Vp_(Vp), chunking_(chunking) {}
-  int unit_index() const override { return 0; }
+  int unit_index() const override { return root_.unit_indices().front(); }
+  std::vector<int> unit_indices() const override { return root_.unit_indices(); }
   bool checkpointable() const override { return false; }
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override;
@@ -67,7 +68,7 @@ class LmHeadLayer final : public Layer {
  private:
   int64_t chunk_rows(int64_t N) const { return chunking_.rows_for(N, Vp_); }
 
-  TableUnit& root_;
+  const Table& root_;
   FinalNorm norm_;
   int head_;
   int64_t C_, V_, Vp_;

@@ -78,9 +78,18 @@ void validate_model_spec(const ModelSpec& spec, const std::string& source) {
     validate_llama_config(spec.llama(), source);
 }
 
+Tuning resolve_tuning(const ModelSpec& spec, Tuning tuning) {
+  LoraConfig& lora = tuning.lora;
+  if (lora.enabled && lora.target_modules.empty())
+    lora.target_modules = !spec.is_gpt2() && spec.llama().family == LlamaFamily::kPhi3
+                              ? std::vector<std::string>{"qkv_proj"}
+                              : std::vector<std::string>{"q_proj", "v_proj"};
+  return tuning;
+}
+
 std::unique_ptr<Model> build_model(const ModelSpec& spec) {
-  if (spec.is_gpt2()) return std::make_unique<Gpt2>(spec.gpt2());
-  return std::make_unique<Llama>(spec.llama());
+  if (spec.is_gpt2()) return std::make_unique<Gpt2>(spec.gpt2(), spec.tuning);
+  return std::make_unique<Llama>(spec.llama(), spec.tuning);
 }
 
 }  // namespace zt

@@ -15,6 +15,9 @@ namespace zt {
 
 struct ModelSpec {
   std::variant<Gpt2Config, LlamaConfig> shape;
+  // What trains: zt.freeze's frozen tensors, zt.lora's adapters (runtime/tuning.h). Default:
+  // every parameter, no adapters.
+  Tuning tuning;
 
   bool is_gpt2() const { return std::holds_alternative<Gpt2Config>(shape); }
   const Gpt2Config& gpt2() const { return std::get<Gpt2Config>(shape); }
@@ -33,7 +36,11 @@ struct ModelSpec {
 ModelSpec zoo_model_spec(const std::string& name);
 // validate_gpt2_config or validate_llama_config, errors naming `source`.
 void validate_model_spec(const ModelSpec& spec, const std::string& source);
-// The model, holding its tables only (the engine binds its memory).
+// `tuning` as this model takes it: LoRA's target_modules, when empty, PEFT's default for the
+// model type (q_proj and v_proj; Phi-3's qkv_proj).
+Tuning resolve_tuning(const ModelSpec& spec, Tuning tuning);
+// The model with spec.tuning's frozen units and adapters, holding its tables only (the engine
+// binds its memory).
 std::unique_ptr<Model> build_model(const ModelSpec& spec);
 
 }  // namespace zt

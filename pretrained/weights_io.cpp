@@ -1,6 +1,7 @@
 // safetensors <-> engine unit buffers.
 #include "pretrained/weights_io.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -49,8 +50,9 @@ void save_weights(Engine& engine, const std::string& path, WeightsDtype which,
       engine.read_unit_working(static_cast<int>(u), unit.data());  // collective (stage 3)
     if (!writes) continue;
     for (const auto& e : units[u]->layout().entries())
-      writer.add(e.spec.name, dtype, exported_shape(e.spec),
-                 unit.data() + static_cast<size_t>(e.offset) * element);
+      if (!e.spec.adapter)  // the model's weights; adapters go to adapter files
+        writer.add(e.spec.name, dtype, exported_shape(e.spec),
+                   unit.data() + static_cast<size_t>(e.offset) * element);
   }
   if (writes) writer.write(path);
 }
@@ -65,6 +67,10 @@ std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(const Saf
   for (Unit* unit : model.units()) {
     matched.emplace_back();
     for (const auto& e : unit->layout().entries()) {
+      if (e.spec.adapter) {  // not the base model's: keeps its own values
+        matched.back().push_back(nullptr);
+        continue;
+      }
       const SafetensorsEntry* entry = reader.find(e.spec.name);
       if (!entry) entry = reader.find("transformer." + e.spec.name);
       if (!entry) throw_input(fmt::format("{}: tensor '{}' is missing", path, e.spec.name));
@@ -100,8 +106,12 @@ void load_weights(Engine& engine, const std::string& path) {
   for (size_t u = 0; u < units.size(); ++u) {
     std::vector<float> full(static_cast<size_t>(units[u]->layout().numel()), 0.0f);
     auto entries = units[u]->layout().entries();
+    const bool adapters = std::any_of(entries.begin(), entries.end(),
+                                      [](const FlatLayout::Entry& e) { return e.spec.adapter; });
+    // A unit holding adapters keeps their values (collective under stage 3: every rank reads).
+    if (adapters) engine.read_unit_params(static_cast<int>(u), full.data());
     for (size_t i = 0; i < entries.size(); ++i)
-      reader.read_as_f32(*matched[u][i], full.data() + entries[i].offset);
+      if (matched[u][i]) reader.read_as_f32(*matched[u][i], full.data() + entries[i].offset);
     engine.write_unit_params(static_cast<int>(u), full.data());
   }
 }

@@ -39,7 +39,9 @@ void load_weights(Engine& engine, const std::string& path);
 void check_weights_file(const std::string& path, Model& model);
 // Those checks on an open file: the file's entry for each tensor of each unit of `model`, units
 // and tensors in the model's (FlatLayout) order. Entries hold the exported shape (dim 0 trimmed
-// to ParamSpec::exported_rows()); read them into the unit buffer at the tensor's offset.
+// to ParamSpec::exported_rows()); read them into the unit buffer at the tensor's offset. An
+// adapter's tensor (ParamSpec::adapter) is no file's: its entry is null. save_weights leaves
+// adapters out; load_weights keeps their values.
 std::vector<std::vector<const SafetensorsEntry*>> match_weight_entries(
     const SafetensorsSet& weights, Model& model);
 

@@ -14,8 +14,10 @@ namespace zt {
 enum class Decay : bool { kNo, kYes };  // weight decay applies to this tensor or not
 
 struct ParamInit {
-  enum class Kind { kZeros, kOnes, kNormal } kind = Kind::kZeros;
-  float std = 0.0f;  // kNormal only; mean 0
+  // kUniform: uniform on [-std, std) (a LoRA A matrix: PEFT's Kaiming-uniform with a = √5 is
+  // the bound 1/√fan_in).
+  enum class Kind { kZeros, kOnes, kNormal, kUniform } kind = Kind::kZeros;
+  float std = 0.0f;  // kNormal: the standard deviation, mean 0; kUniform: the bound
 };
 
 struct ParamSpec {
@@ -30,6 +32,9 @@ struct ParamSpec {
   // weight gradient; the tied LM head's over wte, before the embedding adds its rows): a step
   // hands it out fresh (kernels.h, model.h's Unit) instead of zeroing it first.
   bool grad_written_whole = false;
+  // A LoRA adapter's tensor (lora_A, lora_B): not part of the base model, so weights files of
+  // the model neither hold nor receive it (the adapter files do: pretrained/adapter_io.h).
+  bool adapter = false;
 
   int64_t numel() const;
   int64_t exported_rows() const { return used_rows < 0 ? shape.at(0) : used_rows; }

@@ -58,6 +58,9 @@ class Unit {
   virtual void end_fresh_grads() = 0;
   // Whether tensor i (layout order) is still fresh.
   virtual bool grad_fresh(size_t i) const = 0;
+  // A frozen unit trains nothing (zt.freeze, a LoRA base): the engine keeps no gradient, master
+  // or optimizer state for it and binds its gradients null, so no kernel computes them.
+  virtual bool frozen() const { return false; }
 };
 
 // What a layer reads and writes. Hidden states are (B, T, C) fp32 on the device.
@@ -74,6 +77,10 @@ struct LayerIO {
   // Evaluation: nullopt.
   float* losses = nullptr;
   std::optional<float> dloss;
+  // A training pass (dropout applies: a LoRA adapter's), and the pass's seed, from which every
+  // random mask of the pass derives (the same in a checkpointed layer's recompute).
+  bool training = false;
+  uint64_t seed = 0;
 };
 
 // One buffer a layer's forward puts in its ActivationStore: `elements` fp32 values, allocated
@@ -115,11 +122,15 @@ struct DecodeIO {
   float* logits = nullptr;  // last layer: (B, V) the logits of each row's last new token
 };
 
-// One step of the forward order: computes with one unit's parameters.
+// One step of the forward order: computes with its unit's parameters, and with those of any
+// other units it names (a LoRA block: its frozen base weights and its adapters).
 class Layer {
  public:
   virtual ~Layer() = default;
   virtual int unit_index() const = 0;
+  // Every unit the layer computes with, unit_index() first, each once: all are in place while
+  // it computes (stage 3 gathers each).
+  virtual std::vector<int> unit_indices() const { return {unit_index()}; }
   // Checkpointable layers may drop their activations after forward and recompute them.
   virtual bool checkpointable() const = 0;
   virtual void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) = 0;

@@ -300,6 +300,11 @@ ImportResult import_weights(const std::string& weights, const std::string& root,
         fmt::format("{} exists and is not an empty directory: import writes a new "
                     "checkpoint root",
                     root));
+  for (Unit* unit : model.units())  // a checkpoint of a LoRA or frozen run holds no base
+    if (unit->frozen())
+      throw_input(
+          "zt-ckpt import writes a checkpoint that trains every parameter; this config freezes "
+          "some (zt.freeze or zt.lora): its runs start from the weights (zt.init_from) instead");
   const SafetensorsSet file = SafetensorsSet::open(weights);
   const auto matched = match_weight_entries(file, model);  // every check before any write
   const std::vector<std::string> kinds = optimizer_state_names(options.optimizer);

@@ -57,6 +57,15 @@ ModelSpec resolve_model(const Config& config) {
   if (config.zt.seq_len > c.max_positions())
     throw_input(fmt::format("{}: 'zt.seq_len' is {} but the model has {} positions", config.source,
                             config.zt.seq_len, c.max_positions()));
+  c.tuning = resolve_tuning(c, config.zt.tuning);  // zt.freeze, zt.lora
+  if (c.tuning.any()) {  // what the model refuses of them, naming the config (tables only)
+    try {
+      build_model(c);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kInput) throw;
+      throw_input(fmt::format("{}: {}", config.source, e.message()));
+    }
+  }
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "offload/crc32c.h"
 #include "runtime/status.h"
 #include "zero/unit_residency.h"
 
@@ -37,6 +38,9 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
       throw_input("zero_optimization.offload_param needs zero_optimization.stage 3");
   }
   auto layers = model_.layers();
+  const size_t first_backward = first_backward_layer(model_);
+  if (first_backward == layers.size())
+    throw_input("every parameter of the model is frozen (zt.freeze, zt.lora): nothing to train");
   if (options_.checkpoint.empty()) options_.checkpoint.assign(layers.size(), false);
   ZT_ASSERT(options_.checkpoint.size() == layers.size(), "checkpoint mask has {} of {} layers",
             options_.checkpoint.size(), layers.size());
@@ -65,7 +69,8 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     for (Unit* unit : units) {
       names.push_back(unit->name());
       master_sizes.push_back(
-          ShardLayout(unit->layout().numel(), comm_.world(), comm_.rank()).shard);
+          unit->frozen() ? 0
+                         : ShardLayout(unit->layout().numel(), comm_.world(), comm_.rank()).shard);
     }
     swapped_ = std::make_unique<SwappedState>(*offload.optimizer_swap(), *host, std::move(names),
                                               std::move(master_sizes),
@@ -92,6 +97,8 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     sizes.push_back(g.master_size());
     gathered.push_back(g.params_sharded() ? shard.padded : 0);
   }
+  for (const auto& g : groups_)
+    frozen_fingerprint_.push_back(g->frozen() ? fmt::format("init {}", options_.seed) : "");
   const DType compute = options_.precision.compute;
   const bool pipelined = host && !swapped_;
   if (host) {  // the optimizer's state and its updates on the host tier
@@ -101,7 +108,7 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
     if (pipelined) {
       for (size_t u = 0; u < groups_.size(); ++u) {
         const auto n = static_cast<size_t>(sizes[u]);
-        host_grads_.push_back(
+        host_grads_.push_back(  // frozen units: n == 0, no buffer
             host->alloc(n * dtype_size(groups_[u]->grad_dtype()), MemCategory::kGrads));
         host_working_.push_back(
             compute == DType::kF32 ? Buffer()
@@ -124,7 +131,7 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
   const GatherLimits limits{options_.prefetch_bucket_size, options_.max_live_parameters,
                             options_.max_reuse_distance};
   training_schedule_ =
-      std::make_unique<UnitSchedule>(layers, PassMode::kTraining, gathered, limits);
+      std::make_unique<UnitSchedule>(layers, PassMode::kTraining, gathered, limits, first_backward);
   evaluation_schedule_ =
       std::make_unique<UnitSchedule>(layers, PassMode::kEvaluation, gathered, limits);
   const Precision& precision = options_.precision;
@@ -132,7 +139,8 @@ Engine::Engine(Device& device, Communicator& comm, Model& model, EngineOptions o
   // A unit's gradient is complete after the backward of the first layer (in forward order)
   // that uses it: backward runs in reverse.
   last_backward_layer_.assign(units.size(), 0);
-  for (size_t l = layers.size(); l-- > 0;) last_backward_layer_[layers[l]->unit_index()] = l;
+  for (size_t l = layers.size(); l-- > 0;)
+    for (int u : layers[l]->unit_indices()) last_backward_layer_[u] = l;
 }
 
 Engine::~Engine() = default;
@@ -217,12 +225,13 @@ class Engine::GroupResidency final : public UnitResidency {
   Engine& e_;
 };
 
-ParamGroup& Engine::use_unit(const UnitSchedule& schedule, size_t at) {
+void Engine::use_units(const UnitSchedule& schedule, UnitSchedule::Steps steps) {
   GroupResidency units(*this);
-  residency_before_step(schedule, at, units);
-  prefetch_offloaded(schedule, at);
+  for (size_t at = steps.begin; at < steps.end; ++at) {
+    residency_before_step(schedule, at, units);
+    prefetch_offloaded(schedule, at);
+  }
   note_gathered();
-  return *groups_[schedule[at].unit];
 }
 
 void Engine::prefetch_offloaded(const UnitSchedule& schedule, size_t at) {
@@ -244,16 +253,16 @@ int64_t Engine::nvme_bytes(MemCategory c) const {
   return 0;
 }
 
-void Engine::end_use(const UnitSchedule& schedule, size_t at) {
+void Engine::end_use(const UnitSchedule& schedule, UnitSchedule::Steps steps) {
   GroupResidency units(*this);
-  residency_after_step(schedule, at, units);
+  for (size_t at = steps.begin; at < steps.end; ++at) residency_after_step(schedule, at, units);
 }
 
 void Engine::read_unit_params(int u, float* dst) {
   ParamGroup& g = *groups_[u];
   const ShardLayout& s = g.shard();
   const size_t numel_bytes = static_cast<size_t>(s.numel) * sizeof(float);
-  if (options_.precision.has_master()) {
+  if (options_.precision.has_master() && !g.frozen()) {  // a frozen unit has no master
     std::vector<float> from_swap;  // an NVMe master, read whole into host memory
     if (swapped_) {
       from_swap.resize(static_cast<size_t>(g.master_size()));
@@ -307,11 +316,21 @@ void Engine::read_unit_working(int u, void* dst) {
 
 void Engine::write_unit_params(int u, const float* src) {
   const int64_t numel = groups_[u]->shard().numel;
+  if (groups_[u]->frozen())
+    frozen_fingerprint_[u] =
+        fmt::format("crc32c {:08x}", crc32c(src, static_cast<size_t>(numel) * sizeof(float)));
   groups_[u]->assign([&](int64_t begin, int64_t end, float* dst) {
     std::fill(dst, dst + (end - begin), 0.0f);  // padding past numel
     const int64_t stop = std::min(end, numel);
     if (stop > begin) std::copy(src + begin, src + stop, dst);
   });
+}
+
+std::map<std::string, std::string> Engine::frozen_fingerprints() const {
+  std::map<std::string, std::string> out;
+  for (size_t u = 0; u < groups_.size(); ++u)
+    if (groups_[u]->frozen()) out[groups_[u]->name()] = frozen_fingerprint_[u];
+  return out;
 }
 
 float* Engine::unit_params(int u) {
@@ -322,6 +341,7 @@ float* Engine::unit_params(int u) {
 
 std::vector<float> Engine::unit_grads(int u) {
   ParamGroup& g = *groups_[u];
+  ZT_ASSERT(!g.frozen(), "unit {} is frozen: it has no gradient", g.name());
   const ShardLayout& s = g.shard();
   const DType dtype = g.grad_dtype();
   Buffer full =
@@ -351,7 +371,8 @@ std::vector<std::byte> Engine::model_state_bytes(int u) {
   out.resize(g.working_bytes());
   g.read_working(out.data());
   const size_t state_bytes = static_cast<size_t>(g.master_size()) * sizeof(float);
-  if (swapped_) {  // the master (left out under fp32, as below) and the state from NVMe
+  if (g.frozen()) return out;  // no master, no optimizer state
+  if (swapped_) {              // the master (left out under fp32, as below) and the state from NVMe
     for (int k = options_.precision.has_master() ? 0 : 1; k < swapped_->num_kinds(); ++k) {
       const size_t at = out.size();
       out.resize(at + state_bytes);

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <string>
 #include <optional>
 #include <span>
 #include <vector>
@@ -170,8 +172,12 @@ class Engine {
   void read_unit_working(int u, void* dst);
   DType working_dtype() const { return options_.precision.compute; }
   // Sets unit u's parameters from full values (the same on every rank): master and working
-  // copy (ParamGroup::assign). Not collective.
+  // copy (ParamGroup::assign). Not collective. A frozen unit's values become its fingerprint.
   void write_unit_params(int u, const float* src);
+  // What each frozen unit holds, by name: "init <seed>" until values are written, then the
+  // CRC32C of the fp32 values written. A checkpoint records it (save_state's "frozen_base") and
+  // a resume refuses another base.
+  std::map<std::string, std::string> frozen_fingerprints() const;
   // fp32 training: the full parameter buffer of unit u, when parameters are not sharded.
   float* unit_params(int u);
   // The reduced gradient of unit u, full (numel elements, fp32 whatever the stored dtype;
@@ -263,12 +269,14 @@ class Engine {
   // (reduced now when `reduce_now`, else stored for a later micro-batch). Returns the sum of
   // this rank's per-position losses (ignored targets add 0).
   double run_pass(const Batch& batch, PassMode mode, float dloss, bool reduce_now);
-  // Stage 3 around step `at` of a schedule, as zero/unit_residency.h decides: use_unit makes
+  // Stage 3 around step `at` of a schedule, as zero/unit_residency.h decides: use_units makes
   // room under max_live (releasing kept units), gathers the step's unit and starts the
   // prefetches; end_use releases it unless the schedule keeps it.
+  // use_units and end_use take a layer's steps (UnitSchedule::Steps: one per unit it computes
+  // with), each step's decisions in turn.
   class GroupResidency;
-  ParamGroup& use_unit(const UnitSchedule& schedule, size_t at);
-  void end_use(const UnitSchedule& schedule, size_t at);
+  void use_units(const UnitSchedule& schedule, UnitSchedule::Steps steps);
+  void end_use(const UnitSchedule& schedule, UnitSchedule::Steps steps);
   // offload_param on NVMe, before step `at`: the shards of the next sharded units after it
   // (the plan's buffers - 1: one buffer stays for a shard needed now) start to be read.
   void prefetch_offloaded(const UnitSchedule& schedule, size_t at);
@@ -348,6 +356,10 @@ class Engine {
   }
   std::vector<size_t> last_backward_layer_;  // per unit: the layer whose backward completes it
   int64_t step_ = 0;
+  std::vector<std::string> frozen_fingerprint_;  // per unit; empty for a trainable one
+  // The training pass of the step in progress: with the step, each pass's dropout seed, so a
+  // resumed run draws the masks an uninterrupted one draws.
+  uint64_t pass_in_step_ = 0;
   int64_t peak_gathered_bytes_ = 0;
   StepTimes times_;  // of the step in progress
   // Last: destroyed first, so no update runs on buffers already freed.

@@ -78,9 +78,10 @@ nlohmann::json scaler_json(const LossScalerState& s) {
 std::vector<CheckpointUnit> Engine::checkpoint_units() const {
   std::vector<CheckpointUnit> units;
   auto model_units = model_.units();
-  for (size_t u = 0; u < groups_.size(); ++u)
-    units.push_back(
-        checkpoint_unit(groups_[u]->name(), model_units[u]->layout(), groups_[u]->shard().padded));
+  for (size_t u = 0; u < groups_.size(); ++u)  // frozen units are the base's, not the run's
+    if (!groups_[u]->frozen())
+      units.push_back(checkpoint_unit(groups_[u]->name(), model_units[u]->layout(),
+                                      groups_[u]->shard().padded));
   return units;
 }
 
@@ -101,8 +102,9 @@ nlohmann::json Engine::save_state(RecordSink& writer,
   std::vector<std::byte> staging(static_cast<size_t>(kStagingElements) * sizeof(float));
   for (size_t i = 0; i < groups_.size(); ++i) {
     const int u = static_cast<int>(i);
-    if (before_unit) before_unit(u);
     ParamGroup& g = *groups_[i];
+    if (g.frozen()) continue;
+    if (before_unit) before_unit(u);
     const ShardLayout& s = g.shard();
     const int64_t begin = s.begin(), count = s.shard;
     // The slice inside the master range (the shard itself when the optimizer is sharded, a part
@@ -137,6 +139,7 @@ nlohmann::json Engine::save_state(RecordSink& writer,
                       {"precision", precision_name(precision)},
                       {"loss_scaler", nullptr}};
   if (loss_scaler_) j["loss_scaler"] = scaler_json(loss_scaler_->state());
+  if (const auto frozen = frozen_fingerprints(); !frozen.empty()) j["frozen_base"] = frozen;
   return j;
 }
 
@@ -193,10 +196,37 @@ std::vector<std::string> Engine::load_state(const CheckpointReader& reader,
       refuse(e.message());
     }
   }
+  // The frozen base the checkpoint's adapters were trained on must be this run's.
+  const auto frozen = frozen_fingerprints();
+  std::map<std::string, std::string> saved_frozen;
+  if (const auto it = engine_state.find("frozen_base"); it != engine_state.end()) {
+    try {
+      saved_frozen = it->get<std::map<std::string, std::string>>();
+    } catch (const nlohmann::json::exception&) {
+      refuse("engine state 'frozen_base' is not an object of strings");
+    }
+  }
+  for (const auto& [unit, fingerprint] : frozen) {
+    const auto there = saved_frozen.find(unit);
+    if (there == saved_frozen.end())
+      refuse(
+          fmt::format("this run freezes unit {} (zt.freeze, zt.lora), the checkpoint's did "
+                      "not: it cannot continue that run",
+                      unit));
+    if (there->second != fingerprint)
+      refuse(
+          fmt::format("the checkpoint was trained on another base: frozen unit {} held {} "
+                      "there and holds {} here (zt.init_from names other weights?)",
+                      unit, there->second, fingerprint));
+  }
+  for (const auto& [unit, fingerprint] : saved_frozen)
+    if (!frozen.contains(unit))
+      refuse(fmt::format("the checkpoint's run froze unit {}, this run does not", unit));
   std::vector<std::string> notes;
   const DType compute = options_.precision.compute;
   bool masterless = false;
   for (const auto& g : groups_) {
+    if (g->frozen()) continue;
     const std::string& name = g->name();
     if (reader.has(name, kMasterKind)) {
       if (reader.dtype(name, kMasterKind) != DType::kF32)
@@ -242,6 +272,7 @@ std::vector<std::string> Engine::load_state(const CheckpointReader& reader,
   for (size_t i = 0; i < groups_.size(); ++i) {
     const int u = static_cast<int>(i);
     ParamGroup& g = *groups_[i];
+    if (g.frozen()) continue;
     const std::string& name = g.name();
     if (g.params_sharded() && g.state() != ParamState::kSharded) {  // assign needs the shard only
       g.ensure_full(*gather_queue_);

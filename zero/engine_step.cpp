@@ -16,6 +16,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -153,6 +160,11 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
   const UnitSchedule& schedule = training ? *training_schedule_ : *evaluation_schedule_;
   PassState pass(device_, kernels_, L, batch.B * batch.T, model_.hidden_size(),
                  options_.precision.compute, training);
+  // Every training pass its own masks: from the run's seed, the step and the pass within it.
+  const uint64_t pass_seed =
+      training ? splitmix64(options_.seed ^
+                            splitmix64(static_cast<uint64_t>(step_ + 1) << 20 | pass_in_step_++))
+               : 0;
   auto layer_io = [&](size_t l, bool computes_output) {
     LayerIO io;
     io.batch = &batch;
@@ -162,22 +174,33 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
       io.losses = pass.losses();
       if (training) io.dloss = dloss;  // the last layer's gradient in forward
     }
+    io.training = training;
+    io.seed = pass_seed;
     return io;
   };
 
+  // The trainable units among a layer's steps.
+  auto trainable = [&](UnitSchedule::Steps steps, const auto& f) {
+    for (size_t at = steps.begin; at < steps.end; ++at) {
+      ParamGroup& g = *groups_[schedule[at].unit];
+      if (!g.frozen()) f(schedule[at].unit, g);
+    }
+  };
+  // Layers below the first that trains run no backward: they keep nothing.
+  const size_t first_backward = schedule.first_backward_layer();
   auto t0 = Clock::now();
   for (size_t l = 0; l < L; ++l) {
-    const size_t at = schedule.forward_step(l);
-    const int u = schedule[at].unit;
-    ParamGroup& g = use_unit(schedule, at);
-    fault_point(training ? EnginePoint::kForward : EnginePoint::kEvaluation, u);
+    const UnitSchedule::Steps steps = schedule.forward_steps(l);
+    use_units(schedule, steps);
+    fault_point(training ? EnginePoint::kForward : EnginePoint::kEvaluation,
+                schedule[steps.begin].unit);
     const LayerIO io = layer_io(l, true);
-    if (training && l + 1 == L) g.ensure_grads();
+    if (training && l + 1 == L) trainable(steps, [](int, ParamGroup& g) { g.ensure_grads(); });
     layers[l]->forward(k, io, pass.acts(l));
     pass.store_output(l, io.output);
-    pass.keep_activations(l, training && !options_.checkpoint[l]);
+    pass.keep_activations(l, training && !options_.checkpoint[l] && l >= first_backward);
     pass.drop_copies();
-    end_use(schedule, at);
+    end_use(schedule, steps);
   }
   times_.forward += seconds_since(t0);
   if (!training) return pass.loss_sum();
@@ -186,11 +209,10 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
   GradientReducer reducer(*reduce_queue_, kernels_, options_.reduce_bucket_size,
                           options_.overlap_comm);
   if (collecting_grads_) reducer.set_on_reduced([this](ParamGroup& g) { gradient_ready(g); });
-  for (size_t l = L; l-- > 0;) {
-    const size_t at = schedule.backward_step(l);
-    const int u = schedule[at].unit;
-    ParamGroup& g = use_unit(schedule, at);
-    g.ensure_grads();
+  for (size_t l = L; l-- > first_backward;) {
+    const UnitSchedule::Steps steps = schedule.backward_steps(l);
+    use_units(schedule, steps);
+    trainable(steps, [](int, ParamGroup& g) { g.ensure_grads(); });
     LayerIO io = layer_io(l, options_.checkpoint[l]);
     if (options_.checkpoint[l])
       layers[l]->forward(k, io, pass.acts(l));  // recompute (output rewritten with the same bits)
@@ -201,15 +223,17 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
     ActivationStore scratch(device_);
     layers[l]->backward(k, io, pass.acts(l), scratch);
     pass.acts(l).release();
-    if (last_backward_layer_[u] == l) {  // the unit's gradient of this micro-batch is complete
+    trainable(steps, [&](int u, ParamGroup& g) {
+      if (last_backward_layer_[u] != l) return;
+      // The unit's gradient of this micro-batch is complete.
       g.settle_fresh_grads();
       if (gradient_hook_) gradient_hook_(u, g.full_grads(), g.shard().numel);
       g.finish_grads(kernels_, reduce_now);
       if (reduce_now) reducer.add(g);
       fault_point(EnginePoint::kBackward, u);
-    }
+    });
     pass.drop_copies();
-    end_use(schedule, at);
+    end_use(schedule, steps);
   }
   reducer.finish();
   times_.backward += seconds_since(t0);
@@ -219,9 +243,11 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
 StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   ZT_ASSERT(!micro_batches.empty(), "no micro-batches");
   times_ = StepTimes{};
+  pass_in_step_ = 0;
   const CommStats comm_before = comm_stats();
   set_context(fmt::format("step {}", step_ + 1));  // names the step in a timeout report
-  for (auto& g : groups_) g->zero_grads();
+  for (auto& g : groups_)
+    if (!g->frozen()) g->zero_grads();
   const bool pipelined = host_worker_ != nullptr;
   if (pipelined) {  // a step that failed may have left updates running: they end first
     host_worker_->drain();
@@ -277,8 +303,9 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
   auto t0 = Clock::now();
   double partial = 0.0;
   for (auto& g : groups_)
-    partial +=
-        kernels_.sum_squares(ConstOperand(g->grad_shard(), g->grad_dtype()), g->shard().shard);
+    if (!g->frozen())
+      partial +=
+          kernels_.sum_squares(ConstOperand(g->grad_shard(), g->grad_dtype()), g->shard().shard);
   const double norm_squared = all_ranks_sum(partial);
   result.grad_norm = std::sqrt(norm_squared) / scale;
   auto finish_times = [&] {
@@ -321,7 +348,7 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
     // Updates not started in the backward start now, with the global scaling known; each
     // unit's working parameters go back as its update finishes.
     for (size_t u = 0; u < groups_.size(); ++u) {
-      if (host_updates_[u].submitted) continue;
+      if (host_updates_[u].submitted || groups_[u]->frozen()) continue;
       fault_point(EnginePoint::kOptimizer, static_cast<int>(u));
       submit_host_update(static_cast<int>(u), lr, static_cast<float>(grad_scale), step_);
     }
@@ -330,7 +357,8 @@ StepResult Engine::train_step(std::span<const Batch> micro_batches, float lr) {
     times_.host_optimizer_hidden = host_worker_->busy_seconds_before(backward_end);
   } else {
     for (size_t u = 0; u < groups_.size(); ++u)
-      optimizer_step(static_cast<int>(u), lr, static_cast<float>(grad_scale));
+      if (!groups_[u]->frozen())
+        optimizer_step(static_cast<int>(u), lr, static_cast<float>(grad_scale));
   }
   refresh_params();
   finish_times();
@@ -355,15 +383,17 @@ void Engine::run_layers(const std::function<void(size_t layer, Kernels& k)>& bod
   Kernels& k = compute_kernels();
   const UnitSchedule& schedule = *evaluation_schedule_;
   for (size_t l = 0; l < model_.layers().size(); ++l) {
-    const size_t at = schedule.forward_step(l);
-    use_unit(schedule, at);
+    const UnitSchedule::Steps steps = schedule.forward_steps(l);
+    use_units(schedule, steps);
     body(l, k);
-    end_use(schedule, at);
+    end_use(schedule, steps);
   }
 }
 
 double Engine::compute_gradients(const Batch& batch) {
-  for (auto& g : groups_) g->zero_grads();
+  pass_in_step_ = 0;
+  for (auto& g : groups_)
+    if (!g->frozen()) g->zero_grads();
   const double local = static_cast<double>(counted_targets(batch));
   const double targets = all_ranks_sum(local);
   return run_pass(batch, PassMode::kTraining, static_cast<float>(1.0 / std::max(targets, 1.0)),

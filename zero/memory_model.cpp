@@ -240,6 +240,7 @@ class UnitReplay {
       Group g;
       g.padded = ShardLayout(numel, s.world, 0).padded;
       g.sharded = s.policy.shard_params && numel > s.persistence_threshold;
+      g.frozen = unit->frozen();
       g.state = g.sharded ? ParamState::kSharded : ParamState::kFull;
       g.separate_grads = s.policy.shard_grads || mixed_;
       // zero_grads: the first micro-batch's gradient goes into a zero store of the compute dtype
@@ -249,19 +250,32 @@ class UnitReplay {
       gathered.push_back(g.sharded ? g.padded : 0);
     }
     auto layers = model.layers();
-    schedule_ = std::make_unique<UnitSchedule>(layers, PassMode::kTraining, gathered, o.gather);
+    schedule_ = std::make_unique<UnitSchedule>(layers, PassMode::kTraining, gathered, o.gather,
+                                               first_backward_layer(model));
     last_backward_layer_.assign(groups_.size(), 0);
-    for (size_t l = layers.size(); l-- > 0;) last_backward_layer_[layers[l]->unit_index()] = l;
+    for (size_t l = layers.size(); l-- > 0;)
+      for (int u : layers[l]->unit_indices()) last_backward_layer_[u] = l;
   }
 
   const UnitSchedule& schedule() const { return *schedule_; }
-  bool completes_unit(size_t l, int u) const { return last_backward_layer_[u] == l; }
+  bool completes_unit(size_t l, int u) const {
+    return !groups_[u].frozen && last_backward_layer_[u] == l;
+  }
 
-  void use_unit(size_t at) { residency_before_step(*schedule_, at, residency_); }
-  void end_use(size_t at) { residency_after_step(*schedule_, at, residency_); }
+  void use_units(UnitSchedule::Steps steps) {
+    for (size_t at = steps.begin; at < steps.end; ++at)
+      residency_before_step(*schedule_, at, residency_);
+  }
+  void end_use(UnitSchedule::Steps steps) {
+    for (size_t at = steps.begin; at < steps.end; ++at)
+      residency_after_step(*schedule_, at, residency_);
+  }
+  void ensure_grads(UnitSchedule::Steps steps) {
+    for (size_t at = steps.begin; at < steps.end; ++at) ensure_grads((*schedule_)[at].unit);
+  }
   void ensure_grads(int u) {
     Group& g = groups_[u];
-    if (!g.separate_grads || g.produce_in_store || g.grads_full > 0) return;
+    if (g.frozen || !g.separate_grads || g.produce_in_store || g.grads_full > 0) return;
     g.grads_full = g.padded * compute_;
     t_.alloc(grads_full_category(), g.grads_full);
   }
@@ -290,7 +304,8 @@ class UnitReplay {
  private:
   struct Group {
     int64_t padded = 0;
-    bool sharded = false, separate_grads = false, produce_in_store = false, into_store = false;
+    bool sharded = false, separate_grads = false, produce_in_store = false, into_store = false,
+         frozen = false;
     ParamState state = ParamState::kSharded;
     int64_t gathered = 0, grads_full = 0, reduce_buffer = 0;  // bytes held now
   };
@@ -422,26 +437,29 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
     t.alloc(kActs, 4 * declared[l].transient);
     t.free(kActs, 4 * declared[l].transient);
   };
+  // Layers below the first that trains run no backward and keep nothing.
+  const size_t first_backward = first_backward_layer(model);
   for (size_t l = 0; l < L; ++l) {
-    const size_t at = units ? units->schedule().forward_step(l) : 0;
-    if (units) units->use_unit(at);
-    if (units && l + 1 == L) units->ensure_grads(layers[l]->unit_index());
+    const UnitSchedule::Steps steps =
+        units ? units->schedule().forward_steps(l) : UnitSchedule::Steps{};
+    if (units) units->use_units(steps);
+    if (units && l + 1 == L) units->ensure_grads(steps);
     const int64_t c = copies(l, true);
     t.alloc(kActs, c);
     forward(l);
-    if (checkpointed(l))
+    if (checkpointed(l) || l < first_backward)
       stores[l].release(t);
     else if (pack)
       stores[l].convert(t, packed);
     t.free(kActs, c);
-    if (units) units->end_use(at);
+    if (units) units->end_use(steps);
   }
-  for (size_t l = L; l-- > 0;) {
-    const int u = layers[l]->unit_index();
-    const size_t at = units ? units->schedule().backward_step(l) : 0;
+  for (size_t l = L; l-- > first_backward;) {
+    const UnitSchedule::Steps steps =
+        units ? units->schedule().backward_steps(l) : UnitSchedule::Steps{};
     if (units) {
-      units->use_unit(at);
-      units->ensure_grads(u);
+      units->use_units(steps);
+      units->ensure_grads(steps);
     }
     const int64_t c = copies(l, checkpointed(l));
     t.alloc(kActs, c);
@@ -451,10 +469,14 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
       stores[l].convert(t, 4);
     t.alloc(kActs, 4 * declared[l].scratch);
     stores[l].release(t);
-    if (units && units->completes_unit(l, u)) units->gradient_complete(u);
+    if (units)
+      for (size_t at = steps.begin; at < steps.end; ++at) {
+        const int u = units->schedule()[at].unit;
+        if (units->completes_unit(l, u)) units->gradient_complete(u);
+      }
     t.free(kActs, c);
     t.free(kActs, 4 * declared[l].scratch);
-    if (units) units->end_use(at);
+    if (units) units->end_use(steps);
   }
   if (units) units->finish_reductions();
   t.free(kActs, pass_bytes);

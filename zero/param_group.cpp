@@ -48,8 +48,8 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
                        const ZeroPolicy& policy, const Precision& precision, bool persistent,
                        uint64_t seed, OffloadTiers tiers)
     : device_(device), offload_(tiers.optimizer), param_tier_(nullptr),
-      master_sink_(std::move(tiers.master_sink)), unit_(unit), shard_(shard), policy_(policy),
-      precision_(precision), compute_(precision.compute),
+      master_sink_(std::move(tiers.master_sink)), unit_(unit), frozen_(unit.frozen()),
+      shard_(shard), policy_(policy), precision_(precision), compute_(precision.compute),
       grad_dtype_(precision.mixed() ? precision.grad_accum : DType::kF32),
       params_sharded_(policy.shard_params && !persistent),
       separate_grads_(policy.shard_grads || precision.mixed()),
@@ -62,6 +62,11 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
   working_range_ = params_sharded_ ? shard_range_ : whole;
   master_range_ = policy.shard_optimizer ? shard_range_ : whole;
   grads_range_ = policy.shard_grads ? shard_range_ : whole;
+  if (frozen_) {  // nothing trains: an empty optimizer range, no gradient store
+    master_range_ = FlatRange{working_range_.begin, 0};
+    grads_range_ = FlatRange{working_range_.begin, 0};
+    master_sink_ = nullptr;
+  }
   ZT_ASSERT(!offload_ || !precision.mixed() || precision.has_master(),
             "unit {}: an offloaded optimizer needs an fp32 master (not pure 16-bit)", name());
   ZT_ASSERT(!master_sink_ || offload_, "unit {}: a master sink without an offload device", name());
@@ -73,9 +78,10 @@ ParamGroup::ParamGroup(Device& device, Unit& unit, const ShardLayout& shard,
   } else {
     params_ = device_.alloc(param_bytes(working_range_.size), MemCategory::kParams);
   }
-  if ((precision.has_master() || offload_) && !master_sink_)
+  if ((precision.has_master() || offload_) && !master_sink_ && !frozen_)
     master_ = master_device().alloc(float_bytes(master_range_.size), MemCategory::kOptimizer);
-  grads_ = device_.alloc_zeroed(grad_bytes(grads_range_.size), MemCategory::kGrads);
+  grads_ =
+      device_.alloc_zeroed(grad_bytes(grads_range_.size), MemCategory::kGrads);  // frozen: none
   // Each element's initial value depends only on (seed, tensor, index): any range initialised
   // alone equals that range of the whole.
   assign([&](int64_t begin, int64_t end, float* dst) {
@@ -101,7 +107,7 @@ void ParamGroup::assign(const UnitValues& values) {
   const float* master_values = host.data() + offset_in(master_range_, working_range_);
   if (master_)
     master_device().copy_from_host(master_.data(), master_values, float_bytes(master_range_.size));
-  else if (master_sink_)
+  else if (master_sink_ && master_range_.size > 0)
     master_sink_(0, master_values, master_range_.size);
   void* offloaded = param_tier_ ? param_tier_->begin_write(param_slot_) : nullptr;
   if (!precision_.mixed()) {  // the master too, unless offloaded
@@ -139,6 +145,7 @@ void ParamGroup::bind() {
   Operand grads(grads_.data(), grad_dtype_);
   if (!kernels_write_store())
     grads = grads_full_ ? Operand(grads_full_.data(), compute_) : Operand();
+  if (frozen_) grads = Operand();
   unit_.bind(params, grads);
 }
 
@@ -200,6 +207,7 @@ int64_t ParamGroup::gathered_bytes() const { return static_cast<int64_t>(gathere
 
 float* ParamGroup::master() {
   if (master_) return master_.as<float>();
+  if (frozen_) return nullptr;
   if (precision_.mixed() || master_sink_) return nullptr;  // pure 16-bit, or on NVMe
   return static_cast<float*>(working_master_range());  // fp32: the working params are the master
 }
@@ -226,13 +234,14 @@ void* ParamGroup::begin_working_update() {
 void ParamGroup::finish_working_update() { param_tier_->finish_write(param_slot_); }
 
 CommHandle ParamGroup::begin_refresh(CommQueue& queue) {
-  if (params_sharded_ || !policy_.shard_optimizer) return CommHandle();
+  if (params_sharded_ || !policy_.shard_optimizer || frozen_) return CommHandle();
   void* full = params_.data();
   return queue.all_gather(offset_by(full, shard_.begin(), compute_), full, shard_.shard, compute_,
                           name());
 }
 
 void ParamGroup::zero_grads() {
+  ZT_ASSERT(!frozen_, "unit {} is frozen: it has no gradient", name());
   // The store is zero: a full store in the compute dtype takes the first micro-batch's gradient
   // directly, bitwise what producing it apart and adding it to zero would store.
   produce_in_store_ = precision_.mixed() && !policy_.shard_grads && grad_dtype_ == compute_;
@@ -268,6 +277,7 @@ void ParamGroup::settle_fresh_grads() {
 }
 
 void ParamGroup::ensure_grads() {
+  ZT_ASSERT(!frozen_, "unit {} is frozen: it has no gradient", name());
   if (!kernels_write_store() && !grads_full_) {
     grads_full_ = device_.alloc_zeroed(param_bytes(shard_.padded), precision_.mixed()
                                                                        ? MemCategory::kWorkspace

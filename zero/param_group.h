@@ -17,6 +17,9 @@
 //                   itself (it is zero then, so 0 + g would be g: the same bits, no buffer).
 // The working params and the produced grads are bound into the unit in their own dtypes: the
 // kernels read 16-bit parameters as they are (no fp32 copy of a unit exists).
+// A frozen unit (Unit::frozen) has working params only: no master, no gradient buffer of any
+// kind (its gradient views are bound null, so no kernel computes them) and an empty optimizer
+// range; it is sharded, gathered and released like any other.
 //   reduce buffer   mixed precision: the full gradient in the communication dtype while reduced
 //                   (kCommBuffers)
 // Collectives go through the engine's CommQueue; begin_* submits, finish_* waits. Every
@@ -79,6 +82,7 @@ class ParamGroup {
 
   const ShardLayout& shard() const { return shard_; }
   const std::string& name() const { return unit_.name(); }
+  bool frozen() const { return frozen_; }
   // True when the parameters live sharded and are gathered for use (stage 3, not persistent).
   bool params_sharded() const { return params_sharded_; }
   // True when the sharded working parameters live in the parameter tier (offload_param); its
@@ -181,6 +185,7 @@ class ParamGroup {
   int param_slot_ = -1;
   MasterSink master_sink_;  // where the master lives when not in master_
   Unit& unit_;
+  bool frozen_;
   ShardLayout shard_;
   ZeroPolicy policy_;
   Precision precision_;

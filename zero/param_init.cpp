@@ -1,4 +1,4 @@
-// Counter-based normal initialisation (splitmix64 + Box-Muller).
+// Counter-based initialisation: normal (splitmix64 + Box-Muller) and uniform (splitmix64).
 #include "zero/param_init.h"
 
 #include <cmath>
@@ -31,6 +31,12 @@ double normal_at(uint64_t key, int64_t i) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
+// Uniform on [-1, 1) for element i of the stream `key` (53 bits).
+double uniform_at(uint64_t key, int64_t i) {
+  const uint64_t a = splitmix64(key ^ splitmix64(static_cast<uint64_t>(i)));
+  return static_cast<double>(a >> 11) * 0x1p-52 - 1.0;
+}
+
 }  // namespace
 
 void init_param_range(const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t end,
@@ -47,6 +53,9 @@ void init_param_range(const ParamSpec& spec, uint64_t seed, int64_t begin, int64
         case ParamInit::Kind::kOnes: v = 1.0f; break;
         case ParamInit::Kind::kNormal:
           v = static_cast<float>(spec.init.std * normal_at(key, i));
+          break;
+        case ParamInit::Kind::kUniform:
+          v = static_cast<float>(spec.init.std * uniform_at(key, i));
           break;
       }
     }

@@ -14,6 +14,9 @@ void residency_before_step(const UnitSchedule& schedule, size_t at, UnitResidenc
       size_t victim_next = 0;
       for (int v = 0; v < count; ++v) {
         if (v == u || units.state(v) != ParamState::kFull || !units.sharded(v)) continue;
+        bool in_use = false;  // by this step's layer, made full by an earlier step of its group
+        for (size_t j = schedule.group_begin(at); j < at; ++j) in_use |= schedule[j].unit == v;
+        if (in_use) continue;
         const size_t next = schedule.next_use_of(v, at);
         if (victim < 0 || next > victim_next) victim = v, victim_next = next;
       }

@@ -35,7 +35,8 @@ class UnitResidency {
 
 // Before step `at` computes: while the live elements leave no room for the step's unit under
 // max_live_elements, the kept (full, sharded) unit whose next use is furthest away is released
-// (gathers in flight are never released: they finish into use soon); the unit is used; then the
+// (gathers in flight are never released: they finish into use soon, nor units an earlier step of
+// the same layer made full: the layer computes with them); the unit is used; then the
 // schedule's prefetches for the step begin gathering.
 void residency_before_step(const UnitSchedule& schedule, size_t at, UnitResidency& units);
 // After step `at`: nothing when the next step uses the same unit; else the unit is done, kept

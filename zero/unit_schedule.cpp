@@ -8,12 +8,27 @@
 namespace zt {
 
 UnitSchedule::UnitSchedule(std::span<Layer* const> layers, PassMode mode,
-                           std::vector<int64_t> gathered_elements, GatherLimits limits)
-    : num_layers_(layers.size()), gathered_elements_(std::move(gathered_elements)),
-      limits_(limits) {
-  for (size_t l = 0; l < layers.size(); ++l) steps_.push_back({l, false, layers[l]->unit_index()});
+                           std::vector<int64_t> gathered_elements, GatherLimits limits,
+                           size_t first_backward_layer)
+    : first_backward_(std::min(first_backward_layer, layers.size())), forward_(layers.size()),
+      backward_(layers.size()), gathered_elements_(std::move(gathered_elements)), limits_(limits) {
+  auto add_layer = [&](size_t l, bool backward) {
+    Steps& group = (backward ? backward_ : forward_)[l];
+    group.begin = steps_.size();
+    const std::vector<int> units = layers[l]->unit_indices();
+    ZT_ASSERT(!units.empty() && units.front() == layers[l]->unit_index(),
+              "layer {}: unit_indices() must start with unit_index()", l);
+    for (size_t i = 0; i < units.size(); ++i) {
+      ZT_ASSERT(std::find(units.begin(), units.begin() + i, units[i]) == units.begin() + i,
+                "layer {} names unit {} twice", l, units[i]);
+      steps_.push_back({l, backward, units[i]});
+      group_begin_.push_back(group.begin);
+    }
+    group.end = steps_.size();
+  };
+  for (size_t l = 0; l < layers.size(); ++l) add_layer(l, false);
   if (mode == PassMode::kTraining)
-    for (size_t l = layers.size(); l-- > 0;) steps_.push_back({l, true, layers[l]->unit_index()});
+    for (size_t l = layers.size(); l-- > first_backward_;) add_layer(l, true);
   for (const Step& s : steps_)
     ZT_ASSERT(s.unit >= 0 && static_cast<size_t>(s.unit) < gathered_elements_.size(),
               "layer {} uses unit {} of {}", s.layer, s.unit, gathered_elements_.size());
@@ -33,6 +48,15 @@ UnitSchedule::UnitSchedule(std::span<Layer* const> layers, PassMode mode,
     }
     reuse_distance_[i] = distance;
   }
+}
+
+size_t first_backward_layer(Model& model) {
+  auto layers = model.layers();
+  auto units = model.units();
+  for (size_t l = 0; l < layers.size(); ++l)
+    for (int u : layers[l]->unit_indices())
+      if (!units[static_cast<size_t>(u)]->frozen()) return l;
+  return layers.size();
 }
 
 size_t UnitSchedule::next_use_of(int unit, size_t from) const {

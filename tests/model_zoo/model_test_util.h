@@ -128,11 +128,13 @@ inline std::vector<bool> every_block(Model& m) {
 // not a padded vocabulary's), in float32. Richardson extrapolation of the steps h = 1e-2 and
 // h/2 cancels the h^2 truncation term (which alone reaches 1% on residual-path biases at
 // h = 1e-2); an element passes when |fd - grad| <= 2e-3 * max(|fd|, |grad|) + 5e-4. fp32
-// training on one rank (unit_params). Returns the number of elements checked.
+// training on one rank (unit_params). Frozen units have no gradient: skipped. Returns the number
+// of elements checked.
 inline int check_gradients_by_finite_differences(Engine& engine, Model& model, const Batch& batch) {
   std::mt19937 rng(3);
   int checked = 0;
   for (int u = 0; u < engine.num_units(); ++u) {
+    if (model.units()[u]->frozen()) continue;  // no gradient
     float* params = engine.unit_params(u);
     const std::vector<float> grads = engine.unit_grads(u);
     for (const auto& e : model.units()[u]->layout().entries()) {

@@ -32,8 +32,8 @@ TEST(UnitSchedule, TrainingRunsForwardThenBackwardInReverse) {
     EXPECT_EQ(s[i].unit, units[i]) << i;
     EXPECT_EQ(s[i].backward, i >= 5) << i;
   }
-  EXPECT_EQ(s.backward_step(4), 5u);
-  EXPECT_EQ(s.backward_step(0), 9u);
+  EXPECT_EQ(s.backward_steps(4).begin, 5u);
+  EXPECT_EQ(s.backward_steps(0).begin, 9u);
   EXPECT_EQ(s.next_use(0), 4u);  // root: embedding, then the head
   EXPECT_EQ(s.next_use(4), 5u);  // the head's forward and backward are adjacent
   EXPECT_EQ(s.next_use(9), UnitSchedule::kNever);

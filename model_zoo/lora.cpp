@@ -1,0 +1,130 @@
+// LoraProduct (lora.h).
+#include "model_zoo/lora.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/glob.h"
+
+namespace zt::zoo {
+
+namespace {
+
+uint64_t hash_name(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+bool lora_targets(const LoraConfig& lora, const std::string& module) {
+  for (const std::string& t : lora.target_modules) {
+    if (t == "all-linear" || module == t) return true;
+    if (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
+        module[module.size() - t.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+bool frozen_by(const Tuning& tuning, const ParamSpec& spec) {
+  if (spec.adapter) return false;
+  for (const std::string& pattern : tuning.freeze)
+    if (glob_match(pattern, spec.name)) return true;
+  const LoraConfig& lora = tuning.lora;
+  if (!lora.enabled) return false;
+  const std::string kBias = ".bias";
+  if (spec.name.size() > kBias.size() && spec.name.ends_with(kBias)) {
+    if (lora.bias == "all") return false;
+    if (lora.bias == "lora_only")
+      return !lora_targets(lora, spec.name.substr(0, spec.name.size() - kBias.size()));
+  }
+  return true;
+}
+
+void LoraProduct::add(std::vector<ParamSpec>& specs, const std::string& module, int64_t col,
+                      int64_t width) {
+  Adapter a;
+  a.col = col;
+  a.width = width;
+  a.salt = hash_name(module);
+  // PEFT: kaiming_uniform_(A, a=√5), the bound gain·√(3 / fan_in) with gain √(2 / (1 + 5)),
+  // which is 1 / √in; B zeros, so the adapted model starts as the base.
+  ParamSpec A{module + ".lora_A.weight",
+              {r_, in_},
+              Decay::kYes,
+              ParamInit{ParamInit::Kind::kUniform, 1.0f / std::sqrt(static_cast<float>(in_))}};
+  ParamSpec B{module + ".lora_B.weight", {width, r_}, Decay::kYes, ParamInit{}};
+  A.adapter = B.adapter = true;
+  a.a = static_cast<int>(specs.size());
+  specs.push_back(std::move(A));
+  a.b = static_cast<int>(specs.size());
+  specs.push_back(std::move(B));
+  adapters_.push_back(a);
+}
+
+std::vector<float*> LoraProduct::alloc_saved(ActivationStore& acts, int64_t N) const {
+  std::vector<float*> saved;
+  for (size_t i = 0; i < adapters_.size(); ++i) saved.push_back(acts.alloc_floats(N * r_));
+  return saved;
+}
+
+void LoraProduct::forward(Kernels& k, const Table& t, float* out, const float* x, int64_t N,
+                          const std::vector<float*>& saved, Device& device, bool training,
+                          uint64_t seed) const {
+  constexpr WeightLayout kOutIn = WeightLayout::kOutIn;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    const Adapter& a = adapters_[i];
+    ActivationStore temp(device);  // freed at the end of each adapter
+    const float* xd = x;
+    if (drops(training)) {
+      float* dropped = temp.alloc_floats(N * in_);  // (N, in)
+      k.dropout_forward(dropped, x, N * in_, dropout_, seed ^ a.salt);
+      xd = dropped;
+    }
+    k.matmul_forward(saved[i], xd, t.param(a.a), nullptr, N, in_, r_, kOutIn);  // (N, r)
+    float* product = temp.alloc_floats(N * a.width);                            // (N, width)
+    k.matmul_forward(product, saved[i], t.param(a.b), nullptr, N, r_, a.width, kOutIn);
+    k.add_columns(out + a.col, stride_, product, a.width, N, a.width, scale_, GradOutput::kAdd);
+  }
+}
+
+void LoraProduct::backward(Kernels& k, const Table& t, float* dx, const float* d_out,
+                           const float* x, int64_t N, const ActivationStore& acts,
+                           size_t first_saved, ActivationStore& scratch, bool training,
+                           uint64_t seed) const {
+  constexpr WeightLayout kOutIn = WeightLayout::kOutIn;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    const Adapter& a = adapters_[i];
+    // d product = s · d_out's columns; then B's and A's gradients and the input's.
+    float* d_product = scratch.alloc_floats(N * a.width);  // (N, width)
+    float* d_xa = scratch.alloc_floats(N * r_);            // (N, r)
+    k.add_columns(d_product, a.width, d_out + a.col, stride_, N, a.width, scale_,
+                  GradOutput::kWrite);
+    const float* xa = acts.at(first_saved + i);
+    k.matmul_backward(d_xa, t.grad(a.b), Operand(), d_product, xa, t.param(a.b), N, r_, a.width,
+                      kOutIn, GradOutput::kWrite);
+    if (!drops(training)) {
+      k.matmul_backward(dx, t.grad(a.a), Operand(), d_xa, x, t.param(a.a), N, in_, r_, kOutIn);
+      continue;
+    }
+    // The dropped input again (the same mask), and the gradient back through the mask.
+    float* xd = scratch.alloc_floats(N * in_);    // (N, in)
+    float* d_xd = scratch.alloc_floats(N * in_);  // (N, in)
+    k.dropout_forward(xd, x, N * in_, dropout_, seed ^ a.salt);
+    k.matmul_backward(d_xd, t.grad(a.a), Operand(), d_xa, xd, t.param(a.a), N, in_, r_, kOutIn,
+                      GradOutput::kWrite);
+    k.dropout_backward(dx, d_xd, N * in_, dropout_, seed ^ a.salt);
+  }
+}
+
+void LoraProduct::declare(LayerActivations& a, int64_t N, bool training) const {
+  for (const Adapter& ad : adapters_) {
+    a.saved.push_back({N * r_});
+    a.transient = std::max(a.transient, N * ad.width + (drops(training) ? N * in_ : 0));
+    a.scratch += N * ad.width + N * r_ + (drops(training) ? 2 * N * in_ : 0);
+  }
+}
+
+}  // namespace zt::zoo
