@@ -116,4 +116,36 @@ void load_weights(Engine& engine, const std::string& path) {
   }
 }
 
+void load_trainable_weights(Engine& engine, const std::string& path) {
+  const SafetensorsSet reader = SafetensorsSet::open(path);
+  auto units = engine.model().units();
+  std::set<std::string> used;
+  std::vector<std::vector<const SafetensorsEntry*>> matched(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {  // every check before any write
+    if (units[u]->frozen()) continue;
+    for (const auto& e : units[u]->layout().entries()) {
+      const SafetensorsEntry* entry = reader.find(e.spec.name);
+      if (!entry) throw_input(fmt::format("{}: tensor '{}' is missing", path, e.spec.name));
+      if (entry->shape != exported_shape(e.spec))
+        throw_input(fmt::format("{}: tensor '{}' has shape {}, expected {} for this model",
+                                reader.file_of(*entry), entry->name, shape_string(entry->shape),
+                                shape_string(exported_shape(e.spec))));
+      matched[u].push_back(entry);
+      used.insert(entry->name);
+    }
+  }
+  for (const SafetensorsEntry* entry : reader.entries())
+    if (!used.count(entry->name))
+      throw_input(fmt::format("{}: unexpected tensor '{}' (not a trainable parameter here)",
+                              reader.file_of(*entry), entry->name));
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u]->frozen()) continue;
+    std::vector<float> full(static_cast<size_t>(units[u]->layout().numel()), 0.0f);
+    auto entries = units[u]->layout().entries();
+    for (size_t i = 0; i < entries.size(); ++i)
+      reader.read_as_f32(*matched[u][i], full.data() + entries[i].offset);
+    engine.write_unit_params(static_cast<int>(u), full.data());
+  }
+}
+
 }  // namespace zt

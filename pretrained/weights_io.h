@@ -35,6 +35,11 @@ void save_weights(Engine& engine, const std::string& path,
 // exports and ignores the buffers and tied head exports carry (attn.bias, attn.masked_bias,
 // rotary_emb.inv_freq, lm_head.weight where the model ties it).
 void load_weights(Engine& engine, const std::string& path);
+// The trainable units' tensors (adapters included) from a file of this model's names, such as
+// a consolidated checkpoint of a run with frozen units; the frozen units are left as they are
+// (their base loaded by load_weights first). Every trainable tensor must be there, shaped as
+// the model's; other tensors are refused. Collective under stage 3.
+void load_trainable_weights(Engine& engine, const std::string& path);
 // The checks of load_weights without loading: for validating a job before allocating a model.
 void check_weights_file(const std::string& path, Model& model);
 // Those checks on an open file: the file's entry for each tensor of each unit of `model`, units

@@ -127,8 +127,9 @@ int run(const CommandLine& cl) {
   if (cl.command == "consolidate") {
     std::vector<zt::CheckpointUnit> units;
     if (model)
-      for (zt::Unit* u : model->units())
-        units.push_back(zt::checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
+      for (zt::Unit* u : model->units())  // a frozen unit is the base's: not in checkpoints
+        if (!u->frozen())
+          units.push_back(zt::checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
     const zt::ConsolidateResult r = zt::consolidate_checkpoint(
         cl.paths[0], cl.paths[1], dtype_named(cl.dtype), model ? &units : nullptr);
     std::fputs(zt::format_consolidate_result(r, cl.paths[1]).c_str(), stdout);

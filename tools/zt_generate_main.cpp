@@ -132,6 +132,9 @@ struct Job {
   std::string weights;        // a model directory or a safetensors file
   std::string tokenizer_dir;  // tokenizer.json's, and the stop ids' model files
   std::string temp_weights;   // a consolidated checkpoint to remove afterwards
+  // A run with frozen units: its base weights (zt.init_from), loaded before the checkpoint's
+  // trained parameters.
+  std::string base;
 };
 
 Job resolve_job(const CommandLine& cl, int rank, int world) {
@@ -149,8 +152,18 @@ Job resolve_job(const CommandLine& cl, int rank, int world) {
                 : config.zt.checkpoint.dir;
     const std::unique_ptr<zt::Model> model = zt::build_model(job.spec);
     std::vector<zt::CheckpointUnit> units;
-    for (zt::Unit* u : model->units())
+    for (zt::Unit* u : model->units()) {
+      if (u->frozen()) continue;  // not in the checkpoint: the base of zt.init_from
       units.push_back(zt::checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
+    }
+    if (units.size() < model->units().size()) {
+      if (config.zt.init_from.empty())
+        zt::throw_input(fmt::format(
+            "{}: the run froze parameters (zt.freeze, zt.lora) but names no zt.init_from: its "
+            "checkpoint holds the trained parameters only, and the base is not known",
+            config.source));
+      job.base = config.zt.init_from;
+    }
     job.temp_weights =
         (fs::temp_directory_path() / fmt::format("zt-generate-{}-{}.safetensors", ::getpid(), rank))
             .string();
@@ -290,7 +303,12 @@ int main(int argc, char** argv) {
             zt::make_communicator("auto", *device, 600.0);
         const std::unique_ptr<zt::Model> model = zt::build_model(job.spec);
         zt::Engine engine(*device, *comm, *model, engine_options(*cl, group.world));
-        zt::load_weights(engine, job.weights);
+        if (job.base.empty()) {
+          zt::load_weights(engine, job.weights);
+        } else {
+          zt::load_weights(engine, job.base);
+          zt::load_trainable_weights(engine, job.weights);
+        }
         run(*cl, job, engine, *tokenizer, work, group.rank);
         return 0;
       },

@@ -83,11 +83,12 @@ void refuse_unbuilt_features(const Config& config) {
          "'zero_optimization.offload_optimizer.ratio' below 1 (partial offload)");
 }
 
-// The checkpoint's units as check_model compares them, from the model's tables alone.
+// The checkpoint's units as check_model compares them, from the model's tables alone (frozen
+// units are the base's, never in a checkpoint).
 std::vector<CheckpointUnit> model_checkpoint_units(Model& model) {
   std::vector<CheckpointUnit> units;
   for (Unit* u : model.units())
-    units.push_back(checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
+    if (!u->frozen()) units.push_back(checkpoint_unit(u->name(), u->layout(), u->layout().numel()));
   return units;
 }
 
