@@ -28,7 +28,7 @@ run() {  # NAME ARGS...: zt-train on 2 ranks, its output in $tmp/NAME.{out,err}
     --set zt.output_dir="$tmp/$name" --set zt.eval_every=0 --set zt.seq_len=32 \
     --set train_micro_batch_size_per_gpu=4 --set zero_optimization.stage=3 \
     --set 'bf16={"enabled":true}' --set scheduler.params.total_num_steps=6 \
-    --set "zt.lora=$lora" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+    --set zt.save_pretrained=null --set "zt.lora=$lora" "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
 }
 losses() { jq -c 'select(.step != null and .loss != null) | [.step, .loss, .grad_norm]' "$tmp/$1/metrics.jsonl"; }
 
