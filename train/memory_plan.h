@@ -16,6 +16,7 @@
 
 #include "runtime/config.h"
 #include "runtime/model.h"
+#include "zero/deepspeed_estimate.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
 

@@ -8,7 +8,7 @@
 //                 pass (zero/engine_step.cpp, PassState and run_pass) over each layer's declared
 //                 buffers (Layer::activations)
 //   communication elements sent per step, the ZeRO paper's count
-//   DeepSpeed     the published formulas of its two model-state estimators, for comparison
+// (DeepSpeed's own two estimators, for comparison: zero/deepspeed_estimate.h.)
 // tests/mpi/memory_model_test.cpp holds estimate == tracker for the model states on real
 // engines (stages 0-3, offload none/cpu/nvme, fp32 and bf16) and activations within 10%;
 // tests/zero/memory_model_test.cpp reproduces the ZeRO paper's Figure 1.
@@ -164,20 +164,5 @@ std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOption
 // stage 3 adds the second parameter all-gather of the backward, 3 per element of a sharded unit
 // (a persistent unit is never gathered: 2).
 int64_t comm_elements_per_step(std::span<const int64_t> unit_numels, const StateOptions& o);
-
-// DeepSpeed's own estimates (deepspeed.runtime.zero.stage_1_and_2 and .stage3; the formulas are
-// written out in memory_model.cpp). gpu: bytes per GPU; cpu: bytes per node.
-struct DeepSpeedEstimate {
-  int64_t gpu = 0;
-  int64_t cpu = 0;
-};
-// estimate_zero2_model_states_mem_needs (used for stages 0-2 alike: DeepSpeed has one).
-DeepSpeedEstimate deepspeed_zero2_estimate(int64_t params, int gpus_per_node, int nodes,
-                                           bool cpu_offload, double buffer_factor = 1.5);
-// estimate_zero3_model_states_mem_needs, one row of _all_cold.
-DeepSpeedEstimate deepspeed_zero3_estimate(int64_t params, int64_t largest_layer_params,
-                                           int gpus_per_node, int nodes, bool cpu_offload,
-                                           bool cpu_offload_params, bool zero_init,
-                                           double buffer_factor = 1.5);
 
 }  // namespace zt

@@ -9,6 +9,7 @@
 
 #include "model_zoo/gpt2.h"
 #include "runtime/status.h"
+#include "zero/deepspeed_estimate.h"
 #include "zero/engine.h"
 
 namespace zt {
