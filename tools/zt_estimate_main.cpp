@@ -139,7 +139,7 @@ int run(const CommandLine& cl) {
       model = zt::build_model(shape);
       r.what = cl.model;
       r.model = model.get();
-      r.unit_numels = zt::unit_numels(*model);
+      r.units = zt::unit_sizes(*model);
       for (zt::Unit* u : model->units()) {
         r.params += u->layout().param_count();
         r.largest_unit_params = std::max(r.largest_unit_params, u->layout().param_count());
@@ -150,7 +150,7 @@ int run(const CommandLine& cl) {
     } else {
       r.params = parse_count(cl.params);
       r.what = fmt::format("{} parameters", cl.params);
-      r.unit_numels = zt::synthetic_unit_numels(r.params, cl.units);
+      r.units = zt::synthetic_unit_sizes(r.params, cl.units);
       r.largest_unit_params = (r.params + cl.units - 1) / cl.units;
     }
   }

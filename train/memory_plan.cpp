@@ -97,9 +97,9 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
       row.stage = stage;
       row.offload = offload;
       row.param_offload = param_offload;
-      row.states = model_state_bytes(r.unit_numels, o);
+      row.states = model_state_bytes(r.units, o);
       row.activations = activations;
-      row.comm_elements = comm_elements_per_step(r.unit_numels, o);
+      row.comm_elements = comm_elements_per_step(r.units, o);
       if (r.model) {
         row.device_peak = device_peak_bytes(*r.model, step_replay_options(e, o, a, r.comm_staging));
       }
@@ -147,7 +147,7 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
   std::string out = fmt::format(
       "zt-estimate: {} | {:.3f}M parameters in {} units | {} rank{} on {} node{} | {} | {} | "
       "{}{}\n",
-      r.what, r.params / 1e6, r.unit_numels.size(), r.ranks, r.ranks > 1 ? "s" : "", r.nodes,
+      r.what, r.params / 1e6, r.units.size(), r.ranks, r.ranks > 1 ? "s" : "", r.nodes,
       r.nodes > 1 ? "s" : "", precision_name(p),
       fmt::format("{} state tensor{}", optimizer_state_names(r.engine.optimizer).size(),
                   optimizer_state_names(r.engine.optimizer).size() == 1 ? "" : "s"),
@@ -226,7 +226,7 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
   nlohmann::ordered_json j;
   j["model"] = r.what;
   j["params"] = r.params;
-  j["units"] = r.unit_numels.size();
+  j["units"] = r.units.size();
   j["ranks"] = r.ranks;
   j["nodes"] = r.nodes;
   j["micro_batch"] = r.micro_batch;
@@ -298,7 +298,7 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
 PlanRequest plan_request_from_config(const Config& config, Model& model, int ranks, int nodes) {
   PlanRequest r;
   r.what = config.source;
-  r.unit_numels = unit_numels(model);
+  r.units = unit_sizes(model);
   for (Unit* u : model.units()) {
     r.params += u->layout().param_count();
     r.largest_unit_params = std::max(r.largest_unit_params, u->layout().param_count());

@@ -23,11 +23,11 @@
 namespace zt {
 
 struct PlanRequest {
-  std::string what;                  // the model, as the table's title names it
-  std::vector<int64_t> unit_numels;  // FlatLayout::numel() per unit
-  int64_t params = 0;                // real parameters (padding excluded): DeepSpeed's Ψ
-  int64_t largest_unit_params = 0;   // DeepSpeed's largest_layer_params
-  Model* model = nullptr;            // for activations; null: not estimated
+  std::string what;                 // the model, as the table's title names it
+  std::vector<UnitSize> units;      // FlatLayout::numel() and Unit::frozen per unit
+  int64_t params = 0;               // real parameters (padding excluded): DeepSpeed's Ψ
+  int64_t largest_unit_params = 0;  // DeepSpeed's largest_layer_params
+  Model* model = nullptr;           // for activations; null: not estimated
   // Precision, optimizer, persistence threshold and checkpoint mask (the policy and offload
   // tiers are each row's own).
   EngineOptions engine;

@@ -63,22 +63,22 @@ std::string state_options_problem(const StateOptions& o) {
   return {};
 }
 
-std::vector<int64_t> unit_numels(Model& model) {
-  std::vector<int64_t> out;
-  for (Unit* u : model.units()) out.push_back(u->layout().numel());
+std::vector<UnitSize> unit_sizes(Model& model) {
+  std::vector<UnitSize> out;
+  for (Unit* u : model.units()) out.push_back(UnitSize{u->layout().numel(), u->frozen()});
   return out;
 }
 
-std::vector<int64_t> synthetic_unit_numels(int64_t params, int units) {
+std::vector<UnitSize> synthetic_unit_sizes(int64_t params, int units) {
   ZT_ASSERT(params > 0 && units > 0, "params {} units {}", params, units);
-  std::vector<int64_t> out;
+  std::vector<UnitSize> out;
   for (int u = 0; u < units; ++u) {
     // Parts differ by at most one element; each is one tensor in its own flat buffer.
     const int64_t n = params / units + (u < params % units ? 1 : 0);
     ParamSpec spec;
     spec.name = "p" + std::to_string(u);
     spec.shape = {n};
-    out.push_back(FlatLayout({spec}).numel());
+    out.push_back(UnitSize{FlatLayout({spec}).numel(), false});
   }
   return out;
 }
@@ -90,9 +90,9 @@ int64_t bytes_of(int64_t elements, DType dtype) {
 }
 
 // One unit's buffers on this rank, as ParamGroup's constructor and the engine's Optimizer
-// allocate them (zero/param_group.h lists the buffers).
-void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int state_tensors,
-                          TierBytes& out) {
+// allocate them (zero/param_group.h lists the buffers); a frozen unit's working params only.
+void add_unit_state_bytes(const ShardLayout& shard, bool frozen, const StateOptions& o,
+                          int state_tensors, TierBytes& out) {
   const Precision& p = o.precision;
   const bool persistent = shard.numel <= o.persistence_threshold;
   const bool params_sharded = o.policy.shard_params && !persistent;
@@ -108,6 +108,7 @@ void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int s
                            : o.offload_param == OffloadDevice::kCpu ? Tier::kHost
                                                                     : Tier::kNvme;
   out.at(params_tier, MemCategory::kParams) += bytes_of(working, p.compute);
+  if (frozen) return;  // an empty optimizer range: no gradient store, master or state
   out.at(Tier::kDevice, MemCategory::kGrads) += bytes_of(grads, grad_dtype);
   if (o.offload_optimizer == OffloadDevice::kCpu) {  // the pipelined step's per-unit buffers
     out.at(Tier::kHost, MemCategory::kGrads) += bytes_of(master, grad_dtype);
@@ -137,19 +138,22 @@ void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int s
 
 }  // namespace
 
-TierBytes model_state_bytes(std::span<const int64_t> numels, const StateOptions& o) {
+TierBytes model_state_bytes(std::span<const UnitSize> units, const StateOptions& o) {
   o.policy.validate();
   if (const std::string problem = state_options_problem(o); !problem.empty())
     throw_input("the engine refuses this configuration: " + problem);
   const int state_tensors = static_cast<int>(optimizer_state_names(o.optimizer).size());
   TierBytes out;
+  // The largest master range sizes the NVMe step's staging (the engine's and SwappedState's:
+  // a frozen unit's is empty); the largest sharded unit, offload_param's NVMe buffers.
   int64_t largest_master = 0, largest_param_shard = 0;
-  for (int64_t numel : numels) {
-    const ShardLayout shard(numel, o.world, 0);
-    add_unit_state_bytes(shard, o, state_tensors, out);
-    largest_master =
-        std::max(largest_master, o.policy.shard_optimizer ? shard.shard : shard.padded);
-    if (numel > o.persistence_threshold)
+  for (const UnitSize& unit : units) {
+    const ShardLayout shard(unit.numel, o.world, 0);
+    add_unit_state_bytes(shard, unit.frozen, o, state_tensors, out);
+    if (!unit.frozen)
+      largest_master =
+          std::max(largest_master, o.policy.shard_optimizer ? shard.shard : shard.padded);
+    if (unit.numel > o.persistence_threshold)
       largest_param_shard = std::max(largest_param_shard, shard.shard);
   }
   if (o.offload_param == OffloadDevice::kNvme) {  // OffloadedParams' pool, 4 KiB aligned
@@ -505,17 +509,19 @@ StepReplayOptions step_replay_options(const EngineOptions& engine, const StateOp
 
 std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOptions& o) {
   const StateOptions& s = o.states;
-  const TierBytes states = model_state_bytes(unit_numels(model), s);
+  const std::vector<UnitSize> sizes = unit_sizes(model);
+  const TierBytes states = model_state_bytes(sizes, s);
   // Construction: the communicators' staging, then each ParamGroup (working params, a device
   // master, stored grads, then assign's staging chunk under mixed precision), then the
   // Optimizer's state tensors on the device.
   Tally t;
   t.alloc(MemCategory::kCommBuffers, o.comm_staging);
   const Precision& p = s.precision;
-  for (Unit* unit : model.units()) {
-    const ShardLayout shard(unit->layout().numel(), s.world, 0);
+  for (const UnitSize& unit : sizes) {
+    const ShardLayout shard(unit.numel, s.world, 0);
     TierBytes group;
-    add_unit_state_bytes(shard, s, 0, group);  // no optimizer state tensors: the group's buffers
+    // no optimizer state tensors: the group's buffers
+    add_unit_state_bytes(shard, unit.frozen, s, 0, group);
     for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
       t.alloc(c, group.get(Tier::kDevice, c));
     if (p.mixed()) {
@@ -537,8 +543,9 @@ std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOption
   // The optimizer: pure 16-bit widens each unit's working range a chunk at a time on the
   // device; every other step updates in place or on the host.
   if (p.mixed() && !p.has_master() && s.offload_optimizer == OffloadDevice::kNone)
-    for (int64_t numel : unit_numels(model)) {
-      const ShardLayout shard(numel, s.world, 0);
+    for (const UnitSize& unit : sizes) {
+      if (unit.frozen) continue;  // no optimizer range
+      const ShardLayout shard(unit.numel, s.world, 0);
       const int64_t range = s.policy.shard_optimizer ? shard.shard : shard.padded;
       const int64_t bytes = bytes_of(std::min(range, Engine::kWorkspaceChunk), DType::kF32);
       t.alloc(MemCategory::kWorkspace, bytes);
@@ -550,12 +557,15 @@ std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOption
   return out;
 }
 
-int64_t comm_elements_per_step(std::span<const int64_t> numels, const StateOptions& o) {
+int64_t comm_elements_per_step(std::span<const UnitSize> units, const StateOptions& o) {
   int64_t elements = 0;
-  for (int64_t numel : numels) {
-    const ShardLayout shard(numel, o.world, 0);
-    const bool gathered = o.policy.shard_params && numel > o.persistence_threshold;
-    elements += (gathered ? 3 : 2) * shard.padded;
+  for (const UnitSize& unit : units) {
+    const ShardLayout shard(unit.numel, o.world, 0);
+    const bool gathered = o.policy.shard_params && unit.numel > o.persistence_threshold;
+    // Trained: an all-reduce's 2, or at stage 3 a reduce-scatter and two gathers; frozen: the
+    // gathers alone.
+    const int per_element = unit.frozen ? (gathered ? 2 : 0) : (gathered ? 3 : 2);
+    elements += per_element * shard.padded;
   }
   return elements;
 }
