@@ -1,8 +1,11 @@
 // zt-estimate: the memory a training job needs per rank, before any training (train/
 // memory_plan.h): every ZeRO stage with and without offload_optimizer, model states per tier
 // and category as the engine holds them, activations, communication per step, DeepSpeed's
-// estimates beside, and with --device-memory the choices that fit, cheapest first.
+// estimates beside, and with --device-memory the choices that fit, cheapest first. A LoRA run
+// (--lora-r, or a config's zt.lora / zt.freeze) is planned with its frozen units beside the full
+// fine-tune of the same model.
 //   zt-estimate --model gpt2-124M --ranks 8 --micro-batch 4 --seq-len 1024
+//   zt-estimate --model llama-3.2-1B --ranks 8 --lora-r 16 [--lora-targets q_proj,v_proj]
 //   zt-estimate --config configs/x.json --ranks 4 [--set key.path=value]...
 //   zt-estimate --params 7.5e9 --ranks 64
 // Runs on one process; allocates no tensor memory.
@@ -32,9 +35,9 @@ namespace {
 
 struct CommandLine {
   std::string model, config_path, params, precision = "bf16", optimizer = "adamw";
-  std::string device_memory, json_path;
+  std::string device_memory, json_path, lora_targets = "all-linear";
   std::vector<std::string> overrides;
-  int ranks = 1, nodes = 1, units = 1;
+  int ranks = 1, nodes = 1, units = 1, lora_r = 0;
   int64_t micro_batch = 0, seq_len = 0, persistence_threshold = 100'000;
   bool checkpoint = false, help = false;
   po::variables_map vm;
@@ -47,7 +50,8 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
       "Memory per rank for ZeRO stages 0-3 with and without offload_optimizer. Options");
   desc.add_options()("help,h", "show this help")(
       "model", po::value(&cl.model),
-      "a zoo model: gpt2-tiny, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M")(
+      "a zoo model: gpt2-tiny, gpt2-124M, gpt2-350M, gpt2-774M, gpt2-1558M, llama-tiny, "
+      "llama-3.2-1B, qwen2-0.5B, qwen3-0.6B, mistral-7B-v0.1, phi3-mini-4k, ...")(
       "config", po::value(&cl.config_path),
       "a zt-train job config (its model, batch, precision, "
       "optimizer, checkpointing, stage and zt.device_memory_limit)")(
@@ -70,7 +74,12 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
       "device-memory", po::value(&cl.device_memory),
       "device memory per rank, e.g. 6GB or 80GiB: "
       "list the choices that fit, cheapest first (default: the config's zt.device_memory_limit)")(
-      "json", po::value(&cl.json_path), "also write the plan as JSON to this file");
+      "lora-r", po::value(&cl.lora_r),
+      "with --model: also plan LoRA adapters of rank R, the base frozen, beside the full "
+      "fine-tune (a config's LoRA is its zt.lora)")(
+      "lora-targets", po::value(&cl.lora_targets),
+      "with --lora-r: the modules adapted, comma-separated (q_proj,v_proj) or all-linear "
+      "(default)")("json", po::value(&cl.json_path), "also write the plan as JSON to this file");
   try {
     po::store(po::parse_command_line(argc, argv, desc), cl.vm);
     po::notify(cl.vm);
@@ -91,6 +100,13 @@ CommandLine parse_command_line(int argc, char** argv, std::string* help_text) {
   if (cl.units < 1) zt::throw_input(fmt::format("--units must be >= 1; got {}", cl.units));
   if (!cl.overrides.empty() && cl.config_path.empty())
     zt::throw_input("--set applies to --config only");
+  if (cl.vm.count("lora-r") && cl.model.empty())
+    zt::throw_input(
+        "--lora-r applies to --model only (a config's LoRA is its zt.lora: --set zt.lora.r=16)");
+  if (cl.vm.count("lora-r") && cl.lora_r < 1)
+    zt::throw_input(fmt::format("--lora-r must be >= 1; got {}", cl.lora_r));
+  if (cl.vm.count("lora-targets") && !cl.vm.count("lora-r"))
+    zt::throw_input("--lora-targets applies with --lora-r");
   return cl;
 }
 
@@ -117,16 +133,30 @@ int64_t parse_count(const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
+// --lora-targets as LoraConfig::target_modules: "all-linear" or comma-separated module names.
+std::vector<std::string> split_targets(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string name; std::getline(in, name, ',');) {
+    if (name.empty())
+      zt::throw_input(fmt::format("--lora-targets '{}' has an empty module name", text));
+    out.push_back(name);
+  }
+  if (out.empty()) zt::throw_input("--lora-targets is empty");
+  return out;
+}
+
 int run(const CommandLine& cl) {
   std::optional<zt::Config> config;
+  std::optional<zt::ModelSpec> shape;
   std::unique_ptr<zt::Model> model;  // tables only; no tensor memory
   zt::PlanRequest r;
   if (!cl.config_path.empty()) {
     config = zt::load_config(cl.config_path, cl.overrides, cl.ranks);
-    const zt::ModelSpec shape = zt::resolve_model(*config);
-    zt::resolve_auto_from_model(*config, shape.hidden_size());
-    model = zt::build_model(shape);
-    r = zt::plan_request_from_config(*config, *model, cl.ranks, cl.nodes);
+    shape = zt::resolve_model(*config);
+    zt::resolve_auto_from_model(*config, shape->hidden_size());
+    model = zt::build_model(*shape);
+    r = zt::plan_request_from_config(*config, *shape, *model, cl.ranks, cl.nodes);
   } else {
     r.ranks = cl.ranks;
     r.nodes = cl.nodes;
@@ -135,22 +165,25 @@ int run(const CommandLine& cl) {
     r.engine.persistence_threshold = cl.persistence_threshold;
     r.micro_batch = 1;
     if (!cl.model.empty()) {
-      const zt::ModelSpec shape = zt::zoo_model_spec(cl.model);
-      model = zt::build_model(shape);
-      r.what = cl.model;
-      r.model = model.get();
-      r.unit_numels = zt::unit_numels(*model);
-      for (zt::Unit* u : model->units()) {
-        r.params += u->layout().param_count();
-        r.largest_unit_params = std::max(r.largest_unit_params, u->layout().param_count());
+      shape = zt::zoo_model_spec(cl.model);
+      if (cl.lora_r > 0) {
+        zt::Tuning tuning;
+        tuning.lora.enabled = true;
+        tuning.lora.r = cl.lora_r;
+        tuning.lora.target_modules = split_targets(cl.lora_targets);
+        shape->tuning = zt::resolve_tuning(*shape, tuning);
       }
-      r.seq_len = shape.max_positions();
+      model = zt::build_model(*shape);  // refuses LoRA on a model without it (GPT-2)
+      r.what = cl.model;
+      zt::set_plan_model(r, *model, shape->tuning);
+      r.seq_len = shape->max_positions();
       if (cl.checkpoint)
         for (zt::Layer* l : model->layers()) r.engine.checkpoint.push_back(l->checkpointable());
     } else {
       r.params = parse_count(cl.params);
       r.what = fmt::format("{} parameters", cl.params);
-      r.unit_numels = zt::synthetic_unit_numels(r.params, cl.units);
+      r.units = zt::synthetic_unit_sizes(r.params, cl.units);
+      r.trained_params = r.params;
       r.largest_unit_params = (r.params + cl.units - 1) / cl.units;
     }
   }
@@ -168,11 +201,11 @@ int run(const CommandLine& cl) {
       zt::throw_input(fmt::format("--device-memory '{}' {}", cl.device_memory, parsed.problem));
     r.device_memory = parsed.bytes;
   }
-  const std::vector<zt::PlanRow> rows = zt::plan_rows(r);
-  std::fputs(zt::format_plan(r, rows).c_str(), stdout);
+  const zt::PlanReport report = zt::plan_report(r, shape ? &*shape : nullptr);
+  std::fputs(report.text.c_str(), stdout);
   if (!cl.json_path.empty()) {
     zt::AtomicFile json(cl.json_path);
-    json.write(zt::plan_json(r, rows).dump(2) + "\n");
+    json.write(report.json.dump(2) + "\n");
     json.commit();
   }
   return 0;

@@ -96,8 +96,8 @@ int main(int argc, char** argv) {
       const std::unique_ptr<zt::Model> model = zt::build_model(shape);
       const int nodes = std::max(1, group.world / std::max(1, group.local_world));
       const zt::PlanRequest request =
-          zt::plan_request_from_config(config, *model, group.world, nodes);
-      dry_run_plan = zt::format_plan(request, zt::plan_rows(request));
+          zt::plan_request_from_config(config, shape, *model, group.world, nodes);
+      dry_run_plan = zt::plan_report(request, &shape).text;
       help = true;  // nothing more to do
       return 0;
     }

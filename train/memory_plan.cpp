@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/mpi_communicator.h"
 #include "runtime/byte_count.h"
@@ -47,6 +48,29 @@ int offload_rank(OffloadDevice d) { return static_cast<int>(d); }  // none < cpu
 std::string choice_name(const PlanRow& row) {
   return std::string(offload_name(row.offload)) +
          (row.param_offload == OffloadDevice::kNone ? "" : "+p");
+}
+
+// The row of the configuration's own stage and offload choice (marked "*").
+bool is_config_choice(const PlanRequest& r, const PlanRow& row) {
+  return row.stage == r.config_stage && row.offload == r.config_offload &&
+         row.param_offload == r.config_param_offload;
+}
+
+// A category's bytes summed over the device, host and NVMe tiers.
+int64_t all_tiers(const TierBytes& b, MemCategory c) {
+  return b.get(Tier::kDevice, c) + b.get(Tier::kHost, c) + b.get(Tier::kNvme, c);
+}
+int64_t all_tier_states(const TierBytes& b) {
+  return b.model_states(Tier::kDevice) + b.model_states(Tier::kHost) + b.model_states(Tier::kNvme);
+}
+
+void check_same_choices(const std::vector<PlanRow>& full, const std::vector<PlanRow>& tuned) {
+  ZT_ASSERT(full.size() == tuned.size(), "{} full rows against {} tuned", full.size(),
+            tuned.size());
+  for (size_t i = 0; i < full.size(); ++i)
+    ZT_ASSERT(full[i].stage == tuned[i].stage && full[i].offload == tuned[i].offload &&
+                  full[i].param_offload == tuned[i].param_offload,
+              "row {} differs between the full and the tuned plan", i);
 }
 
 }  // namespace
@@ -97,9 +121,9 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
       row.stage = stage;
       row.offload = offload;
       row.param_offload = param_offload;
-      row.states = model_state_bytes(r.unit_numels, o);
+      row.states = model_state_bytes(r.units, o);
       row.activations = activations;
-      row.comm_elements = comm_elements_per_step(r.unit_numels, o);
+      row.comm_elements = comm_elements_per_step(r.units, o);
       if (r.model) {
         row.device_peak = device_peak_bytes(*r.model, step_replay_options(e, o, a, r.comm_staging));
       }
@@ -144,10 +168,17 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
   const Scale s = scale_for(largest);
   auto fig = [&](int64_t bytes) { return fmt::format("{:.1f}", bytes / s.divisor); };
   const Precision& p = r.engine.precision;
+  const int64_t frozen_units =
+      std::count_if(r.units.begin(), r.units.end(), [](const UnitSize& u) { return u.frozen; });
+  const std::string trained =
+      r.tuning.empty()
+          ? ""
+          : fmt::format(", {:.3f}M trained ({}; {} frozen unit{})", r.trained_params / 1e6,
+                        r.tuning, frozen_units, frozen_units == 1 ? "" : "s");
   std::string out = fmt::format(
-      "zt-estimate: {} | {:.3f}M parameters in {} units | {} rank{} on {} node{} | {} | {} | "
+      "zt-estimate: {} | {:.3f}M parameters in {} units{} | {} rank{} on {} node{} | {} | {} | "
       "{}{}\n",
-      r.what, r.params / 1e6, r.unit_numels.size(), r.ranks, r.ranks > 1 ? "s" : "", r.nodes,
+      r.what, r.params / 1e6, r.units.size(), trained, r.ranks, r.ranks > 1 ? "s" : "", r.nodes,
       r.nodes > 1 ? "s" : "", precision_name(p),
       fmt::format("{} state tensor{}", optimizer_state_names(r.engine.optimizer).size(),
                   optimizer_state_names(r.engine.optimizer).size() == 1 ? "" : "s"),
@@ -164,8 +195,9 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
       "when the stage-3 parameters are offloaded there too (host par, nvme: their bytes). host\n"
       "grads: the cpu step's gradient shards (nvme: its staging chunk). DeepSpeed: estimate_zero2\n"
       "(stages 0-2) / estimate_zero3 (stage 3, zero_init) model states, GPU per rank and CPU per\n"
-      "node.\n",
-      s.name, s.name, s.divisor);
+      "node{}.\n",
+      s.name, s.name, s.divisor,
+      r.tuning.empty() ? "" : " (they count every parameter as trained: frozen units too)");
   if (r.model) {
     const int64_t budget = logits_chunk_budget(r);
     out += fmt::format(
@@ -184,8 +216,7 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
       "host work", "nvme", "activations", "device peak", "comm elems", "ds gpu", "ds cpu");
   for (const PlanRow& row : rows) {
     const TierBytes& b = row.states;
-    const bool mine = row.stage == r.config_stage && row.offload == r.config_offload &&
-                      row.param_offload == r.config_param_offload;
+    const bool mine = is_config_choice(r, row);
     out += fmt::format(
         "{:>4}{} {:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>9} | {:>11} {:>12} | "
         "{:>12} | {:>9} {:>9}\n",
@@ -226,7 +257,13 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
   nlohmann::ordered_json j;
   j["model"] = r.what;
   j["params"] = r.params;
-  j["units"] = r.unit_numels.size();
+  j["units"] = r.units.size();
+  if (!r.tuning.empty()) {
+    j["tuning"] = r.tuning;
+    j["trained_params"] = r.trained_params;
+    j["frozen_units"] =
+        std::count_if(r.units.begin(), r.units.end(), [](const UnitSize& u) { return u.frozen; });
+  }
   j["ranks"] = r.ranks;
   j["nodes"] = r.nodes;
   j["micro_batch"] = r.micro_batch;
@@ -295,15 +332,40 @@ nlohmann::ordered_json plan_json(const PlanRequest& r, const std::vector<PlanRow
   return j;
 }
 
-PlanRequest plan_request_from_config(const Config& config, Model& model, int ranks, int nodes) {
-  PlanRequest r;
-  r.what = config.source;
-  r.unit_numels = unit_numels(model);
+std::string tuning_name(const Tuning& tuning) {
+  std::vector<std::string> parts;
+  if (const LoraConfig& lora = tuning.lora; lora.enabled) {
+    std::string part = fmt::format("LoRA r={} on {}", lora.r,
+                                   lora.target_modules.empty()
+                                       ? std::string("the default targets")
+                                       : fmt::format("{}", fmt::join(lora.target_modules, ",")));
+    if (!lora.modules_to_save.empty())
+      part += fmt::format(", {} trained whole", fmt::join(lora.modules_to_save, ","));
+    if (lora.bias != "none") part += ", biases " + lora.bias;
+    parts.push_back(part);
+  }
+  if (!tuning.freeze.empty())
+    parts.push_back(fmt::format("zt.freeze {}", fmt::join(tuning.freeze, ",")));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+void set_plan_model(PlanRequest& r, Model& model, const Tuning& tuning) {
+  r.units = unit_sizes(model);
+  r.params = r.trained_params = r.largest_unit_params = 0;
   for (Unit* u : model.units()) {
     r.params += u->layout().param_count();
+    if (!u->frozen()) r.trained_params += u->layout().param_count();
     r.largest_unit_params = std::max(r.largest_unit_params, u->layout().param_count());
   }
+  r.tuning = tuning_name(tuning);
   r.model = &model;
+}
+
+PlanRequest plan_request_from_config(const Config& config, const ModelSpec& spec, Model& model,
+                                     int ranks, int nodes) {
+  PlanRequest r;
+  r.what = config.source;
+  set_plan_model(r, model, spec.tuning);
   r.engine = engine_options(config, model);
   r.ranks = ranks;
   r.nodes = nodes;
@@ -318,6 +380,79 @@ PlanRequest plan_request_from_config(const Config& config, Model& model, int ran
   r.config_param_offload = config.zero_optimization.offload_param.device;
   r.param_buffers = config.zero_optimization.offload_param.buffer_count;
   return r;
+}
+
+std::string format_tuning_comparison(const PlanRequest& r, const std::vector<PlanRow>& full_rows,
+                                     const std::vector<PlanRow>& tuned_rows) {
+  check_same_choices(full_rows, tuned_rows);
+  int64_t largest = 0;
+  for (const PlanRow& row : full_rows) largest = std::max(largest, all_tier_states(row.states));
+  const Scale s = scale_for(largest);
+  auto fig = [&](int64_t bytes) { return fmt::format("{:.2f}", bytes / s.divisor); };
+  auto share = [](int64_t part, int64_t whole) {
+    return whole > 0 ? fmt::format("{:.2f}%",
+                                   100.0 * static_cast<double>(part) / static_cast<double>(whole))
+                     : std::string("-");
+  };
+  std::string out = fmt::format(
+      "\n{} against the full fine-tune:\nmodel states per rank, {} (parameters, gradients and "
+      "optimizer state, each summed over\nthe device, host and NVMe tiers), and tuned / full.\n\n",
+      r.tuning, s.name);
+  out +=
+      fmt::format("{:>5} {:>7} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>8} {:>8}\n",
+                  "stage", "offload", "full par", "grads", "optim", "states", "tuned par", "grads",
+                  "optim", "states", "states", "optim");
+  for (size_t i = 0; i < full_rows.size(); ++i) {
+    const PlanRow& row = tuned_rows[i];
+    const TierBytes& f = full_rows[i].states;
+    const TierBytes& t = row.states;
+    const bool mine = is_config_choice(r, row);
+    out += fmt::format(
+        "{:>4}{} {:>7} | {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} {:>9} | {:>8} {:>8}\n",
+        row.stage, mine ? "*" : " ", choice_name(row), fig(all_tiers(f, MemCategory::kParams)),
+        fig(all_tiers(f, MemCategory::kGrads)), fig(all_tiers(f, MemCategory::kOptimizer)),
+        fig(all_tier_states(f)), fig(all_tiers(t, MemCategory::kParams)),
+        fig(all_tiers(t, MemCategory::kGrads)), fig(all_tiers(t, MemCategory::kOptimizer)),
+        fig(all_tier_states(t)), share(all_tier_states(t), all_tier_states(f)),
+        share(all_tiers(t, MemCategory::kOptimizer), all_tiers(f, MemCategory::kOptimizer)));
+  }
+  return out;
+}
+
+PlanReport plan_report(const PlanRequest& r, const ModelSpec* spec) {
+  PlanReport out;
+  const std::vector<PlanRow> rows = plan_rows(r);
+  if (r.tuning.empty() || spec == nullptr) {
+    out.text = format_plan(r, rows);
+    out.json = plan_json(r, rows);
+    return out;
+  }
+  // The same request over the model trained whole.
+  ModelSpec whole = *spec;
+  whole.tuning = Tuning{};
+  const std::unique_ptr<Model> full_model = build_model(whole);
+  PlanRequest full = r;
+  set_plan_model(full, *full_model, whole.tuning);
+  if (r.model == nullptr) full.model = nullptr;
+  const std::vector<PlanRow> full_rows = plan_rows(full);
+  out.text = "The full fine-tune:\n" + format_plan(full, full_rows) + "\n" + r.tuning + ":\n" +
+             format_plan(r, rows) + format_tuning_comparison(r, full_rows, rows);
+  out.json = plan_json(r, rows);
+  out.json["full_fine_tune"] = plan_json(full, full_rows);
+  nlohmann::ordered_json compared = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const TierBytes& f = full_rows[i].states;
+    const TierBytes& t = rows[i].states;
+    compared.push_back({{"stage", rows[i].stage},
+                        {"offload_optimizer", offload_name(rows[i].offload)},
+                        {"offload_param", offload_name(rows[i].param_offload)},
+                        {"full_model_states_bytes", all_tier_states(f)},
+                        {"tuned_model_states_bytes", all_tier_states(t)},
+                        {"full_optimizer_bytes", all_tiers(f, MemCategory::kOptimizer)},
+                        {"tuned_optimizer_bytes", all_tiers(t, MemCategory::kOptimizer)}});
+  }
+  out.json["tuning_comparison"] = compared;
+  return out;
 }
 
 }  // namespace zt

@@ -4,7 +4,8 @@
 // the optimizer offloaded to the same tier): the model states per tier and category from
 // zero/memory_model.h, the activation peak, the communication volume, DeepSpeed's estimates for
 // the same case beside them and, given a device memory size, the choices that fit, cheapest
-// first. Text and JSON out; the figures all come from zero/memory_model.h.
+// first. A tuned run (LoRA, zt.freeze) is planned with its frozen units, beside the full
+// fine-tune of the same model. Text and JSON out; the figures all come from zero/memory_model.h.
 #pragma once
 
 #include <cstdint>
@@ -14,19 +15,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model_zoo/model_spec.h"
 #include "runtime/config.h"
 #include "runtime/model.h"
+#include "runtime/tuning.h"
+#include "zero/deepspeed_estimate.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
 
 namespace zt {
 
 struct PlanRequest {
-  std::string what;                  // the model, as the table's title names it
-  std::vector<int64_t> unit_numels;  // FlatLayout::numel() per unit
-  int64_t params = 0;                // real parameters (padding excluded): DeepSpeed's Ψ
-  int64_t largest_unit_params = 0;   // DeepSpeed's largest_layer_params
-  Model* model = nullptr;            // for activations; null: not estimated
+  std::string what;                 // the model, as the table's title names it
+  std::vector<UnitSize> units;      // FlatLayout::numel() and Unit::frozen per unit
+  int64_t params = 0;               // real parameters (padding excluded): DeepSpeed's Ψ
+  int64_t trained_params = 0;       // of them, those in units that train
+  int64_t largest_unit_params = 0;  // DeepSpeed's largest_layer_params
+  std::string tuning;               // what trains, when not everything does (tuning_name)
+  Model* model = nullptr;           // for activations; null: not estimated
   // Precision, optimizer, persistence threshold and checkpoint mask (the policy and offload
   // tiers are each row's own).
   EngineOptions engine;
@@ -72,6 +78,14 @@ int64_t communicator_staging_bytes(bool cuda, int ranks);
 
 const char* offload_name(OffloadDevice d);  // "none", "cpu", "nvme"
 
+// What a tuned run trains, for titles: "LoRA r=16 on all-linear", "LoRA r=8 on q_proj,v_proj,
+// biases all", "zt.freeze model.layers.0.*", joined by "; "; empty when everything trains.
+std::string tuning_name(const Tuning& tuning);
+
+// Fills the request's model fields from `model` (its units, parameter counts; activations
+// estimated over it) and `tuning`, what it was built with.
+void set_plan_model(PlanRequest& request, Model& model, const Tuning& tuning);
+
 // The budget of one chunk of the LM head's logits the activations are counted with: the
 // device's Device::chunk_budget_bytes as a run would set it. A GPU's is gpu_chunk_budget_bytes
 // of its memory, taken as request.device_memory; without one, the CPU's (which under-counts a
@@ -93,7 +107,27 @@ std::string format_plan(const PlanRequest& request, const std::vector<PlanRow>& 
 nlohmann::ordered_json plan_json(const PlanRequest& request, const std::vector<PlanRow>& rows);
 
 // The request zt-train's config describes (zt.model, batch, seq_len, precision, optimizer,
-// checkpointing, zt.device_memory_limit, stage and offload) on `ranks` ranks over `nodes` nodes.
-PlanRequest plan_request_from_config(const Config& config, Model& model, int ranks, int nodes);
+// checkpointing, zt.device_memory_limit, stage and offload) on `ranks` ranks over `nodes` nodes;
+// `model` is build_model(spec), spec from resolve_model(config) (zt.freeze, zt.lora in it).
+PlanRequest plan_request_from_config(const Config& config, const ModelSpec& spec, Model& model,
+                                     int ranks, int nodes);
+
+// What zt-estimate and zt-train --dry-run print and write. A request whose model trains
+// everything: its plan. A tuned one (request.tuning; `spec` its model's spec, built again
+// without spec.tuning for the full fine-tune): the full fine-tune's plan, the tuned plan, and
+// the two compared row by row (format_tuning_comparison); the JSON is the tuned plan's with
+// "full_fine_tune" (that plan's JSON) and "tuning_comparison".
+struct PlanReport {
+  std::string text;
+  nlohmann::ordered_json json;
+};
+PlanReport plan_report(const PlanRequest& request, const ModelSpec* spec);
+
+// Per stage and offload choice, the model states per rank (every tier) of the full fine-tune
+// and of the tuned run, per category, and tuned / full in total and for the optimizer state.
+// full_rows and tuned_rows are plan_rows of the same request over the two models.
+std::string format_tuning_comparison(const PlanRequest& tuned,
+                                     const std::vector<PlanRow>& full_rows,
+                                     const std::vector<PlanRow>& tuned_rows);
 
 }  // namespace zt

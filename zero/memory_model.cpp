@@ -1,9 +1,8 @@
-// MemoryModel: model states per tier and category, the activation replay, the communication
-// count and DeepSpeed's estimator formulas.
+// MemoryModel: model states per tier and category, the activation and device-peak replay, and
+// the communication count.
 #include "zero/memory_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 
 #include "runtime/flat_layout.h"
@@ -64,22 +63,22 @@ std::string state_options_problem(const StateOptions& o) {
   return {};
 }
 
-std::vector<int64_t> unit_numels(Model& model) {
-  std::vector<int64_t> out;
-  for (Unit* u : model.units()) out.push_back(u->layout().numel());
+std::vector<UnitSize> unit_sizes(Model& model) {
+  std::vector<UnitSize> out;
+  for (Unit* u : model.units()) out.push_back(UnitSize{u->layout().numel(), u->frozen()});
   return out;
 }
 
-std::vector<int64_t> synthetic_unit_numels(int64_t params, int units) {
+std::vector<UnitSize> synthetic_unit_sizes(int64_t params, int units) {
   ZT_ASSERT(params > 0 && units > 0, "params {} units {}", params, units);
-  std::vector<int64_t> out;
+  std::vector<UnitSize> out;
   for (int u = 0; u < units; ++u) {
     // Parts differ by at most one element; each is one tensor in its own flat buffer.
     const int64_t n = params / units + (u < params % units ? 1 : 0);
     ParamSpec spec;
     spec.name = "p" + std::to_string(u);
     spec.shape = {n};
-    out.push_back(FlatLayout({spec}).numel());
+    out.push_back(UnitSize{FlatLayout({spec}).numel(), false});
   }
   return out;
 }
@@ -91,9 +90,9 @@ int64_t bytes_of(int64_t elements, DType dtype) {
 }
 
 // One unit's buffers on this rank, as ParamGroup's constructor and the engine's Optimizer
-// allocate them (zero/param_group.h lists the buffers).
-void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int state_tensors,
-                          TierBytes& out) {
+// allocate them (zero/param_group.h lists the buffers); a frozen unit's working params only.
+void add_unit_state_bytes(const ShardLayout& shard, bool frozen, const StateOptions& o,
+                          int state_tensors, TierBytes& out) {
   const Precision& p = o.precision;
   const bool persistent = shard.numel <= o.persistence_threshold;
   const bool params_sharded = o.policy.shard_params && !persistent;
@@ -109,6 +108,7 @@ void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int s
                            : o.offload_param == OffloadDevice::kCpu ? Tier::kHost
                                                                     : Tier::kNvme;
   out.at(params_tier, MemCategory::kParams) += bytes_of(working, p.compute);
+  if (frozen) return;  // an empty optimizer range: no gradient store, master or state
   out.at(Tier::kDevice, MemCategory::kGrads) += bytes_of(grads, grad_dtype);
   if (o.offload_optimizer == OffloadDevice::kCpu) {  // the pipelined step's per-unit buffers
     out.at(Tier::kHost, MemCategory::kGrads) += bytes_of(master, grad_dtype);
@@ -138,19 +138,22 @@ void add_unit_state_bytes(const ShardLayout& shard, const StateOptions& o, int s
 
 }  // namespace
 
-TierBytes model_state_bytes(std::span<const int64_t> numels, const StateOptions& o) {
+TierBytes model_state_bytes(std::span<const UnitSize> units, const StateOptions& o) {
   o.policy.validate();
   if (const std::string problem = state_options_problem(o); !problem.empty())
     throw_input("the engine refuses this configuration: " + problem);
   const int state_tensors = static_cast<int>(optimizer_state_names(o.optimizer).size());
   TierBytes out;
+  // The largest master range sizes the NVMe step's staging (the engine's and SwappedState's:
+  // a frozen unit's is empty); the largest sharded unit, offload_param's NVMe buffers.
   int64_t largest_master = 0, largest_param_shard = 0;
-  for (int64_t numel : numels) {
-    const ShardLayout shard(numel, o.world, 0);
-    add_unit_state_bytes(shard, o, state_tensors, out);
-    largest_master =
-        std::max(largest_master, o.policy.shard_optimizer ? shard.shard : shard.padded);
-    if (numel > o.persistence_threshold)
+  for (const UnitSize& unit : units) {
+    const ShardLayout shard(unit.numel, o.world, 0);
+    add_unit_state_bytes(shard, unit.frozen, o, state_tensors, out);
+    if (!unit.frozen)
+      largest_master =
+          std::max(largest_master, o.policy.shard_optimizer ? shard.shard : shard.padded);
+    if (unit.numel > o.persistence_threshold)
       largest_param_shard = std::max(largest_param_shard, shard.shard);
   }
   if (o.offload_param == OffloadDevice::kNvme) {  // OffloadedParams' pool, 4 KiB aligned
@@ -506,17 +509,19 @@ StepReplayOptions step_replay_options(const EngineOptions& engine, const StateOp
 
 std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOptions& o) {
   const StateOptions& s = o.states;
-  const TierBytes states = model_state_bytes(unit_numels(model), s);
+  const std::vector<UnitSize> sizes = unit_sizes(model);
+  const TierBytes states = model_state_bytes(sizes, s);
   // Construction: the communicators' staging, then each ParamGroup (working params, a device
   // master, stored grads, then assign's staging chunk under mixed precision), then the
   // Optimizer's state tensors on the device.
   Tally t;
   t.alloc(MemCategory::kCommBuffers, o.comm_staging);
   const Precision& p = s.precision;
-  for (Unit* unit : model.units()) {
-    const ShardLayout shard(unit->layout().numel(), s.world, 0);
+  for (const UnitSize& unit : sizes) {
+    const ShardLayout shard(unit.numel, s.world, 0);
     TierBytes group;
-    add_unit_state_bytes(shard, s, 0, group);  // no optimizer state tensors: the group's buffers
+    // no optimizer state tensors: the group's buffers
+    add_unit_state_bytes(shard, unit.frozen, s, 0, group);
     for (MemCategory c : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
       t.alloc(c, group.get(Tier::kDevice, c));
     if (p.mixed()) {
@@ -538,8 +543,9 @@ std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOption
   // The optimizer: pure 16-bit widens each unit's working range a chunk at a time on the
   // device; every other step updates in place or on the host.
   if (p.mixed() && !p.has_master() && s.offload_optimizer == OffloadDevice::kNone)
-    for (int64_t numel : unit_numels(model)) {
-      const ShardLayout shard(numel, s.world, 0);
+    for (const UnitSize& unit : sizes) {
+      if (unit.frozen) continue;  // no optimizer range
+      const ShardLayout shard(unit.numel, s.world, 0);
       const int64_t range = s.policy.shard_optimizer ? shard.shard : shard.padded;
       const int64_t bytes = bytes_of(std::min(range, Engine::kWorkspaceChunk), DType::kF32);
       t.alloc(MemCategory::kWorkspace, bytes);
@@ -551,66 +557,17 @@ std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOption
   return out;
 }
 
-int64_t comm_elements_per_step(std::span<const int64_t> numels, const StateOptions& o) {
+int64_t comm_elements_per_step(std::span<const UnitSize> units, const StateOptions& o) {
   int64_t elements = 0;
-  for (int64_t numel : numels) {
-    const ShardLayout shard(numel, o.world, 0);
-    const bool gathered = o.policy.shard_params && numel > o.persistence_threshold;
-    elements += (gathered ? 3 : 2) * shard.padded;
+  for (const UnitSize& unit : units) {
+    const ShardLayout shard(unit.numel, o.world, 0);
+    const bool gathered = o.policy.shard_params && unit.numel > o.persistence_threshold;
+    // Trained: an all-reduce's 2, or at stage 3 a reduce-scatter and two gathers; frozen: the
+    // gathers alone.
+    const int per_element = unit.frozen ? (gathered ? 2 : 0) : (gathered ? 3 : 2);
+    elements += per_element * shard.padded;
   }
   return elements;
-}
-
-// DeepSpeed's estimators, from their published definitions (deepspeed/runtime/zero/
-// stage_1_and_2.py and stage3.py), with N = gpus_per_node * nodes, Ψ = params,
-// f = buffer_factor (additional_buffer_factor, 1.5 by default):
-//   zero2, cpu_offload:     gpu = 2Ψ                    cpu = Ψ * max(4N, 16) * f
-//   zero2, no offload:      gpu = 4Ψ + int(16Ψ / N)     cpu = 4Ψ * gpus_per_node * f
-DeepSpeedEstimate deepspeed_zero2_estimate(int64_t params, int gpus_per_node, int nodes,
-                                           bool cpu_offload, double f) {
-  const double psi = static_cast<double>(params);
-  const int64_t gpus = static_cast<int64_t>(gpus_per_node) * nodes;
-  DeepSpeedEstimate e;
-  if (cpu_offload) {
-    e.gpu = 2 * params;
-    e.cpu = static_cast<int64_t>(psi * static_cast<double>(std::max<int64_t>(4 * gpus, 16)) * f);
-  } else {
-    e.gpu = 4 * params + static_cast<int64_t>(16.0 * psi / static_cast<double>(gpus));
-    e.cpu = static_cast<int64_t>(psi * 4.0 * gpus_per_node * f);
-  }
-  return e;
-}
-
-// With L = 4 * largest_layer_params (its fp32 gather), g = 1 / nodes:
-//   offload optimizer and params: gpu = L
-//                                 cpu = zero_init ? 18Ψg f : Ψ max(4 gpus_per_node, 18g) f
-//   offload optimizer only:       gpu = L + int(2Ψ / N)
-//                                 cpu = zero_init ? 16Ψg f : Ψ max(4 gpus_per_node, 16g) f
-//   no offload:                   gpu = L + int(18Ψ / N)
-//                                 cpu = zero_init ? 4 largest gpus_per_node f : 4Ψ gpus_per_node f
-DeepSpeedEstimate deepspeed_zero3_estimate(int64_t params, int64_t largest_layer_params,
-                                           int gpus_per_node, int nodes, bool cpu_offload,
-                                           bool cpu_offload_params, bool zero_init, double f) {
-  const double psi = static_cast<double>(params), g = 1.0 / nodes;
-  const double per_node = static_cast<double>(gpus_per_node);
-  const double gpus = per_node * nodes;
-  const int64_t largest = 4 * largest_layer_params;
-  DeepSpeedEstimate e;
-  if (cpu_offload && cpu_offload_params) {
-    e.gpu = largest;
-    e.cpu = static_cast<int64_t>(zero_init ? psi * 18.0 * g * f
-                                           : psi * std::max(4.0 * per_node, 18.0 * g) * f);
-  } else if (cpu_offload) {
-    e.gpu = largest + static_cast<int64_t>(2.0 * psi / gpus);
-    e.cpu = static_cast<int64_t>(zero_init ? psi * 16.0 * g * f
-                                           : psi * std::max(4.0 * per_node, 16.0 * g) * f);
-  } else {
-    e.gpu = largest + static_cast<int64_t>(18.0 * psi / gpus);
-    e.cpu = static_cast<int64_t>(zero_init ? static_cast<double>(largest_layer_params) * 4.0 *
-                                                 per_node * f
-                                           : psi * 4.0 * per_node * f);
-  }
-  return e;
 }
 
 }  // namespace zt

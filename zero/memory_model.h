@@ -3,14 +3,16 @@
 //   model states  kParams, kGrads, kOptimizer per tier (device, host, NVMe), the bytes the
 //                 engine's trackers hold at rest between steps, exactly: built from the same
 //                 ShardLayout (padding and shard sizes), ZeroPolicy, Precision and
-//                 optimizer_state_names the engine's ParamGroups and Optimizer use
+//                 optimizer_state_names the engine's ParamGroups and Optimizer use; a frozen
+//                 unit (zt.freeze, LoRA's base) holds its working params only
 //   activations   the kActivations peak of one training micro-batch, replaying the engine's
 //                 pass (zero/engine_step.cpp, PassState and run_pass) over each layer's declared
 //                 buffers (Layer::activations)
 //   communication elements sent per step, the ZeRO paper's count
-//   DeepSpeed     the published formulas of its two model-state estimators, for comparison
+// (DeepSpeed's own two estimators, for comparison: zero/deepspeed_estimate.h.)
 // tests/mpi/memory_model_test.cpp holds estimate == tracker for the model states on real
-// engines (stages 0-3, offload none/cpu/nvme, fp32 and bf16) and activations within 10%;
+// engines (stages 0-3, offload none/cpu/nvme, fp32 and bf16, LoRA and zt.freeze models) and
+// activations within 10%;
 // tests/zero/memory_model_test.cpp reproduces the ZeRO paper's Figure 1.
 // Pure arithmetic: no tensor memory, no communication.
 #pragma once
@@ -83,11 +85,17 @@ StateOptions state_options(const EngineOptions& engine, OffloadDevice offload, i
 // offload_optimizer. Empty when it does, else the reason.
 std::string state_options_problem(const StateOptions& o);
 
-// Each unit's flat-buffer size (FlatLayout::numel()) in model order.
-std::vector<int64_t> unit_numels(Model& model);
+// One unit as the model states see it: its flat buffer's size and whether it trains.
+struct UnitSize {
+  int64_t numel = 0;    // FlatLayout::numel()
+  bool frozen = false;  // Unit::frozen: working params only (zero/param_group.h)
+};
+
+// Each unit's size and frozenness in model order.
+std::vector<UnitSize> unit_sizes(Model& model);
 // A raw parameter count as units: `params` split into `units` equal parts, each one tensor laid
-// out by FlatLayout (its alignment), for a planner given no model.
-std::vector<int64_t> synthetic_unit_numels(int64_t params, int units);
+// out by FlatLayout (its alignment), all trained, for a planner given no model.
+std::vector<UnitSize> synthetic_unit_sizes(int64_t params, int units);
 
 // Model-state bytes of one rank at rest between steps (every rank holds the same: shards are
 // equal). Per unit (ShardLayout(numel, world, rank)), as ParamGroup, Optimizer, SwappedState
@@ -108,7 +116,10 @@ std::vector<int64_t> synthetic_unit_numels(int64_t params, int units);
 //   offload_param      the sharded units' working-parameter shards leave the device's kParams:
 //                      cpu to host kParams; nvme to nvme kParams, with param_buffers host buffers
 //                      (host kParams) each the largest shard's bytes rounded up to 4096 plus 4096
-TierBytes model_state_bytes(std::span<const int64_t> unit_numels, const StateOptions& o);
+// A frozen unit holds its working params only (sharded, persistent and offloaded as any): no
+// stored grads, no master, no optimizer state, no host-tier gradient or working buffers, and
+// it sizes none of the NVMe staging (its master range is empty, as SwappedState sees it).
+TierBytes model_state_bytes(std::span<const UnitSize> units, const StateOptions& o);
 
 // Activations of one training micro-batch of (B, T).
 struct ActivationOptions {
@@ -162,22 +173,9 @@ std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOption
 // Elements each rank sends and receives per step, the ZeRO paper's count (section 7) over the
 // padded unit sizes: stages 0-2 reduce-scatter + all-gather (an all-reduce), 2 per element;
 // stage 3 adds the second parameter all-gather of the backward, 3 per element of a sharded unit
-// (a persistent unit is never gathered: 2).
-int64_t comm_elements_per_step(std::span<const int64_t> unit_numels, const StateOptions& o);
-
-// DeepSpeed's own estimates (deepspeed.runtime.zero.stage_1_and_2 and .stage3; the formulas are
-// written out in memory_model.cpp). gpu: bytes per GPU; cpu: bytes per node.
-struct DeepSpeedEstimate {
-  int64_t gpu = 0;
-  int64_t cpu = 0;
-};
-// estimate_zero2_model_states_mem_needs (used for stages 0-2 alike: DeepSpeed has one).
-DeepSpeedEstimate deepspeed_zero2_estimate(int64_t params, int gpus_per_node, int nodes,
-                                           bool cpu_offload, double buffer_factor = 1.5);
-// estimate_zero3_model_states_mem_needs, one row of _all_cold.
-DeepSpeedEstimate deepspeed_zero3_estimate(int64_t params, int64_t largest_layer_params,
-                                           int gpus_per_node, int nodes, bool cpu_offload,
-                                           bool cpu_offload_params, bool zero_init,
-                                           double buffer_factor = 1.5);
+// (a persistent unit is never gathered: 2). A frozen unit is never reduced nor refreshed: only
+// stage 3's two gathers of a sharded one, 2 per element (one whose layers all run before the
+// first that trains is gathered in the forward only; the count does not tell), else 0.
+int64_t comm_elements_per_step(std::span<const UnitSize> units, const StateOptions& o);
 
 }  // namespace zt

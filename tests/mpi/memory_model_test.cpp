@@ -10,7 +10,9 @@
 // every case; checks use EXPECT so that no rank skips a collective. The tiny GPT-2 throughout, and
 // the tiny Mistral, Qwen3 and Phi-3 (tests/model_zoo/tiny_llama.h) for every stage: their new
 // parameters (q_norm, k_norm, fused projections) and activations (Qwen3's pre-norm q/k/v and the
-// norms' statistics) counted.
+// norms' statistics) counted. Tuned runs on the tiny Llama: LoRA (r=4, all-linear: multi-unit
+// layers, frozen base units and root) and zt.freeze (a frozen block; with the embedding frozen
+// too, layers that run forward only): frozen units hold working params only, every tier.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/mpi_communicator.h"
 #include "model_zoo/gpt2.h"
@@ -49,6 +52,8 @@ struct Case {
   // EngineOptions' defaults.
   int64_t buckets = 0;
   std::optional<LlamaConfig> llama = std::nullopt;  // the model when set; else the tiny GPT-2
+  Tuning tuning = {};                               // with llama: LoRA, zt.freeze
+  int64_t persistence = 5000;                       // stage3_param_persistence_threshold
 };
 
 const char* name_of(OffloadDevice d) {
@@ -56,22 +61,28 @@ const char* name_of(OffloadDevice d) {
 }
 
 std::string describe(const Case& c) {
-  return fmt::format("{}stage {} offload {}{}{} {}{}{}",
-                     c.llama ? ModelSpec{*c.llama}.model_type() + " " : "", c.stage,
+  std::string tuned;
+  if (c.tuning.lora.enabled) tuned += fmt::format("lora r={} ", c.tuning.lora.r);
+  if (!c.tuning.freeze.empty()) tuned += fmt::format("freeze {} ", fmt::join(c.tuning.freeze, ","));
+  if (c.persistence != 5000) tuned += fmt::format("persist {} ", c.persistence);
+  return fmt::format("{}{}stage {} offload {}{}{} {}{}{}",
+                     c.llama ? ModelSpec{*c.llama, {}}.model_type() + " " : "", tuned, c.stage,
                      name_of(c.offload), c.params == OffloadDevice::kNone ? "" : " params ",
                      c.params == OffloadDevice::kNone ? "" : name_of(c.params), dtype_name(c.dtype),
                      c.checkpoint ? " checkpointed" : "",
                      c.buckets > 0 ? fmt::format(" buckets {}", c.buckets) : "");
 }
 
-// Between the tiny GPT-2's root unit and its blocks, so stage 3 has a persistent unit too.
+// Between the tiny GPT-2's root unit and its blocks, so stage 3 has a persistent unit too (the
+// tiny Llama's LoRA: the adapters and the tied root persistent, the frozen base sharded).
 constexpr int64_t kPersistence = 5000;
+static_assert(kPersistence == Case{}.persistence);
 
 EngineOptions options(const Case& c, Model& model) {
   EngineOptions o;
   o.optimizer.type = OptimizerOptions::Type::kAdamW;
   o.policy = ZeroPolicy::for_stage(c.stage);
-  o.persistence_threshold = kPersistence;
+  o.persistence_threshold = c.persistence;
   o.precision.compute = o.precision.grad_accum = o.precision.comm = c.dtype;
   if (c.checkpoint)
     for (Layer* l : model.layers()) o.checkpoint.push_back(l->checkpointable());
@@ -120,7 +131,7 @@ void check(const Case& c, const std::string& swap_dir) {
   std::optional<CpuDevice> host;
   std::optional<SwapStore> swap;
   const std::unique_ptr<Model> owned =
-      c.llama ? build_model(ModelSpec{*c.llama}) : std::make_unique<Gpt2>(kModel);
+      c.llama ? build_model(ModelSpec{*c.llama, c.tuning}) : std::make_unique<Gpt2>(kModel);
   Model& model = *owned;
   EngineOptions eo = options(c, model);
   if (c.offload != OffloadDevice::kNone) eo.offload.optimizer.emplace(host.emplace());
@@ -137,7 +148,7 @@ void check(const Case& c, const std::string& swap_dir) {
     if (c.params == OffloadDevice::kNvme) params.swap = &*swap;
   }
   const StateOptions so = state_options(eo, c.offload, world_size(), c.params, 3);
-  const TierBytes estimate = model_state_bytes(unit_numels(model), so);
+  const TierBytes estimate = model_state_bytes(unit_sizes(model), so);
   ActivationOptions ao;
   ao.B = kB;
   ao.T = kT;
@@ -237,6 +248,71 @@ TEST(MemoryModel, NewLlamaFamiliesEstimateEqualsTheTrackers) {
           c.llama = tiny_family_config(family, kModel.vocab_size, static_cast<int>(kT));
           check(c, dir.path());
         }
+}
+
+Tuning lora_all_linear() {
+  Tuning t;
+  t.lora.enabled = true;
+  t.lora.r = 4;
+  t.lora.target_modules = {"all-linear"};
+  return t;
+}
+
+// LoRA on the tiny Llama: each block's layer computes with its adapters' unit and its frozen
+// base unit, the root is frozen whole. bf16 (fp32 master for the adapters) through every stage
+// and offload tier, with and without checkpointing; fp32 (no master: the working params are the
+// adapters' master); stage 3 with the parameters offloaded and with every unit sharded.
+TEST(MemoryModel, LoraEstimateEqualsTheTrackers) {
+  const SharedTempDir dir("memory_model_lora");
+  print_header();
+  const LlamaConfig tied =
+      tiny_llama_config(kModel.vocab_size, static_cast<int>(kT), true, false, false);
+  auto lora = [&](int stage, OffloadDevice offload, DType dtype, bool checkpoint) {
+    Case c{stage, offload, dtype, checkpoint};
+    c.llama = tied;
+    c.tuning = lora_all_linear();
+    return c;
+  };
+  for (int stage = 0; stage <= 3; ++stage)
+    for (OffloadDevice offload : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme})
+      for (bool checkpoint : {false, true}) {
+        if (stage == 0 && offload != OffloadDevice::kNone) continue;  // the engine refuses it
+        check(lora(stage, offload, DType::kBF16, checkpoint), dir.path());
+      }
+  for (int stage = 0; stage <= 3; ++stage)
+    check(lora(stage, OffloadDevice::kNone, DType::kF32, false), dir.path());
+  for (auto [offload, params] : {std::pair{OffloadDevice::kCpu, OffloadDevice::kCpu},
+                                 std::pair{OffloadDevice::kCpu, OffloadDevice::kNvme},
+                                 std::pair{OffloadDevice::kNvme, OffloadDevice::kNvme}}) {
+    Case c = lora(3, offload, DType::kBF16, false);
+    c.params = params;
+    check(c, dir.path());
+  }
+  for (bool checkpoint : {false, true}) {  // the adapters' units sharded too
+    Case c = lora(3, OffloadDevice::kNone, DType::kBF16, checkpoint);
+    c.persistence = 1000;
+    check(c, dir.path());
+  }
+}
+
+// zt.freeze: block 0 frozen whole (a frozen unit among trained ones); with the root frozen too
+// (embedding, final norm, untied head), the embedding and block 0 run forward only.
+TEST(MemoryModel, FrozenBlocksEstimateEqualsTheTrackers) {
+  const SharedTempDir dir("memory_model_freeze");
+  print_header();
+  for (bool root : {false, true})
+    for (int stage = 0; stage <= 3; ++stage)
+      for (OffloadDevice offload : {OffloadDevice::kNone, OffloadDevice::kCpu}) {
+        if (stage == 0 && offload != OffloadDevice::kNone) continue;
+        Case c{stage, offload, DType::kBF16, stage == 2};
+        c.llama = tiny_llama_config(kModel.vocab_size, static_cast<int>(kT), false, false, false);
+        c.tuning.freeze = {"model.layers.0.*"};
+        if (root)
+          for (const char* pattern : {"model.embed_tokens.*", "model.norm.*", "lm_head.*"})
+            c.tuning.freeze.push_back(pattern);
+        c.persistence = 1000;
+        check(c, dir.path());
+      }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // zt-estimate as a user runs it: the ZeRO paper's Figure 1 from `--params 7.5e9 --ranks 64`
 // (Ψ = 7.5B, N_d = 64, mixed-precision Adam, K = 12: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB per device
 // for the baseline and stages 1-3), in its table and its --json; the fit list with
-// --device-memory; input errors exit 2.
+// --device-memory; input errors exit 2. A LoRA run (--lora-r; a config's zt.lora, also through
+// zt-train --dry-run) planned beside the full fine-tune: Llama-3.2-1B, r=16 on every linear
+// layer, bf16, 8 ranks, stage 3 (docs/memory-planner.md's figures).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,8 +23,8 @@ struct ToolRun {
   std::string out;
 };
 
-ToolRun run_estimate(const std::string& args) {
-  const std::string command = std::string(ZT_BINARY_DIR) + "/bin/zt-estimate " + args + " 2>&1";
+ToolRun run_tool(const std::string& tool, const std::string& args) {
+  const std::string command = std::string(ZT_BINARY_DIR) + "/bin/" + tool + " " + args + " 2>&1";
   ToolRun r;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
@@ -31,6 +34,32 @@ ToolRun run_estimate(const std::string& args) {
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+ToolRun run_estimate(const std::string& args) { return run_tool("zt-estimate", args); }
+
+std::string temp_json(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          (name + "_" + std::to_string(getpid()) + ".json"))
+      .string();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::filesystem::remove(path);
+  return j;
+}
+
+// The choice (stage, offload_optimizer, offload_param) of a plan's "choices" or
+// "tuning_comparison".
+const nlohmann::json& choice(const nlohmann::json& list, int stage, const std::string& offload,
+                             const std::string& param_offload = "none") {
+  for (const auto& c : list)
+    if (c.at("stage") == stage && c.at("offload_optimizer") == offload &&
+        c.at("offload_param") == param_offload)
+      return c;
+  throw std::runtime_error("no such choice");
 }
 
 TEST(ZtEstimate, ReproducesFigure1OfTheZeroPaper) {
@@ -113,6 +142,92 @@ TEST(ZtEstimate, GpuPlanCountsTheGpusLogitsChunk) {
   EXPECT_GT(activations(gpu), activations(cpu) + (int64_t{512} << 20));
   EXPECT_EQ(activations(unsized), activations(cpu) + 2 * 16 * 1024 * 4);  // inputs, targets
   EXPECT_NE(unsized_text.find("under-counted"), std::string::npos) << unsized_text;
+}
+
+// The headline: Llama-3.2-1B with LoRA r=16 on every linear layer (all-linear), bf16 with an
+// fp32 master for the adapters, 8 ranks at stage 3, planned from the formula at full size (the
+// tables only, nothing allocated) beside the full fine-tune. Sanity, not the figures: the
+// adapters' optimizer state is under 5% of the full run's, the frozen base keeps its working
+// params, and the two plans are those printed.
+TEST(ZtEstimate, PlansLoraBesideTheFullFineTune) {
+  const std::string json_path = temp_json("zt_estimate_lora");
+  const ToolRun r = run_estimate(
+      "--model llama-3.2-1B --ranks 8 --precision bf16 --seq-len 2048 --lora-r 16 --json " +
+      json_path);
+  std::printf("%s", r.out.c_str());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("The full fine-tune:"), std::string::npos);
+  EXPECT_NE(r.out.find("LoRA r=16 on all-linear against the full fine-tune"), std::string::npos);
+  const nlohmann::json j = read_json(json_path);
+  EXPECT_EQ(j.at("tuning"), "LoRA r=16 on all-linear");
+  EXPECT_EQ(j.at("frozen_units"), 17);  // each block's base, and the root
+  const int64_t params = j.at("params"), trained = j.at("trained_params");
+  EXPECT_EQ(j.at("full_fine_tune").at("params"), 1'235'814'400);  // tests/model_zoo/llama_test
+  EXPECT_EQ(params, 1'235'814'400 + trained);
+  EXPECT_LT(trained, params / 50);
+  const nlohmann::json& c = choice(j.at("tuning_comparison"), 3, "none");
+  const int64_t full_optim = c.at("full_optimizer_bytes"),
+                lora_optim = c.at("tuned_optimizer_bytes");
+  const int64_t full_states = c.at("full_model_states_bytes");
+  const int64_t lora_states = c.at("tuned_model_states_bytes");
+  std::printf(
+      "stage 3, 8 ranks, per rank: full fine-tune %lld bytes of model states (%lld of "
+      "optimizer state), LoRA %lld (%lld): %.2f%% and %.2f%%\n",
+      static_cast<long long>(full_states), static_cast<long long>(full_optim),
+      static_cast<long long>(lora_states), static_cast<long long>(lora_optim),
+      100.0 * static_cast<double>(lora_states) / static_cast<double>(full_states),
+      100.0 * static_cast<double>(lora_optim) / static_cast<double>(full_optim));
+  EXPECT_GT(lora_optim, 0);
+  EXPECT_LT(lora_optim, full_optim / 20);
+  EXPECT_LT(lora_states, full_states);
+  // The frozen base keeps its bf16 working shard: at least the base's params / 8 ranks x 2 bytes.
+  const nlohmann::json& lora = choice(j.at("choices"), 3, "none");
+  EXPECT_GE(lora.at("bytes_by_category").at("device").at("params").get<int64_t>(),
+            int64_t{2} * 1'235'814'400 / 8);
+  // The comparison's figures are the two plans' own (no offload: the device tier alone).
+  EXPECT_EQ(lora.at("model_states_bytes").at("device").get<int64_t>(), lora_states);
+  EXPECT_EQ(choice(j.at("full_fine_tune").at("choices"), 3, "none")
+                .at("model_states_bytes")
+                .at("device")
+                .get<int64_t>(),
+            full_states);
+  // Fewer targets, fewer adapters.
+  const std::string qv_path = temp_json("zt_estimate_lora_qv");
+  ASSERT_EQ(run_estimate("--model llama-3.2-1B --ranks 8 --seq-len 2048 --lora-r 16 "
+                         "--lora-targets q_proj,v_proj --json " +
+                         qv_path)
+                .code,
+            0);
+  const nlohmann::json qv = read_json(qv_path);
+  EXPECT_EQ(qv.at("tuning"), "LoRA r=16 on q_proj,v_proj");
+  EXPECT_LT(qv.at("trained_params").get<int64_t>(), trained);
+  // What LoRA cannot plan exits 2.
+  EXPECT_EQ(run_estimate("--params 1e9 --lora-r 16").code, 2);      // no layers
+  EXPECT_EQ(run_estimate("--model gpt2-tiny --lora-r 4").code, 2);  // Llama family only
+  EXPECT_EQ(run_estimate("--model llama-tiny --lora-r 0").code, 2);
+  EXPECT_EQ(run_estimate("--model llama-tiny --lora-targets q_proj").code, 2);  // no --lora-r
+}
+
+// A config's zt.lora, in zt-estimate --config and in zt-train --dry-run (one rank, no mpirun):
+// both plan with the frozen units, beside the full fine-tune.
+TEST(ZtEstimate, ConfigLoraIsPlannedWithItsFrozenUnits) {
+  const std::string config = std::string(ZT_SOURCE_DIR) + "/configs/llama-tiny-pretrain.json";
+  const std::string lora = " --set 'zt.lora={\"r\":4,\"target_modules\":\"all-linear\"}'";
+  const std::string json_path = temp_json("zt_estimate_config_lora");
+  const ToolRun estimate =
+      run_estimate("--config " + config + lora + " --ranks 2 --json " + json_path);
+  ASSERT_EQ(estimate.code, 0) << estimate.out;
+  const nlohmann::json j = read_json(json_path);
+  EXPECT_EQ(j.at("tuning"), "LoRA r=4 on all-linear");
+  EXPECT_GT(j.at("frozen_units").get<int>(), 0);
+  const nlohmann::json& c = choice(j.at("tuning_comparison"), 2, "none");  // the config's stage
+  EXPECT_LT(c.at("tuned_optimizer_bytes").get<int64_t>(),
+            c.at("full_optimizer_bytes").get<int64_t>() / 20);
+  const ToolRun dry = run_tool("zt-train", "--config " + config + lora + " --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("trained (LoRA r=4 on all-linear;"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("LoRA r=4 on all-linear against the full fine-tune"), std::string::npos)
+      << dry.out;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The memory model against the ZeRO paper and DeepSpeed's published estimators (pure
-// arithmetic; tests/mpi/memory_model_test.cpp holds it equal to real engines' trackers).
+// The memory model against the ZeRO paper and DeepSpeed's published estimators, and what a
+// frozen unit holds (pure arithmetic; tests/mpi/memory_model_test.cpp holds it equal to real
+// engines' trackers).
 #include "zero/memory_model.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include "model_zoo/gpt2.h"
 #include "runtime/status.h"
+#include "zero/deepspeed_estimate.h"
 #include "zero/engine.h"
 
 namespace zt {
@@ -28,7 +30,7 @@ StateOptions figure1_options(int stage) {
 // 16.6 GB and 1.9 GB per device for the baseline and stages 1-3 (1 GB = 1e9 bytes, one
 // decimal). The same figures zt-estimate --params 7.5e9 --ranks 64 prints.
 TEST(MemoryModel, ReproducesFigure1OfTheZeroPaper) {
-  const std::vector<int64_t> units = synthetic_unit_numels(7'500'000'000, 1);
+  const std::vector<UnitSize> units = synthetic_unit_sizes(7'500'000'000, 1);
   const double paper[4] = {120.0, 31.4, 16.6, 1.9};
   for (int stage = 0; stage <= 3; ++stage) {
     const TierBytes b = model_state_bytes(units, figure1_options(stage));
@@ -42,12 +44,12 @@ TEST(MemoryModel, ReproducesFigure1OfTheZeroPaper) {
 
 TEST(MemoryModel, MixedPrecisionFormulaPerCategoryAndTier) {
   // Three units whose padding differs; every byte from the padded sizes ShardLayout gives.
-  const std::vector<int64_t> units = {1000, 4096, 333};
+  const std::vector<UnitSize> units = {{1000}, {4096}, {333}};
   const int world = 4;
   int64_t padded = 0, shard = 0;
-  for (int64_t n : units) {
-    padded += ShardLayout(n, world, 0).padded;
-    shard += ShardLayout(n, world, 0).shard;
+  for (const UnitSize& u : units) {
+    padded += ShardLayout(u.numel, world, 0).padded;
+    shard += ShardLayout(u.numel, world, 0).shard;
   }
   StateOptions o;
   o.precision.compute = o.precision.grad_accum = o.precision.comm = DType::kBF16;
@@ -107,10 +109,58 @@ TEST(MemoryModel, MixedPrecisionFormulaPerCategoryAndTier) {
 }
 
 TEST(MemoryModel, CommunicationIsTwoPsiUpToStageTwoAndThreePsiAtStageThree) {
-  const std::vector<int64_t> units = synthetic_unit_numels(7'500'000'000, 1);
-  const int64_t psi = ShardLayout(units[0], 64, 0).padded;
+  const std::vector<UnitSize> units = synthetic_unit_sizes(7'500'000'000, 1);
+  const int64_t psi = ShardLayout(units[0].numel, 64, 0).padded;
   for (int stage = 0; stage <= 3; ++stage)
     EXPECT_EQ(comm_elements_per_step(units, figure1_options(stage)), (stage == 3 ? 3 : 2) * psi);
+}
+
+// A frozen unit (zt.freeze, LoRA's base) holds its working params, sharded and offloaded as any
+// unit's, and nothing else; it sizes none of the NVMe staging and is never reduced.
+TEST(MemoryModel, FrozenUnitsHoldTheirWorkingParamsOnly) {
+  const int world = 4;
+  const std::vector<UnitSize> trained = {{1000}, {333}};
+  std::vector<UnitSize> units = trained;
+  units.push_back({40'000, true});
+  const ShardLayout big(40'000, world, 0);
+  StateOptions o;
+  o.precision.compute = o.precision.grad_accum = o.precision.comm = DType::kBF16;
+  o.world = world;
+  o.persistence_threshold = 0;
+  for (int stage = 0; stage <= 3; ++stage) {
+    o.policy = ZeroPolicy::for_stage(stage);
+    const TierBytes with = model_state_bytes(units, o), without = model_state_bytes(trained, o);
+    EXPECT_EQ(with.get(Tier::kDevice, MemCategory::kParams),
+              without.get(Tier::kDevice, MemCategory::kParams) +
+                  2 * (stage == 3 ? big.shard : big.padded));
+    EXPECT_EQ(with.get(Tier::kDevice, MemCategory::kGrads),
+              without.get(Tier::kDevice, MemCategory::kGrads));
+    EXPECT_EQ(with.get(Tier::kDevice, MemCategory::kOptimizer),
+              without.get(Tier::kDevice, MemCategory::kOptimizer));
+    // Stage 3 gathers it twice; no stage reduces it.
+    EXPECT_EQ(comm_elements_per_step(units, o),
+              comm_elements_per_step(trained, o) + (stage == 3 ? 2 * big.padded : 0));
+  }
+  // Offloaded: its parameter shard moves to the parameters' tier, and (NVMe) it is the largest
+  // shard, so it sizes the param_buffers host buffers; the optimizer's tiers and the staging
+  // (sized by the largest master range, a trained unit's) are the trained units' alone.
+  o.policy = ZeroPolicy::for_stage(3);
+  for (OffloadDevice tier : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    o.offload_optimizer = o.offload_param = tier;
+    const TierBytes with = model_state_bytes(units, o), without = model_state_bytes(trained, o);
+    TierBytes expected = without;
+    expected.at(tier == OffloadDevice::kCpu ? Tier::kHost : Tier::kNvme, MemCategory::kParams) +=
+        2 * big.shard;
+    if (tier == OffloadDevice::kNvme)
+      expected.at(Tier::kHost, MemCategory::kParams) =
+          o.param_buffers * ((2 * big.shard + 4095) / 4096 * 4096 + 4096);
+    for (Tier t : {Tier::kDevice, Tier::kHost, Tier::kNvme})
+      for (int c = 0; c < kNumMemCategories; ++c)
+        EXPECT_EQ(with.get(t, static_cast<MemCategory>(c)),
+                  expected.get(t, static_cast<MemCategory>(c)))
+            << (tier == OffloadDevice::kCpu ? "cpu " : "nvme ") << tier_name(t) << " "
+            << mem_category_name(static_cast<MemCategory>(c));
+  }
 }
 
 // DeepSpeed's estimators on the case its docs print (1 node, 8 GPUs, 13e9 params, largest
