@@ -177,14 +177,26 @@ BlockLora add_block_lora(const LlamaConfig& c, int layer, const LoraConfig& lora
 }
 
 // Refuses LoRA settings this model cannot take, naming the key: a target that names no linear
-// layer (PEFT refuses it too), modules_to_save.
+// layer (PEFT refuses it too), a module to save that names no module of the model.
 void check_lora(const LlamaConfig& c, const LoraConfig& lora) {
   if (!lora.enabled) return;
   if (lora.r <= 0) throw_input(fmt::format("zt.lora.r must be > 0; got {}", lora.r));
-  if (!lora.modules_to_save.empty())
-    throw_input(
-        "zt.lora.modules_to_save is not supported yet: leave it out (the embeddings and the LM "
-        "head stay frozen)");
+  for (const std::string& m : lora.modules_to_save) {
+    BlockIndex at;
+    std::vector<ParamSpec> specs = root_specs(c);
+    for (ParamSpec& s : block_specs(c, 0, at)) specs.push_back(std::move(s));
+    LoraConfig one = lora;
+    one.modules_to_save = {m};
+    if (std::none_of(specs.begin(), specs.end(),
+                     [&](const ParamSpec& s) { return zoo::lora_saves_whole(one, s.name); }))
+      throw_input(fmt::format(
+          "zt.lora.modules_to_save: '{}' names no module of this model (such as embed_tokens, "
+          "{}norm or a block's input_layernorm){}",
+          m, c.tie_word_embeddings ? "" : "lm_head, ",
+          c.tie_word_embeddings && m == "lm_head"
+              ? "; its head is tied to embed_tokens: name embed_tokens to train the one tensor"
+              : ""));
+  }
   const std::vector<std::string> modules = block_linear_modules(c, 0);
   std::string names;
   for (const std::string& m : modules)

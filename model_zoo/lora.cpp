@@ -28,12 +28,36 @@ bool lora_targets(const LoraConfig& lora, const std::string& module) {
   return false;
 }
 
+namespace {
+
+// The module a tensor belongs to: its name without the last component ("model.embed_tokens" of
+// "model.embed_tokens.weight").
+std::string module_of(const std::string& tensor) {
+  const size_t dot = tensor.rfind('.');
+  return dot == std::string::npos ? tensor : tensor.substr(0, dot);
+}
+
+// `module` is `name` or ends with "." + name (PEFT's matching of module names).
+bool names_module(const std::string& name, const std::string& module) {
+  return module == name || (module.size() > name.size() && module.ends_with(name) &&
+                            module[module.size() - name.size() - 1] == '.');
+}
+
+}  // namespace
+
+bool lora_saves_whole(const LoraConfig& lora, const std::string& tensor) {
+  const std::string module = module_of(tensor);
+  return std::any_of(lora.modules_to_save.begin(), lora.modules_to_save.end(),
+                     [&](const std::string& m) { return names_module(m, module); });
+}
+
 bool frozen_by(const Tuning& tuning, const ParamSpec& spec) {
   if (spec.adapter) return false;
   for (const std::string& pattern : tuning.freeze)
     if (glob_match(pattern, spec.name)) return true;
   const LoraConfig& lora = tuning.lora;
   if (!lora.enabled) return false;
+  if (lora_saves_whole(lora, spec.name)) return false;
   const std::string kBias = ".bias";
   if (spec.name.size() > kBias.size() && spec.name.ends_with(kBias)) {
     if (lora.bias == "all") return false;

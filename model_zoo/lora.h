@@ -20,8 +20,11 @@ namespace zt::zoo {
 
 // Whether `spec` is frozen under `tuning`: an adapter's tensor never; one a zt.freeze pattern
 // matches; with LoRA every base tensor but the biases its `bias` key trains ("all": every bias,
-// "lora_only": those of targeted modules).
+// "lora_only": those of targeted modules) and the tensors of modules_to_save.
 bool frozen_by(const Tuning& tuning, const ParamSpec& spec);
+// Whether `tensor` (a name) belongs to one of lora.modules_to_save: trained whole beside the
+// adapters, and saved with them (PEFT's modules_to_save).
+bool lora_saves_whole(const LoraConfig& lora, const std::string& tensor);
 
 // Whether the linear module `module` (its full name, "model.layers.0.self_attn.q_proj") is one
 // of target_modules (a name it equals or ends with after a dot; "all-linear": every module).

@@ -7,8 +7,8 @@
 # pointed at a scratch directory), so what the config combines (stage, dtype, offload tier,
 # activation and checkpoint settings, init_from) runs. The fine-tuning config starts from the
 # weights the demo config's run saved. The Llama pair keeps its own model (a tiny one already):
-# the pre-training config saves a Hugging Face directory, which the fine-tuning config then
-# plans from and trains from, on the corpus here (tests/e2e/llama_finetune.sh runs it on
+# the pre-training config saves a Hugging Face directory, which the fine-tuning and LoRA configs
+# then plan from and train from, on the corpus here (tests/e2e/llama_finetune.sh runs it on
 # instruction data). Usage: configs.sh BIN_DIR SOURCE_DIR. Skips (77) without mpirun or without
 # the corpus (the configs train on it).
 set -u
@@ -27,7 +27,8 @@ configs=(configs/gpt2-tiny.json configs/gpt2-124M.json configs/gpt2-124M-stage1.
          configs/gpt2-124M-stage2.json configs/gpt2-124M-stage3.json
          configs/gpt2-124M-bf16-stage3-checkpointing.json configs/gpt2-124M-offload-cpu.json
          configs/gpt2-124M-offload-nvme.json configs/gpt2-124M-finetune.json
-         configs/llama-tiny-pretrain.json configs/llama-tiny-finetune.json)
+         configs/llama-tiny-pretrain.json configs/llama-tiny-finetune.json
+         configs/llama-tiny-lora.json)
 for file in configs/*.json; do
   printf '%s\n' "${configs[@]}" | grep -qx "$file" || { name=$file; fail "not in this test's list"; }
 done
@@ -38,7 +39,7 @@ declare -A expects=(
   [gpt2-124M-bf16-stage3-checkpointing]='"activation_checkpointing"'
   [gpt2-124M-offload-cpu]='"device": "cpu"' [gpt2-124M-offload-nvme]='"device": "nvme"'
   [gpt2-124M-finetune]='"init_from"' [llama-tiny-pretrain]='"model_type": "llama"'
-  [llama-tiny-finetune]='"activation_checkpointing"')
+  [llama-tiny-finetune]='"activation_checkpointing"' [llama-tiny-lora]='"lora"')
 
 for file in "${configs[@]}"; do
   name=$(basename "$file" .json)
@@ -52,6 +53,9 @@ for file in "${configs[@]}"; do
                          size=(--set zt.train_data=data/corpus/train.bin --set zt.val_data=data/corpus/val.bin
                                --set zt.save_pretrained.dir="$tmp/llama-finetuned")
                          as="the Llama from llama-tiny-pretrain's directory" ;;
+    llama-tiny-lora) plan=(--set zt.init_from="$tmp/llama-base")
+                     size=(--set zt.train_data=data/corpus/train.bin --set zt.val_data=data/corpus/val.bin)
+                     as="LoRA adapters on the Llama from llama-tiny-pretrain's directory" ;;
   esac
   "$bin/zt-run" -np 2 --cpu -- "$bin/zt-train" --config "$file" --dry-run "${plan[@]}" \
     > "$tmp/$name.plan" 2> "$tmp/$name.err" || {

@@ -174,6 +174,26 @@ TEST(LoraModel, GradientsMatchFiniteDifferences) {
   }
 }
 
+// modules_to_save: the embedding trains whole beside the adapters (tied: the head's too); its
+// gradient and the adapters' by finite differences; the final norm stays frozen.
+TEST(LoraModel, ModulesToSaveTrainWhole) {
+  Tuning tuning = lora_all_linear();
+  tuning.lora.modules_to_save = {"embed_tokens"};
+  Llama model(tiny_llama_config(64, 16, true, false, false), tuning);
+  EXPECT_EQ(model.units()[0]->name(), "root");
+  EXPECT_FALSE(model.units()[0]->frozen());
+  ASSERT_EQ(model.units()[0]->layout().entries().size(), 1u);
+  EXPECT_EQ(model.units()[0]->layout().entries()[0].spec.name, "model.embed_tokens.weight");
+  EXPECT_EQ(model.units()[1]->name(), "root.frozen");
+  CpuDevice device;
+  SelfCommunicator comm(device);
+  Engine engine(device, comm, model, EngineOptions{});
+  randomize_parameters(engine, model, 0.3f, 5);
+  Tokens t = random_tokens(2, 8, 64, 6);
+  engine.compute_gradients(t.batch);
+  EXPECT_GT(check_gradients_by_finite_differences(engine, model, t.batch), 40);
+}
+
 // B starts at zero: the adapted model computes its base's losses, bit for bit.
 TEST(LoraModel, StartsAsItsBase) {
   const LlamaConfig config = tiny_llama_config(64, 16, false, false, false);
