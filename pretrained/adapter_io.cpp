@@ -56,11 +56,12 @@ std::set<std::string> adapter_names(Model& model) {
   return names;
 }
 
-// lora_alpha and lora_dropout as JSON numbers: an integral value as an integer (PEFT's
-// lora_alpha is an int), else the float's shortest decimal (0.05, not 0.05000000074505806).
-nlohmann::json json_number(float v) {
+// A float as the JSON number Python writes for it: its shortest decimal (0.05, not
+// 0.05000000074505806), and an integral lora_alpha as an integer (PEFT's type for it is int).
+double shortest(float v) { return std::stod(fmt::format("{}", v)); }
+nlohmann::json alpha_number(float v) {
   if (v == std::floor(v) && std::abs(v) < 1e9f) return static_cast<int64_t>(v);
-  return std::stod(fmt::format("{}", v));
+  return shortest(v);
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -210,9 +211,9 @@ nlohmann::json adapter_config_json(const ModelSpec& model, Model& built,
       {"layers_pattern", nullptr},
       {"layers_to_transform", nullptr},
       {"loftq_config", json::object()},
-      {"lora_alpha", json_number(lora.alpha)},
+      {"lora_alpha", alpha_number(lora.alpha)},
       {"lora_bias", false},
-      {"lora_dropout", json_number(lora.dropout)},
+      {"lora_dropout", shortest(lora.dropout)},  // a float: 0.0, not 0
       {"megatron_config", nullptr},
       {"megatron_core", "megatron.core"},
       {"modules_to_save", nullptr},

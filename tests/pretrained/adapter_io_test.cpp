@@ -199,7 +199,7 @@ TEST(AdapterFiles, PeftNamesAndShapesForTinyLlama) {
   EXPECT_EQ(config["r"], 4);
   EXPECT_EQ(config["lora_alpha"], 8);
   EXPECT_TRUE(config["lora_alpha"].is_number_integer());
-  EXPECT_EQ(config["lora_dropout"], 0);
+  EXPECT_EQ(config["lora_dropout"].dump(), "0.0");  // a float, as Python writes it
   EXPECT_EQ(config["bias"], "none");
   EXPECT_EQ(config["base_model_name_or_path"], "org/base-model");
   EXPECT_EQ(config["target_modules"], nlohmann::json({"down_proj", "gate_proj", "k_proj", "o_proj",
