@@ -227,7 +227,7 @@ TEST(AdapterFiles, PeftNamesAndShapesForTinyLlama) {
   }
 }
 
-TEST(AdapterFiles, AllLinearIsWrittenAsTheModulesAndRateDropoutAsDecimal) {
+TEST(AdapterFiles, AllLinearIsWrittenAsItsModulesAndNumbersAsPythonWritesThem) {
   TempDir tmp("zt_adapter_all_linear");
   ModelSpec spec = lora_spec(tiny_family_config(LlamaFamily::kPhi3, kVocab, 16), {"all-linear"}, 2);
   spec.tuning.lora.dropout = 0.05f;
