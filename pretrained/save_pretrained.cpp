@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "pretrained/adapter_io.h"
 #include "pretrained/weights_io.h"
 #include "runtime/file_io.h"
 #include "runtime/formats/safetensors.h"
@@ -67,12 +69,16 @@ SavePretrainedResult save_pretrained(Engine& engine, const ModelSpec& model,
     std::vector<int64_t> shape;
     int64_t offset;  // in its unit's flat buffer
     int shard;
+    std::string module;  // the linear module whose weight this is ("" for any other tensor)
   };
   std::vector<std::vector<Tensor>> tensors(units.size());
   std::vector<uint64_t> shard_bytes;
   for (size_t u = 0; u < units.size(); ++u)
     for (const auto& e : units[u]->layout().entries()) {
-      Tensor t{hf_tensor_name(model, e.spec.name), exported_shape(e.spec), e.offset, 0};
+      if (e.spec.adapter) continue;  // adapter files' (adapter_io.h), or merged below
+      const std::string& name = e.spec.name;
+      Tensor t{hf_tensor_name(model, name), exported_shape(e.spec), e.offset, 0,
+               name.ends_with(".weight") ? name.substr(0, name.size() - 7) : std::string()};
       const uint64_t bytes = numel_of(t.shape) * element;
       if (shard_bytes.empty() || shard_bytes.back() + bytes > o.max_shard_size)
         if (shard_bytes.empty() || shard_bytes.back() > 0) shard_bytes.push_back(0);
@@ -98,7 +104,12 @@ SavePretrainedResult save_pretrained(Engine& engine, const ModelSpec& model,
     fs::create_directories(partial, ec);
     if (ec) throw_system(fmt::format("cannot create {}: {}", partial.string(), ec.message()));
   }
-  std::vector<float> full;
+  // Merged export: every adapter first (collective; small beside the model), each merged into
+  // its weight as that is written.
+  const std::map<std::string, ModuleAdapter> adapters =
+      o.merge_adapters ? read_adapters(engine) : std::map<std::string, ModuleAdapter>{};
+  const float scale = model.tuning.lora.scale();
+  std::vector<float> full, merged;
   std::vector<std::byte> converted;
   for (size_t u = 0; u < units.size(); ++u) {
     full.assign(static_cast<size_t>(units[u]->layout().numel()), 0.0f);
@@ -118,8 +129,18 @@ SavePretrainedResult save_pretrained(Engine& engine, const ModelSpec& model,
         ++result.files;
       }
       const uint64_t n = numel_of(t.shape);
+      const float* values = full.data() + t.offset;
+      if (const auto adapter = adapters.find(t.module); adapter != adapters.end()) {
+        const ModuleAdapter& m = adapter->second;
+        ZT_ASSERT(t.shape == std::vector<int64_t>({m.out, m.in}), "{}: adapter of ({}, {})", t.name,
+                  m.out, m.in);
+        merged.resize(n);
+        merge_adapter(m, scale, values, merged.data());
+        values = merged.data();
+        ++result.merged;
+      }
       converted.resize(n * element);
-      convert(full.data() + t.offset, n, o.dtype, converted.data());
+      convert(values, n, o.dtype, converted.data());
       writer->write(converted.data(), converted.size());
       result.bytes += converted.size();
       weight_map[t.name] = shard_name(t.shard);

@@ -205,13 +205,15 @@ struct CheckpointConfig {
 };
 
 // zt.save_pretrained: "DIR", or {"dir": DIR, "dtype": "fp32" | "bf16" | "fp16",
-// "max_shard_size": bytes or "5GB"}: after the last step, a Hugging Face model directory
-// (pretrained/save_pretrained.h). dtype: what the weights are written in (default fp32; rounded
-// from the fp32 master).
+// "max_shard_size": bytes or "5GB", "merge_adapter": bool}: after the last step, a Hugging Face
+// model directory (pretrained/save_pretrained.h). dtype: what the weights are written in (default
+// fp32; rounded from the fp32 master). merge_adapter: with zt.lora, each adapted weight is
+// written as W + s·B·A (required under zt.lora, refused without it).
 struct SavePretrainedConfig {
   std::string dir;  // empty: none
   std::string dtype = "fp32";
   uint64_t max_shard_size = 5'000'000'000;
+  bool merge_adapter = false;
 };
 
 struct ZtConfig {
@@ -229,6 +231,10 @@ struct ZtConfig {
   std::string init_from;     // empty: fresh initialisation
   std::string save_weights;  // empty: do not export
   SavePretrainedConfig save_pretrained;
+  // zt.lora only (pretrained/adapter_io.h): a PEFT adapter directory the adapters start from
+  // (after zt.init_from's weights), and one written after the last step. Empty: none.
+  std::string init_adapter;
+  std::string save_adapter;
   bool shuffle = false;
   int num_threads = 0;  // 0: automatic
   // How the CPU back end chooses each 16-bit GEMM's path (train/gemm_choice.h): "auto",
@@ -335,6 +341,10 @@ void resolve_auto_from_model(Config& config, int64_t hidden_size);
 // load_config_json then parse_config, with the path as the source.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides,
                    int world_size);
+
+// A PEFT adapter_config.json, or the adapter directory holding one, read by zt.lora's file rules
+// (inference_mode may be true; runtime/config/tuning_block.cpp). Errors are kInput naming the file.
+LoraConfig read_peft_adapter_config(const std::string& path);
 
 // Where the job's checkpoints go and `zt-train --resume` looks: zt.checkpoint.dir, or
 // <zt.output_dir>/checkpoints (zt-train, and zt-run's restarts).

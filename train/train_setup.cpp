@@ -11,6 +11,7 @@
 #include "comm/communicator_factory.h"
 #include "model_zoo/hf_config.h"
 #include "model_zoo/model_spec.h"
+#include "pretrained/adapter_io.h"
 #include "pretrained/weights_io.h"
 #include "runtime/data/token_data.h"
 #include "runtime/device_factory.h"
@@ -165,6 +166,8 @@ TrainSetup prepare_training(const std::string& config_path,
   if (!config.zt.init_from.empty()) {
     check_weights_file(config.zt.init_from, *build_model(model));  // tables only
   }
+  if (!config.zt.init_adapter.empty())
+    check_adapter_dir(config.zt.init_adapter, model, *build_model(model));
   std::string root = checkpoint_root(config);
   std::optional<CheckpointReader> reader;
   if (resume) {

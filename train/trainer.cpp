@@ -17,7 +17,6 @@
 #include "launch/tool_frame.h"
 #include "model_zoo/model_spec.h"
 #include "offload/swap_store.h"
-#include "pretrained/weights_io.h"
 #include "runtime/byte_count.h"
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/data/token_data.h"
@@ -457,10 +456,7 @@ TrainResult train_run(const TrainSetup& setup, const CpuBinding& cpus, Device& d
   int64_t step_now = 0;  // the step being trained, or the one an evaluation comes after
   const FaultPoints faults(rank, *model_slot);
   faults.hook_engine(engine, step_now);
-  if (!config.zt.init_from.empty()) {
-    load_weights(engine, config.zt.init_from);
-    log.rank0("loaded weights from {}", config.zt.init_from);
-  }
+  load_initial_weights(config, setup.model, engine, log);  // zt.init_from, zt.init_adapter
   Resumed resumed;
   if (setup.resume) {
     resumed = resume_training(setup, engine, comm, train_loader, val_loader);

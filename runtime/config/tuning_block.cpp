@@ -228,6 +228,14 @@ LoraConfig parse_lora_keys(const Reader& r, const json& block, std::string_view 
   return lora;
 }
 
+// An adapter_config.json's keys, errors naming the file.
+LoraConfig read_adapter_config_file(const std::string& source) {
+  const json adapter = read_json_object(source, "PEFT adapter config");
+  std::vector<std::string> notes;  // the LoRA keys add none
+  const Reader file_reader(source, notes);
+  return parse_lora_keys(file_reader, adapter, "", Form::kFile);
+}
+
 // zt.lora as a path: the adapter_config.json it names (or that the directory it names holds),
 // relative to the config file's folder. Errors about the path name the config file; errors about
 // the file's keys name the adapter file.
@@ -244,11 +252,7 @@ LoraConfig parse_lora_file(const Reader& r, const std::string& given) {
                     "or its directory, relative to the config file's folder",
                     given, file.string()));
   }
-  const std::string source = file.string();
-  const json adapter = read_json_object(source, "PEFT adapter config");
-  std::vector<std::string> notes;  // the LoRA keys add none
-  const Reader file_reader(source, notes);
-  return parse_lora_keys(file_reader, adapter, "", Form::kFile);
+  return read_adapter_config_file(file.string());
 }
 
 LoraConfig parse_lora(const Reader& r, const json& v) {
@@ -273,3 +277,15 @@ Tuning parse_tuning(const Reader& r, const json& zt) {
 }
 
 }  // namespace zt::config_detail
+
+namespace zt {
+
+LoraConfig read_peft_adapter_config(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path file = std::filesystem::is_directory(path, ec)
+                                         ? std::filesystem::path(path) / "adapter_config.json"
+                                         : std::filesystem::path(path);
+  return config_detail::read_adapter_config_file(file.string());
+}
+
+}  // namespace zt

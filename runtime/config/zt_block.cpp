@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -62,6 +63,8 @@ constexpr Field<ZtConfig> kZtFields[] = {
     {"output_dir", &ZtConfig::output_dir},
     {"init_from", &ZtConfig::init_from},
     {"save_weights", &ZtConfig::save_weights},
+    {"init_adapter", &ZtConfig::init_adapter},
+    {"save_adapter", &ZtConfig::save_adapter},
     {"shuffle", &ZtConfig::shuffle},
     {"num_threads", &ZtConfig::num_threads, Bound::kNonNegative},
     {"cpu_gemm", &ZtConfig::cpu_gemm},
@@ -95,20 +98,47 @@ SavePretrainedConfig parse_save_pretrained(const Reader& r, const json& v) {
   } else {
     if (!v.is_object())
       r.type_error(v, "zt.save_pretrained",
-                   "a directory or an object {dir, dtype, max_shard_size}");
-    static constexpr std::string_view kKeys[] = {"dir", "dtype", "max_shard_size"};
+                   "a directory or an object {dir, dtype, max_shard_size, merge_adapter}");
+    static constexpr std::string_view kKeys[] = {"dir", "dtype", "max_shard_size", "merge_adapter"};
     r.check_keys(v, "zt.save_pretrained", kKeys);
     c.dir = r.string(r.require(v, "zt.save_pretrained", "dir"), "zt.save_pretrained.dir");
     if (const json* d = Reader::find(v, "dtype"))
       c.dtype = r.string(*d, "zt.save_pretrained.dtype");
     if (const json* m = Reader::find(v, "max_shard_size"))
       c.max_shard_size = r.byte_size(*m, "zt.save_pretrained.max_shard_size");
+    if (const json* m = Reader::find(v, "merge_adapter"))
+      c.merge_adapter = r.boolean(*m, "zt.save_pretrained.merge_adapter");
   }
   if (c.dir.empty()) r.fail("'zt.save_pretrained' names no directory");
   if (c.dtype != "fp32" && c.dtype != "bf16" && c.dtype != "fp16")
     r.fail(fmt::format("'zt.save_pretrained.dtype' is '{}'; use fp32, bf16 or fp16", c.dtype));
   if (c.max_shard_size == 0) r.fail("'zt.save_pretrained.max_shard_size' must be > 0");
   return c;
+}
+
+// The adapter keys go with zt.lora: the adapter files (zt.init_adapter, zt.save_adapter) and the
+// merged export (zt.save_pretrained.merge_adapter, which a LoRA run's save_pretrained needs: the
+// base weights alone would drop what was trained).
+void check_adapter_keys(const Reader& r, const ZtConfig& z) {
+  const bool lora = z.tuning.lora.enabled;
+  for (const auto& [key, value] : {std::pair{"zt.init_adapter", &z.init_adapter},
+                                   std::pair{"zt.save_adapter", &z.save_adapter}})
+    if (!value->empty() && !lora)
+      r.fail(fmt::format(
+          "'{}' is '{}', but there is no 'zt.lora': adapter files go with LoRA runs; add a "
+          "zt.lora block or remove the key",
+          key, *value));
+  const SavePretrainedConfig& hf = z.save_pretrained;
+  if (hf.merge_adapter && !lora)
+    r.fail(
+        "'zt.save_pretrained.merge_adapter' is true, but there is no 'zt.lora': there are no "
+        "adapters to merge; remove it or add a zt.lora block");
+  if (!hf.dir.empty() && lora && !hf.merge_adapter)
+    r.fail(fmt::format(
+        "'zt.save_pretrained' ('{}') under zt.lora writes the merged model: set "
+        "'zt.save_pretrained.merge_adapter' to true (each adapted weight W + s·B·A), or use "
+        "'zt.save_adapter' for PEFT's adapter files",
+        hf.dir));
 }
 
 }  // namespace
@@ -133,6 +163,7 @@ ZtConfig parse_zt(const Reader& r, const json& j) {
   if (const json* checkpoint = Reader::find(block, "checkpoint"))
     z.checkpoint = parse_checkpoint(r, *checkpoint);
   z.tuning = parse_tuning(r, block);
+  check_adapter_keys(r, z);
   if (z.train_data.empty()) r.fail("'zt.train_data' must not be empty");
   if (z.output_dir.empty()) r.fail("'zt.output_dir' must not be empty");
   if (z.device != "cpu" && z.device != "cuda")

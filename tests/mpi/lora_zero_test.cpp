@@ -4,16 +4,23 @@
 // dropout; the frozen base is the same bits after training as before; the gradient memory the
 // tracker holds is the adapters' alone (a frozen weight's gradient computed would need a buffer);
 // the embedding layer, below every trainable unit, never runs a backward (stage 3 gathers the root
-// for the forward and the head only).
+// for the forward and the head only). PEFT's adapter files (pretrained/adapter_io.h) and the
+// merged export, collective under stage 3: the same bytes from every stage, and an adapter
+// saved at stage 0 loaded at stage 3 gives the trained model's eval losses bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
 
 #include "comm/mpi_communicator.h"
 #include "model_zoo/llama.h"
+#include "model_zoo/model_spec.h"
+#include "pretrained/adapter_io.h"
+#include "pretrained/save_pretrained.h"
 #include "runtime/cpu/cpu_device.h"
 #include "tests/model_zoo/tiny_llama.h"
 #include "zero/engine.h"
@@ -164,6 +171,65 @@ TEST(LoraZeroStages, FrozenBaseUnchangedAndNoGradientMemory) {
     // forward and backward, never for an embedding backward: 2 gathers a step at most.
     if (stage == 3) EXPECT_EQ(r.root_gathers, 2 * kSteps);
   }
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(LoraZeroStages, AdapterFilesAndMergedExportAreTheSameFromEveryStage) {
+  const SharedTempDir dir("lora_files");
+  ModelSpec spec{tiny(true, true), {}};
+  spec.tuning = lora_tuning(0.0f, "all");
+  const int world = world_size(), rank = my_rank();
+  const GlobalBatch eval_global(99, 0, world);
+  const Batch eval_batch = eval_global.rows(rank * kB, kB);
+  auto engine_options = [](int stage) {
+    EngineOptions o;
+    o.optimizer.type = OptimizerOptions::Type::kAdamW;
+    o.policy = ZeroPolicy::for_stage(stage);
+    o.precision = bf16();
+    o.persistence_threshold = 0;  // stage 3 gathers every unit
+    return o;
+  };
+  std::vector<double> trained_losses;
+  for (int stage = 0; stage <= 3; ++stage) {
+    CpuDevice device;
+    MpiCommunicator comm(device);
+    Llama model(spec.llama(), spec.tuning);
+    Engine engine(device, comm, model, engine_options(stage));
+    for (int step = 0; step < kSteps; ++step) {
+      const GlobalBatch global(step, 0, world);
+      const Batch batch = global.rows(rank * kB, kB);
+      engine.train_step(std::span<const Batch>(&batch, 1), 1e-2f);
+    }
+    const std::string at = dir.path() + "/stage" + std::to_string(stage);
+    save_adapter(engine, spec, "", at + "/adapter");  // collective
+    SavePretrainedOptions o;
+    o.dir = at + "/merged";
+    o.dtype = DType::kBF16;
+    o.merge_adapters = true;
+    save_pretrained(engine, spec, o);  // collective
+    if (stage == 0) trained_losses.push_back(engine.eval_loss(eval_batch));
+  }
+  if (rank == 0)
+    for (int stage = 1; stage <= 3; ++stage)
+      for (const char* file : {"adapter/adapter_model.safetensors", "adapter/adapter_config.json",
+                               "merged/model.safetensors"}) {
+        const std::string path = dir.path() + "/stage" + std::to_string(stage) + "/" + file;
+        EXPECT_EQ(file_bytes(path), file_bytes(dir.path() + "/stage0/" + file))
+            << path << " differs from stage 0's";
+      }
+  // The stage-0 adapter into a stage-3 engine over the same base (the same seed: the same frozen
+  // base and initial adapters).
+  CpuDevice device;
+  MpiCommunicator comm(device);
+  Llama model(spec.llama(), spec.tuning);
+  Engine engine(device, comm, model, engine_options(3));
+  EXPECT_NE(engine.eval_loss(eval_batch), trained_losses.at(0));
+  load_adapter(engine, spec, dir.path() + "/stage0/adapter");  // collective
+  EXPECT_EQ(engine.eval_loss(eval_batch), trained_losses.at(0));
 }
 
 }  // namespace

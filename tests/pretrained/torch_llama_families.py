@@ -7,8 +7,13 @@ sliding_window_overlay), Qwen3's q_norm/k_norm per head before RoPE, Phi-3's fus
 (q rows, then k, then v) and gate_up_proj (gate rows, then up), SwiGLU, the final norm and the
 mean cross-entropy. Reads DIR/config.json, DIR/model.safetensors (parsed here: no safetensors
 package needed) and DIR/batch.json ({"B", "T", "inputs", "targets"}); prints the loss.
+With ADAPTER_DIR, a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors)
+is applied first as PEFT's merge_and_unload computes it: W + scale * B @ A for each adapted
+module, scale lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), in float64; the biases the
+adapter trained replace the base's. Usage: torch_llama_families.py DIR [ADAPTER_DIR].
 Exit 77 when torch is missing. Used by tests/pretrained/torch_reference_test.cpp."""
 import json
+import math
 import struct
 import sys
 
@@ -51,9 +56,28 @@ def rope(x, theta):  # x (B, H, T, hd), positions 0..T-1
     return x * emb.cos() + rot * emb.sin()
 
 
-def main(d):
+def apply_adapter(w, d):
+    c = json.load(open(d + "/adapter_config.json"))
+    assert c["peft_type"] == "LORA" and not c.get("use_dora") and not c.get("fan_in_fan_out"), c
+    r = c["r"]
+    scale = c["lora_alpha"] / (math.sqrt(r) if c.get("use_rslora") else r)
+    prefix = "base_model.model."
+    t = {k[len(prefix):]: v for k, v in read_safetensors(d + "/adapter_model.safetensors").items()}
+    for name, v in t.items():
+        if name.endswith(".lora_A.weight"):
+            module = name[:-len(".lora_A.weight")]
+            w[module + ".weight"] = w[module + ".weight"] + scale * (t[module + ".lora_B.weight"] @ v)
+        elif name.endswith(".bias"):  # a wrapped layer's bias is <module>.base_layer.bias
+            w[name.replace(".base_layer.bias", ".bias")] = v
+        else:
+            assert name.endswith(".lora_B.weight"), name
+
+
+def main(d, adapter=None):
     c = json.load(open(d + "/config.json"))
     w = read_safetensors(d + "/model.safetensors")
+    if adapter:
+        apply_adapter(w, adapter)
     b = json.load(open(d + "/batch.json"))
     B, T = b["B"], b["T"]
     inputs = torch.tensor(b["inputs"]).reshape(B, T)
@@ -107,4 +131,4 @@ def main(d):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

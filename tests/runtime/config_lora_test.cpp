@@ -2,7 +2,9 @@
 // LoraConfig key ZeroTrain reads, PEFT's other keys accepted at their harmless values and each
 // refusal naming its key, and the file form: a PEFT adapter_config.json as PEFT 0.19 writes it,
 // found by an absolute path, a path relative to the config file's folder, or its directory, its
-// errors naming the adapter file. (The glob patterns themselves: glob_test.cpp.)
+// errors naming the adapter file; the adapter keys (zt.init_adapter, zt.save_adapter,
+// zt.save_pretrained.merge_adapter) with zt.lora and refused without it. (The glob patterns
+// themselves: glob_test.cpp.)
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -416,6 +418,45 @@ TEST_F(ConfigLoraFile, BadPathsAndMalformedFilesAreOneLine) {
   EXPECT_EQ(job_error("dup.json", dup), dup + ": duplicate key 'r'");
   const std::string list = write("list.json", "[1, 2]");
   EXPECT_CONTAINS(job_error("list.json", list), list + ": the top level must be an object");
+}
+
+// ---- the adapter keys: zt.init_adapter, zt.save_adapter, zt.save_pretrained.merge_adapter ----
+
+TEST(ConfigAdapterKeys, ReadWithZtLora) {
+  json j = with_lora(json::object());
+  j = with(j, "/zt/init_adapter", "adapters/start");
+  j = with(j, "/zt/save_adapter", "runs/x/adapter");
+  j = with(j, "/zt/save_pretrained", {{"dir", "runs/x/merged"}, {"merge_adapter", true}});
+  const Config c = parse(j);
+  EXPECT_EQ(c.zt.init_adapter, "adapters/start");
+  EXPECT_EQ(c.zt.save_adapter, "runs/x/adapter");
+  EXPECT_TRUE(c.zt.save_pretrained.merge_adapter);
+  EXPECT_FALSE(parse(minimal()).zt.save_pretrained.merge_adapter);
+  EXPECT_TRUE(parse(minimal()).zt.save_adapter.empty());
+}
+
+TEST(ConfigAdapterKeys, RefusedWithoutZtLoraOrMergeNamingTheKey) {
+  EXPECT_EQ(input_error(with(minimal(), "/zt/save_adapter", "out/adapter")),
+            kSource +
+                ": 'zt.save_adapter' is 'out/adapter', but there is no 'zt.lora': adapter files go "
+                "with LoRA runs; add a zt.lora block or remove the key");
+  EXPECT_CONTAINS(input_error(with(minimal(), "/zt/init_adapter", "in/adapter")),
+                  "'zt.init_adapter' is 'in/adapter', but there is no 'zt.lora'");
+  EXPECT_EQ(input_error(with(minimal(), "/zt/save_pretrained",
+                             {{"dir", "out/hf"}, {"merge_adapter", true}})),
+            kSource +
+                ": 'zt.save_pretrained.merge_adapter' is true, but there is no 'zt.lora': there "
+                "are no adapters to merge; remove it or add a zt.lora block");
+  // A LoRA run's save_pretrained writes the merged model only: unmerged would drop the training.
+  for (const json& save : {json("out/hf"), json{{"dir", "out/hf"}, {"merge_adapter", false}}})
+    EXPECT_EQ(input_error(with(with_lora(json::object()), "/zt/save_pretrained", save)),
+              kSource +
+                  ": 'zt.save_pretrained' ('out/hf') under zt.lora writes the merged model: set "
+                  "'zt.save_pretrained.merge_adapter' to true (each adapted weight W + s·B·A), or "
+                  "use 'zt.save_adapter' for PEFT's adapter files");
+  EXPECT_CONTAINS(input_error(with(with_lora(json::object()), "/zt/save_pretrained",
+                                   {{"dir", "out/hf"}, {"merge_adapter", "yes"}})),
+                  "'zt.save_pretrained.merge_adapter' must be a boolean");
 }
 
 }  // namespace
