@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "runtime/glob.h"
 
 namespace zt::zoo {
@@ -65,6 +68,27 @@ bool frozen_by(const Tuning& tuning, const ParamSpec& spec) {
       return !lora_targets(lora, spec.name.substr(0, spec.name.size() - kBias.size()));
   }
   return true;
+}
+
+std::string describe_trainable(Model& model, const Tuning& tuning) {
+  int64_t params = 0, trainable = 0;
+  for (const Unit* u : model.units()) {
+    params += u->layout().param_count();
+    if (!u->frozen()) trainable += u->layout().param_count();
+  }
+  if (trainable == params) return {};
+  const LoraConfig& lora = tuning.lora;
+  return fmt::format(
+      "trainable: {:.3f}M of {:.2f}M parameters ({:.2f}%){}", trainable / 1e6, params / 1e6,
+      100.0 * static_cast<double>(trainable) / static_cast<double>(params),
+      lora.enabled
+          ? fmt::format(
+                "; LoRA r={} alpha={} dropout={} on {}{}{}", lora.r, lora.alpha, lora.dropout,
+                fmt::join(lora.target_modules, ", "), lora.use_rslora ? " (rsLoRA)" : "",
+                lora.modules_to_save.empty()
+                    ? ""
+                    : fmt::format("; {} trained whole", fmt::join(lora.modules_to_save, ", ")))
+          : "; the rest frozen by zt.freeze");
 }
 
 void LoraProduct::add(std::vector<ParamSpec>& specs, const std::string& module, int64_t col,

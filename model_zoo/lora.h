@@ -26,6 +26,10 @@ bool frozen_by(const Tuning& tuning, const ParamSpec& spec);
 // adapters, and saved with them (PEFT's modules_to_save).
 bool lora_saves_whole(const LoraConfig& lora, const std::string& tensor);
 
+// "trainable: 0.037M of 7.21M parameters (0.52%); LoRA r=4 alpha=8 dropout=0.1 on all-linear",
+// for a model some of whose units are frozen; empty when every parameter trains.
+std::string describe_trainable(Model& model, const Tuning& tuning);
+
 // Whether the linear module `module` (its full name, "model.layers.0.self_attn.q_proj") is one
 // of target_modules (a name it equals or ends with after a dot; "all-linear": every module).
 bool lora_targets(const LoraConfig& lora, const std::string& module);

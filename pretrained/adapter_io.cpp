@@ -87,6 +87,10 @@ void check_adapter_config(const std::string& path, const LoraConfig& file, const
                        run.use_rslora));
   if (file.bias != run.bias)
     refuse(fmt::format("bias is \"{}\", this run's zt.lora.bias \"{}\"", file.bias, run.bias));
+  if (file.modules_to_save != run.modules_to_save)
+    refuse(fmt::format("modules_to_save is [{}], this run's zt.lora.modules_to_save [{}]",
+                       fmt::join(file.modules_to_save, ", "),
+                       fmt::join(run.modules_to_save, ", ")));
   // target_modules: the same modules adapted on this model (the lists may spell them apart).
   ModelSpec theirs = model;
   theirs.tuning.lora = file;
@@ -144,6 +148,11 @@ AdapterFile open_adapter_dir(const std::string& dir, const ModelSpec& model, Mod
               fmt::format("{}: tensor '{}' is missing (an adapter of {} under this run's "
                           "zt.lora)",
                           path, name, module_of(e.spec.name)));
+        if (!entry && zoo::lora_saves_whole(lora, e.spec.name))
+          throw_input(
+              fmt::format("{}: tensor '{}' is missing (a module of this run's "
+                          "zt.lora.modules_to_save)",
+                          path, name));
       }
       if (entry) {
         if (entry->shape != e.spec.shape)
@@ -183,6 +192,10 @@ std::string peft_saved_name(const LoraConfig& lora, const ParamSpec& spec) {
 nlohmann::json adapter_config_json(const ModelSpec& model, Model& built,
                                    const std::string& base_model_name_or_path) {
   const LoraConfig& lora = model.tuning.lora;
+  // A tied embedding trained whole is the one tensor of the input and the head, which PEFT keeps
+  // so with ensure_weight_tying.
+  const bool tied_saved = !model.is_gpt2() && model.llama().tie_word_embeddings &&
+                          zoo::lora_saves_whole(lora, "model.embed_tokens.weight");
   std::set<std::string> targets(lora.target_modules.begin(), lora.target_modules.end());
   if (targets.contains("all-linear")) {  // PEFT writes the names it expanded it to
     targets.clear();
@@ -201,7 +214,7 @@ nlohmann::json adapter_config_json(const ModelSpec& model, Model& built,
        base_model_name_or_path.empty() ? json(nullptr) : json(base_model_name_or_path)},
       {"bias", lora.bias},
       {"corda_config", nullptr},
-      {"ensure_weight_tying", false},
+      {"ensure_weight_tying", tied_saved},
       {"eva_config", nullptr},
       {"exclude_modules", nullptr},
       {"fan_in_fan_out", false},
@@ -216,7 +229,8 @@ nlohmann::json adapter_config_json(const ModelSpec& model, Model& built,
       {"lora_dropout", shortest(lora.dropout)},  // a float: 0.0, not 0
       {"megatron_config", nullptr},
       {"megatron_core", "megatron.core"},
-      {"modules_to_save", nullptr},
+      {"modules_to_save",
+       lora.modules_to_save.empty() ? json(nullptr) : json(lora.modules_to_save)},
       {"peft_type", "LORA"},
       {"qalora_group_size", 16},
       {"r", lora.r},

@@ -9,10 +9,14 @@
 #      mask on the completions (data/sums/);
 #   4. fine-tune from the directory with configs/llama-tiny-finetune.json (bf16, ZeRO stage 3,
 #      activation checkpointing, a checkpoint every 50 steps), the validation loss being the
-#      completion tokens' only, and export runs/llama-tiny-sums/hf;
+#      completion tokens' only, and export runs/llama-tiny-sums/hf; then the same task with LoRA
+#      (configs/llama-tiny-lora.json: r=16 on every linear layer, the embedding trained whole),
+#      its PEFT adapter in runs/llama-tiny-sums-lora/adapter and the merged model in
+#      runs/llama-tiny-sums-lora/hf;
 #   5. what the model learned: zt-generate answers 200 held-out examples (sums none of the
-#      training examples asks) greedily, with the base model and with the fine-tuned one, and
-#      prints the exact-match accuracy of each (runs/llama-tiny-sums/answers-{base,tuned}.json);
+#      training examples asks) greedily, with the base model, the fine-tuned one and the LoRA
+#      one, and prints the exact-match accuracy of each
+#      (runs/llama-tiny-sums/answers-{base,tuned,lora}.json);
 #   6. the fine-tuning's curves drawn by zt-plot into runs/llama-tiny-sums/metrics.png.
 # Extra arguments go to the fine-tuning zt-train (e.g. --set zt.steps=100). To resume an
 # interrupted fine-tuning: the same zt-train command with --resume.
@@ -31,11 +35,13 @@ bash scripts/sums_jsonl.sh 256 2 > data/sums/val.jsonl
 "$bin/zt-prep" --tokenizer runs/llama-tiny-base --seq-len 64 --out data/sums/train.bin data/sums/train.jsonl
 "$bin/zt-prep" --tokenizer runs/llama-tiny-base --seq-len 64 --out data/sums/val.bin data/sums/val.jsonl
 run --config configs/llama-tiny-finetune.json "$@"
+run --config configs/llama-tiny-lora.json "$@"
 # 5. held-out sums: lines of another seed that are not training lines, the first 200
 bash scripts/sums_jsonl.sh 1000 3 | grep -vxFf data/sums/train.jsonl | awk 'NR <= 200' > data/sums/heldout.jsonl
-for which in base tuned; do
+for which in base tuned lora; do
   model=runs/llama-tiny-base
   [ "$which" = tuned ] && model=runs/llama-tiny-sums/hf
+  [ "$which" = lora ] && model=runs/llama-tiny-sums-lora/hf
   echo "== $which model ($model): greedy answers to data/sums/heldout.jsonl"
   "$bin/zt-generate" --model "$model" --prompts data/sums/heldout.jsonl --max-new-tokens 12 \
     --json "runs/llama-tiny-sums/answers-$which.json" > /dev/null

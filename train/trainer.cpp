@@ -15,6 +15,7 @@
 
 #include "comm/communicator_factory.h"
 #include "launch/tool_frame.h"
+#include "model_zoo/lora.h"
 #include "model_zoo/model_spec.h"
 #include "offload/swap_store.h"
 #include "runtime/byte_count.h"
@@ -270,19 +271,9 @@ void log_start(const TrainSetup& setup, const CpuBinding& cpus, const std::vecto
       config.train_micro_batch_size_per_gpu, config.zt.seq_len, config.gradient_accumulation_steps,
       setup.train_file.size(),
       setup.val_file ? fmt::format(", {} val tokens", setup.val_file->size()) : "");
-  int64_t trainable = 0;
-  for (const Unit* u : engine.model().units())
-    if (!u->frozen()) trainable += u->layout().param_count();
-  if (trainable < params) {
-    const LoraConfig& lora = setup.model.tuning.lora;
-    log.rank0("trainable: {:.3f}M of {:.2f}M parameters ({:.2f}%){}", trainable / 1e6, params / 1e6,
-              100.0 * static_cast<double>(trainable) / static_cast<double>(params),
-              lora.enabled
-                  ? fmt::format("; LoRA r={} alpha={} dropout={} on {}{}", lora.r, lora.alpha,
-                                lora.dropout, fmt::join(lora.target_modules, ", "),
-                                lora.use_rslora ? " (rsLoRA)" : "")
-                  : "; the rest frozen by zt.freeze");
-  }
+  if (const std::string line = zoo::describe_trainable(engine.model(), setup.model.tuning);
+      !line.empty())
+    log.rank0("{}", line);
   log.rank0("{}", describe_cpu_binding(cpus, threads));
   if (config.zt.device == "cpu") log.rank0("cpu kernels: {}", cpu_gemm_description());
   if (device.memory_limit() > 0)

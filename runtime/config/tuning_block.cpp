@@ -72,8 +72,9 @@ constexpr PeftKey kPeftKeys[] = {
      "is not supported: a bias on lora_B is not built; set it to false or remove it"},
     {"use_qalora", Accept::kFalse,
      "is not supported: QALoRA is not built; set it to false or remove it"},
-    {"ensure_weight_tying", Accept::kFalse,
-     "is not supported (adapters tied across tied weights); set it to false or remove it"},
+    // Either: a tied embedding in modules_to_save trains as the one tensor of both uses here,
+    // which is what true asks of PEFT (the saved file says true then).
+    {"ensure_weight_tying", Accept::kAny, ""},
     {"layers_to_transform", Accept::kNull,
      "is not supported: adapters go on the target modules of every block; remove it"},
     {"layers_pattern", Accept::kNull,

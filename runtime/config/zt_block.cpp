@@ -133,6 +133,12 @@ void check_adapter_keys(const Reader& r, const ZtConfig& z) {
     r.fail(
         "'zt.save_pretrained.merge_adapter' is true, but there is no 'zt.lora': there are no "
         "adapters to merge; remove it or add a zt.lora block");
+  if (!z.save_weights.empty() && lora)
+    r.fail(fmt::format(
+        "'zt.save_weights' ('{}') writes the base model's tensors, which a LoRA run does not "
+        "train: use 'zt.save_adapter' (PEFT's adapter files) or 'zt.save_pretrained' with "
+        "'merge_adapter' (the merged model)",
+        z.save_weights));
   if (!hf.dir.empty() && lora && !hf.merge_adapter)
     r.fail(fmt::format(
         "'zt.save_pretrained' ('{}') under zt.lora writes the merged model: set "

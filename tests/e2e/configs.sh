@@ -54,7 +54,9 @@ for file in "${configs[@]}"; do
                                --set zt.save_pretrained.dir="$tmp/llama-finetuned")
                          as="the Llama from llama-tiny-pretrain's directory" ;;
     llama-tiny-lora) plan=(--set zt.init_from="$tmp/llama-base")
-                     size=(--set zt.train_data=data/corpus/train.bin --set zt.val_data=data/corpus/val.bin)
+                     size=(--set zt.train_data=data/corpus/train.bin --set zt.val_data=data/corpus/val.bin
+                           --set zt.save_adapter="$tmp/llama-adapter"
+                           --set zt.save_pretrained.dir="$tmp/llama-lora-merged")
                      as="LoRA adapters on the Llama from llama-tiny-pretrain's directory" ;;
   esac
   "$bin/zt-run" -np 2 --cpu -- "$bin/zt-train" --config "$file" --dry-run "${plan[@]}" \
@@ -80,6 +82,10 @@ for file in "${configs[@]}"; do
   if grep -qi 'unknown key' "$tmp/$name.out" "$tmp/$name.err"; then fail "unknown key"; fi
   [ "$name" = gpt2-124M-finetune ] && ! [ -s "$tmp/finetuned.safetensors" ] && fail "no fine-tuned weights saved"
   [ "$name" = llama-tiny-finetune ] && ! [ -s "$tmp/llama-finetuned/config.json" ] && fail "no directory saved"
+  [ "$name" = llama-tiny-lora ] && ! [ -s "$tmp/llama-adapter/adapter_model.safetensors" ] &&
+    fail "no adapter saved"
+  [ "$name" = llama-tiny-lora ] && ! [ -s "$tmp/llama-lora-merged/config.json" ] &&
+    fail "no merged directory saved"
   echo "ok   $name: plan for 2 ranks; trained 2 steps as $as in ${seconds}s" \
        "($(head -1 "$tmp/$name.plan" | cut -c1-70))"
 done

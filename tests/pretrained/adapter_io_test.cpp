@@ -277,7 +277,15 @@ TEST(AdapterFiles, SavedAndLoadedIntoAFreshEngineGivesBitwiseTheSameLosses) {
        bf16(),
        {p0 + "q_proj.base_layer.bias", p0 + "v_proj.base_layer.bias"}},
   };
-  for (const Case& c : cases) {
+  // modules_to_save: the (tied) embedding trains whole and is saved under its own name.
+  ModelSpec embed = lora_spec(tiny_llama_config(kVocab, 16, true, false, false), {"q_proj"});
+  embed.tuning.lora.modules_to_save = {"embed_tokens"};
+  std::vector<Case> all(std::begin(cases), std::end(cases));
+  all.push_back({"bf16 modules_to_save embed_tokens",
+                 embed,
+                 bf16(),
+                 {"base_model.model.model.embed_tokens.weight"}});
+  for (const Case& c : all) {
     SCOPED_TRACE(c.name);
     TempDir tmp("zt_adapter_round_trip");
     const std::string base = (tmp.path / "base.safetensors").string();
@@ -289,6 +297,10 @@ TEST(AdapterFiles, SavedAndLoadedIntoAFreshEngineGivesBitwiseTheSameLosses) {
     save_adapter(trained.engine, c.spec, base, (tmp.path / "adapter").string());
     const Values file = read_all(tmp.path / "adapter" / kAdapterWeightsName);
     for (const std::string& bias : c.biases) EXPECT_TRUE(file.contains(bias)) << bias;
+    const nlohmann::json config =
+        nlohmann::json::parse(std::ifstream(tmp.path / "adapter" / "adapter_config.json"));
+    EXPECT_EQ(config.at("ensure_weight_tying"), !c.spec.tuning.lora.modules_to_save.empty());
+    EXPECT_EQ(config.at("modules_to_save").is_null(), c.spec.tuning.lora.modules_to_save.empty());
 
     LoraRun fresh(c.spec, 6, c.precision);  // other adapter initialisation
     load_weights(fresh.engine, base);

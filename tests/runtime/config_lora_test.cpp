@@ -251,7 +251,6 @@ TEST(ConfigLora, UnsupportedPeftKeysAreRefusedNamingTheKey) {
       {"use_dora", true, "is not supported: DoRA"},
       {"lora_bias", true, "is not supported"},
       {"use_qalora", true, "is not supported"},
-      {"ensure_weight_tying", true, "is not supported"},
       {"layers_to_transform", {0, 1}, "is not supported"},
       {"layers_to_transform", 0, "is not supported"},
       {"layers_pattern", "layers", "is not supported"},
@@ -457,6 +456,9 @@ TEST(ConfigAdapterKeys, RefusedWithoutZtLoraOrMergeNamingTheKey) {
   EXPECT_CONTAINS(input_error(with(with_lora(json::object()), "/zt/save_pretrained",
                                    {{"dir", "out/hf"}, {"merge_adapter", "yes"}})),
                   "'zt.save_pretrained.merge_adapter' must be a boolean");
+  // zt.save_weights holds the base model's tensors: under LoRA, not what trained.
+  EXPECT_CONTAINS(input_error(with(with_lora(json::object()), "/zt/save_weights", "w.safetensors")),
+                  "'zt.save_weights' ('w.safetensors') writes the base model's tensors");
 }
 
 }  // namespace
