@@ -120,7 +120,8 @@ void assert_adjacent(const Table& u, std::initializer_list<int> indices) {
     if (i < 0) continue;
     if (prev >= 0 && u.frozen(prev) != u.frozen(i))
       throw_input(fmt::format(
-          "zt.freeze freezes {} but not {}: one product reads them as one matrix; freeze both "
+          "{} would be frozen but not {} (zt.freeze, or zt.lora's bias \"lora_only\" with part "
+          "of q/k/v or gate/up targeted): one product reads them as one matrix; freeze both "
           "or neither",
           u.name(u.frozen(prev) ? prev : i), u.name(u.frozen(prev) ? i : prev)));
     if (prev >= 0)

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "runtime/dropout_mask.h"
 #include "runtime/status.h"
 #include "zero/engine.h"
 #include "zero/gradient_reducer.h"
@@ -15,13 +16,6 @@ namespace zt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
