@@ -17,7 +17,8 @@
 #             CPU back end's over the first 3 steps (before Adam amplifies summation-order
 #             differences; <= 1e-4 relative), the whole run's largest difference reported beside
 #   comm      NCCL with one rank (zt_mpi_device_comm_tests, zt_mpi_device_engine_tests
-#             NcclCommunicator.*; the watchdog test that needs two ranks filtered out)
+#             NcclCommunicator.*; the watchdog test that needs two ranks filtered out), and a
+#             LoRA run on the GPU against the CPU (DeviceEngine.LoraOnTheGpuTracksTheCpu)
 #   ckpt      activation checkpointing: activation peak below the plain run's, losses bitwise
 #             equal to it, the step-time ratio
 # --dry-run runs the same script on the CPU back end with tiny shapes and no GPU (gpt2-tiny, the
@@ -483,7 +484,7 @@ check_comm() {
     # WatchdogAbortsWhenARankDoesNotCall needs two ranks (skips at one), and two ranks cannot
     # share this one GPU under NCCL: filtered out, so that any skip left is a failure.
     comm_filter='NcclCommunicator.*:*OnAGpu:-NcclCommunicator.WatchdogAbortsWhenARankDoesNotCall'
-    engine_filter='NcclCommunicator.*'
+    engine_filter='NcclCommunicator.*:DeviceEngine.LoraOnTheGpuTracksTheCpu'
   fi
   # One rank runs as a singleton without mpirun when mpirun cannot launch.
   [ -n "$mpi_problem" ] || launch=(mpirun -np 1)
