@@ -340,6 +340,10 @@ if [ $dry -eq 1 ]; then
   smoke_shape=(-B 1 -T 16)
   # Tiny shapes gain nothing from more threads, and a busy CI machine's cores are shared.
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+  # The checks compare runs bit for bit (checkpointed vs plain): the CPU's 16-bit GEMM paths are
+  # pinned to the feature-flag rule, not measured, so that a measurement under load (or another
+  # job rewriting the shared path cache between the runs) cannot give the two runs other paths.
+  export ZT_CPU_GEMM=${ZT_CPU_GEMM:-flags}
   train_shape=(--set train_micro_batch_size_per_gpu=2 --set zt.seq_len=32)
 else
   device=cuda model=gpt2-124M steps=10 warmup=3 train_steps=20 mfu_target=${ZT_MFU_TARGET:-0.40}
