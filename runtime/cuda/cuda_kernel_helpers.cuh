@@ -1,5 +1,6 @@
 // Device helpers the CUDA kernel files share (cuda_kernels.cu, cuda_nn_kernels.cu,
-// cuda_matmul_attention.cu): the launch check, block counts and the grid-stride loop, warp
+// cuda_matmul_attention.cu, cuda_lora_kernels.cu): the launch check, block counts and the
+// grid-stride loop, the activation rounding a kernel applies to the value it stores, warp
 // reductions, and the two-stage column reduction behind the bias, layer-norm and RMSNorm
 // parameter gradients (stage 2's column_finish is defined in cuda_nn_kernels.cu). Private to
 // runtime/cuda and to nvcc (device code).
@@ -27,6 +28,30 @@ inline void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
 #define ZT_GRID_STRIDE_LOOP(i, n)                                                        \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// ---------------------------------------------------------------------------------------------
+// Activation rounding (kernels.h, "Precision"): a table made for a 16-bit activation dtype
+// rounds every activation it writes. Our kernels do it in registers, on the value they store,
+// so no pass over the output follows them; the bits are those of a round_to pass afterwards.
+
+// x stored as S and read back: round_to's element (cuda_kernels_impl.h's conversions: round to
+// nearest even, fp16 overflow to ±inf, NaN as runtime/dtype.h maps it). F32Storage: x.
+template <class S>
+__device__ __forceinline__ float rounded(float x) {
+  return S::to_fp32(S::from_fp32(x));
+}
+
+// x rounded to `act`, a table's activation dtype passed to the kernel (CudaKernels::act_).
+// kF32 (the fp32 table) returns x untouched. act is one value for the whole launch, so the
+// branch is uniform: no divergence, and no measurable cost beside the store.
+__device__ __forceinline__ float round_to_act(float x, DType act) {
+  switch (act) {
+    case DType::kBF16: return rounded<BF16Storage>(x);
+    case DType::kF16: return rounded<F16Storage>(x);
+    case DType::kF32: break;
+  }
+  return x;
+}
 
 // Sum over the 32 lanes of a warp in a fixed butterfly: every lane gets the same bits.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -3,12 +3,13 @@
 // cuda_matmul_attention.cu (matmul, attention); the launch helpers (check_launch, the grid-stride
 // loop) in cuda_kernel_helpers.cuh.
 // Every entry is enqueued on stream_ and returns at once, except sum_squares, which waits for its
-// result. Activations written here (gelu out / dinp, swiglu out / dgate_up, rope's q and k,
-// residual out, accumulate y, fill x) are
-// rounded to the table's activation dtype after the kernel (round_act); the optimizers, cast,
-// round_to, round_rows, add and sum_squares round nothing (they work on fp32 master state, are
-// exact, or are the rounding itself). A 16-bit gradient of adamw / sgd and a 16-bit x of
-// sum_squares are widened as they are read (kernels templated on the storage type).
+// result. Activations written here (gelu out / dinp, swiglu out / dgate_up, rope's q and k
+// heads, residual out, accumulate y, fill x) are rounded to the table's activation dtype by the
+// kernel that writes them, on the value it stores (round_to_act, cuda_kernel_helpers.cuh, given
+// act_: kF32 rounds nothing), so no pass over them follows; the optimizers, cast, round_to,
+// round_rows, add and sum_squares round nothing (they work on fp32 master state, are exact, or
+// are the rounding itself). A 16-bit gradient of adamw / sgd and a 16-bit x of sum_squares are
+// widened as they are read (kernels templated on the storage type).
 //
 // Bitwise agreement with the CPU back end (runtime/cpu/). Element-wise kernels
 // here run the same IEEE operations in the same order as the CPU's, one element per loop
@@ -26,8 +27,9 @@
 // sum_squares sums fixed blocks of kSumSquaresBlock elements, each by one thread block in a
 // fixed tree, then adds the block sums in order: deterministic, but not the CPU's bits (its
 // blocks use 8 lanes), which agree to ~1e-15 relative.
-// Pinned by tests/runtime/cuda_device_test.cpp (every entry here against the CPU's, bitwise
-// where the operations are the same; ElementWiseResultsDoNotDependOnSplitting for position).
+// Pinned by tests/runtime/cuda_kernels_test.cpp (every entry here against the CPU's, bitwise
+// where the operations are the same; ElementWiseResultsDoNotDependOnSplitting for position) and
+// cuda_activation_rounding_test.cpp (a 16-bit table's outputs are the fp32 table's rounded).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -82,17 +84,19 @@ __device__ __forceinline__ float gelu_u(float x) {
   return __fmul_rn(kGeluScale, __fadd_rn(x, cubic));
 }
 
-// out = x / (1 + e^(-2u)) = 0.5 x (1 + tanh u).
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+// out = x / (1 + e^(-2u)) = 0.5 x (1 + tanh u), rounded to act (as every kernel here that
+// takes `act`: round_to_act on the stored value).
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n, DType act) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     const float x = inp[i];
     const float e = exp_bounded(__fmul_rn(-2.0f, gelu_u(x)));
-    out[i] = __fdiv_rn(x, __fadd_rn(1.0f, e));
+    out[i] = round_to_act(__fdiv_rn(x, __fadd_rn(1.0f, e)), act);
   }
 }
 
 // dinp += dout * (s + 2 x s (1-s) du/dx), s = 1/(1+e), 1-s = e s.
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n,
+                                     DType act) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     const float x = inp[i];
     const float e = exp_bounded(__fmul_rn(-2.0f, gelu_u(x)));
@@ -104,7 +108,7 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
     // s * (1 + ((2 x) (e s)) du)
     const float inner = __fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), __fmul_rn(e, s)), du);
     const float grad = __fmul_rn(s, __fadd_rn(1.0f, inner));
-    dinp[i] = __fadd_rn(dinp[i], __fmul_rn(dout[i], grad));
+    dinp[i] = round_to_act(__fadd_rn(dinp[i], __fmul_rn(dout[i], grad)), act);
   }
 }
 
@@ -113,18 +117,19 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
 // uncontracted. gate_up rows are 2F wide: gate in [0, F), up in [F, 2F).
 
 // out = (g / (1 + e^-g)) · u.
-__global__ void swiglu_forward_kernel(float* out, const float* gate_up, int64_t n, int64_t F) {
+__global__ void swiglu_forward_kernel(float* out, const float* gate_up, int64_t n, int64_t F,
+                                      DType act) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     const int64_t row = i / F, f = i % F;
     const float g = gate_up[row * 2 * F + f], u = gate_up[row * 2 * F + F + f];
     const float e = exp_bounded(-g);
-    out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
+    out[i] = round_to_act(__fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u), act);
   }
 }
 
 // d up += dout · silu(g); d gate += (dout · u) · s·(1 + g·(e·s)), s = 1/(1+e), 1-s = e·s.
 __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, const float* dout,
-                                       int64_t n, int64_t F) {
+                                       int64_t n, int64_t F, DType act) {
   ZT_GRID_STRIDE_LOOP(i, n) {
     const int64_t row = i / F, f = i % F;
     const int64_t ig = row * 2 * F + f, iu = ig + F;
@@ -133,8 +138,8 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, co
     const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
     const float silu = __fdiv_rn(g, __fadd_rn(1.0f, e));
     const float dsilu = __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(g, __fmul_rn(e, s))));
-    dgate_up[ig] = __fadd_rn(dgate_up[ig], __fmul_rn(__fmul_rn(dy, u), dsilu));
-    dgate_up[iu] = __fadd_rn(dgate_up[iu], __fmul_rn(dy, silu));
+    dgate_up[ig] = round_to_act(__fadd_rn(dgate_up[ig], __fmul_rn(__fmul_rn(dy, u), dsilu)), act);
+    dgate_up[iu] = round_to_act(__fadd_rn(dgate_up[iu], __fmul_rn(dy, silu)), act);
   }
 }
 
@@ -144,10 +149,11 @@ __global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, co
 // precision as the CPU's (kernels.h): inverse frequency in double rounded to fp32, angle an fp32
 // product, cos/sin in double rounded to fp32 (the CPU's libm and CUDA's double cos/sin agree
 // after rounding to fp32 but for rare ties: cuda_nn_kernels_llama_test has a tolerance).
-// sign -1: the inverse rotation.
+// sign -1: the inverse rotation. Each thread reads its pair before it writes it (in place);
+// only the q and k elements are written and rounded, the value heads keep their bits.
 __global__ void rope_kernel(float* qkv, const int32_t* positions, int64_t n, int64_t T,
-                            int64_t heads, int64_t R, int64_t hd, RopeFrequencies rope,
-                            float sign) {
+                            int64_t heads, int64_t R, int64_t hd, RopeFrequencies rope, float sign,
+                            DType act) {
   ZT_GRID_STRIDE_LOOP(idx, n) {
     const int64_t half = hd / 2;
     const int64_t i = idx % half, head = (idx / half) % heads, bt = idx / (half * heads);
@@ -158,24 +164,25 @@ __global__ void rope_kernel(float* qkv, const int32_t* positions, int64_t n, int
     const float sn = __fmul_rn(sign, static_cast<float>(sin(double(angle))));
     float* x = qkv + bt * R + head * hd;
     const float x1 = x[i], x2 = x[i + half];
-    x[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn));
-    x[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn));
+    x[i] = round_to_act(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)), act);
+    x[i + half] = round_to_act(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)), act);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Simple element-wise kernels.
+// Simple element-wise kernels (out may be a or b: an element is read before it is written).
 
-__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n) {
-  ZT_GRID_STRIDE_LOOP(i, n) out[i] = __fadd_rn(a[i], b[i]);
+__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n, DType act) {
+  ZT_GRID_STRIDE_LOOP(i, n) out[i] = round_to_act(__fadd_rn(a[i], b[i]), act);
 }
 
-__global__ void accumulate_kernel(float* y, const float* x, int64_t n) {
-  ZT_GRID_STRIDE_LOOP(i, n) y[i] = __fadd_rn(y[i], x[i]);
+__global__ void accumulate_kernel(float* y, const float* x, int64_t n, DType act) {
+  ZT_GRID_STRIDE_LOOP(i, n) y[i] = round_to_act(__fadd_rn(y[i], x[i]), act);
 }
 
-__global__ void fill_kernel(float* x, float value, int64_t n) {
-  ZT_GRID_STRIDE_LOOP(i, n) x[i] = value;
+__global__ void fill_kernel(float* x, float value, int64_t n, DType act) {
+  const float stored = round_to_act(value, act);
+  ZT_GRID_STRIDE_LOOP(i, n) x[i] = stored;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,7 +245,7 @@ __global__ void cast_kernel(typename D::Elem* dst, const typename S::Elem* src, 
 // x = float(S(x)).
 template <class S>
 __global__ void round_kernel(float* x, int64_t n) {
-  ZT_GRID_STRIDE_LOOP(i, n) x[i] = S::to_fp32(S::from_fp32(x[i]));
+  ZT_GRID_STRIDE_LOOP(i, n) x[i] = rounded<S>(x[i]);
 }
 
 // x[rows[i] * row_len + j] = float(S(...)) for i < n_rows, j < row_len. A row named twice is
@@ -248,7 +255,7 @@ template <class S>
 __global__ void round_rows_kernel(float* x, const int32_t* rows, int64_t n_rows, int64_t row_len) {
   ZT_GRID_STRIDE_LOOP(i, n_rows * row_len) {
     float* e = x + static_cast<int64_t>(rows[i / row_len]) * row_len + i % row_len;
-    *e = S::to_fp32(S::from_fp32(*e));
+    *e = rounded<S>(*e);
   }
 }
 
@@ -382,33 +389,30 @@ void CudaKernels::set_allow_tf32(bool allow) {
 
 void CudaKernels::gelu_forward(float* out, const float* inp, int64_t n) {
   if (n <= 0) return;
-  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n);
+  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n, act_);
   check_launch();
-  round_act(out, n);
 }
 
 void CudaKernels::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   if (n <= 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n, act_);
   check_launch();
-  round_act(dinp, n);
 }
 
 void CudaKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
   const int64_t n = N * F;
   if (n <= 0) return;
-  swiglu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, gate_up, n, F);
+  swiglu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, gate_up, n, F, act_);
   check_launch();
-  round_act(out, n);
 }
 
 void CudaKernels::swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
                                   int64_t N, int64_t F) {
   const int64_t n = N * F;
   if (n <= 0) return;
-  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dgate_up, gate_up, dout, n, F);
+  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dgate_up, gate_up, dout, n, F,
+                                                                act_);
   check_launch();
-  round_act(dgate_up, 2 * n);
 }
 
 void CudaKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
@@ -417,9 +421,8 @@ void CudaKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
   rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(qkv, positions, n, T, NH + NKV, R, hd, rope,
-                                                     1.0f);
+                                                     1.0f, act_);
   check_launch();
-  round_act(qkv, B * T * R);  // the value heads are already rounded: rounding is idempotent
 }
 
 void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
@@ -428,23 +431,20 @@ void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, i
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
   rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, positions, n, T, NH + NKV, R, hd, rope,
-                                                     -1.0f);
+                                                     -1.0f, act_);
   check_launch();
-  round_act(dqkv, B * T * R);
 }
 
 void CudaKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {
   if (n <= 0) return;
-  residual_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, a, b, n);
+  residual_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, a, b, n, act_);
   check_launch();
-  round_act(out, n);
 }
 
 void CudaKernels::accumulate(float* y, const float* x, int64_t n) {
   if (n <= 0) return;
-  accumulate_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, x, n);
+  accumulate_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, x, n, act_);
   check_launch();
-  round_act(y, n);
 }
 
 void CudaKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
@@ -556,9 +556,8 @@ void CudaKernels::add(void* dst, DType dst_type, const void* a, DType a_type, co
 
 void CudaKernels::fill(float* x, float value, int64_t n) {
   if (n <= 0) return;
-  fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, value, n);
+  fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, value, n, act_);
   check_launch();
-  round_act(x, n);
 }
 
 // ---------------------------------------------------------------------------------------------

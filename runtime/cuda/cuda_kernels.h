@@ -10,8 +10,8 @@
 //
 // Precision (kernels.h). A device has three tables, one per activation dtype, sharing one stream,
 // one set of cuBLAS handles, workspaces and cuBLASLt plans, and one TF32 setting; a table rounds
-// every activation it writes to its dtype, in the op's own last step (a GEMM's epilogue, round_to's
-// kernel right after the kernel that wrote it, or the writing kernel itself: the list is in
+// every activation it writes to its dtype, in the op's own last step (the writing kernel itself,
+// at its store; a GEMM's epilogue; or round_to's kernel after fp32 cuBLAS or attention: lists in
 // cuda_nn_kernels.cu, cuda_matmul_attention.cu, cuda_kernels.cu and cuda_lora_kernels.cu, entry by
 // entry). 16-bit operands: our own kernels (embedding, layer norm, bias sums, optimizers,
 // sum_squares) read and write them in their dtype with templated loads and stores (fp32 inside, one
@@ -59,7 +59,9 @@ class CudaKernels final : public Kernels {
   struct Impl;  // cuBLAS handles, workspaces, scratch: cuda_kernels_impl.h
 
  private:
-  // x[0, n) rounded to the activation dtype (fp32 table: nothing).
+  // x[0, n) rounded to the activation dtype (fp32 table: nothing): the pass after what cuBLAS
+  // or attention wrote in fp32. Our element and row kernels round the value they store instead
+  // (round_to_act, cuda_kernel_helpers.cuh).
   void round_act(float* x, int64_t n) {
     if (act_ != DType::kF32) round_to(x, act_, n);
   }

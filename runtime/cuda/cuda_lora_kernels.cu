@@ -6,9 +6,11 @@
 // Bitwise agreement with the CPU back end (cpu_lora_kernels.cpp): one element per iteration of
 // a grid-stride loop, the CPU's operations in its order with the uncontracted _rn intrinsics
 // (nvcc would fuse a*b + c), the keep factor 1/(1 - p) computed on the host as the CPU computes
-// it. Each kernel rounds what it writes to the table's activation dtype itself (the storage
-// type S, cuda_kernels_impl.h's conversions; F32Storage leaves it as it is): add_columns must
-// not round the columns of dst's rows it does not write, which round_to over the rows would.
+// it. Each kernel rounds what it writes to the table's activation dtype itself (rounded<S> of
+// cuda_kernel_helpers.cuh, S the storage type of act_; F32Storage leaves it as it is), so no
+// pass over the output follows: add_columns must not round the columns of dst's rows it does not
+// write, which round_to over the rows would; dropout at p = 0 is a copy that rounds (a 16-bit
+// table) or a plain copy (fp32).
 // Pinned by tests/runtime/cuda_lora_kernels_test.cpp. Not here: the adapters' matrix products
 // (cuda_matmul_attention.cu).
 #include <algorithm>
@@ -27,12 +29,6 @@ unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>(blocks_for(n, kElementThreads), kMaxBlocks));
 }
 
-// x as stored in S and read back: the activation rounding of a 16-bit table (fp32: x).
-template <class S>
-__device__ __forceinline__ float rounded(float x) {
-  return S::to_fp32(S::from_fp32(x));
-}
-
 // Element (r, j) of the N·width written: dst = scale·src, or dst + scale·src (kAdd).
 template <class S, bool kAdd>
 __global__ void add_columns_kernel(float* dst, int64_t dst_stride, const float* src,
@@ -43,6 +39,12 @@ __global__ void add_columns_kernel(float* dst, int64_t dst_stride, const float* 
     const float v = __fmul_rn(scale, src[r * src_stride + j]);
     *d = rounded<S>(kAdd ? __fadd_rn(*d, v) : v);
   }
+}
+
+// out = S(inp): dropout at p = 0 on a 16-bit table (out may be inp).
+template <class S>
+__global__ void copy_rounded_kernel(float* out, const float* inp, int64_t n) {
+  ZT_GRID_STRIDE_LOOP(i, n) out[i] = rounded<S>(inp[i]);
 }
 
 template <class S>
@@ -93,16 +95,20 @@ void CudaKernels::add_columns(float* dst, int64_t dst_stride, const float* src, 
 void CudaKernels::dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed) {
   const float k = dropout_factor(p);
   if (n <= 0) return;
-  if (p == 0.0f) {  // a copy
+  if (p == 0.0f && act_ == DType::kF32) {  // a copy
     if (out != inp)
       ZT_CUDA_CHECK(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
                                     cudaMemcpyDeviceToDevice, stream_));
-    round_act(out, n);
     return;
   }
   visit_storage(act_, [&](auto tag) {
-    dropout_forward_kernel<decltype(tag)>
-        <<<grid_for(n), kElementThreads, 0, stream_>>>(out, inp, n, p, k, seed);
+    using S = decltype(tag);
+    if (p == 0.0f) {  // a copy, rounded in the same pass
+      copy_rounded_kernel<S><<<grid_for(n), kElementThreads, 0, stream_>>>(out, inp, n);
+    } else {
+      dropout_forward_kernel<S>
+          <<<grid_for(n), kElementThreads, 0, stream_>>>(out, inp, n, p, k, seed);
+    }
   });
   check_launch();
 }

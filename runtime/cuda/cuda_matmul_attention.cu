@@ -18,8 +18,10 @@
 // product it computes.
 //
 // Precision (cuda_kernels.h). Activations written here are rounded to the table's activation
-// dtype: by the matmul itself (the 16-bit forward's cuBLASLt epilogue, see "Matmul" below) or by
-// round_act after the kernel that wrote them: matmul dinp, attention out / att / dqkv. 16-bit
+// dtype: by the matmul itself (the 16-bit forward's cuBLASLt epilogue, see "Matmul" below; the
+// bias rows of a K = 0 product as they are written) or by round_act after the GEMM or kernel
+// that wrote them in fp32: matmul out (a bias outside the epilogue, or an fp32 GEMM) and dinp,
+// attention out / att / dqkv (docs/cuda.md, "16-bit operands", lists these passes). 16-bit
 // parameters and parameter gradients are read and written in their dtype: by our kernels (the
 // bias rows and the bias gradient's column reduction, templated on the storage type: a gradient
 // element is widened, accumulated in fp32 and narrowed once), and by the 16-bit GEMMs, whose
@@ -89,13 +91,15 @@ void gemm_batched(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a
 // ---------------------------------------------------------------------------------------------
 // Small kernels
 
-// out (M,N) row r = bias (in its stored dtype S), or 0 when bias is null.
+// out (M,N) row r = bias (in its stored dtype S), or 0 when bias is null, rounded to act: the
+// table's activation dtype when the rows are the product (K = 0), kF32 when a GEMM adds into
+// them next (the sum is rounded once, after).
 template <class S>
 __global__ void broadcast_rows_kernel(float* out, const typename S::Elem* bias, int64_t M,
-                                      int64_t N) {
+                                      int64_t N, DType act) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * N) return;
-  out[i] = bias ? S::to_fp32(bias[i % N]) : 0.0f;
+  out[i] = round_to_act(bias ? S::to_fp32(bias[i % N]) : 0.0f, act);
 }
 
 // The terms of the bias gradient's column reduction (cuda_kernel_helpers.cuh): dout[r, c].
@@ -176,18 +180,23 @@ __global__ void causal_softmax_backward_kernel(float* dp, const float* att,
 //       forward  D = act(inp·W + bias): fp16, or bf16 without a bias: cuBLASLt writes a 16-bit
 //                D, an fp16 bias added by its BIAS epilogue in fp32 before the one rounding;
 //                then widened into out (exact). A bf16 bias, or one of another dtype: out =
-//                bias rows, += the product (fp32 D), then rounded. (cuBLASLt 13.0's bf16 BIAS
-//                epilogue on an H200 gave results off by up to 15% where the bias cancels the
-//                product, as if the product were rounded to bf16 before the bias was added:
+//                bias rows, += the product (fp32 D), then rounded by round_act, a pass of its
+//                own (8 bytes per element of out). (cuBLASLt 13.0's bf16 BIAS epilogue on an
+//                H200 gave results off by up to 15% where the bias cancels the product, as if
+//                the product were rounded to bf16 before the bias was added:
 //                CudaNnKernelsTest.TensorCoreMatmulForwardMatchesCpuForEveryDtype caught it.)
 //       dinp     dinp = act(dinp + dout·Wᵀ): fp32 C = D = dinp (beta = 1), then rounded by
-//                round_act (dinp holds act values; the sum is fp32, one rounding).
+//                round_act (dinp holds act values; the sum is fp32, one rounding), a pass of
+//                its own (8 bytes per element of dinp): no kernel of ours passes over dinp
+//                after the GEMM in this entry.
 //       dweight  dW = type(dW + inpᵀ·dout): C = D = dW in its own dtype, beta = 1, fp32
 //                compute, one rounding on the store (split-K reductions are kept in fp32:
 //                cuda_lt_gemm.h). The bits contract of kernels.h.
 //   - otherwise cublasGemmEx in fp32 (TF32 when allowed), a weight of another 16-bit dtype
 //     widened into an fp32 scratch, a 16-bit dweight of another dtype computed into an fp32
-//     scratch and added with one rounding (add's bits).
+//     scratch and added with one rounding (add's bits). A 16-bit table rounds out and dinp by
+//     round_act after the GEMM, as above; out of a K = 0 product (the bias rows) is rounded
+//     by the kernel that writes it.
 
 namespace {
 
@@ -252,22 +261,23 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
       broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
-          out, elems<S>(bias), M, N);
+          out, elems<S>(bias), M, N, DType::kF32);
     });
     check_launch();
     const LtGemmKey key = lt_key(act_, DType::kF32, !in_out, false, N, M, K, weight_op.data,
                                  in_out ? N : K, a, K, out, N, nullptr);
     impl_->lt_gemm->run(key, weight_op.data, a, out, nullptr, 1.0f, 1.0f, stream_);
-    round_act(out, M * N);
+    round_act(out, M * N);  // cuBLASLt wrote fp32: a pass of its own (docs/cuda.md)
     return;
   }
   // fp32 GEMM. With a bias, out starts as bias rows and the product is added (beta = 1); with
-  // K = 0 the product is empty and out is the bias (or 0).
+  // K = 0 the product is empty and out is the bias (or 0), rounded as the rows are written.
   if (bias || K == 0) {
+    const DType rows_act = K == 0 ? act_ : DType::kF32;
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
       broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
-          out, elems<S>(bias), M, N);
+          out, elems<S>(bias), M, N, rows_act);
     });
     check_launch();
   }
@@ -276,8 +286,8 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
     const float* weight = widened(weight_op, K * N, weight_fp32);
     gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M, K,
          1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
+    round_act(out, M * N);  // cuBLAS wrote fp32: a pass of its own (docs/cuda.md)
   }
-  round_act(out, M * N);
 }
 
 void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
@@ -316,7 +326,7 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
       gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K, M,
            N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
     }
-    round_act(dinp, M * K);
+    round_act(dinp, M * K);  // cuBLAS(Lt) wrote fp32: a pass of its own (docs/cuda.md)
   }
   if (K > 0 && dweight) {
     ZT_CUDA_ASSERT(inp, "matmul_backward: dweight without an input");

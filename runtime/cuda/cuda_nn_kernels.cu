@@ -1,7 +1,7 @@
 // CudaKernels, the neural-network ops that are our own kernels: embedding, layer norm, RMSNorm,
 // softmax cross-entropy. Every call is enqueued on stream_ and returns before the work is done.
 // Same math as runtime/cpu/cpu_nn_kernels.cpp; tests/runtime/cuda_nn_kernels*_test.cpp check
-// parity against it.
+// parity against it, cuda_activation_rounding_test.cpp the 16-bit tables' rounding.
 //
 // Determinism: no float atomics anywhere. Every reduction is a fixed-order loop or a fixed tree
 // whose shape depends only on compile-time constants (kColumnRowGroups, kColumnChunkRows, warp
@@ -9,11 +9,13 @@
 // each op gives the same bits run to run.
 //
 // Precision (cuda_kernels.h). Activations written here are rounded to the table's activation
-// dtype by round_act after the kernel that wrote them: embedding out, layer-norm and RMSNorm
-// out / dinp (mean and rstd stay fp32), and softmax_cross_entropy's logits gradient with
-// LogitsOutput::kGradient (losses stay fp32). 16-bit parameters and parameter gradients are read
-// and written in their dtype by our kernels (templated on the storage type: a gradient element
-// is widened, accumulated in fp32 and narrowed once).
+// dtype by the kernel that writes them, on the value it stores (round_to_act with act_,
+// cuda_kernel_helpers.cuh; kF32 rounds nothing), so no pass over them follows: embedding out,
+// layer-norm and RMSNorm out / dinp (mean and rstd stay fp32), the per-head RMSNorm's heads (the
+// rest of each row is neither written nor rounded), and softmax_cross_entropy's logits gradient
+// with LogitsOutput::kGradient (losses stay fp32). 16-bit parameters and parameter gradients are
+// read and written in their dtype by our kernels (templated on the storage type: a gradient
+// element is widened, accumulated in fp32 and narrowed once).
 //
 // Not here: matmul and attention, the cuBLAS GEMMs (cuda_matmul_attention.cu); the element-wise
 // ops, optimizers and flat reductions (cuda_kernels.cu); the helpers both share
@@ -38,18 +40,18 @@ constexpr int kSoftmaxThreads = 256;    // softmax_cross_entropy: threads per ro
 // Small kernels
 
 // out (B,T,C) = wte[tokens[b,t]] + wpe[positions[b,t]] (positions null: t), the tables stored
-// as W and P (wpe null: the wte row).
+// as W and P (wpe null: the wte row), rounded to act (as every kernel here that takes `act`).
 template <class W, class P>
 __global__ void embedding_forward_kernel(float* out, const int32_t* tokens,
                                          const int32_t* positions, const typename W::Elem* wte,
                                          const typename P::Elem* wpe, int64_t BT, int64_t T,
-                                         int64_t C) {
+                                         int64_t C, DType act) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C;
   const float e = W::to_fp32(wte[int64_t(tokens[bt]) * C + c]);
   const int64_t position = positions ? positions[bt] : bt % T;
-  out[i] = wpe ? e + P::to_fp32(wpe[position * C + c]) : e;
+  out[i] = round_to_act(wpe ? e + P::to_fp32(wpe[position * C + c]) : e, act);
 }
 
 // Embedding backward as deterministic segmented reductions: the positions bt = 0..BT-1 are
@@ -93,11 +95,13 @@ __global__ void embedding_backward_wpe_kernel(typename S::Elem* dwpe, const floa
 }
 
 // One warp per row of C: two-pass mean and biased variance, as the CPU. weight and bias are
-// stored as W and B.
+// stored as W and B. out is rounded to act; mean and rstd are not. A lane writes only the
+// elements it read, so out may be inp.
 template <class W, class B>
 __global__ void layernorm_forward_kernel(float* out, float* mean_out, float* rstd_out,
                                          const float* inp, const typename W::Elem* weight,
-                                         const typename B::Elem* bias, int64_t N, int64_t C) {
+                                         const typename B::Elem* bias, int64_t N, int64_t C,
+                                         DType act) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;  // whole warps leave together: the shuffles below see full warps
   const int lane = threadIdx.x;
@@ -115,7 +119,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean_out, float* rst
   const float rstd = 1.0f / sqrtf(var + kLayerNormEps);
   float* o = out + row * C;
   for (int64_t i = lane; i < C; i += kWarp)
-    o[i] = (x[i] - mean) * rstd * W::to_fp32(weight[i]) + B::to_fp32(bias[i]);
+    o[i] = round_to_act((x[i] - mean) * rstd * W::to_fp32(weight[i]) + B::to_fp32(bias[i]), act);
   if (lane == 0) {
     if (mean_out) mean_out[row] = mean;
     if (rstd_out) rstd_out[row] = rstd;
@@ -127,7 +131,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean_out, float* rst
 template <class W>
 __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
                                                const typename W::Elem* weight, const float* mean,
-                                               const float* rstd, int64_t N, int64_t C) {
+                                               const float* rstd, int64_t N, int64_t C, DType act) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;
   const int lane = threadIdx.x;
@@ -147,7 +151,7 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
   for (int64_t i = lane; i < C; i += kWarp) {
     const float norm = (x[i] - mu) * rs;
     const float dnorm = W::to_fp32(weight[i]) * dy[i];
-    dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+    dx[i] = round_to_act(dx[i] + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs, act);
   }
 }
 
@@ -156,7 +160,7 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
 template <class W>
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd_out, const float* inp,
                                        const typename W::Elem* weight, int64_t N, int64_t C,
-                                       float eps) {
+                                       float eps, DType act) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;  // whole warps leave together
   const int lane = threadIdx.x;
@@ -165,7 +169,8 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd_out, const float*
   for (int64_t i = lane; i < C; i += kWarp) s += x[i] * x[i];
   const float rstd = 1.0f / sqrtf(warp_sum(s) * (1.0f / static_cast<float>(C)) + eps);
   float* o = out + row * C;
-  for (int64_t i = lane; i < C; i += kWarp) o[i] = x[i] * rstd * W::to_fp32(weight[i]);
+  for (int64_t i = lane; i < C; i += kWarp)
+    o[i] = round_to_act(x[i] * rstd * W::to_fp32(weight[i]), act);
   if (lane == 0 && rstd_out) rstd_out[row] = rstd;
 }
 
@@ -173,7 +178,7 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd_out, const float*
 template <class W>
 __global__ void rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
                                              const typename W::Elem* weight, const float* rstd,
-                                             int64_t N, int64_t C) {
+                                             int64_t N, int64_t C, DType act) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= N) return;
   const int lane = threadIdx.x;
@@ -186,12 +191,14 @@ __global__ void rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, con
   float* dx = dinp + row * C;
   for (int64_t i = lane; i < C; i += kWarp) {
     const float norm = x[i] * rs;
-    dx[i] += (W::to_fp32(weight[i]) * dy[i] - norm * dnorm_norm_mean) * rs;
+    dx[i] =
+        round_to_act(dx[i] + (W::to_fp32(weight[i]) * dy[i] - norm * dnorm_norm_mean) * rs, act);
   }
 }
 
 // Per-head RMSNorm, one warp per head row r of N·H (head r % H of row r / H, rows `stride`
-// apart, heads hd apart), in place: rmsnorm_forward_kernel's arithmetic on the row.
+// apart, heads hd apart), in place: rmsnorm_forward_kernel's arithmetic on the row. A lane
+// writes only the elements it read; only the heads are written (and rounded).
 __device__ __forceinline__ int64_t head_row_offset(int64_t r, int64_t H, int64_t hd,
                                                    int64_t stride) {
   return (r / H) * stride + (r % H) * hd;
@@ -200,7 +207,7 @@ __device__ __forceinline__ int64_t head_row_offset(int64_t r, int64_t H, int64_t
 template <class W>
 __global__ void head_rmsnorm_forward_kernel(float* x, float* rstd_out,
                                             const typename W::Elem* weight, int64_t rows, int64_t H,
-                                            int64_t hd, int64_t stride, float eps) {
+                                            int64_t hd, int64_t stride, float eps, DType act) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
@@ -208,7 +215,8 @@ __global__ void head_rmsnorm_forward_kernel(float* x, float* rstd_out,
   float s = 0.0f;
   for (int64_t i = lane; i < hd; i += kWarp) s += xr[i] * xr[i];
   const float rstd = 1.0f / sqrtf(warp_sum(s) * (1.0f / static_cast<float>(hd)) + eps);
-  for (int64_t i = lane; i < hd; i += kWarp) xr[i] = xr[i] * rstd * W::to_fp32(weight[i]);
+  for (int64_t i = lane; i < hd; i += kWarp)
+    xr[i] = round_to_act(xr[i] * rstd * W::to_fp32(weight[i]), act);
   if (lane == 0 && rstd_out) rstd_out[row] = rstd;
 }
 
@@ -217,7 +225,8 @@ __global__ void head_rmsnorm_forward_kernel(float* x, float* rstd_out,
 template <class W>
 __global__ void head_rmsnorm_backward_kernel(float* dx, const float* inp,
                                              const typename W::Elem* weight, const float* rstd,
-                                             int64_t rows, int64_t H, int64_t hd, int64_t stride) {
+                                             int64_t rows, int64_t H, int64_t hd, int64_t stride,
+                                             DType act) {
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.y;
   if (row >= rows) return;
   const int lane = threadIdx.x;
@@ -229,7 +238,7 @@ __global__ void head_rmsnorm_backward_kernel(float* dx, const float* inp,
   for (int64_t i = lane; i < hd; i += kWarp) s += W::to_fp32(weight[i]) * d[i] * (x[i] * rs);
   const float dnorm_norm_mean = warp_sum(s) * (1.0f / static_cast<float>(hd));
   for (int64_t i = lane; i < hd; i += kWarp)
-    d[i] = (W::to_fp32(weight[i]) * d[i] - x[i] * rs * dnorm_norm_mean) * rs;
+    d[i] = round_to_act((W::to_fp32(weight[i]) * d[i] - x[i] * rs * dnorm_norm_mean) * rs, act);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -305,9 +314,11 @@ __device__ float block_reduce(float v, float* shared) {
 // x[target], in double at the end as the CPU. With write_grad (LogitsOutput::kGradient) the row
 // becomes dloss·(softmax - onehot) and the padding 0. A negative target (kIgnoreTarget): loss 0
 // and, with write_grad, a zero row. A target >= V gives a NaN loss and leaves the row alone (the
-// CPU throws; a device kernel cannot).
+// CPU throws; a device kernel cannot). The gradient is rounded to act, the loss is not; each
+// thread reads a gradient's logit before it writes it, and the row's reductions end first.
 __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const int32_t* targets,
-                                             int64_t V, int64_t Vp, bool write_grad, float dloss) {
+                                             int64_t V, int64_t Vp, bool write_grad, float dloss,
+                                             DType act) {
   __shared__ float shared[kSoftmaxThreads];
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
@@ -337,7 +348,7 @@ __global__ void softmax_cross_entropy_kernel(float* losses, float* logits, const
   const float k = dloss / sum;
   for (int64_t i = tid; i < V; i += kSoftmaxThreads) {
     const float e = expf(row[i] - mx);
-    row[i] = i == target ? (e / sum - 1.0f) * dloss : e * k;
+    row[i] = round_to_act(i == target ? (e / sum - 1.0f) * dloss : e * k, act);
   }
   for (int64_t i = V + tid; i < Vp; i += kSoftmaxThreads) row[i] = 0.0f;
 }
@@ -369,11 +380,10 @@ void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOper
       using P = decltype(wpe_tag);
       embedding_forward_kernel<W, P>
           <<<blocks_for(n, kElementThreads), kElementThreads, 0, stream_>>>(
-              out, tokens, positions, elems<W>(wte), elems<P>(wpe), B * T, T, C);
+              out, tokens, positions, elems<W>(wte), elems<P>(wpe), B * T, T, C, act_);
     });
   });
   check_launch();
-  round_act(out, n);
 }
 
 // table[keys[bt]] += dout[bt] for bt in 0..BT-1, each row's contributions in ascending bt: the
@@ -440,11 +450,10 @@ void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const 
       using B = decltype(bias_tag);
       layernorm_forward_kernel<W, B>
           <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-              out, mean, rstd, inp, elems<W>(weight), elems<B>(bias), N, C);
+              out, mean, rstd, inp, elems<W>(weight), elems<B>(bias), N, C, act_);
     });
   });
   check_launch();
-  round_act(out, N * C);  // mean and rstd stay fp32
 }
 
 void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
@@ -457,10 +466,9 @@ void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias
     using W = decltype(tag);
     layernorm_backward_dinp_kernel<W>
         <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-            dinp, dout, inp, elems<W>(weight), mean, rstd, N, C);
+            dinp, dout, inp, elems<W>(weight), mean, rstd, N, C, act_);
   });
   check_launch();
-  round_act(dinp, N * C);
   if (!dweight && !dbias) return;
   // dweight += Σ dout·norm, dbias += Σ dout: two-stage column reductions (values 0 and 1).
   const int64_t chunks = column_chunks(N);
@@ -480,10 +488,9 @@ void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, Con
     using W = decltype(tag);
     rmsnorm_forward_kernel<W>
         <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-            out, rstd, inp, elems<W>(weight), N, C, eps);
+            out, rstd, inp, elems<W>(weight), N, C, eps, act_);
   });
   check_launch();
-  round_act(out, N * C);  // rstd stays fp32
 }
 
 void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
@@ -495,10 +502,9 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
     using W = decltype(tag);
     rmsnorm_backward_dinp_kernel<W>
         <<<blocks_for(N, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-            dinp, dout, inp, elems<W>(weight), rstd, N, C);
+            dinp, dout, inp, elems<W>(weight), rstd, N, C, act_);
   });
   check_launch();
-  round_act(dinp, N * C);
   if (!dweight) return;
   // dweight += Σ dout·x·rstd: a two-stage column reduction.
   Buffer partials = scratch(RmsNormTerms::kValues * column_chunks(N) * C);
@@ -506,9 +512,8 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
   column_finish(dweight, partials.as<float>(), N, C, stream_);
 }
 
-// Per-head RMSNorm (Qwen3's q_norm, k_norm), in place. The 16-bit activation rounding runs over
-// the whole span of rows: the parts between the heads (v, or q for the k heads) are already
-// activation-dtype values, which rounding leaves as they are.
+// Per-head RMSNorm (Qwen3's q_norm, k_norm), in place: the kernels round the heads they write;
+// the parts of the rows between the heads (v, or q for the k heads) keep their bits.
 
 void CudaKernels::head_rmsnorm_forward(float* x, float* rstd, ConstOperand weight, int64_t N,
                                        int64_t H, int64_t hd, int64_t stride, float eps) {
@@ -518,10 +523,9 @@ void CudaKernels::head_rmsnorm_forward(float* x, float* rstd, ConstOperand weigh
     using W = decltype(tag);
     head_rmsnorm_forward_kernel<W>
         <<<blocks_for(N * H, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-            x, rstd, elems<W>(weight), N * H, H, hd, stride, eps);
+            x, rstd, elems<W>(weight), N * H, H, hd, stride, eps, act_);
   });
   check_launch();
-  round_act(x, (N - 1) * stride + H * hd);  // rstd stays fp32
 }
 
 void CudaKernels::head_rmsnorm_backward(float* dx, Operand dweight, const float* inp,
@@ -543,10 +547,9 @@ void CudaKernels::head_rmsnorm_backward(float* dx, Operand dweight, const float*
     using W = decltype(tag);
     head_rmsnorm_backward_kernel<W>
         <<<blocks_for(rows, kRowsPerBlock), dim3(kWarp, kRowsPerBlock), 0, stream_>>>(
-            dx, inp, elems<W>(weight), rstd, rows, H, hd, stride);
+            dx, inp, elems<W>(weight), rstd, rows, H, hd, stride, act_);
   });
   check_launch();
-  round_act(dx, (N - 1) * stride + H * hd);
   if (dweight) column_finish(dweight, partials.as<float>(), rows, hd, stream_);
 }
 
@@ -561,9 +564,8 @@ void CudaKernels::softmax_cross_entropy(float* losses, float* logits, const int3
   ZT_CUDA_ASSERT(N <= std::numeric_limits<int>::max(), "softmax_cross_entropy: N too large");
   const bool write_grad = logits_output == LogitsOutput::kGradient;
   softmax_cross_entropy_kernel<<<unsigned(N), kSoftmaxThreads, 0, stream_>>>(
-      losses, logits, targets, V, Vp, write_grad, dloss);
+      losses, logits, targets, V, Vp, write_grad, dloss, act_);
   check_launch();
-  if (write_grad) round_act(logits, N * Vp);  // the gradient; losses stay fp32
 }
 
 }  // namespace zt

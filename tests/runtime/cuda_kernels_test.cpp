@@ -1,10 +1,10 @@
 // The CUDA back end's element-wise kernels, optimizers and reductions (cuda_kernels.cu) against
 // the CPU back end's, run on the same inputs on both devices: compared bitwise where the two run
-// the same IEEE operations (casts, rounding, add, fill, residual, accumulate; NaN payloads made by
-// arithmetic excepted) and within a tight tolerance elsewhere, 16-bit optimizer gradients and
-// sum_squares inputs included. Every test skips when no GPU is visible. Not here: the matmul /
-// embedding / layer-norm / attention / cross-entropy entries
-// (cuda_nn_kernels*_test.cpp) and Device memory (cuda_device_test.cpp).
+// the same IEEE operations (casts, rounding, add, fill, residual, accumulate, the last three on
+// the 16-bit activation tables too; NaN payloads made by arithmetic excepted) and within a tight
+// tolerance elsewhere, 16-bit optimizer gradients and sum_squares inputs included. Every test skips
+// when no GPU is visible. Not here: the matmul / embedding / layer-norm / attention / cross-entropy
+// entries (cuda_nn_kernels*_test.cpp) and Device memory (cuda_device_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,39 +89,55 @@ TEST_F(CudaDeviceTest, ElementWiseResultsDoNotDependOnSplitting) {
   expect_bitwise(download<float>(v2, n), download<float>(v1, n), "adamw split v");
 }
 
-TEST_F(CudaDeviceTest, ResidualAndAccumulateAreBitwiseEqualToCpu) {
-  for (int64_t n : {int64_t{1}, int64_t{100003}, kGridStrideN}) {
-    const std::vector<float> a = normal_floats(n, 7), b = normal_floats(n, 8, 1e-3f);
-    Buffer da = upload(a), db = upload(b);
-    Buffer dout = gpu_->alloc(n * sizeof(float), MemCategory::kActivations);
-    gk().residual_forward(dout.as<float>(), da.as<float>(), db.as<float>(), n);
-    std::vector<float> expected(static_cast<size_t>(n));
-    ck().residual_forward(expected.data(), a.data(), b.data(), n);
-    expect_bitwise(download<float>(dout, n), expected, "residual n=" + std::to_string(n));
+// On every table: a 16-bit one rounds the sums as it stores them (fp16 overflow to ±inf among
+// the large values), with the CPU's bits.
+TEST_F(CudaDeviceTest, ResidualAndAccumulateAreBitwiseEqualToCpuOnEveryTable) {
+  for (DType act : kAllTypes) {
+    Kernels& g = gpu_->kernels_for(act);
+    Kernels& c = cpu_.kernels_for(act);
+    for (int64_t n : {int64_t{1}, int64_t{100003}, kGridStrideN}) {
+      const std::string what = type_name(act) + " n=" + std::to_string(n);
+      std::vector<float> a = normal_floats(n, 7), b = normal_floats(n, 8, 1e-3f);
+      if (n > 100) {  // fp16: a sum rounding to its largest value, 65504; one overflowing to -inf
+        a[10] = 65500.0f;
+        b[10] = 3.0f;
+        a[11] = -40000.0f;
+        b[11] = -30000.0f;
+      }
+      Buffer da = upload(a), db = upload(b);
+      Buffer dout = gpu_->alloc(n * sizeof(float), MemCategory::kActivations);
+      g.residual_forward(dout.as<float>(), da.as<float>(), db.as<float>(), n);
+      std::vector<float> expected(static_cast<size_t>(n));
+      c.residual_forward(expected.data(), a.data(), b.data(), n);
+      expect_bitwise(download<float>(dout, n), expected, "residual " + what);
 
-    // out aliasing a
-    gk().residual_forward(da.as<float>(), da.as<float>(), db.as<float>(), n);
-    expect_bitwise(download<float>(da, n), expected, "residual in place");
+      // out aliasing a
+      g.residual_forward(da.as<float>(), da.as<float>(), db.as<float>(), n);
+      expect_bitwise(download<float>(da, n), expected, "residual in place " + what);
 
-    // y += x, twice
-    std::vector<float> y = normal_floats(n, 9);
-    Buffer dy = upload(y);
-    gk().accumulate(dy.as<float>(), db.as<float>(), n);
-    gk().accumulate(dy.as<float>(), db.as<float>(), n);
-    ck().accumulate(y.data(), b.data(), n);
-    ck().accumulate(y.data(), b.data(), n);
-    expect_bitwise(download<float>(dy, n), y, "accumulate n=" + std::to_string(n));
+      // y += x, twice
+      std::vector<float> y = normal_floats(n, 9);
+      Buffer dy = upload(y);
+      g.accumulate(dy.as<float>(), db.as<float>(), n);
+      g.accumulate(dy.as<float>(), db.as<float>(), n);
+      c.accumulate(y.data(), b.data(), n);
+      c.accumulate(y.data(), b.data(), n);
+      expect_bitwise(download<float>(dy, n), y, "accumulate " + what);
+    }
   }
 }
 
-TEST_F(CudaDeviceTest, FillIsBitwiseEqualToCpu) {
+TEST_F(CudaDeviceTest, FillIsBitwiseEqualToCpuOnEveryTable) {
   const int64_t n = kGridStrideN;
-  for (float value : {1.5f, -0.0f, 0.0f, kInf, from_bits(0x7fc12345u)}) {
-    std::vector<float> x = normal_floats(n, 11);
-    Buffer dx = upload(x);
-    gk().fill(dx.as<float>() + 3, value, n - 5);  // the first 3 and last 2 untouched
-    ck().fill(x.data() + 3, value, n - 5);
-    expect_bitwise(download<float>(dx, n), x, "fill " + std::to_string(value));
+  for (DType act : kAllTypes) {
+    for (float value : {1.5f, -0.0f, 0.0f, 0.1f, 1e5f, kInf, from_bits(0x7fc12345u)}) {
+      std::vector<float> x = normal_floats(n, 11);
+      Buffer dx = upload(x);
+      gpu_->kernels_for(act).fill(dx.as<float>() + 3, value, n - 5);  // first 3, last 2 untouched
+      cpu_.kernels_for(act).fill(x.data() + 3, value, n - 5);
+      expect_bitwise(download<float>(dx, n), x,
+                     "fill " + std::to_string(value) + " " + type_name(act));
+    }
   }
 }
 
