@@ -1,6 +1,7 @@
 // CudaKernels, the ops that are cuBLAS GEMMs: matmul (cuBLASLt tensor-core GEMMs for 16-bit
 // operands, cuBLAS fp32 GEMMs otherwise) and attention, multi-head and grouped-query (cuBLAS
-// strided-batched GEMMs around our causal softmax kernels). Every call is enqueued on stream_
+// strided-batched GEMMs around our causal softmax kernels; 16-bit tables try cuDNN's fused SDPA
+// first, cuda_attention_cudnn.cu). Every call is enqueued on stream_
 // (the cuBLAS handle is bound to it, cuBLASLt is called with it) and returns before the work is
 // done. Same math as runtime/cpu/cpu_matmul_kernels.cpp and cpu_attention_kernels.cpp;
 // tests/runtime/cuda_nn_kernels*_test.cpp check parity against them.
