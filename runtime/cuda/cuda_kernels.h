@@ -25,15 +25,17 @@
 //
 // The methods are split over cuda_kernels.cu (construction, element-wise, optimizers,
 // reductions), cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy),
-// cuda_matmul_attention.cu (matmul, attention) and cuda_lora_kernels.cu (LoRA adapters'
-// add_columns and dropout); they share CudaKernels::Impl from cuda_kernels_impl.h and the
-// launch helpers of cuda_kernel_helpers.cuh; cuda_lt_gemm.h holds the cuBLASLt plans.
+// cuda_matmul_attention.cu (matmul, attention), cuda_attention_cudnn.cu (attention through
+// cuDNN's fused SDPA, cudnn_attention.h) and cuda_lora_kernels.cu (LoRA adapters' add_columns
+// and dropout); they share CudaKernels::Impl from cuda_kernels_impl.h and the launch helpers of
+// cuda_kernel_helpers.cuh; cuda_lt_gemm.h holds the cuBLASLt plans.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <memory>
 
+#include "runtime/cuda/attention_path.h"
 #include "runtime/device.h"
 #include "runtime/kernels.h"
 
@@ -51,6 +53,9 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream() const { return stream_; }
   // TF32 tensor cores for the fp32 GEMMs, for every table sharing these handles.
   void set_allow_tf32(bool allow);
+  // Which attention the 16-bit tables run (attention_path.h), for every table sharing these
+  // handles; ZT_CUDA_ATTENTION's value until set.
+  void set_attention_path(AttentionPath path);
 
   // Every entry of runtime/kernel_entries.h.
 #define ZT_KERNEL(ret, name, params, args, memory) ret name params override;
@@ -79,6 +84,21 @@ class CudaKernels final : public Kernels {
   // (embedding_backward's deterministic segmented reduction).
   void add_rows_by_key(Operand table, const float* dout, const int32_t* keys, int64_t BT,
                        int64_t C);
+  // Attention through cuDNN's fused SDPA when the path and the call allow it (true: it ran,
+  // the entry's outputs are written), else false and nothing written (cuda_attention_cudnn.cu).
+  bool cudnn_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                               int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
+                               int64_t window);
+  bool cudnn_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                                const int32_t* positions, int64_t window);
+  // The materialised T×T attention (cuda_matmul_attention.cu): the reference and the fallback.
+  void reference_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                                   int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
+                                   int64_t window);
+  void reference_attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                    const float* att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                    int64_t hd, const int32_t* positions, int64_t window);
 
   Device& device_;
   cudaStream_t stream_;

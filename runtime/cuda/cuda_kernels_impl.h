@@ -16,6 +16,7 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_lt_gemm.h"
+#include "runtime/cuda/cudnn_attention.h"
 
 #define ZT_CUBLAS_CHECK(call)                                                                   \
   do {                                                                                          \
@@ -40,6 +41,8 @@ struct CudaKernels::Impl {
   size_t lt_workspace_bytes = 0;
   std::unique_ptr<LtGemm> lt_gemm;  // cuBLASLt plans per problem, over lt and lt_workspace
   bool allow_tf32 = false;
+  AttentionPath attention_path = attention_path_from_env();
+  std::unique_ptr<CudnnAttention> cudnn_attention;  // made by the first 16-bit attention call
   // The reduction that returns to the host (sum_squares): device partials and a pinned host
   // landing slot.
   double* partials = nullptr;

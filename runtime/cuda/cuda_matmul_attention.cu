@@ -1,6 +1,7 @@
 // CudaKernels, the ops that are cuBLAS GEMMs: matmul (cuBLASLt tensor-core GEMMs for 16-bit
 // operands, cuBLAS fp32 GEMMs otherwise) and attention, multi-head and grouped-query (cuBLAS
-// strided-batched GEMMs around our causal softmax kernels). Every call is enqueued on stream_
+// strided-batched GEMMs around our causal softmax kernels; 16-bit tables try cuDNN's fused SDPA
+// first, cuda_attention_cudnn.cu). Every call is enqueued on stream_
 // (the cuBLAS handle is bound to it, cuBLASLt is called with it) and returns before the work is
 // done. Same math as runtime/cpu/cpu_matmul_kernels.cpp and cpu_attention_kernels.cpp;
 // tests/runtime/cuda_nn_kernels*_test.cpp check parity against them.
@@ -398,6 +399,8 @@ void CudaKernels::attention_backward(float* dqkv, const float* dout, const float
   gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH, positions);
 }
 
+// A 16-bit table tries cuDNN's fused SDPA first (cuda_attention_cudnn.cu: the path setting,
+// eligibility, fallback); att then holds the softmax statistics, not the probabilities.
 void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
                                         int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                                         const int32_t* positions, int64_t window) {
@@ -405,6 +408,13 @@ void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv
                  "gqa_attention_forward: NH must be a positive multiple of NKV");
   if (window >= T) window = 0;  // reads every key: plain causal attention
   if (B <= 0 || T <= 0) return;
+  if (cudnn_attention_forward(out, att, qkv, B, T, NH, NKV, hd, positions, window)) return;
+  reference_attention_forward(out, att, qkv, B, T, NH, NKV, hd, positions, window);
+}
+
+void CudaKernels::reference_attention_forward(float* out, float* att, const float* qkv, int64_t B,
+                                              int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+                                              const int32_t* positions, int64_t window) {
   const int64_t G = NH / NKV, R = (NH + 2 * NKV) * hd, HD = NH * hd, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t b = 0; b < B; ++b)
@@ -509,6 +519,14 @@ void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const f
                  "gqa_attention_backward: NH must be a positive multiple of NKV");
   if (window >= T) window = 0;
   if (B <= 0 || T <= 0) return;
+  if (cudnn_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions, window)) return;
+  reference_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions, window);
+}
+
+void CudaKernels::reference_attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                               const float* att, int64_t B, int64_t T, int64_t NH,
+                                               int64_t NKV, int64_t hd, const int32_t* positions,
+                                               int64_t window) {
   const int64_t G = NH / NKV, R = (NH + 2 * NKV) * hd, HD = NH * hd, TT = T * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // dP, then dS in place: (B,NH,T,T), from the device's caching allocator (tracked as

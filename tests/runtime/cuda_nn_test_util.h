@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cuda/attention_path.h"
 #include "runtime/device.h"
 #include "runtime/device_factory.h"
 #include "runtime/kernels.h"
@@ -123,6 +124,16 @@ class CudaNnKernelsTest : public ::testing::Test {
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();
     gpu_dev_ = make_device(DeviceKind::kCuda, 0);
+    // These suites hold the materialised attention kernels to the CPU's bits; cuDNN's fused
+    // attention has its own (cuda_cudnn_attention_test.cpp).
+    set_attention_path(AttentionPath::kReference);
+  }
+  void set_attention_path(AttentionPath path) {
+#if ZT_HAVE_CUDA
+    set_cuda_attention_path(*gpu_dev_, path);
+#else
+    (void)path;
+#endif
   }
   // Buffers must die before the devices: tests declare Mirrors as locals, destroyed first.
   Mirror mirror(const std::vector<float>& host) { return Mirror(cpu_dev_, *gpu_dev_, host); }

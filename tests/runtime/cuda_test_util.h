@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_device.h"
+#include "runtime/cuda/attention_path.h"
 #include "runtime/device.h"
 #include "runtime/device_factory.h"
 #include "runtime/kernels.h"
@@ -209,6 +210,9 @@ class CudaDeviceTest : public ::testing::Test {
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << cuda_unavailable_reason();
     gpu_ = make_device(DeviceKind::kCuda, 0);
+#if ZT_HAVE_CUDA  // the materialised attention, held to the CPU's bits (not cuDNN's)
+    set_cuda_attention_path(*gpu_, AttentionPath::kReference);
+#endif
   }
 
   Kernels& gk() { return gpu_->kernels(); }
