@@ -36,7 +36,7 @@ s = json.load(open(os.path.join(out, "summary.json")))
 assert s["mode"] == "dry-run", s["mode"]
 rows = s["checks"]
 names = [r["name"] for r in rows]
-expected = ["preflight", "smoke", "bf16 B=", "MFU", "PyTorch", "kernel parity",
+expected = ["preflight", "smoke", "bf16 B=", "MFU", "PyTorch", "materialised attention", "kernel parity",
             "stage 3 = stage 0", "vs CPU back end", "1 rank", "activation checkpointing"]
 bad = [e for e in expected if not any(e in n for n in names)]
 for r in rows:
@@ -53,7 +53,7 @@ for f in ("summary.txt", "ldd.txt", "profile.txt", "logs.tar.gz"):
         bad.append("no " + f)
 with tarfile.open(os.path.join(out, "logs.tar.gz")) as t:
     packed = {m.name.lstrip("./") for m in t.getmembers()}
-for f in ("smoke.json", "parity.txt", "plain.json", "ckpt.json", "dev_s3/metrics.jsonl",
+for f in ("smoke.json", "parity.txt", "plain.json", "reference.json", "ckpt.json", "dev_s3/metrics.jsonl",
           "comm.txt"):
     if f not in packed:
         bad.append("logs.tar.gz has no " + f)
@@ -95,7 +95,7 @@ python3 - "$tmp/spent" << 'PY' || status=1
 import json, os, sys
 rows = json.load(open(os.path.join(sys.argv[1], "summary.json")))["checks"][1:]
 bad = [r for r in rows if r["verdict"] != "skipped" or "budget" not in r["value"]]
-if len(rows) != 7 or bad:
+if len(rows) != 8 or bad:
     print("FAIL: with ZT_CHECK_BUDGET_S=0: %d rows, not skipped for the budget: %s" % (len(rows), bad))
     sys.exit(1)
 print("budget 0: all %d checks skipped, naming the budget" % len(rows))

@@ -10,6 +10,10 @@
 #             falling, the per-op table (CUDA events)
 #   torch     PyTorch eager on the same model and batch (bf16 autocast, fused SDPA): its tokens/s
 #             beside ours (below-target when ours is lower); skipped when `import torch` fails
+#   attention the training run again with the materialised T×T attention
+#             (ZT_CUDA_ATTENTION=reference): its step time beside the training check's, whose
+#             attention path (cuDNN's fused SDPA, or the reference and why) the training row
+#             names; the two runs' losses over the first 3 steps within 1% of each other
 #   parity    every Kernels op on CUDA against the CPU back end (zt_runtime_tests Cuda*): the
 #             exit code and the counts, no test skipped
 #   ranks     2 ranks on the one GPU (MPI with host staging), fp32 zt-train: stage 3's losses
@@ -47,7 +51,7 @@
 #
 # A GPU machine may have no package access: build here, run scripts/bundle_device.sh, carry
 # build/device-bundle.tar.xz and data/corpus with the working tree (this script sources its
-# helpers, tests/gpu/device_check_lib.sh, from beside it); this script unpacks the bundle, points
+# helpers, tests/gpu/device_check_lib.sh and device_check_summary.sh, from beside it); it unpacks the bundle, points
 # PATH, LD_LIBRARY_PATH and OPAL_PREFIX at it and finds the CUDA runtime, cuBLAS, cuDNN and NCCL
 # on the machine (the toolkit, or Python's nvidia-* wheels). Without a bundle it uses build/ and the
 # system. Python (torch, the JSON helpers) runs with the LD_LIBRARY_PATH this script was started
@@ -58,13 +62,14 @@
 #   below-target rows pass), 1 when one did, 2 when the preflight or the arguments failed.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-# The self-contained helpers (JSON strings, exit codes, failure lines, our JSON and logs), beside
-# this script.
-source "$root/tests/gpu/device_check_lib.sh" ||
-  { echo "device_check: cannot read $root/tests/gpu/device_check_lib.sh" >&2; exit 2; }
+# The self-contained helpers (JSON strings, exit codes, failure lines, our JSON and logs) and the
+# summary's writers, beside this script.
+for f in device_check_lib.sh device_check_summary.sh; do
+  source "$root/tests/gpu/$f" || { echo "device_check: cannot read $root/tests/gpu/$f" >&2; exit 2; }
+done
 cd "$root"
 
-all_checks="smoke training torch parity ranks comm ckpt"
+all_checks="smoke training torch attention parity ranks comm ckpt"
 dry=0 only=""
 args=()
 while [ $# -gt 0 ]; do
@@ -127,51 +132,14 @@ note() {  # name value verdict (ok, FAIL, skipped, below-target)
   write_summary > /dev/null
 }
 gpu="none" driver="none" driver_cuda="none"
-# write_summary: summary.json and summary.txt, each written whole under a temporary name and
-# renamed, so a kill mid-write leaves the previous one; the table is printed.
-write_summary() {
-  local i sep=""
-  {
-    printf '{\n  "mode": %s,\n  "gpu": %s,\n  "driver": %s,\n  "driver_cuda": %s,\n' \
-      "$(json_str "$([ $dry -eq 1 ] && echo dry-run || echo gpu)")" "$(json_str "$gpu")" \
-      "$(json_str "$driver")" "$(json_str "$driver_cuda")"
-    printf '  "batch": %s,\n  "seq_len": %s,\n  "budget_s": %s,\n  "elapsed_s": %s,\n' \
-      "$B" "$T" "$budget" "$((SECONDS - t0))"
-    printf '  "only": %s,\n  "preflight_limit_s": %s,\n  "limits_s": {' "$(json_str "$only")" "$preflight_limit"
-    for i in $all_checks; do printf '%s"%s": %s' "$sep" "$i" "${limit[$i]}"; sep=", "; done
-    sep=""
-    printf '},\n  "failed": %s,\n  "checks": [' "$failed"
-    for i in "${!names[@]}"; do
-      printf '%s\n    {"name": %s, "value": %s, "verdict": %s, "seconds": %s}' "$sep" \
-        "$(json_str "${names[$i]}")" "$(json_str "${values[$i]}")" \
-        "$(json_str "${verdicts[$i]}")" "${secs[$i]}"
-      sep=","
-    done
-    printf '\n  ]\n}\n'
-  } > "$out/summary.json.tmp" && mv -f "$out/summary.json.tmp" "$out/summary.json"
-  {
-    echo "device_check$([ $dry -eq 1 ] && echo ' --dry-run (CPU back end)') on $gpu" \
-      "(driver $driver, CUDA $driver_cuda), B=$B T=$T, $((SECONDS - t0)) s of $budget s" \
-      "$([ -n "$only" ] && echo "(--only $only)")"
-    printf '%-38s %-72s %-12s %s\n' check result verdict seconds
-    for i in "${!names[@]}"; do
-      printf '%-38s %-72s %-12s %s\n' "${names[$i]}" "${values[$i]}" "${verdicts[$i]}" "${secs[$i]}"
-    done
-  } > "$out/summary.txt.tmp" && mv -f "$out/summary.txt.tmp" "$out/summary.txt"
-  cat "$out/summary.txt"
-}
-# pack_logs: every file under the logs directory below 8 MiB, as $OUT/logs.tar.gz
-pack_logs() {
-  (cd "$logs" && find . -type f -size -8M -print0 |
-     tar --null -czf "$out/logs.tar.gz.tmp" -T - 2> /dev/null) &&
-    mv -f "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
-}
+# write_summary and pack_logs: tests/gpu/device_check_summary.sh
 
 # ---- the deadline --------------------------------------------------------------------------------
 # Each check's own limit in seconds, most informative first. With the preflight's mpirun probe
-# (20 s) they sum to 350 s, below the default budget; summary.json records them and the e2e dry
+# (20 s) they sum to 355 s, below the default budget; summary.json records them and the e2e dry
 # run asserts the sum stays below the budget.
-declare -A limit=([smoke]=35 [training]=60 [torch]=60 [parity]=45 [ranks]=75 [comm]=25 [ckpt]=30)
+declare -A limit=([smoke]=30 [training]=60 [torch]=50 [attention]=40 [parity]=45 [ranks]=55 [comm]=25
+  [ckpt]=30)
 preflight_limit=20
 check_end=0
 # run_check KEY NAME FUNCTION: FUNCTION under min(its limit, what is left of the budget), unless
@@ -390,13 +358,35 @@ check_training() {
   tps=$(bench_field "$logs/plain.json" tokens_per_s)
   fall=$(bench_losses "$logs/plain.json" | falling)
   [ "$fall" = ok ] && verdict=ok || verdict=FAIL
-  note "$train_name" "$(printf '%.0f tokens/s, %s ms/step; losses %s -> %s: %s' "$tps" \
+  note "$train_name" "$(printf '%.0f tokens/s, %s ms/step; losses %s -> %s: %s; attention: %s' "$tps" \
     "$(bench_field "$logs/plain.json" ms_per_step | cut -c1-7)" \
     "$(bench_losses "$logs/plain.json" | head -n 1 | cut -c1-7)" \
-    "$(bench_losses "$logs/plain.json" | tail -n 1 | cut -c1-7)" "$fall")" $verdict
+    "$(bench_losses "$logs/plain.json" | tail -n 1 | cut -c1-7)" "$fall" \
+    "$(attention_path "$logs/plain.txt" "$no_path_line")")" $verdict
   mfu=$(bench_field "$logs/plain.json" mfu)
   verdict=$(py -c "print('ok' if $mfu >= $mfu_target else 'below-target')")
   note "MFU (target $(py -c "print('%g%%' % (100 * $mfu_target))"))" "$(py -c "print('%.1f%%' % (100 * $mfu))")$([ $dry -eq 1 ] && echo ' of the CPU fp32 peak (dry run stand-in)' || echo ' of the dense bf16 peak')" "$verdict"
+}
+check_attention() {
+  local rc ratio diff v
+  if [ ! -s "$logs/plain.json" ]; then
+    note "$attn_name" "no training run to compare with (the training check did not finish)" FAIL
+    return
+  fi
+  ZT_CUDA_ATTENTION=reference bench reference
+  rc=$?
+  if [ $rc -ne 0 ] || [ ! -s "$logs/reference.json" ]; then
+    note "$attn_name" "zt-bench failed, $(why $rc): $(what_failed "$logs/reference.txt")" FAIL
+    return
+  fi
+  ratio=$(py -c "print('%.2f' % ($(bench_field "$logs/reference.json" ms_per_step) / $(bench_field "$logs/plain.json" ms_per_step)))")
+  bench_losses "$logs/plain.json" > "$logs/plain.losses"
+  bench_losses "$logs/reference.json" > "$logs/reference.losses"
+  diff=$(max_rel_diff "$logs/plain.losses" "$logs/reference.losses" 3)
+  py -c "import sys; sys.exit(not float('$diff') <= 1e-2)" && v=ok || v=FAIL
+  note "$attn_name" "$(printf '%s ms/step, x%s the training run'"'"'s (%s); first 3 losses within %s (<= 1e-2 asked)' \
+    "$(bench_field "$logs/reference.json" ms_per_step | cut -c1-7)" "$ratio" \
+    "$(attention_path "$logs/plain.txt" "$no_path_line")" "$diff")" $v
 }
 check_checkpointing() {
   local rc ratio act same v
@@ -568,11 +558,14 @@ else
   comm_name="NCCL (and host staging), 1 rank"
 fi
 ckpt_name="+ activation checkpointing"
+attn_name="materialised attention (ZT_CUDA_ATTENTION=reference)"
+[ $dry -eq 1 ] && no_path_line="the CPU's kernels" || no_path_line="no path line (materialised kernels)"
 torch_name="PyTorch $model bf16 (SDPA, autocast)"
 
 run_check smoke "$smoke_name" check_smoke
 run_check training "$train_name" check_training
 run_check torch "$torch_name" check_torch
+run_check attention "$attn_name" check_attention
 run_check parity "$parity_name" check_parity
 run_check ranks "$ranks_name" check_two_ranks
 run_check comm "$comm_name" check_comm

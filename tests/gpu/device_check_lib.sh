@@ -1,8 +1,8 @@
 # Helpers of tests/gpu/device_check.sh, which sources this file (so do not run it): the
 # self-contained ones, each working only on its arguments, its input and the files it is given.
 #   json_str, why, what_failed, version_ge   JSON strings, exit codes, failure lines, versions
-#   bench_field, bench_losses, metrics_losses, falling, max_rel_diff, gtest_counts
-#                                            our JSON and logs (python through device_check.sh's
+#   bench_field, bench_losses, metrics_losses, falling, max_rel_diff, gtest_counts,
+#   attention_path                           our JSON and logs (python through device_check.sh's
 #                                            py, without the bundle's libraries)
 # shellcheck shell=bash
 
@@ -85,4 +85,13 @@ gtest_counts() {
   f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$1" | tail -n 1)
   s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$1" | tail -n 1)
   echo "${p:-0} ${f:-0} ${s:-0}"
+}
+
+# attention_path LOG NONE: the path a run's attention took, from the line CudnnAttention prints
+# once per shape ("zt: attention B=.. hd=.. bf16: cuDNN 91400 fused SDPA", or "...: reference
+# path (why)"): the text after the shape; NONE when the log has no such line
+attention_path() {
+  local line
+  line=$(grep -m 1 '^zt: attention ' "$1" 2> /dev/null)
+  if [ -z "$line" ]; then echo "$2"; else echo "${line#zt: attention *: }"; fi
 }
