@@ -106,7 +106,9 @@ class BlockLayer final : public Layer {
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
     const Batch& b = *io.batch;
-    compute(k, io.input, io.output, b.B * b.T, acts, b.B * c_.n_head * b.T * b.T,
+    const int64_t NH = c_.n_head;
+    compute(k, io.input, io.output, b.B * b.T, acts,
+            k.attention_record(b.B, b.T, NH, NH, c_.n_embd / NH, b.positions, 0),
             [&](float* atty, float* att, const float* qkv) {
               k.attention_forward(atty, att, qkv, b.B, b.T, c_.n_embd, c_.n_head, b.positions);
             });
@@ -117,31 +119,31 @@ class BlockLayer final : public Layer {
   // forward's computation with the attention over the cache; its buffers are temporaries.
   void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override {
     const int64_t NH = c_.n_head;
-    compute(k, io.input, io.output, io.B * io.T, scratch, 0,
+    compute(k, io.input, io.output, io.B * io.T, scratch, AttentionRecord{},
             [&](float* atty, float*, const float* qkv) {
               k.gqa_attention_decode(atty, io.k_cache, io.v_cache, qkv, io.B, io.T, io.past,
                                      io.capacity, NH, NH, c_.n_embd / NH, 0);
             });
   }
 
-  // The block on N tokens, its buffers in `acts` in the order of Saved (att: att_elements of
-  // them, given to attend), attend computing atty from qkv.
+  // The block on N tokens, its buffers in `acts` in the order of Saved (att: as
+  // attention_record asked, given to attend), attend computing atty from qkv.
   template <class Attend>
   void compute(Kernels& k, const float* x, float* out, int64_t N, ActivationStore& acts,
-               int64_t att_elements, const Attend& attend) {
+               AttentionRecord att_record, const Attend& attend) {
     const int64_t C = c_.n_embd;
-    float* ln1 = acts.alloc_floats(N * C);         // (N, C)
-    float* ln1_mean = acts.alloc_stats(N);         // (N)
-    float* ln1_rstd = acts.alloc_stats(N);         // (N)
-    float* qkv = acts.alloc_floats(N * 3 * C);     // (N, 3C)
-    float* att = acts.alloc_floats(att_elements);  // (B, NH, T, T) or none
-    float* atty = acts.alloc_floats(N * C);        // (N, C)
-    float* res2 = acts.alloc_floats(N * C);        // (N, C) x + attention
-    float* ln2 = acts.alloc_floats(N * C);         // (N, C)
-    float* ln2_mean = acts.alloc_stats(N);         // (N)
-    float* ln2_rstd = acts.alloc_stats(N);         // (N)
-    float* fc = acts.alloc_floats(N * 4 * C);      // (N, 4C)
-    float* gelu = acts.alloc_floats(N * 4 * C);    // (N, 4C)
+    float* ln1 = acts.alloc_floats(N * C);          // (N, C)
+    float* ln1_mean = acts.alloc_stats(N);          // (N)
+    float* ln1_rstd = acts.alloc_stats(N);          // (N)
+    float* qkv = acts.alloc_floats(N * 3 * C);      // (N, 3C)
+    float* att = acts.alloc_attention(att_record);  // (B, NH, T, T) or a record
+    float* atty = acts.alloc_floats(N * C);         // (N, C)
+    float* res2 = acts.alloc_floats(N * C);         // (N, C) x + attention
+    float* ln2 = acts.alloc_floats(N * C);          // (N, C)
+    float* ln2_mean = acts.alloc_stats(N);          // (N)
+    float* ln2_rstd = acts.alloc_stats(N);          // (N)
+    float* fc = acts.alloc_floats(N * 4 * C);       // (N, 4C)
+    float* gelu = acts.alloc_floats(N * 4 * C);     // (N, 4C)
 
     k.layernorm_forward(ln1, ln1_mean, ln1_rstd, x, u_.param(kLn1W), u_.param(kLn1B), N, C);
     k.matmul_forward(qkv, ln1, u_.param(kAttnW), u_.param(kAttnB), N, C, 3 * C,

@@ -246,8 +246,10 @@ class DecoderLayer final : public Layer {
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
     const Batch& b = *io.batch;
-    compute(k, io.input, io.output, b.B, b.T, b.positions, acts, b.B * d_.NH * b.T * b.T,
-            io.training, io.seed, [&](float* atty, float* att, const float* qkv) {
+    const AttentionRecord record =
+        k.attention_record(b.B, b.T, d_.NH, d_.NKV, d_.hd, b.positions, c_.sliding_window);
+    compute(k, io.input, io.output, b.B, b.T, b.positions, acts, record, io.training, io.seed,
+            [&](float* atty, float* att, const float* qkv) {
               k.gqa_attention_forward(atty, att, qkv, b.B, b.T, d_.NH, d_.NKV, d_.hd, b.positions,
                                       c_.sliding_window);
             });
@@ -257,7 +259,7 @@ class DecoderLayer final : public Layer {
 
   // forward's computation with the attention over the cache; its buffers are temporaries.
   void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override {
-    compute(k, io.input, io.output, io.B, io.T, io.positions, scratch, 0, false, 0,
+    compute(k, io.input, io.output, io.B, io.T, io.positions, scratch, AttentionRecord{}, false, 0,
             [&](float* atty, float*, const float* qkv) {
               k.gqa_attention_decode(atty, io.k_cache, io.v_cache, qkv, io.B, io.T, io.past,
                                      io.capacity, d_.NH, d_.NKV, d_.hd, c_.sliding_window);
@@ -265,19 +267,19 @@ class DecoderLayer final : public Layer {
   }
 
   // The layer on B rows of T tokens at `positions` (model.h's Batch::positions), its buffers in
-  // `acts` in the order of Saved (att: att_elements of them, given to attend), then the LoRA
+  // `acts` in the order of Saved (att: as attention_record asked, given to attend), then the LoRA
   // adapters' (lora_first()), attend computing atty from qkv (q and k rotated). `training`:
   // the adapters' dropout applies, its masks from `seed`.
   template <class Attend>
   void compute(Kernels& k, const float* x, float* out, int64_t B, int64_t T,
-               const int32_t* positions, ActivationStore& acts, int64_t att_elements, bool training,
-               uint64_t seed, const Attend& attend) {
+               const int32_t* positions, ActivationStore& acts, AttentionRecord att_record,
+               bool training, uint64_t seed, const Attend& attend) {
     const int64_t N = B * T;
     const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
     float* ln1 = acts.alloc_floats(N * C);          // (N, C)
     float* ln1_rstd = acts.alloc_stats(N);          // (N)
     float* qkv = acts.alloc_floats(N * d_.R);       // (N, R): q, k (rotated), v
-    float* att = acts.alloc_floats(att_elements);   // (B, NH, T, T) or none
+    float* att = acts.alloc_attention(att_record);  // (B, NH, T, T) or a record
     float* atty = acts.alloc_floats(N * d_.Q);      // (N, Q)
     float* res2 = acts.alloc_floats(N * C);         // (N, C) x + attention
     float* ln2 = acts.alloc_floats(N * C);          // (N, C)

@@ -9,6 +9,7 @@
 
 #include "runtime/device.h"
 #include "runtime/dtype.h"
+#include "runtime/kernels.h"
 
 namespace zt {
 
@@ -26,6 +27,11 @@ class ActivationStore {
   float* alloc_floats(int64_t n);
   // An fp32 buffer that stays fp32 whatever the precision (layer-norm mean and rstd).
   float* alloc_stats(int64_t n);
+  // Attention's att as Kernels::attention_record asked: the probabilities (alloc_floats), or a
+  // back end's own record, kept as written (alloc_stats).
+  float* alloc_attention(const AttentionRecord& record) {
+    return record.packable ? alloc_floats(record.floats) : alloc_stats(record.floats);
+  }
   // The i-th buffer in allocation order (alloc_floats and alloc_stats count alike): backward
   // finds what forward saved by position. Not while packed.
   float* at(size_t i) const;

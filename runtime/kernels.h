@@ -78,6 +78,15 @@ struct Operand {
 // zeros (it holds no values yet; the layer's backward has no other writer of it).
 enum class GradOutput { kAdd, kWrite };
 
+// What an attention forward keeps in `att` for its backward (kernel_entries.h's
+// attention_record): `floats` elements, and whether they are activations (the softmax
+// probabilities, which a 16-bit run's activation store packs to 16 bits with the others) or the
+// back end's own record (cuDNN's statistics and 16-bit output), which must be kept as written.
+struct AttentionRecord {
+  int64_t floats = 0;
+  bool packable = true;
+};
+
 // What softmax_cross_entropy leaves in the logits: them as they were (evaluation), or in
 // their place the gradient of the loss w.r.t. them (training; the LM head turns it into its
 // weight's and its input's gradients at once, so logits are never kept).

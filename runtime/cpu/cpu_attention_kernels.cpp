@@ -400,6 +400,12 @@ void CpuKernels::attention_backward(float* dqkv, const float* dout, const float*
   gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH, positions);
 }
 
+// The probabilities, packable: the CPU has no other attention.
+AttentionRecord CpuKernels::attention_record(int64_t B, int64_t T, int64_t NH, int64_t, int64_t,
+                                             const int32_t*, int64_t) {
+  return {B * NH * T * T, true};
+}
+
 void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
                                        int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                                        const int32_t* positions, int64_t window) {

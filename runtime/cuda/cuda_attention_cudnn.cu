@@ -10,19 +10,23 @@
 // A key's decision covers its forward and its backward (both plans are built on its first
 // call), so a backward reads att as its forward wrote it.
 //
+// att's size (attention_record, asked by the layer before it allocates att, which builds the
+// key's plans): a planned key keeps cuDNN's record, the statistics (B,NH,T) fp32 and O as 16-bit
+// (B,T,NH·hd) after them, 16-byte aligned (kept as written: not packed with the activations); any
+// other key the (B,NH,T,T) probabilities. So a planned key whose run then fails (or whose att is
+// not aligned) cannot fall back into att: its reference runs on a scratch (B,NH,T,T) for the
+// probabilities, and its backward recomputes them there first.
+//
 // Data (a call on the cuDNN path; every buffer below is tracked scratch, kWorkspace, freed when
 // the entry returns, its next user enqueued on this stream after cuDNN's kernels):
 //   forward:  qkv (fp32 holding act values) narrowed exactly to a 16-bit (B,T,R) scratch; the
-//             plan writes the softmax statistics (B,NH,T) fp32 into att[0, B·NH·T) and O as
-//             16-bit (B,T,NH·hd) right after them in att (att holds B·NH·T·T floats; the key's
-//             rule T >= 1 + hd/2 leaves room); O is widened (exactly) into out.
+//             plan writes the statistics into att and O after them; O is widened (exactly) into
+//             out.
 //   backward: qkv and dout narrowed to 16-bit; the plan reads att's statistics and O and writes
 //             dQ, dK, dV as a 16-bit (B,T,R) scratch laid out as qkv; dqkv += it in fp32
 //             (`add`), then rounded once to the act dtype (round_act), as the reference's
 //             GEMMs accumulate into dqkv and round it.
-// If a run fails (cuDNN's status), the key is refused from then on: a failed forward is
-// redone by the reference, which writes every output; a failed backward redoes the reference
-// forward into att (and a scratch out) and then the reference backward.
+// A failed run refuses the key from then on (cudnn_attention.h).
 #include <cstdint>
 #include <string>
 
@@ -34,10 +38,14 @@ void CudaKernels::set_attention_path(AttentionPath path) { impl_->attention_path
 
 namespace {
 
-// The 16-bit O in att, after the statistics (B·NH·T floats). Both parts must be 16-byte
-// aligned (the plans promise cuDNN that of every tensor): checked per call.
+// The floats of cuDNN's record before O: the statistics (B·NH·T), rounded up to 4 floats so
+// that O is 16-byte aligned where att is.
+int64_t stats_floats(int64_t B, int64_t T, int64_t NH) { return (B * NH * T + 3) / 4 * 4; }
+
+// The 16-bit O in att, after the statistics. Both must be 16-byte aligned (the plans promise
+// cuDNN that of every tensor): att's alignment is checked per call.
 void* output_in_att(const float* att, int64_t B, int64_t T, int64_t NH) {
-  return const_cast<float*>(att) + B * NH * T;
+  return const_cast<float*>(att) + stats_floats(B, T, NH);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -47,33 +55,50 @@ int64_t floats_for(size_t bytes) { return int64_t((bytes + sizeof(float) - 1) / 
 
 }  // namespace
 
+CudnnAttention& CudaKernels::cudnn_attention() {
+  if (!impl_->cudnn_attention) impl_->cudnn_attention = std::make_unique<CudnnAttention>(stream_);
+  return *impl_->cudnn_attention;
+}
+
+AttentionRecord CudaKernels::attention_record(int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                              int64_t hd, const int32_t* positions,
+                                              int64_t window) {
+  const AttentionRecord probabilities{B * NH * T * T, true};
+  if (act_ == DType::kF32 || impl_->attention_path == AttentionPath::kReference)
+    return probabilities;
+  if (window >= T) window = 0;  // as gqa_attention_forward
+  const CudnnAttentionKey key{B, T, NH, NKV, hd, act_, positions != nullptr, window};
+  if (!cudnn_attention().refusal(key).empty()) return probabilities;
+  return {stats_floats(B, T, NH) + (B * T * NH * hd + 1) / 2, false};
+}
+
 bool CudaKernels::cudnn_attention_forward(float* out, float* att, const float* qkv, int64_t B,
                                           int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                                           const int32_t* positions, int64_t window) {
   const AttentionPath path = impl_->attention_path;
   if (act_ == DType::kF32 || path == AttentionPath::kReference) return false;
-  if (!impl_->cudnn_attention) impl_->cudnn_attention = std::make_unique<CudnnAttention>(stream_);
-  CudnnAttention& cudnn = *impl_->cudnn_attention;
+  CudnnAttention& cudnn = cudnn_attention();
   const CudnnAttentionKey key{B, T, NH, NKV, hd, act_, positions != nullptr, window};
   std::string why = cudnn.refusal(key);
-  if (why.empty() && !(aligned16(att) && aligned16(output_in_att(att, B, T, NH)))) {
-    why = "att is not 16-byte aligned (nor its part after the statistics)";
+  if (why.empty() && !aligned16(att)) {
+    why = "att is not 16-byte aligned";
     cudnn.note_fallback(key, why);
   }
-  if (!why.empty()) {
-    if (path == AttentionPath::kCudnn) throw_cudnn_attention_refused(key, why);
-    return false;
+  if (why.empty()) {
+    const int64_t R = (NH + 2 * NKV) * hd, HD = NH * hd;
+    Buffer qkv_act, workspace = scratch(floats_for(cudnn.forward_workspace_bytes(key)));
+    const void* qkv16 = narrowed_to_act(qkv, B * T * R, qkv_act);
+    void* out16 = output_in_att(att, B, T, NH);
+    why = cudnn.forward(key, qkv16, out16, att, workspace.data());
+    if (why.empty()) {
+      cast(out, DType::kF32, out16, act_, B * T * HD);
+      return true;
+    }
   }
-  const int64_t R = (NH + 2 * NKV) * hd, HD = NH * hd;
-  Buffer qkv_act, workspace = scratch(floats_for(cudnn.forward_workspace_bytes(key)));
-  const void* qkv16 = narrowed_to_act(qkv, B * T * R, qkv_act);
-  void* out16 = output_in_att(att, B, T, NH);
-  why = cudnn.forward(key, qkv16, out16, att, workspace.data());
-  if (!why.empty()) {
-    if (path == AttentionPath::kCudnn) throw_cudnn_attention_refused(key, why);
-    return false;  // the reference writes out and att whole
-  }
-  cast(out, DType::kF32, out16, act_, B * T * HD);
+  if (path == AttentionPath::kCudnn) throw_cudnn_attention_refused(key, why);
+  if (!cudnn.planned(key)) return false;   // att holds (B,NH,T,T): the reference writes it
+  Buffer probs = scratch(B * NH * T * T);  // att may be cuDNN's record alone
+  reference_attention_forward(out, probs.as<float>(), qkv, B, T, NH, NKV, hd, positions, window);
   return true;
 }
 
@@ -83,36 +108,33 @@ bool CudaKernels::cudnn_attention_backward(float* dqkv, const float* dout, const
                                            int64_t window) {
   const AttentionPath path = impl_->attention_path;
   if (act_ == DType::kF32 || path == AttentionPath::kReference) return false;
-  if (!impl_->cudnn_attention) impl_->cudnn_attention = std::make_unique<CudnnAttention>(stream_);
-  CudnnAttention& cudnn = *impl_->cudnn_attention;
+  CudnnAttention& cudnn = cudnn_attention();
   const CudnnAttentionKey key{B, T, NH, NKV, hd, act_, positions != nullptr, window};
   // The forward's decision for this key and this att (the same rules, remembered).
   std::string why = cudnn.refusal(key);
-  if (why.empty() && !(aligned16(att) && aligned16(output_in_att(att, B, T, NH))))
-    why = "att is not 16-byte aligned (nor its part after the statistics)";
-  if (!why.empty()) {
-    if (path == AttentionPath::kCudnn) throw_cudnn_attention_refused(key, why);
-    return false;
+  if (why.empty() && !aligned16(att)) why = "att is not 16-byte aligned";
+  if (why.empty()) {
+    const int64_t R = (NH + 2 * NKV) * hd, HD = NH * hd;
+    Buffer qkv_act, dout_act, dqkv_act = scratch(B * T * R, act_);
+    Buffer workspace = scratch(floats_for(cudnn.backward_workspace_bytes(key)));
+    const void* qkv16 = narrowed_to_act(qkv, B * T * R, qkv_act);
+    const void* dout16 = narrowed_to_act(dout, B * T * HD, dout_act);
+    why = cudnn.backward(key, qkv16, output_in_att(att, B, T, NH), dout16, att, dqkv_act.data(),
+                         workspace.data());
+    if (why.empty()) {
+      add(dqkv, DType::kF32, dqkv, DType::kF32, dqkv_act.data(), act_, B * T * R);
+      round_act(dqkv, B * T * R);
+      return true;
+    }
   }
-  const int64_t R = (NH + 2 * NKV) * hd, HD = NH * hd;
-  Buffer qkv_act, dout_act, dqkv_act = scratch(B * T * R, act_);
-  Buffer workspace = scratch(floats_for(cudnn.backward_workspace_bytes(key)));
-  const void* qkv16 = narrowed_to_act(qkv, B * T * R, qkv_act);
-  const void* dout16 = narrowed_to_act(dout, B * T * HD, dout_act);
-  why = cudnn.backward(key, qkv16, output_in_att(att, B, T, NH), dout16, att, dqkv_act.data(),
-                       workspace.data());
-  if (!why.empty()) {
-    if (path == AttentionPath::kCudnn) throw_cudnn_attention_refused(key, why);
-    // att holds the cuDNN forward's statistics: redo the forward the reference way first.
-    Buffer out_again = scratch(B * T * HD);
-    float* probs = const_cast<float*>(att);  // the caller's att, rewritten as its forward would
-    reference_attention_forward(out_again.as<float>(), probs, qkv, B, T, NH, NKV, hd, positions,
-                                window);
-    reference_attention_backward(dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions, window);
-    return true;
-  }
-  add(dqkv, DType::kF32, dqkv, DType::kF32, dqkv_act.data(), act_, B * T * R);
-  round_act(dqkv, B * T * R);
+  if (path == AttentionPath::kCudnn) throw_cudnn_attention_refused(key, why);
+  if (!cudnn.planned(key)) return false;  // att holds the probabilities
+  // att holds cuDNN's record (or less than the probabilities): recompute them on a scratch.
+  Buffer probs = scratch(B * NH * T * T), out_again = scratch(B * T * NH * hd);
+  reference_attention_forward(out_again.as<float>(), probs.as<float>(), qkv, B, T, NH, NKV, hd,
+                              positions, window);
+  reference_attention_backward(dqkv, dout, qkv, probs.as<float>(), B, T, NH, NKV, hd, positions,
+                               window);
   return true;
 }
 

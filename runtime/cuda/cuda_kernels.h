@@ -41,6 +41,8 @@
 
 namespace zt {
 
+class CudnnAttention;
+
 class CudaKernels final : public Kernels {
  public:
   // The fp32 table: creates the cuBLAS handles and workspaces bound to `stream`. `device`
@@ -84,8 +86,11 @@ class CudaKernels final : public Kernels {
   // (embedding_backward's deterministic segmented reduction).
   void add_rows_by_key(Operand table, const float* dout, const int32_t* keys, int64_t BT,
                        int64_t C);
-  // Attention through cuDNN's fused SDPA when the path and the call allow it (true: it ran,
-  // the entry's outputs are written), else false and nothing written (cuda_attention_cudnn.cu).
+  // The device's cuDNN attention (its plans), made on first use (cuda_attention_cudnn.cu).
+  CudnnAttention& cudnn_attention();
+  // Attention through cuDNN's fused SDPA when the path and the call allow it (true: the entry's
+  // outputs are written, by cuDNN, or by the reference on a scratch when a planned key failed),
+  // else false and nothing written: the reference runs on att (cuda_attention_cudnn.cu).
   bool cudnn_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
                                int64_t window);

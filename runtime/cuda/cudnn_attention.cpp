@@ -79,6 +79,7 @@ struct CudnnAttention::State {
   std::string handle_refusal;  // why cudnnCreate failed, once tried
   bool handle_tried = false;
   std::map<CudnnAttentionKey, Entry> entries;
+  std::set<CudnnAttentionKey> planned;  // both plans built on the key's first call
   std::set<std::pair<CudnnAttentionKey, std::string>> noted;
 
   // The handle, created on first use and bound to the stream; "" or why it could not be made.
@@ -134,6 +135,7 @@ std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
     try {
       entry.forward = build_sdpa_forward(s.handle, key);
       entry.backward = build_sdpa_backward(s.handle, key);
+      s.planned.insert(key);
     } catch (const CudnnRefusal& refusal) {
       entry = State::Entry{fmt::format("cuDNN {}: {}", cudnnGetVersion(), refusal.reason), {}, {}};
     }
@@ -145,6 +147,11 @@ std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
   else  // named once per key, as a refusal is: which path a run's attention took
     fmt::print(stderr, "zt: attention {}: cuDNN {} fused SDPA\n", describe(key), cudnnGetVersion());
   return why;
+}
+
+bool CudnnAttention::planned(const CudnnAttentionKey& key) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->planned.count(key) > 0;
 }
 
 void CudnnAttention::note_fallback(const CudnnAttentionKey& key, const std::string& reason) {
@@ -219,6 +226,8 @@ std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
   note_fallback(key, why);
   return why;
 }
+
+bool CudnnAttention::planned(const CudnnAttentionKey&) { return false; }
 
 void CudnnAttention::note_fallback(const CudnnAttentionKey& key, const std::string& reason) {
   std::lock_guard<std::mutex> lock(state_->mutex);

@@ -62,6 +62,9 @@ class CudnnAttention {
   // key's first call (eligibility, then the two plans) and remembered; a refusal is printed to
   // stderr once, one line naming the shape and the reason.
   std::string refusal(const CudnnAttentionKey& key);
+  // Whether both of `key`'s plans were built on its first call (a later failed run refuses the
+  // key but leaves this true): the caller may then have sized att for cuDNN's record alone.
+  bool planned(const CudnnAttentionKey& key);
   // Prints "attention <shape>: reference path (<reason>)" once per key and reason.
   void note_fallback(const CudnnAttentionKey& key, const std::string& reason);
   // Device bytes each call's workspace must have (the key must have no refusal).

@@ -118,8 +118,8 @@ class Graph {
   // row >= column (causal, top-left aligned), BINARY_SELECT being y = t ? x : b.
   Tensor causal_select(Tensor scores, Tensor neg_inf) {
     const Tensor row = like(scores, CUDNN_DATA_INT32), col = like(scores, CUDNN_DATA_INT32);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, row, 0, 0, CUDNN_DATA_FLOAT, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, col, 0, 0, CUDNN_DATA_FLOAT, 3);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, row, 0, 0, CUDNN_DATA_INT32, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, col, 0, 0, CUDNN_DATA_INT32, 3);
     const Tensor keep = like(scores, CUDNN_DATA_BOOLEAN);
     pointwise(CUDNN_POINTWISE_CMP_GE, row, keep, col, 0, CUDNN_DATA_BOOLEAN);
     const Tensor masked = like(scores);

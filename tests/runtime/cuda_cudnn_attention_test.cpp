@@ -3,8 +3,10 @@
 // bf16 and fp16 tables, multi-head and grouped-query, forward (out, the softmax statistics left
 // in att) and backward (dqkv, accumulated); determinism; the calls cuDNN is not built for (packed
 // documents, sliding windows) falling back under `auto` to the reference's bits, and refused by
-// name under `cudnn`. The cuDNN tests run under the `cudnn` path, so a refusal on the GPU fails
-// them rather than testing the fallback twice. Skipped without a GPU, or built without cuDNN.
+// name under `cudnn`; attention_record, the size of att a layer allocates, and its survival in
+// a 16-bit run's activation store. The cuDNN tests run under the `cudnn` path, so a refusal on the
+// GPU fails them rather than testing the fallback twice. Skipped without a GPU, or built without
+// cuDNN.
 //
 // Tolerances, with u the unit roundoff of the table's dtype (2^-8 bf16, 2^-11 fp16), each
 // |got - want| <= rtol·(|want| + max|want|) (expect_close; the floor absorbs cancellation):
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/activation_store.h"
 #include "runtime/cuda/attention_path.h"
 #include "runtime/status.h"
 
@@ -177,6 +180,59 @@ TEST_F(CudaCudnnAttentionTest, PackedDocumentsAndWindowsFallBackToTheReferenceBi
   EXPECT_TRUE(same_bits(windowed.out, windowed_ref.out)) << "window out";
   EXPECT_TRUE(same_bits(windowed.att, windowed_ref.att)) << "window att";
   EXPECT_TRUE(same_bits(windowed.dqkv, windowed_ref.dqkv)) << "window dqkv";
+}
+
+// On the cuDNN path att is cuDNN's record alone (the statistics, rounded up to 4 floats, then
+// the 16-bit O), kept as written: a forward and backward on an att of exactly that size write
+// nothing past it, and with the record in an ActivationStore packed and unpacked between them
+// (what a 16-bit run's engine does to every kept activation) give the bits of a run on a whole
+// (B,NH,T,T) att. On the reference path: the probabilities, packable.
+TEST_F(CudaCudnnAttentionTest, TheRecordIsAllTheForwardKeepsAndSurvivesTheActivationStore) {
+  const AttentionShape s = kShapes[1];
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    const std::string what(dtype_name(t));
+    const auto qkv = rounded_to(random_floats(size_t(s.B * s.T * s.R()), 11, -2.0f, 2.0f), t);
+    const auto dout = rounded_to(random_floats(size_t(s.B * s.T * s.HD()), 12), t);
+    const std::vector<float> zeros(size_t(s.B * s.T * s.R()), 0.0f);
+    const Result whole = run(AttentionPath::kCudnn, t, s, qkv, dout, zeros);  // leaves kCudnn
+    Kernels& k = gpu_dev_->kernels_for(t);
+    const AttentionRecord record = k.attention_record(s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
+    EXPECT_FALSE(record.packable) << what;
+    EXPECT_EQ(record.floats, (s.B * s.NH * s.T + 3) / 4 * 4 + (s.B * s.T * s.HD() + 1) / 2) << what;
+
+    // Exactly the record, then 256 sentinels.
+    const int64_t kGuard = 256;
+    Mirror q = mirror(qkv), dy = mirror(dout), dq = mirror(zeros);
+    Mirror out = mirror(std::vector<float>(size_t(s.B * s.T * s.HD()), 7.0f));
+    Mirror att = mirror(std::vector<float>(size_t(record.floats + kGuard), 7.0f));
+    k.gqa_attention_forward(out.g(), att.g(), q.g(), s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
+    k.gqa_attention_backward(dq.g(), dy.g(), q.g(), att.g(), s.B, s.T, s.NH, s.NKV, s.hd, nullptr,
+                             0);
+    const std::vector<float> att_after = att.gpu();
+    const std::vector<float> guard(att_after.end() - kGuard, att_after.end());
+    EXPECT_TRUE(same_bits(guard, std::vector<float>(size_t(kGuard), 7.0f))) << what << " guard";
+    EXPECT_TRUE(same_bits(out.gpu(), whole.out)) << what << " out";
+    EXPECT_TRUE(same_bits(dq.gpu(), whole.dqkv)) << what << " dqkv";
+
+    // In an activation store, packed to t and unpacked between the forward and the backward.
+    ActivationStore acts(*gpu_dev_, &k);
+    acts.alloc_floats(s.B * s.T * s.HD());  // an activation packed beside it
+    acts.alloc_attention(record);
+    Mirror out2 = mirror(std::vector<float>(size_t(s.B * s.T * s.HD()), 7.0f));
+    Mirror dq2 = mirror(zeros);
+    k.gqa_attention_forward(out2.g(), acts.at(1), q.g(), s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
+    acts.pack(t);
+    acts.unpack();
+    k.gqa_attention_backward(dq2.g(), dy.g(), q.g(), acts.at(1), s.B, s.T, s.NH, s.NKV, s.hd,
+                             nullptr, 0);
+    EXPECT_TRUE(same_bits(dq2.gpu(), whole.dqkv)) << what << " dqkv through the store";
+
+    set_attention_path(AttentionPath::kReference);
+    const AttentionRecord probabilities =
+        k.attention_record(s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
+    EXPECT_TRUE(probabilities.packable) << what;
+    EXPECT_EQ(probabilities.floats, s.B * s.NH * s.T * s.T) << what;
+  }
 }
 
 TEST_F(CudaCudnnAttentionTest, TheCudnnPathNamesWhyItCannotRun) {
