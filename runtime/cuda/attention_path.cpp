@@ -21,15 +21,6 @@ AttentionPath parse_env() {
 
 }  // namespace
 
-std::string_view attention_path_name(AttentionPath path) {
-  switch (path) {
-    case AttentionPath::kAuto: return "auto";
-    case AttentionPath::kReference: return "reference";
-    case AttentionPath::kCudnn: return "cudnn";
-  }
-  return "unknown";
-}
-
 AttentionPath attention_path_from_env() {
   static const AttentionPath path = parse_env();
   return path;

@@ -7,15 +7,12 @@
 // set_cuda_attention_path.
 #pragma once
 
-#include <string_view>
-
 namespace zt {
 
 class Device;
 
 enum class AttentionPath { kAuto, kReference, kCudnn };
 
-std::string_view attention_path_name(AttentionPath path);  // "auto", "reference", "cudnn"
 // ZT_CUDA_ATTENTION, parsed on the first call and remembered (unset or empty: auto); any other
 // value is an input error naming it.
 AttentionPath attention_path_from_env();

@@ -48,6 +48,12 @@ void* output_in_att(const float* att, int64_t B, int64_t T, int64_t NH) {
   return const_cast<float*>(att) + stats_floats(B, T, NH);
 }
 
+// A call's key (a window reading every key is plain causal, as the attention entries take it).
+CudnnAttentionKey key_of(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd, DType act,
+                         const int32_t* positions, int64_t window) {
+  return {B, T, NH, NKV, hd, act, positions != nullptr, window >= T ? 0 : window};
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // A scratch of at least `bytes` bytes (fp32 elements).
@@ -66,8 +72,7 @@ AttentionRecord CudaKernels::attention_record(int64_t B, int64_t T, int64_t NH, 
   const AttentionRecord probabilities{B * NH * T * T, true};
   if (act_ == DType::kF32 || impl_->attention_path == AttentionPath::kReference)
     return probabilities;
-  if (window >= T) window = 0;  // as gqa_attention_forward
-  const CudnnAttentionKey key{B, T, NH, NKV, hd, act_, positions != nullptr, window};
+  const CudnnAttentionKey key = key_of(B, T, NH, NKV, hd, act_, positions, window);
   if (!cudnn_attention().refusal(key).empty()) return probabilities;
   return {stats_floats(B, T, NH) + (B * T * NH * hd + 1) / 2, false};
 }
@@ -78,7 +83,7 @@ bool CudaKernels::cudnn_attention_forward(float* out, float* att, const float* q
   const AttentionPath path = impl_->attention_path;
   if (act_ == DType::kF32 || path == AttentionPath::kReference) return false;
   CudnnAttention& cudnn = cudnn_attention();
-  const CudnnAttentionKey key{B, T, NH, NKV, hd, act_, positions != nullptr, window};
+  const CudnnAttentionKey key = key_of(B, T, NH, NKV, hd, act_, positions, window);
   std::string why = cudnn.refusal(key);
   if (why.empty() && !aligned16(att)) {
     why = "att is not 16-byte aligned";
@@ -109,7 +114,7 @@ bool CudaKernels::cudnn_attention_backward(float* dqkv, const float* dout, const
   const AttentionPath path = impl_->attention_path;
   if (act_ == DType::kF32 || path == AttentionPath::kReference) return false;
   CudnnAttention& cudnn = cudnn_attention();
-  const CudnnAttentionKey key{B, T, NH, NKV, hd, act_, positions != nullptr, window};
+  const CudnnAttentionKey key = key_of(B, T, NH, NKV, hd, act_, positions, window);
   // The forward's decision for this key and this att (the same rules, remembered).
   std::string why = cudnn.refusal(key);
   if (why.empty() && !aligned16(att)) why = "att is not 16-byte aligned";

@@ -79,7 +79,6 @@ struct CudnnAttention::State {
   std::string handle_refusal;  // why cudnnCreate failed, once tried
   bool handle_tried = false;
   std::map<CudnnAttentionKey, Entry> entries;
-  std::set<CudnnAttentionKey> planned;  // both plans built on the key's first call
   std::set<std::pair<CudnnAttentionKey, std::string>> noted;
 
   // The handle, created on first use and bound to the stream; "" or why it could not be made.
@@ -107,9 +106,10 @@ struct CudnnAttention::State {
       throw_internal(fmt::format("CudnnAttention: no plans for {}", describe(key)));
     return it->second;
   }
-  // After a failed run: the key takes the reference path from now on.
+  // After a failed run: the key takes the reference path from now on (its plans stay: they
+  // record that it was planned).
   std::string refuse(const CudnnAttentionKey& key, const std::string& reason) {
-    entries[key] = Entry{reason, {}, {}};
+    entries[key].refusal = reason;
     note(key, reason);
     return reason;
   }
@@ -135,7 +135,6 @@ std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
     try {
       entry.forward = build_sdpa_forward(s.handle, key);
       entry.backward = build_sdpa_backward(s.handle, key);
-      s.planned.insert(key);
     } catch (const CudnnRefusal& refusal) {
       entry = State::Entry{fmt::format("cuDNN {}: {}", cudnnGetVersion(), refusal.reason), {}, {}};
     }
@@ -151,7 +150,8 @@ std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
 
 bool CudnnAttention::planned(const CudnnAttentionKey& key) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->planned.count(key) > 0;
+  const auto it = state_->entries.find(key);
+  return it != state_->entries.end() && !it->second.forward.plan.empty();
 }
 
 void CudnnAttention::note_fallback(const CudnnAttentionKey& key, const std::string& reason) {
