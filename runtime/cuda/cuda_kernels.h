@@ -72,6 +72,9 @@ class CudaKernels final : public Kernels {
   void round_act(float* x, int64_t n) {
     if (act_ != DType::kF32) round_to(x, act_, n);
   }
+  // out (M,N) row r += bias, the fp32 sum rounded to the activation dtype once: a product a
+  // GEMM wrote in fp32 and its bias, in one pass (cuda_matmul_attention.cu).
+  void add_bias_rows(float* out, ConstOperand bias, int64_t M, int64_t N);
   // A scratch of n elements of `dtype` from the device's allocator (kWorkspace), contents
   // unspecified. Freed by the caller when the entry returns: the block's next user enqueues on
   // this same stream, after the kernels that read it (cuda_device.cpp's stream-ordered reuse).

@@ -21,7 +21,8 @@
 // Precision (cuda_kernels.h). Activations written here are rounded to the table's activation
 // dtype: by the matmul itself (the 16-bit forward's cuBLASLt epilogue, see "Matmul" below; the
 // bias rows of a K = 0 product as they are written) or by round_act after the GEMM or kernel
-// that wrote them in fp32: matmul out (a bias outside the epilogue, or an fp32 GEMM) and dinp,
+// that wrote them in fp32: matmul out (add_bias_rows adding a bias outside the epilogue, which
+// rounds the sum; round_act for an fp32 GEMM without a bias) and dinp,
 // attention out / att / dqkv (docs/cuda.md, "16-bit operands", lists these passes). 16-bit
 // parameters and parameter gradients are read and written in their dtype: by our kernels (the
 // bias rows and the bias gradient's column reduction, templated on the storage type: a gradient
@@ -103,6 +104,16 @@ __global__ void broadcast_rows_kernel(float* out, const typename S::Elem* bias, 
   out[i] = round_to_act(bias ? S::to_fp32(bias[i % N]) : 0.0f, act);
 }
 
+// out (M,N) row r += bias (in its stored dtype S), the fp32 sum rounded to act once: the
+// product a GEMM wrote in fp32 (beta = 0) and its bias in one pass.
+template <class S>
+__global__ void add_bias_rows_kernel(float* out, const typename S::Elem* bias, int64_t M, int64_t N,
+                                     DType act) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= M * N) return;
+  out[i] = round_to_act(__fadd_rn(out[i], S::to_fp32(bias[i % N])), act);
+}
+
 // The terms of the bias gradient's column reduction (cuda_kernel_helpers.cuh): dout[r, c].
 struct BiasTerms {
   static constexpr int kValues = 1;
@@ -180,23 +191,26 @@ __global__ void causal_softmax_backward_kernel(float* dp, const float* att,
 //     is narrowed into a tracked scratch first: exact, it holds act's values (kernels.h).
 //       forward  D = act(inp·W + bias): fp16, or bf16 without a bias: cuBLASLt writes a 16-bit
 //                D, an fp16 bias added by its BIAS epilogue in fp32 before the one rounding;
-//                then widened into out (exact). A bf16 bias, or one of another dtype: out =
-//                bias rows, += the product (fp32 D), then rounded by round_act, a pass of its
-//                own (8 bytes per element of out). (cuBLASLt 13.0's bf16 BIAS epilogue on an
-//                H200 gave results off by up to 15% where the bias cancels the product, as if
-//                the product were rounded to bf16 before the bias was added:
-//                CudaNnKernelsTest.TensorCoreMatmulForwardMatchesCpuForEveryDtype caught it.)
-//       dinp     dinp = act(dinp + dout·Wᵀ): fp32 C = D = dinp (beta = 1), then rounded by
-//                round_act (dinp holds act values; the sum is fp32, one rounding), a pass of
-//                its own (8 bytes per element of dinp): no kernel of ours passes over dinp
-//                after the GEMM in this entry.
+//                then widened into out (exact). A bf16 bias, or one of another dtype: the
+//                product as fp32 D (beta = 0), then add_bias_rows adds the bias and rounds the
+//                sum once, a pass of its own (8 bytes per element of out, and the bias).
+//                (cuBLASLt 13.0's bf16 BIAS epilogue on an H200 gave results off by up to 15% where
+//                the bias cancels the product, as if the product were rounded to bf16 before the
+//                bias was added: CudaNnKernelsTest.TensorCoreMatmulForwardMatchesCpuForEveryDtype
+//                caught it.)
+//       dinp     dinp = act(dinp + dout·Wᵀ): fp32 C = D = dinp (beta = 1; beta = 0 when
+//                dinp is written, GradOutput::kWrite, so it is neither zeroed nor read), then
+//                rounded by round_act (dinp holds act values; the sum is fp32, one rounding), a
+//                pass of its own (8 bytes per element of dinp): no kernel of ours passes over
+//                dinp after the GEMM in this entry.
 //       dweight  dW = type(dW + inpᵀ·dout): C = D = dW in its own dtype, beta = 1, fp32
 //                compute, one rounding on the store (split-K reductions are kept in fp32:
 //                cuda_lt_gemm.h). The bits contract of kernels.h.
 //   - otherwise cublasGemmEx in fp32 (TF32 when allowed), a weight of another 16-bit dtype
 //     widened into an fp32 scratch, a 16-bit dweight of another dtype computed into an fp32
-//     scratch and added with one rounding (add's bits). A 16-bit table rounds out and dinp by
-//     round_act after the GEMM, as above; out of a K = 0 product (the bias rows) is rounded
+//     scratch and added with one rounding (add's bits). A bias is added by add_bias_rows after
+//     the GEMM (beta = 0), which rounds the sum; without one a 16-bit table rounds out by
+//     round_act, and dinp likewise, as above; out of a K = 0 product (the bias rows) is rounded
 //     by the kernel that writes it.
 
 namespace {
@@ -257,45 +271,53 @@ void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weig
       cast(out, DType::kF32, out16.data(), act_, M * N);
       return;
     }
-    // A bf16 bias (see above) or one of another dtype: out = bias rows, then += the product in
-    // fp32, then rounded.
-    visit_storage(bias.dtype, [&](auto tag) {
-      using S = decltype(tag);
-      broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
-          out, elems<S>(bias), M, N, DType::kF32);
-    });
-    check_launch();
+    // A bf16 bias (see above) or one of another dtype: the product in fp32 (beta = 0), then the
+    // bias added and the sum rounded in one pass.
     const LtGemmKey key = lt_key(act_, DType::kF32, !in_out, false, N, M, K, weight_op.data,
                                  in_out ? N : K, a, K, out, N, nullptr);
-    impl_->lt_gemm->run(key, weight_op.data, a, out, nullptr, 1.0f, 1.0f, stream_);
-    round_act(out, M * N);  // cuBLASLt wrote fp32: a pass of its own (docs/cuda.md)
+    impl_->lt_gemm->run(key, weight_op.data, a, out, nullptr, 1.0f, 0.0f, stream_);
+    add_bias_rows(out, bias, M, N);
     return;
   }
-  // fp32 GEMM. With a bias, out starts as bias rows and the product is added (beta = 1); with
-  // K = 0 the product is empty and out is the bias (or 0), rounded as the rows are written.
-  if (bias || K == 0) {
-    const DType rows_act = K == 0 ? act_ : DType::kF32;
+  // K = 0: the product is empty and out is the bias (or 0), rounded as the rows are written.
+  if (K == 0) {
     visit_storage(bias.dtype, [&](auto tag) {
       using S = decltype(tag);
       broadcast_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
-          out, elems<S>(bias), M, N, rows_act);
+          out, elems<S>(bias), M, N, act_);
     });
     check_launch();
+    return;
   }
-  if (K > 0) {
-    Buffer weight_fp32;  // a weight of another 16-bit dtype than the table's, widened (K·N)
-    const float* weight = widened(weight_op, K * N, weight_fp32);
-    gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M, K,
-         1.0f, weight, in_out ? N : K, inp, K, bias ? 1.0f : 0.0f, out, N);
-    round_act(out, M * N);  // cuBLAS wrote fp32: a pass of its own (docs/cuda.md)
-  }
+  // fp32 GEMM (beta = 0), then the bias added and the sum rounded in one pass, or without a
+  // bias the product rounded by a pass of its own (docs/cuda.md).
+  Buffer weight_fp32;  // a weight of another 16-bit dtype than the table's, widened (K·N)
+  const float* weight = widened(weight_op, K * N, weight_fp32);
+  gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, N, M, K,
+       1.0f, weight, in_out ? N : K, inp, K, 0.0f, out, N);
+  if (bias)
+    add_bias_rows(out, bias, M, N);
+  else
+    round_act(out, M * N);
+}
+
+void CudaKernels::add_bias_rows(float* out, ConstOperand bias, int64_t M, int64_t N) {
+  visit_storage(bias.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    add_bias_rows_kernel<S><<<blocks_for(M * N, kElementThreads), kElementThreads, 0, stream_>>>(
+        out, elems<S>(bias), M, N, act_);
+  });
+  check_launch();
 }
 
 void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
                                   const float* inp, ConstOperand weight_op, int64_t M, int64_t K,
                                   int64_t N, WeightLayout layout, GradOutput dinp_output) {
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
-  if (dinp && dinp_output == GradOutput::kWrite)  // written as if it held zeros: zeroed, added
+  // dinp written as if it held zeros: the product's GEMM writes it (beta = 0), or with no
+  // product (N = 0) it is zeroed.
+  const bool write_dinp = dinp && dinp_output == GradOutput::kWrite;
+  if (write_dinp && N == 0 && M > 0 && K > 0)
     ZT_CUDA_CHECK(cudaMemsetAsync(dinp, 0, static_cast<size_t>(M * K) * sizeof(float), stream_));
   ZT_CUDA_ASSERT(!dbias.fresh, "matmul_backward: a fresh bias gradient (only dweight may be)");
   if (dweight.fresh) {  // holds no values yet (kernels.h): zeroed, then added into
@@ -320,12 +342,13 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
     if (lt_dinp) {
       const LtGemmKey key = lt_key(act_, DType::kF32, in_out, false, K, M, N, weight_op.data,
                                    in_out ? N : K, d16, N, dinp, K, nullptr);
-      impl_->lt_gemm->run(key, weight_op.data, d16, dinp, nullptr, 1.0f, 1.0f, stream_);
+      impl_->lt_gemm->run(key, weight_op.data, d16, dinp, nullptr, 1.0f, write_dinp ? 0.0f : 1.0f,
+                          stream_);
     } else {
       Buffer weight_fp32;  // a weight of another dtype than a 16-bit table's, widened (K·N)
       const float* weight = widened(weight_op, K * N, weight_fp32);
       gemm(impl_->cublas, impl_->allow_tf32, in_out ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, K, M,
-           N, 1.0f, weight, in_out ? N : K, dout, N, 1.0f, dinp, K);
+           N, 1.0f, weight, in_out ? N : K, dout, N, write_dinp ? 0.0f : 1.0f, dinp, K);
     }
     round_act(dinp, M * K);  // cuBLAS(Lt) wrote fp32: a pass of its own (docs/cuda.md)
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -220,6 +221,41 @@ TEST_F(CudaNnKernelsTest, TensorCoreMatmulBackwardMatchesCpuForEveryDtype) {
           expect_within_sum_bound(db.gpu_as(grad_t), db.cpu_as(grad_t), db_bound, g.M, grad_t,
                                   what + " dbias");
         }
+    }
+}
+
+// dinp asked to be written (GradOutput::kWrite) is the product alone whatever the buffer held:
+// NaNs in it are neither read nor kept, on every table and both GEMM paths (16-bit weights on
+// tensor cores, fp32 weights through cuBLAS), and with no product (N = 0) it is zeros.
+TEST_F(CudaNnKernelsTest, MatmulBackwardWritesDinpWithoutReadingIt) {
+  const GemmCase g{70, 33, 45};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (DType w_t : {t, DType::kF32}) {
+      const std::string what =
+          gemm_name(g, WeightLayout::kOutIn, t) + " weights " + std::string(dtype_name(w_t));
+      const std::vector<float> w = rounded_to(random_floats(g.K * g.N, 2), t);
+      const std::vector<float> dout = rounded_to(random_floats(g.M * g.N, 3), t);
+      const std::vector<float> zeros(g.M * g.K, 0.0f);
+      Mirror w_m = mirror_as(w, w_t);
+      Mirror dout_m = mirror(dout);
+      Mirror dinp = mirror(std::vector<float>(g.M * g.K, nan));
+      cpu_dev_.kernels_for(t).matmul_backward(dinp.c(), nullptr, nullptr, dout_m.c(), nullptr,
+                                              w_m.co(w_t), g.M, g.K, g.N, WeightLayout::kOutIn,
+                                              GradOutput::kWrite);
+      gpu_dev_->kernels_for(t).matmul_backward(dinp.g(), nullptr, nullptr, dout_m.g(), nullptr,
+                                               w_m.go(w_t), g.M, g.K, g.N, WeightLayout::kOutIn,
+                                               GradOutput::kWrite);
+      auto wt_at = [&](int64_t n, int64_t k) { return double(w[n * g.K + k]); };
+      expect_within_sum_bound(dinp.gpu(), dinp.cpu(),
+                              product_abs_sums(dout, g.M, g.N, g.K, wt_at, &zeros, nullptr), g.N, t,
+                              what + " dinp");
+
+      Mirror empty = mirror(std::vector<float>(g.M * g.K, nan));
+      gpu_dev_->kernels_for(t).matmul_backward(empty.g(), nullptr, nullptr, dout_m.g(), nullptr,
+                                               w_m.go(w_t), g.M, g.K, 0, WeightLayout::kOutIn,
+                                               GradOutput::kWrite);
+      EXPECT_EQ(empty.gpu(), zeros) << what << " N = 0";
     }
 }
 
