@@ -115,11 +115,12 @@ class Graph {
     ops_.push_back(std::move(op));
   }
   // `scores` (B,H,Tq,Tk) with -inf where the key's index exceeds the query's: kept where
-  // row >= column (causal, top-left aligned), BINARY_SELECT being y = t ? x : b.
+  // row >= column (causal, top-left aligned), BINARY_SELECT being y = t ? x : b. As
+  // cudnn-frontend's causal mask: GEN_INDEX in the graph's fp32 compute type, INT32 out.
   Tensor causal_select(Tensor scores, Tensor neg_inf) {
     const Tensor row = like(scores, CUDNN_DATA_INT32), col = like(scores, CUDNN_DATA_INT32);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, row, 0, 0, CUDNN_DATA_INT32, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, col, 0, 0, CUDNN_DATA_INT32, 3);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, row, 0, 0, CUDNN_DATA_FLOAT, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, col, 0, 0, CUDNN_DATA_FLOAT, 3);
     const Tensor keep = like(scores, CUDNN_DATA_BOOLEAN);
     pointwise(CUDNN_POINTWISE_CMP_GE, row, keep, col, 0, CUDNN_DATA_BOOLEAN);
     const Tensor masked = like(scores);
@@ -160,6 +161,8 @@ void Graph::build(cudnnHandle_t handle, SdpaPlan& plan) {
   CudnnDescriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   std::vector<cudnnBackendDescriptor_t> ops;
   for (const CudnnDescriptor& op : ops_) ops.push_back(op.get());
+  // Deprecated in 9.x's headers and optional since 9.8, but cudnn-frontend 1.15 still sets it
+  // on every graph it builds for 9.14: the heuristics and plans read the device from it.
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle);
   graph.set_array(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ops);
   graph.finalize();
@@ -190,8 +193,9 @@ void Graph::build(cudnnHandle_t handle, SdpaPlan& plan) {
             ++skipped;
             continue;
           }
+          // No CUDNN_ATTR_EXECUTION_PLAN_HANDLE (deprecated; cudnn-frontend >= 1.13 sets it
+          // only to load a serialized plan): the engine config carries the graph's handle.
           CudnnDescriptor exec(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-          exec.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle);
           exec.set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[size_t(i)]);
           exec.finalize();
           int64_t n = 0;
