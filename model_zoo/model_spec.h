@@ -16,8 +16,9 @@ namespace zt {
 struct ModelSpec {
   std::variant<Gpt2Config, LlamaConfig> shape;
   // What trains: zt.freeze's frozen tensors, zt.lora's adapters (runtime/tuning.h). Default:
-  // every parameter, no adapters.
-  Tuning tuning;
+  // every parameter, no adapters. The default member initialiser lets ModelSpec{shape} leave it
+  // out without -Wmissing-field-initializers.
+  Tuning tuning = {};
 
   bool is_gpt2() const { return std::holds_alternative<Gpt2Config>(shape); }
   const Gpt2Config& gpt2() const { return std::get<Gpt2Config>(shape); }
