@@ -7,19 +7,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "runtime/fnv1a.h"
 #include "runtime/glob.h"
 
 namespace zt::zoo {
-
-namespace {
-
-uint64_t hash_name(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
-  return h;
-}
-
-}  // namespace
 
 bool lora_targets(const LoraConfig& lora, const std::string& module) {
   for (const std::string& t : lora.target_modules) {
@@ -96,7 +87,7 @@ void LoraProduct::add(std::vector<ParamSpec>& specs, const std::string& module, 
   Adapter a;
   a.col = col;
   a.width = width;
-  a.salt = hash_name(module);
+  a.salt = fnv1a64(module, kNameHashOffset);
   // PEFT: kaiming_uniform_(A, a=√5), the bound gain·√(3 / fan_in) with gain √(2 / (1 + 5)),
   // which is 1 / √in; B zeros, so the adapted model starts as the base.
   ParamSpec A{module + ".lora_A.weight",

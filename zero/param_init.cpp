@@ -5,6 +5,8 @@
 #include <cstring>
 #include <numbers>
 
+#include "runtime/fnv1a.h"
+
 namespace zt {
 
 namespace {
@@ -14,12 +16,6 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
-}
-
-uint64_t hash_name(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
-  return h;
 }
 
 // Standard normal for element i of the stream `key` (Box-Muller on two 53-bit uniforms).
@@ -43,7 +39,7 @@ void init_param_range(const ParamSpec& spec, uint64_t seed, int64_t begin, int64
                       float* dst) {
   const int64_t row = spec.numel() / spec.shape[0];
   const int64_t used = spec.exported_rows() * row;  // padded rows stay zero
-  const uint64_t key = splitmix64(seed) ^ hash_name(spec.name);
+  const uint64_t key = splitmix64(seed) ^ fnv1a64(spec.name, kNameHashOffset);
 #pragma omp parallel for schedule(static)
   for (int64_t i = begin; i < end; ++i) {
     float v = 0.0f;
