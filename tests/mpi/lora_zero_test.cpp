@@ -54,7 +54,7 @@ struct Spec {
   Tuning tuning;
   int stage = 0;
   bool checkpoint = false;
-  Precision precision;
+  Precision precision = {};
 };
 
 struct RunResult {
@@ -169,7 +169,9 @@ TEST(LoraZeroStages, FrozenBaseUnchangedAndNoGradientMemory) {
     EXPECT_EQ(r.grad_bytes, 2 * elements) << "stage " << stage;
     // Stage 3: the root (frozen, unit 0) is gathered for the embedding's forward and the head's
     // forward and backward, never for an embedding backward: 2 gathers a step at most.
-    if (stage == 3) EXPECT_EQ(r.root_gathers, 2 * kSteps);
+    if (stage == 3) {
+      EXPECT_EQ(r.root_gathers, 2 * kSteps);
+    }
   }
 }
 

@@ -42,7 +42,7 @@ struct Spec {
   bool checkpoint = false;
   // Every 16-bit product on this path (the keys found by one evaluation forward, as zt-train
   // finds them); unset: the feature-flag rule, no table installed.
-  std::optional<GemmPath> gemm;
+  std::optional<GemmPath> gemm = std::nullopt;
 };
 
 struct Result {

@@ -85,7 +85,7 @@ TEST_F(CudaNnKernelsTest, DecodeAttentionMatchesCpu) {
     const int64_t R = (c.NH + 2 * c.NKV) * c.hd, HD = c.NH * c.hd, S = 8, KV = c.NKV * c.hd;
     Mirror k_cache = mirror(random_floats(c.B * S * KV, 6));
     Mirror v_cache = mirror(random_floats(c.B * S * KV, 7));
-    for (const auto [past, n] : {std::pair<int64_t, int64_t>{0, 6}, {6, 1}}) {
+    for (const auto& [past, n] : {std::pair<int64_t, int64_t>{0, 6}, {6, 1}}) {
       Mirror qkv = mirror(random_floats(c.B * n * R, 8 + past, -2.0f, 2.0f));
       Mirror out = mirror(random_floats(c.B * n * HD, 9));
       cpu().gqa_attention_decode(out.c(), k_cache.c(), v_cache.c(), qkv.c(), c.B, n, past, S, c.NH,
