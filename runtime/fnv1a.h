@@ -2,8 +2,8 @@
 // counter-based random streams (zero/param_init.cpp: each parameter's initialisation stream;
 // model_zoo/lora.cpp: each adapter's dropout salt). The offset basis and prime are parameters
 // with the standard values as defaults; those two callers pass kNameHashOffset, whose value
-// every initialised parameter and dropout mask depends on. Pinned by
-// tests/runtime/fnv1a_test.cpp.
+// every initialised parameter and dropout mask depends on; the CPU GEMM path cache hashes its
+// keys with the defaults. Pinned by tests/runtime/fnv1a_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,7 @@
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/cpu_peak.h"
 #include "runtime/file_io.h"
+#include "runtime/fnv1a.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -48,14 +49,7 @@ std::string isa_name(cpu::Isa isa) {
   return "sse2";
 }
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 14695981039346656037ull;
-  for (const char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t fnv1a(const std::string& text) { return fnv1a64(text); }
 
 GemmMeasurement measurement_of(const nlohmann::json& j, const std::string& path) {
   GemmMeasurement m;

@@ -9,6 +9,7 @@
 
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/fnv1a.h"
 #include "runtime/status.h"
 
 namespace zt {
@@ -153,14 +154,7 @@ GemmPaths GemmPaths::parse(std::string_view text, std::string_view what) {
   return paths;
 }
 
-std::string GemmPaths::hash() const {
-  uint64_t h = 14695981039346656037ull;
-  for (const char c : serialize()) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
-}
+std::string GemmPaths::hash() const { return fmt::format("{:016x}", fnv1a64(serialize())); }
 
 GemmMeasurement choose_gemm_path(const GemmKey& key, const GemmAbilities& abilities,
                                  const std::function<double(GemmPath)>& seconds) {
