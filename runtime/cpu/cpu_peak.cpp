@@ -25,6 +25,8 @@
 #include <immintrin.h>
 #endif
 
+#include "runtime/cpu/cpu_simd.h"
+
 namespace zt {
 
 namespace {
@@ -102,12 +104,17 @@ struct FmaLoop {
   const char* isa = "none";
 };
 
+// The widest loop the kernels may use: the CPU's, capped by ZT_CPU_SIMD as the kernels are
+// (cpu::choose_isa), so a stand-in run (ZT_CPU_SIMD=avx2 on an AVX-512 machine) is measured
+// against the peak of the instructions it runs.
 FmaLoop choose_loop() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+  const cpu::Isa cap = cpu::choose_isa();
+  const bool fma = __builtin_cpu_supports("fma");
+  if (cap == cpu::Isa::kAvx512 && __builtin_cpu_supports("avx512f") && fma)
     return {fma_loop_avx512, kAccumulators512 * 16 * 2.0, "avx512"};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (cap != cpu::Isa::kSse2 && __builtin_cpu_supports("avx2") && fma)
     return {fma_loop_avx2, kAccumulators256 * 8 * 2.0, "avx2"};
 #endif
   return {};

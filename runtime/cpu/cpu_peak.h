@@ -17,7 +17,8 @@ struct PeakFma {
 
 // Best of `runs` timed runs of a register-resident FMA loop (independent accumulators, no
 // memory traffic) run by `threads` OpenMP threads (0: omp_get_max_threads()), each run about
-// `seconds_per_run` long. AVX-512 when the CPU has it, else AVX2+FMA. Bound: 2 FMA ports x 16
+// `seconds_per_run` long. AVX-512 when the CPU has it and ZT_CPU_SIMD does not cap it below
+// (the kernels' cap), else AVX2+FMA. Bound: 2 FMA ports x 16
 // lanes x 2 flops = 64 flops per cycle per core under AVX-512 (32 under AVX2); the test
 // (tests/runtime/cpu_peak_test.cpp) holds the result under threads x 64 x 5 GHz.
 PeakFma measure_peak_fma(int runs = 5, double seconds_per_run = 0.05, int threads = 0);
