@@ -108,7 +108,7 @@ class BlockLayer final : public Layer {
     const Batch& b = *io.batch;
     const int64_t NH = c_.n_head;
     compute(k, io.input, io.output, b.B * b.T, acts,
-            k.attention_record(b.B, b.T, NH, NH, c_.n_embd / NH, b.positions, 0),
+            k.attention_record(b.B, b.T, NH, NH, c_.n_embd / NH, b.positions != nullptr, 0),
             [&](float* atty, float* att, const float* qkv) {
               k.attention_forward(atty, att, qkv, b.B, b.T, c_.n_embd, c_.n_head, b.positions);
             });
@@ -164,8 +164,10 @@ class BlockLayer final : public Layer {
   std::optional<LayerActivations> activations(int64_t B, int64_t T, bool) const override {
     const int64_t C = c_.n_embd, NH = c_.n_head, N = B * T;
     LayerActivations a;
-    a.saved = {{N * C}, {N, true}, {N, true}, {N * 3 * C}, {B * NH * T * T}, {N * C},
-               {N * C}, {N * C},   {N, true}, {N, true},   {N * 4 * C},      {N * 4 * C}};
+    const AttentionHeads heads{NH, NH, C / NH, 0};
+    a.saved = {{N * C},     {N, true},  {N, true}, {N * 3 * C}, {B * NH * T * T, false, heads},
+               {N * C},     {N * C},    {N * C},   {N, true},   {N, true},
+               {N * 4 * C}, {N * 4 * C}};
     ZT_ASSERT(a.saved.size() == kGelu + 1, "{} saved buffers declared", a.saved.size());
     a.scratch = N * C + 4 * N * C + 4 * N * C + N * C + N * C + 3 * N * C + N * C;
     return a;

@@ -246,8 +246,8 @@ class DecoderLayer final : public Layer {
 
   void forward(Kernels& k, const LayerIO& io, ActivationStore& acts) override {
     const Batch& b = *io.batch;
-    const AttentionRecord record =
-        k.attention_record(b.B, b.T, d_.NH, d_.NKV, d_.hd, b.positions, c_.sliding_window);
+    const AttentionRecord record = k.attention_record(b.B, b.T, d_.NH, d_.NKV, d_.hd,
+                                                      b.positions != nullptr, c_.sliding_window);
     compute(k, io.input, io.output, b.B, b.T, b.positions, acts, record, io.training, io.seed,
             [&](float* atty, float* att, const float* qkv) {
               k.gqa_attention_forward(atty, att, qkv, b.B, b.T, d_.NH, d_.NKV, d_.hd, b.positions,
@@ -327,8 +327,10 @@ class DecoderLayer final : public Layer {
   std::optional<LayerActivations> activations(int64_t B, int64_t T, bool training) const override {
     const int64_t N = B * T, C = d_.C, F = d_.F;
     LayerActivations a;
-    a.saved = {{N * C}, {N, true}, {N * d_.R}, {B * d_.NH * T * T}, {N * d_.Q},
-               {N * C}, {N * C},   {N, true},  {N * 2 * F},         {N * F}};
+    const AttentionHeads heads{d_.NH, d_.NKV, d_.hd, c_.sliding_window};
+    a.saved = {{N * C},     {N, true}, {N * d_.R}, {B * d_.NH * T * T, false, heads},
+               {N * d_.Q},  {N * C},   {N * C},    {N, true},
+               {N * 2 * F}, {N * F}};
     if (qk_norm()) {
       a.saved.push_back({N * d_.R});
       a.saved.push_back({N * (d_.NH + d_.NKV), true});

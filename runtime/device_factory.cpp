@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/cuda/attention_path.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cudnn_attention.h"
 #endif
 
 namespace zt {
@@ -77,6 +79,22 @@ std::optional<HostPinning> host_pinning_for(Device& device) {
   (void)device;
 #endif
   return std::nullopt;
+}
+
+AttentionRecord planned_attention_record(DeviceKind kind, DType act, const AttentionHeads& heads,
+                                         int64_t B, int64_t T, bool packed) {
+  const AttentionRecord probabilities{B * heads.NH * T * T, true};
+#if ZT_HAVE_CUDA
+  if (kind == DeviceKind::kCuda && act != DType::kF32 &&
+      attention_path_from_env() != AttentionPath::kReference) {
+    const CudnnAttentionKey key =
+        cudnn_attention_key(B, T, heads.NH, heads.NKV, heads.hd, act, packed, heads.window);
+    if (cudnn_rule_refusal(key).empty()) return {cudnn_record_floats(key), false};
+  }
+#else
+  (void)kind, (void)act, (void)heads, (void)packed;
+#endif
+  return probabilities;
 }
 
 void set_allow_tf32(Device& device, bool allow) {

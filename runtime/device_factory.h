@@ -9,6 +9,7 @@
 
 #include "runtime/cpu/cpu_device.h"
 #include "runtime/device.h"
+#include "runtime/model.h"
 
 namespace zt {
 
@@ -27,6 +28,15 @@ std::string cuda_unavailable_reason();
 // local rank modulo the count). Throws kInput naming the reason when CUDA is asked of a build
 // or a machine without it.
 std::unique_ptr<Device> make_device(DeviceKind kind, int ordinal = 0);
+// What attention of these heads over a (B, T) batch keeps in att on a device of `kind` whose
+// activation dtype is `act`, by the back end's rules alone, making no device (the memory
+// planner's question; Kernels::attention_record is a device's own answer). CPU: the
+// probabilities. CUDA: cuDNN's record where ZT_CUDA_ATTENTION is not `reference`, the table is
+// 16-bit and cudnn_rule_refusal (the linked cuDNN's version included) accepts the shape, else
+// the probabilities; a shape whose plans then fail to build on the GPU keeps the probabilities,
+// which this does not foresee.
+AttentionRecord planned_attention_record(DeviceKind kind, DType act, const AttentionHeads& heads,
+                                         int64_t B, int64_t T, bool packed);
 // zt.allow_tf32: a GPU's fp32 GEMMs may use TF32 tensor cores. No effect on the CPU device.
 void set_allow_tf32(Device& device, bool allow);
 // How host memory is pinned for `device`'s copies (offload's pin_memory): a GPU registers it

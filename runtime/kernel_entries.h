@@ -149,11 +149,12 @@ ZT_KERNEL(void, gqa_attention_decode,
 // What gqa_attention_forward (attention_forward: NKV == NH, hd == C/NH) keeps in att for a call
 // of this shape, so that the caller allocates att to match: the (B,NH,T,T) probabilities, packable
 // (the CPU, and the materialised kernels everywhere), or a back end's own smaller record to be
-// kept as written (CUDA through cuDNN's fused SDPA). The answer for a shape holds for the run.
+// kept as written (CUDA through cuDNN's fused SDPA). packed: the call will be given positions
+// (packed documents). The answer for a shape holds for the run.
 ZT_KERNEL(AttentionRecord, attention_record,
-          (int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
+          (int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd, bool packed,
            int64_t window),
-          (B, T, NH, NKV, hd, positions, window), (positions))
+          (B, T, NH, NKV, hd, packed, window), ())
 
 // ---- Llama's layers ---------------------------------------------------------------------------
 

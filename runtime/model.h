@@ -83,11 +83,21 @@ struct LayerIO {
   uint64_t seed = 0;
 };
 
+// The heads of an attention call (Kernels::attention_record's arguments but the batch's).
+struct AttentionHeads {
+  int64_t NH = 0, NKV = 0, hd = 0;
+  int64_t window = 0;  // sliding window; 0: plain causal
+};
+
 // One buffer a layer's forward puts in its ActivationStore: `elements` fp32 values, allocated
 // with alloc_floats (packed to 16 bits under mixed precision) or alloc_stats (`stats`: stays fp32).
+// `attention`: the buffer is att, allocated with alloc_attention as attention_record answers for
+// these heads; `elements` and `stats` then declare the probabilities (B·NH·T·T, packable), what
+// every CPU table keeps, and the memory planner asks the job's device rule for its own answer.
 struct ActivationBuffer {
   int64_t elements = 0;
   bool stats = false;
+  std::optional<AttentionHeads> attention = std::nullopt;
 };
 
 // What a layer allocates under MemCategory::kActivations for a micro-batch of (B, T), as its

@@ -12,6 +12,7 @@
 #include "runtime/byte_count.h"
 #include "runtime/data/token_data.h"
 #include "runtime/device.h"
+#include "runtime/device_factory.h"
 #include "runtime/status.h"
 #include "train/trainer.h"
 
@@ -100,6 +101,12 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
     a.checkpoint = r.engine.checkpoint;
     a.tokens_on_device = r.cuda;
     a.batch_positions = r.batch_positions;
+    if (r.cuda) {  // cuDNN's record where its rules take the shape (planned_attention_record)
+      const DType act = a.compute;
+      a.attention = [act](const AttentionHeads& heads, int64_t B, int64_t T, bool packed) {
+        return planned_attention_record(DeviceKind::kCuda, act, heads, B, T, packed);
+      };
+    }
     activations = activation_peak_bytes(*r.model, a);
   }
   const int per_node = std::max(1, r.ranks / r.nodes);
@@ -207,6 +214,12 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
                               : "the CPU's budget: a GPU's is 1/32 of its memory, not given "
                                 "(--device-memory or zt.device_memory_limit), so its logits are "
                                 "under-counted");
+    if (r.cuda && r.engine.precision.compute != DType::kF32)
+      out +=
+          "Attention: what cuDNN's fused SDPA keeps (softmax statistics and the 16-bit output) "
+          "where its\nrules take the shape, else the T x T probabilities; a shape the GPU's "
+          "cuDNN then refuses\nkeeps the probabilities (its log names it), more than counted "
+          "here.\n";
   }
   out += "\n";
   out += fmt::format(

@@ -409,6 +409,13 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
   for (Layer* layer : layers) {
     std::optional<LayerActivations> a = layer->activations(o.B, o.T, true);
     if (!a) return false;
+    if (o.attention)
+      for (ActivationBuffer& b : a->saved)
+        if (b.attention) {
+          const AttentionRecord record = o.attention(*b.attention, o.B, o.T, o.batch_positions);
+          b.elements = record.floats;
+          b.stats = !record.packable;
+        }
     declared.push_back(std::move(*a));
   }
   const auto checkpointed = [&](size_t l) { return !o.checkpoint.empty() && o.checkpoint[l]; };

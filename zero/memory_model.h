@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -131,6 +132,11 @@ struct ActivationOptions {
   // 3 * B * T with batch_positions (batches of packed documents, Batch::positions).
   bool tokens_on_device = false;
   bool batch_positions = false;
+  // What the device keeps in attention's att for these heads (a back end's rule for
+  // Kernels::attention_record: planned_attention_record); null: the probabilities each layer
+  // declares, what every CPU table keeps.
+  std::function<AttentionRecord(const AttentionHeads&, int64_t B, int64_t T, bool packed)>
+      attention;
 };
 // The kActivations peak of Engine::train_step's pass, replayed over the layers' declared
 // buffers; nullopt when a layer declares none (Layer::activations).

@@ -402,7 +402,7 @@ void CpuKernels::attention_backward(float* dqkv, const float* dout, const float*
 
 // The probabilities, packable: the CPU has no other attention.
 AttentionRecord CpuKernels::attention_record(int64_t B, int64_t T, int64_t NH, int64_t, int64_t,
-                                             const int32_t*, int64_t) {
+                                             bool, int64_t) {
   return {B * NH * T * T, true};
 }
 

@@ -2,7 +2,7 @@
 // choice per call, and the data around the plans. gqa_attention_forward / _backward
 // (cuda_matmul_attention.cu) call these first and run the materialised T×T reference when they
 // return false. Host code (nvcc for cuda_kernels_impl.h); no kernels of its own: the 16-bit
-// copies are `cast`, the accumulation is `add` then `round_act`.
+// copies are `cast`, the accumulation `add_act`.
 //
 // Who runs what. fp32 tables: always the reference (unchanged bits). 16-bit tables: the path
 // (AttentionPath): reference; auto, cuDNN when CudnnAttention::refusal is empty for the call's
@@ -23,8 +23,8 @@
 //             plan writes the statistics into att and O after them; O is widened (exactly) into
 //             out.
 //   backward: qkv and dout narrowed to 16-bit; the plan reads att's statistics and O and writes
-//             dQ, dK, dV as a 16-bit (B,T,R) scratch laid out as qkv; dqkv += it in fp32
-//             (`add`), then rounded once to the act dtype (round_act), as the reference's
+//             dQ, dK, dV as a 16-bit (B,T,R) scratch laid out as qkv; dqkv += it in fp32,
+//             rounded once to the act dtype in the same pass (add_act), as the reference's
 //             GEMMs accumulate into dqkv and round it.
 // A failed run refuses the key from then on (cudnn_attention.h).
 #include <cstdint>
@@ -38,20 +38,11 @@ void CudaKernels::set_attention_path(AttentionPath path) { impl_->attention_path
 
 namespace {
 
-// The floats of cuDNN's record before O: the statistics (B·NH·T), rounded up to 4 floats so
-// that O is 16-byte aligned where att is.
-int64_t stats_floats(int64_t B, int64_t T, int64_t NH) { return (B * NH * T + 3) / 4 * 4; }
-
-// The 16-bit O in att, after the statistics. Both must be 16-byte aligned (the plans promise
-// cuDNN that of every tensor): att's alignment is checked per call.
+// The 16-bit O in att, after the statistics (B·NH·T floats rounded up to 4, as
+// cudnn_record_floats counts them). Both must be 16-byte aligned (the plans promise cuDNN that
+// of every tensor): att's alignment is checked per call.
 void* output_in_att(const float* att, int64_t B, int64_t T, int64_t NH) {
-  return const_cast<float*>(att) + stats_floats(B, T, NH);
-}
-
-// A call's key (a window reading every key is plain causal, as the attention entries take it).
-CudnnAttentionKey key_of(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd, DType act,
-                         const int32_t* positions, int64_t window) {
-  return {B, T, NH, NKV, hd, act, positions != nullptr, window >= T ? 0 : window};
+  return const_cast<float*>(att) + (B * NH * T + 3) / 4 * 4;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -67,14 +58,13 @@ CudnnAttention& CudaKernels::cudnn_attention() {
 }
 
 AttentionRecord CudaKernels::attention_record(int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                              int64_t hd, const int32_t* positions,
-                                              int64_t window) {
+                                              int64_t hd, bool packed, int64_t window) {
   const AttentionRecord probabilities{B * NH * T * T, true};
   if (act_ == DType::kF32 || impl_->attention_path == AttentionPath::kReference)
     return probabilities;
-  const CudnnAttentionKey key = key_of(B, T, NH, NKV, hd, act_, positions, window);
+  const CudnnAttentionKey key = cudnn_attention_key(B, T, NH, NKV, hd, act_, packed, window);
   if (!cudnn_attention().refusal(key).empty()) return probabilities;
-  return {stats_floats(B, T, NH) + (B * T * NH * hd + 1) / 2, false};
+  return {cudnn_record_floats(key), false};
 }
 
 bool CudaKernels::cudnn_attention_forward(float* out, float* att, const float* qkv, int64_t B,
@@ -83,7 +73,8 @@ bool CudaKernels::cudnn_attention_forward(float* out, float* att, const float* q
   const AttentionPath path = impl_->attention_path;
   if (act_ == DType::kF32 || path == AttentionPath::kReference) return false;
   CudnnAttention& cudnn = cudnn_attention();
-  const CudnnAttentionKey key = key_of(B, T, NH, NKV, hd, act_, positions, window);
+  const CudnnAttentionKey key =
+      cudnn_attention_key(B, T, NH, NKV, hd, act_, positions != nullptr, window);
   std::string why = cudnn.refusal(key);
   if (why.empty() && !aligned16(att)) {
     why = "att is not 16-byte aligned";
@@ -114,7 +105,8 @@ bool CudaKernels::cudnn_attention_backward(float* dqkv, const float* dout, const
   const AttentionPath path = impl_->attention_path;
   if (act_ == DType::kF32 || path == AttentionPath::kReference) return false;
   CudnnAttention& cudnn = cudnn_attention();
-  const CudnnAttentionKey key = key_of(B, T, NH, NKV, hd, act_, positions, window);
+  const CudnnAttentionKey key =
+      cudnn_attention_key(B, T, NH, NKV, hd, act_, positions != nullptr, window);
   // The forward's decision for this key and this att (the same rules, remembered).
   std::string why = cudnn.refusal(key);
   if (why.empty() && !aligned16(att)) why = "att is not 16-byte aligned";
@@ -127,8 +119,7 @@ bool CudaKernels::cudnn_attention_backward(float* dqkv, const float* dout, const
     why = cudnn.backward(key, qkv16, output_in_att(att, B, T, NH), dout16, att, dqkv_act.data(),
                          workspace.data());
     if (why.empty()) {
-      add(dqkv, DType::kF32, dqkv, DType::kF32, dqkv_act.data(), act_, B * T * R);
-      round_act(dqkv, B * T * R);
+      add_act(dqkv, dqkv_act.data(), act_, B * T * R);
       return true;
     }
   }

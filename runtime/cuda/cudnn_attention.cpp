@@ -52,6 +52,10 @@ std::string static_refusal(const CudnnAttentionKey& k, size_t cudnn_version) {
 
 }  // namespace
 
+int64_t cudnn_record_floats(const CudnnAttentionKey& k) {
+  return (k.B * k.NH * k.T + 3) / 4 * 4 + (k.B * k.T * k.NH * k.hd + 1) / 2;
+}
+
 #if ZT_HAVE_CUDNN
 
 namespace {
@@ -124,12 +128,16 @@ CudnnAttention::~CudnnAttention() {
   if (state_->handle) cudnnDestroy(state_->handle);
 }
 
+std::string cudnn_rule_refusal(const CudnnAttentionKey& key) {
+  return static_refusal(key, cudnnGetVersion());
+}
+
 std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (auto it = s.entries.find(key); it != s.entries.end()) return it->second.refusal;
   State::Entry entry;
-  entry.refusal = static_refusal(key, cudnnGetVersion());
+  entry.refusal = cudnn_rule_refusal(key);
   if (entry.refusal.empty()) entry.refusal = s.ensure_handle();
   if (entry.refusal.empty()) {
     try {
@@ -220,9 +228,13 @@ struct CudnnAttention::State {
 CudnnAttention::CudnnAttention(cudaStream_t stream) : state_(new State{stream, {}, {}}) {}
 CudnnAttention::~CudnnAttention() = default;
 
-std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
+std::string cudnn_rule_refusal(const CudnnAttentionKey& key) {
   std::string why = static_refusal(key, 0);
-  if (why.empty()) why = "built without cuDNN";
+  return why.empty() ? "built without cuDNN" : why;
+}
+
+std::string CudnnAttention::refusal(const CudnnAttentionKey& key) {
+  const std::string why = cudnn_rule_refusal(key);
   note_fallback(key, why);
   return why;
 }

@@ -50,6 +50,21 @@ struct CudnnAttentionKey {
 
 std::string describe(const CudnnAttentionKey& key);  // "B=2 T=128 NH=4 NKV=2 hd=64 bf16"
 
+// A call's key (a window reading every key is plain causal, as the attention entries take it).
+inline CudnnAttentionKey cudnn_attention_key(int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                             int64_t hd, DType act, bool packed, int64_t window) {
+  return {B, T, NH, NKV, hd, act, packed, window >= T ? 0 : window};
+}
+
+// Why the rules refuse `key` before cuDNN is asked (the dtype, the masks, the sizes, the linked
+// cuDNN's version; "built without cuDNN"), "" when none does: what can be known without a GPU.
+// On one, a key the rules accept is still refused when its plans fail to build (refusal()).
+std::string cudnn_rule_refusal(const CudnnAttentionKey& key);
+// The floats of att that cuDNN's record of `key` takes: the statistics (B,NH,T) fp32, rounded
+// up to 4 floats so that O after them is 16-byte aligned where att is, then the 16-bit O
+// (B,T,NH·hd).
+int64_t cudnn_record_floats(const CudnnAttentionKey& key);
+
 class CudnnAttention {
  public:
   // Plans run on `stream`; the cuDNN handle is created on the first key that needs it.

@@ -3,7 +3,8 @@
 // bf16 and fp16 tables, multi-head and grouped-query, forward (out, the softmax statistics left
 // in att) and backward (dqkv, accumulated); determinism; the calls cuDNN is not built for (packed
 // documents, sliding windows) falling back under `auto` to the reference's bits, and refused by
-// name under `cudnn`; attention_record, the size of att a layer allocates, and its survival in
+// name under `cudnn`; attention_record, the size of att a layer allocates (and the memory
+// planner's planned_attention_record, the same by the rules alone), and its survival in
 // a 16-bit run's activation store. The cuDNN tests run under the `cudnn` path, so a refusal on the
 // GPU fails them rather than testing the fallback twice. Skipped without a GPU, or built without
 // cuDNN.
@@ -28,6 +29,7 @@
 
 #include "runtime/activation_store.h"
 #include "runtime/cuda/attention_path.h"
+#include "runtime/device_factory.h"
 #include "runtime/status.h"
 
 #include "cuda_nn_test_util.h"
@@ -196,9 +198,14 @@ TEST_F(CudaCudnnAttentionTest, TheRecordIsAllTheForwardKeepsAndSurvivesTheActiva
     const std::vector<float> zeros(size_t(s.B * s.T * s.R()), 0.0f);
     const Result whole = run(AttentionPath::kCudnn, t, s, qkv, dout, zeros);  // leaves kCudnn
     Kernels& k = gpu_dev_->kernels_for(t);
-    const AttentionRecord record = k.attention_record(s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
+    const AttentionRecord record = k.attention_record(s.B, s.T, s.NH, s.NKV, s.hd, false, 0);
     EXPECT_FALSE(record.packable) << what;
     EXPECT_EQ(record.floats, (s.B * s.NH * s.T + 3) / 4 * 4 + (s.B * s.T * s.HD() + 1) / 2) << what;
+    // The memory planner's answer, by the rules alone, is the device's.
+    const AttentionRecord planned = planned_attention_record(
+        DeviceKind::kCuda, t, AttentionHeads{s.NH, s.NKV, s.hd, 0}, s.B, s.T, false);
+    EXPECT_EQ(planned.floats, record.floats) << what;
+    EXPECT_FALSE(planned.packable) << what;
 
     // Exactly the record, then 256 sentinels.
     const int64_t kGuard = 256;
@@ -228,8 +235,7 @@ TEST_F(CudaCudnnAttentionTest, TheRecordIsAllTheForwardKeepsAndSurvivesTheActiva
     EXPECT_TRUE(same_bits(dq2.gpu(), whole.dqkv)) << what << " dqkv through the store";
 
     set_attention_path(AttentionPath::kReference);
-    const AttentionRecord probabilities =
-        k.attention_record(s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
+    const AttentionRecord probabilities = k.attention_record(s.B, s.T, s.NH, s.NKV, s.hd, false, 0);
     EXPECT_TRUE(probabilities.packable) << what;
     EXPECT_EQ(probabilities.floats, s.B * s.NH * s.T * s.T) << what;
   }

@@ -23,8 +23,10 @@ struct ToolRun {
   std::string out;
 };
 
-ToolRun run_tool(const std::string& tool, const std::string& args) {
-  const std::string command = std::string(ZT_BINARY_DIR) + "/bin/" + tool + " " + args + " 2>&1";
+// `env`: assignments the tool runs under ("NAME=value ...").
+ToolRun run_tool(const std::string& tool, const std::string& args, const std::string& env = "") {
+  const std::string command =
+      env + " " + std::string(ZT_BINARY_DIR) + "/bin/" + tool + " " + args + " 2>&1";
   ToolRun r;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
@@ -142,6 +144,40 @@ TEST(ZtEstimate, GpuPlanCountsTheGpusLogitsChunk) {
   EXPECT_GT(activations(gpu), activations(cpu) + (int64_t{512} << 20));
   EXPECT_EQ(activations(unsized), activations(cpu) + 2 * 16 * 1024 * 4);  // inputs, targets
   EXPECT_NE(unsized_text.find("under-counted"), std::string::npos) << unsized_text;
+}
+
+// A bf16 GPU job's attention keeps cuDNN's record where its rules take the shape
+// (planned_attention_record): GPT-2 124M at 16 x 1024, T a multiple of 128, so every cuDNN 9
+// takes it. Each of the 12 layers keeps the statistics and the 16-bit output (26 MB) where the
+// reference path (ZT_CUDA_ATTENTION=reference, as on the CPU) keeps the probabilities packed to
+// 16 bits (403 MB); the plan's text says what it counted.
+TEST(ZtEstimate, Bf16GpuPlanCountsCudnnsAttentionRecord) {
+#if !ZT_HAVE_CUDA || !ZT_HAVE_CUDNN
+  GTEST_SKIP() << "built without CUDA or cuDNN: a GPU job's attention keeps the probabilities";
+#else
+  const std::string json_path = temp_json("zt_estimate_cudnn");
+  const auto plan = [&](const std::string& env, std::string* out) {
+    const ToolRun r = run_tool("zt-estimate",
+                               std::string("--config ") + ZT_SOURCE_DIR +
+                                   "/configs/gpt2-124M.json --set bf16.enabled=true"
+                                   " --set train_micro_batch_size_per_gpu=16 --set zt.seq_len=1024"
+                                   " --set zt.device=cuda --device-memory 80GiB --json " +
+                                   json_path,
+                               env);
+    EXPECT_EQ(r.code, 0) << r.out;
+    if (out) *out = r.out;
+    const nlohmann::json j = read_json(json_path);
+    return j.at("choices").at(0).at("activation_bytes").get<int64_t>();
+  };
+  std::string text, reference_text;
+  const int64_t cudnn = plan("ZT_CUDA_ATTENTION=auto", &text);
+  const int64_t reference = plan("ZT_CUDA_ATTENTION=reference", &reference_text);
+  const int64_t B = 16, T = 1024, NH = 12, hd = 64, layers = 12;
+  const int64_t probabilities = B * NH * T * T * 2;               // packed to bf16
+  const int64_t record = (B * NH * T + B * T * NH * hd / 2) * 4;  // kept as written
+  EXPECT_EQ(reference - cudnn, layers * (probabilities - record));
+  EXPECT_NE(text.find("Attention: what cuDNN's fused SDPA keeps"), std::string::npos) << text;
+#endif
 }
 
 // The headline: Llama-3.2-1B with LoRA r=16 on every linear layer (all-linear), bf16 with an

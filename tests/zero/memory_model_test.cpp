@@ -215,5 +215,41 @@ TEST(MemoryModel, BatchPositionsOnTheDeviceAddTheirBytes) {
   EXPECT_EQ(three, two + a.B * a.T * 4);
 }
 
+// A device whose attention keeps its own record in att (a GPU through cuDNN): the replay asks
+// ActivationOptions::attention for each layer's att, with the layer's heads and the batch, and
+// counts the answer in place of the probabilities the layer declares; the same answer counts
+// the same bytes. Every layer keeps its att to the end of the forward, so a record D floats
+// smaller, kept fp32 (no packing to shift which moment is the peak), lowers the peak by
+// layers · 4·D bytes.
+TEST(MemoryModel, TheDevicesAttentionRecordReplacesTheProbabilities) {
+  const Gpt2Config config = gpt2_zoo_config("gpt2-tiny");
+  Gpt2 model(config);
+  ActivationOptions a;
+  a.B = 2;
+  a.T = 64;
+  a.batch_positions = true;
+  const int64_t probabilities = a.B * config.n_head * a.T * a.T;
+  const int64_t declared = *activation_peak_bytes(model, a);
+  int calls = 0;
+  a.attention = [&](const AttentionHeads& h, int64_t B, int64_t T, bool packed) {
+    ++calls;
+    EXPECT_EQ(h.NH, config.n_head);
+    EXPECT_EQ(h.NKV, config.n_head);
+    EXPECT_EQ(h.hd, config.n_embd / config.n_head);
+    EXPECT_EQ(h.window, 0);
+    EXPECT_EQ(B, 2);
+    EXPECT_EQ(T, 64);
+    EXPECT_TRUE(packed);
+    return AttentionRecord{B * h.NH * T * T, true};
+  };
+  EXPECT_EQ(*activation_peak_bytes(model, a), declared);
+  EXPECT_EQ(calls, config.n_layer);
+  const int64_t D = 1000;
+  a.attention = [&](const AttentionHeads&, int64_t, int64_t, bool) {
+    return AttentionRecord{probabilities - D, false};
+  };
+  EXPECT_EQ(*activation_peak_bytes(model, a), declared - config.n_layer * 4 * D);
+}
+
 }  // namespace
 }  // namespace zt
