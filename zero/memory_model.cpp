@@ -65,7 +65,10 @@ std::string state_options_problem(const StateOptions& o) {
 
 std::vector<UnitSize> unit_sizes(Model& model) {
   std::vector<UnitSize> out;
-  for (Unit* u : model.units()) out.push_back(UnitSize{u->layout().numel(), u->frozen()});
+  for (Unit* u : model.units()) out.push_back(UnitSize{u->layout().numel(), u->frozen(), false});
+  auto layers = model.layers();
+  for (size_t l = first_backward_layer(model); l < layers.size(); ++l)
+    for (int u : layers[l]->unit_indices()) out[static_cast<size_t>(u)].backward = true;
   return out;
 }
 
@@ -570,8 +573,9 @@ int64_t comm_elements_per_step(std::span<const UnitSize> units, const StateOptio
     const ShardLayout shard(unit.numel, o.world, 0);
     const bool gathered = o.policy.shard_params && unit.numel > o.persistence_threshold;
     // Trained: an all-reduce's 2, or at stage 3 a reduce-scatter and two gathers; frozen: the
-    // gathers alone.
-    const int per_element = unit.frozen ? (gathered ? 2 : 0) : (gathered ? 3 : 2);
+    // gathers alone, the forward's and, where the backward computes with it, the backward's.
+    const int gathers = unit.backward ? 2 : 1;
+    const int per_element = unit.frozen ? (gathered ? gathers : 0) : (gathered ? 3 : 2);
     elements += per_element * shard.padded;
   }
   return elements;

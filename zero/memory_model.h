@@ -90,9 +90,12 @@ std::string state_options_problem(const StateOptions& o);
 struct UnitSize {
   int64_t numel = 0;    // FlatLayout::numel()
   bool frozen = false;  // Unit::frozen: working params only (zero/param_group.h)
+  // A layer the backward runs (at or after the first that trains, first_backward_layer)
+  // computes with it, so stage 3 gathers it there too; false: the forward's gather alone.
+  bool backward = true;
 };
 
-// Each unit's size and frozenness in model order.
+// Each unit's size, frozenness and use in the backward, in model order.
 std::vector<UnitSize> unit_sizes(Model& model);
 // A raw parameter count as units: `params` split into `units` equal parts, each one tensor laid
 // out by FlatLayout (its alignment), all trained, for a planner given no model.
@@ -180,8 +183,8 @@ std::optional<DevicePeak> device_peak_bytes(Model& model, const StepReplayOption
 // padded unit sizes: stages 0-2 reduce-scatter + all-gather (an all-reduce), 2 per element;
 // stage 3 adds the second parameter all-gather of the backward, 3 per element of a sharded unit
 // (a persistent unit is never gathered: 2). A frozen unit is never reduced nor refreshed: only
-// stage 3's two gathers of a sharded one, 2 per element (one whose layers all run before the
-// first that trains is gathered in the forward only; the count does not tell), else 0.
+// stage 3's gathers of a sharded one, 2 per element, or 1 when no layer the backward runs
+// computes with it (UnitSize::backward: it is gathered in the forward only), else 0.
 int64_t comm_elements_per_step(std::span<const UnitSize> units, const StateOptions& o);
 
 }  // namespace zt

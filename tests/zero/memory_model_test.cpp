@@ -9,7 +9,9 @@
 #include <cstdio>
 
 #include "model_zoo/gpt2.h"
+#include "model_zoo/model_spec.h"
 #include "runtime/status.h"
+#include "tests/model_zoo/tiny_llama.h"
 #include "zero/deepspeed_estimate.h"
 #include "zero/engine.h"
 
@@ -137,9 +139,14 @@ TEST(MemoryModel, FrozenUnitsHoldTheirWorkingParamsOnly) {
               without.get(Tier::kDevice, MemCategory::kGrads));
     EXPECT_EQ(with.get(Tier::kDevice, MemCategory::kOptimizer),
               without.get(Tier::kDevice, MemCategory::kOptimizer));
-    // Stage 3 gathers it twice; no stage reduces it.
+    // Stage 3 gathers it twice; no stage reduces it. Run by no layer of the backward (below
+    // the first that trains), once.
     EXPECT_EQ(comm_elements_per_step(units, o),
               comm_elements_per_step(trained, o) + (stage == 3 ? 2 * big.padded : 0));
+    std::vector<UnitSize> forward_only = trained;
+    forward_only.push_back({40'000, true, false});
+    EXPECT_EQ(comm_elements_per_step(forward_only, o),
+              comm_elements_per_step(trained, o) + (stage == 3 ? big.padded : 0));
   }
   // Offloaded: its parameter shard moves to the parameters' tier, and (NVMe) it is the largest
   // shard, so it sizes the param_buffers host buffers; the optimizer's tiers and the staging
@@ -213,6 +220,40 @@ TEST(MemoryModel, BatchPositionsOnTheDeviceAddTheirBytes) {
   const int64_t two = *activation_peak_bytes(model, a);
   EXPECT_EQ(two, host + 2 * a.B * a.T * 4);
   EXPECT_EQ(three, two + a.B * a.T * 4);
+}
+
+// UnitSize::backward from the model: zt.freeze of block 0 leaves it in the backward while the
+// embedding before it trains; with the root frozen too (embedding, final norm, head) the
+// backward stops at block 1, and block 0's unit alone is gathered in the forward only. The root
+// is the head's, which the backward runs first.
+TEST(MemoryModel, AUnitBelowTheFirstTrainedLayerIsGatheredOnce) {
+  for (bool root : {false, true}) {
+    Tuning tuning;
+    tuning.freeze = {"model.layers.0.*"};
+    if (root)
+      for (const char* pattern : {"model.embed_tokens.*", "model.norm.*", "lm_head.*"})
+        tuning.freeze.push_back(pattern);
+    const LlamaConfig c = tiny_llama_config(97, 64, false, false, false);
+    const std::unique_ptr<Model> model = build_model(ModelSpec{c, tuning});
+    const std::vector<UnitSize> units = unit_sizes(*model);
+    std::vector<UnitSize> all_backward = units;
+    int forward_only = 0;
+    int64_t forward_only_padded = 0;
+    StateOptions o;
+    o.world = 2;
+    o.persistence_threshold = 0;
+    o.policy = ZeroPolicy::for_stage(3);
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (units[u].backward) continue;
+      ++forward_only;
+      EXPECT_TRUE(units[u].frozen) << "unit " << u;
+      forward_only_padded += ShardLayout(units[u].numel, o.world, 0).padded;
+      all_backward[u].backward = true;
+    }
+    EXPECT_EQ(forward_only, root ? 1 : 0) << "root frozen " << root;
+    EXPECT_EQ(comm_elements_per_step(units, o),
+              comm_elements_per_step(all_backward, o) - forward_only_padded);
+  }
 }
 
 // A device whose attention keeps its own record in att (a GPU through cuDNN): the replay asks
