@@ -25,6 +25,7 @@
 #include "runtime/profiling_kernels.h"
 #include "runtime/status.h"
 #include "zero/engine.h"
+#include "zero/memory_model.h"
 
 namespace zt {
 
@@ -164,6 +165,9 @@ struct PrecisionRow {
   // with and without --checkpoint (tests/gpu/device_check.sh compares them bitwise).
   std::vector<double> losses;
   MemoryTracker memory;
+  // The memory planner's activation peak for this row's step (zero/memory_model.h, as
+  // zt-estimate replays it), beside the tracker's measured one in `memory`.
+  int64_t planned_activation_bytes = -1;
   OpProfile profile;  // --profile: the timed steps' kernel time, per Kernels entry
   // The row's step over the first row's step of the same round, over the rounds (1 for the
   // first row).
@@ -196,6 +200,24 @@ struct RowRun {
   GemmProbe* gemm = nullptr;  // CPU: the library rate of this row's GEMM path
   PrecisionRow row;
 };
+
+// What the memory planner replays for a row's step, as zt-estimate would for the same job: a
+// GPU holds the token ids, and its 16-bit attention keeps what planned_attention_record says.
+int64_t planned_activations(const BenchTrainOptions& o, Gpt2& model, const EngineOptions& eo) {
+  ActivationOptions a;
+  a.B = o.batch;
+  a.T = o.seq_len;
+  a.compute = eo.precision.compute;
+  a.checkpoint = eo.checkpoint;
+  a.tokens_on_device = parse_device_kind(o.device, "--device") == DeviceKind::kCuda;
+  if (a.tokens_on_device) {
+    const DType act = a.compute;
+    a.attention = [act](const AttentionHeads& heads, int64_t B, int64_t T, bool packed) {
+      return planned_attention_record(DeviceKind::kCuda, act, heads, B, T, packed);
+    };
+  }
+  return activation_peak_bytes(model, a).value_or(-1);
+}
 
 std::unique_ptr<RowRun> start_row(const BenchTrainOptions& o, const Gpt2Config& config,
                                   const std::string& precision, CpuReferences* cpu) {
@@ -235,6 +257,7 @@ std::unique_ptr<RowRun> start_row(const BenchTrainOptions& o, const Gpt2Config& 
   run->comm = std::make_unique<SelfCommunicator>(device);
   run->engine = std::make_unique<Engine>(device, *run->comm, model, eo);
   run->row.name = precision;
+  run->row.planned_activation_bytes = planned_activations(o, model, eo);
   run->gemm = cpu ? &cpu->for_precision(precision) : nullptr;
   return run;
 }
@@ -424,6 +447,7 @@ void report_gpu(const BenchTrainOptions& o, const std::vector<PrecisionRow>& row
                          {"peak_bytes", peak_bytes_json(r.memory)},
                          {"peak_bytes_total", r.memory.peak_total()},
                          {"peak_activation_bytes", r.memory.peak(MemCategory::kActivations)},
+                         {"planned_activation_bytes", r.planned_activation_bytes},
                          {"paired_ratio_to_first_row", paired_ratio_json(r)}});
     if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
   }
@@ -487,7 +511,8 @@ void report_cpu(const BenchTrainOptions& o, const std::vector<PrecisionRow>& row
                          {"losses", r.losses},
                          {"peak_gflops_per_step", r.peak_rates},
                          {"gemm_gflops_per_step", r.gemm_rates},
-                         {"peak_bytes", peak_bytes_json(r.memory)}});
+                         {"peak_bytes", peak_bytes_json(r.memory)},
+                         {"planned_activation_bytes", r.planned_activation_bytes}});
     if (o.profile) j["rows"].back()["profile"] = profile_json(r, o.steps);
   }
 }

@@ -3,8 +3,9 @@
 # one row each; the model-state bytes (parameters, gradients, optimizer) are the same in every
 # row, the mixed rows' parameters half of fp32's and their workspace a few MiB; the first losses
 # agree; each row's paired ratio is the median and quartiles of its step over the fp32 row's of
-# the same round, recomputed here from step_ms; the profile's entries add up to within 10% of
-# the mean step; every 16-bit product is on its fastest measured GEMM path.
+# the same round, recomputed here from step_ms; the memory planner's activation peak is the
+# tracker's; the profile's entries add up to within 10% of the mean step; every 16-bit product
+# is on its fastest measured GEMM path.
 # Usage: bench_train.sh BIN_DIR SOURCE_DIR
 set -u
 bin=$1
@@ -32,6 +33,9 @@ for name, r in rows.items():
     assert len(r["losses"]) == 4 and all(math.isfinite(x) for x in r["losses"]), (name, r["losses"])
     assert r["peak_gflops"] > 0 and r["fraction_of_peak"] > 0, (name, r["peak_gflops"])
     assert state(r) == state(fp32), (name, state(r), state(fp32))
+    # The memory planner's replay of the same step counts the tracker's activation peak.
+    assert r["planned_activation_bytes"] == r["peak_bytes"]["activations"], (
+        name, r["planned_activation_bytes"], r["peak_bytes"]["activations"])
     assert abs(r["losses"][0] - fp32["losses"][0]) <= 0.01 * fp32["losses"][0], (name, r["losses"])
     ratios = sorted(a / b for a, b in zip(r["step_ms"], fp32["step_ms"]))
     q = lambda f: ratios[int(f * (len(ratios) - 1) + 0.5)]

@@ -36,7 +36,7 @@ s = json.load(open(os.path.join(out, "summary.json")))
 assert s["mode"] == "dry-run", s["mode"]
 rows = s["checks"]
 names = [r["name"] for r in rows]
-expected = ["preflight", "smoke", "bf16 B=", "MFU", "PyTorch", "materialised attention", "kernel parity",
+expected = ["preflight", "smoke", "bf16 B=", "planner vs tracker", "MFU", "PyTorch", "materialised attention", "kernel parity",
             "stage 3 = stage 0", "vs CPU back end", "1 rank", "activation checkpointing"]
 bad = [e for e in expected if not any(e in n for n in names)]
 for r in rows:

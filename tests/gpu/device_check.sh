@@ -7,7 +7,8 @@
 #   smoke     GPT-2 124M bf16, one step at B=1 T=128 (zt-bench train): does anything run at all
 #   training  GPT-2 124M bf16 at BATCH x SEQ_LEN with --profile: tokens/s, MFU against the dense
 #             bf16 peak (below-target under ZT_MFU_TARGET, default 40%), losses finite and
-#             falling, the per-op table (CUDA events)
+#             falling, the per-op table (CUDA events); the memory planner's activation peak
+#             for that step (cuDNN's attention record included) equal to the tracker's
 #   torch     PyTorch eager on the same model and batch (bf16 autocast, fused SDPA): its tokens/s
 #             beside ours (below-target when ours is lower); skipped when `import torch` fails
 #   attention the training run again with the materialised T×T attention
@@ -363,6 +364,13 @@ check_training() {
     "$(bench_losses "$logs/plain.json" | head -n 1 | cut -c1-7)" \
     "$(bench_losses "$logs/plain.json" | tail -n 1 | cut -c1-7)" "$fall" \
     "$(attention_path "$logs/plain.txt" "$no_path_line")")" $verdict
+  # The memory planner's activation peak for this step (what zt-estimate counts, cuDNN's
+  # attention record included) against the tracker's: equal bytes, or the planner is wrong.
+  local planned measured
+  planned=$(bench_field "$logs/plain.json" planned_activation_bytes)
+  measured=$(bench_field "$logs/plain.json" peak_activation_bytes)
+  [ "$planned" = "$measured" ] && verdict=ok || verdict=FAIL
+  note "$plan_name" "$(py -c "print('planned %d bytes, measured %d (%.1f MiB)' % ($planned, $measured, $measured / 2**20))")" "$verdict"
   mfu=$(bench_field "$logs/plain.json" mfu)
   verdict=$(py -c "print('ok' if $mfu >= $mfu_target else 'below-target')")
   note "MFU (target $(py -c "print('%g%%' % (100 * $mfu_target))"))" "$(py -c "print('%.1f%%' % (100 * $mfu))")$([ $dry -eq 1 ] && echo ' of the CPU fp32 peak (dry run stand-in)' || echo ' of the dense bf16 peak')" "$verdict"
@@ -558,6 +566,7 @@ else
   comm_name="NCCL (and host staging), 1 rank"
 fi
 ckpt_name="+ activation checkpointing"
+plan_name="activation peak: planner vs tracker"
 attn_name="materialised attention (ZT_CUDA_ATTENTION=reference)"
 [ $dry -eq 1 ] && no_path_line="the CPU's kernels" || no_path_line="no path line (materialised kernels)"
 torch_name="PyTorch $model bf16 (SDPA, autocast)"
