@@ -24,8 +24,8 @@
 #include "runtime/dtype.h"
 #include "runtime/profiling_kernels.h"
 #include "runtime/status.h"
+#include "train/memory_plan.h"
 #include "zero/engine.h"
-#include "zero/memory_model.h"
 
 namespace zt {
 
@@ -201,22 +201,11 @@ struct RowRun {
   PrecisionRow row;
 };
 
-// What the memory planner replays for a row's step, as zt-estimate would for the same job: a
-// GPU holds the token ids, and its 16-bit attention keeps what planned_attention_record says.
+// What the memory planner replays for a row's step, as zt-estimate would for the same job.
 int64_t planned_activations(const BenchTrainOptions& o, Gpt2& model, const EngineOptions& eo) {
-  ActivationOptions a;
-  a.B = o.batch;
-  a.T = o.seq_len;
-  a.compute = eo.precision.compute;
-  a.checkpoint = eo.checkpoint;
-  a.tokens_on_device = parse_device_kind(o.device, "--device") == DeviceKind::kCuda;
-  if (a.tokens_on_device) {
-    const DType act = a.compute;
-    a.attention = [act](const AttentionHeads& heads, int64_t B, int64_t T, bool packed) {
-      return planned_attention_record(DeviceKind::kCuda, act, heads, B, T, packed);
-    };
-  }
-  return activation_peak_bytes(model, a).value_or(-1);
+  const bool cuda = parse_device_kind(o.device, "--device") == DeviceKind::kCuda;
+  return activation_peak_bytes(model, activation_options(o.batch, o.seq_len, eo, cuda, false))
+      .value_or(-1);
 }
 
 std::unique_ptr<RowRun> start_row(const BenchTrainOptions& o, const Gpt2Config& config,

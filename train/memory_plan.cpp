@@ -83,6 +83,24 @@ int64_t communicator_staging_bytes(bool cuda, int ranks) {
   return kCommunicators * static_cast<int64_t>(MpiCommunicator::staging_bytes(ranks));
 }
 
+ActivationOptions activation_options(int64_t B, int64_t T, const EngineOptions& engine, bool cuda,
+                                     bool batch_positions) {
+  ActivationOptions a;
+  a.B = B;
+  a.T = T;
+  a.compute = engine.precision.compute;
+  a.checkpoint = engine.checkpoint;
+  a.tokens_on_device = cuda;
+  a.batch_positions = batch_positions;
+  if (cuda) {  // cuDNN's record where its rules take the shape (planned_attention_record)
+    const DType act = a.compute;
+    a.attention = [act](const AttentionHeads& heads, int64_t b, int64_t t, bool packed) {
+      return planned_attention_record(DeviceKind::kCuda, act, heads, b, t, packed);
+    };
+  }
+  return a;
+}
+
 int64_t logits_chunk_budget(const PlanRequest& r) {
   if (r.cuda && r.device_memory > 0)
     return gpu_chunk_budget_bytes(static_cast<int64_t>(r.device_memory));
@@ -95,18 +113,7 @@ std::vector<PlanRow> plan_rows(const PlanRequest& r) {
   ActivationOptions a;
   if (r.model) {
     r.model->set_chunk_budget_bytes(logits_chunk_budget(r));
-    a.B = r.micro_batch;
-    a.T = r.seq_len;
-    a.compute = r.engine.precision.compute;
-    a.checkpoint = r.engine.checkpoint;
-    a.tokens_on_device = r.cuda;
-    a.batch_positions = r.batch_positions;
-    if (r.cuda) {  // cuDNN's record where its rules take the shape (planned_attention_record)
-      const DType act = a.compute;
-      a.attention = [act](const AttentionHeads& heads, int64_t B, int64_t T, bool packed) {
-        return planned_attention_record(DeviceKind::kCuda, act, heads, B, T, packed);
-      };
-    }
+    a = activation_options(r.micro_batch, r.seq_len, r.engine, r.cuda, r.batch_positions);
     activations = activation_peak_bytes(*r.model, a);
   }
   const int per_node = std::max(1, r.ranks / r.nodes);

@@ -75,6 +75,11 @@ struct PlanRow {
 // communicator keeps NcclCommunicator's 64 KiB host-gather buffer, and MPI's staging would be
 // host memory.
 int64_t communicator_staging_bytes(bool cuda, int ranks);
+// The activation replay's options for a micro-batch of (B, T) under `engine` (precision,
+// checkpointing) on a GPU (`cuda`: the token ids copied to it, attention as
+// planned_attention_record says) or the CPU; batch_positions: packed documents.
+ActivationOptions activation_options(int64_t B, int64_t T, const EngineOptions& engine, bool cuda,
+                                     bool batch_positions);
 
 const char* offload_name(OffloadDevice d);  // "none", "cpu", "nvme"
 

@@ -1,8 +1,8 @@
 // CudaKernels, attention through cuDNN's fused SDPA (cudnn_attention.h): the path setting, the
 // choice per call, and the data around the plans. gqa_attention_forward / _backward
 // (cuda_matmul_attention.cu) call these first and run the materialised T×T reference when they
-// return false. Host code (nvcc for cuda_kernels_impl.h); no kernels of its own: the 16-bit
-// copies are `cast`, the accumulation `add_act`.
+// return false. One kernel of its own, add_act's (the accumulation); the 16-bit copies are
+// `cast`.
 //
 // Who runs what. fp32 tables: always the reference (unchanged bits). 16-bit tables: the path
 // (AttentionPath): reference; auto, cuDNN when CudnnAttention::refusal is empty for the call's
@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/cuda/cuda_kernel_helpers.cuh"
 #include "runtime/cuda/cuda_kernels_impl.h"
 
 namespace zt {
@@ -38,11 +39,16 @@ void CudaKernels::set_attention_path(AttentionPath path) { impl_->attention_path
 
 namespace {
 
-// The 16-bit O in att, after the statistics (B·NH·T floats rounded up to 4, as
-// cudnn_record_floats counts them). Both must be 16-byte aligned (the plans promise cuDNN that
-// of every tensor): att's alignment is checked per call.
+// dst (fp32 holding act values) = act(dst + float(b)): the sum in fp32, one rounding to act.
+template <class B>
+__global__ void add_act_kernel(float* dst, const typename B::Elem* b, int64_t n, DType act) {
+  ZT_GRID_STRIDE_LOOP(i, n) dst[i] = round_to_act(__fadd_rn(dst[i], B::to_fp32(b[i])), act);
+}
+
+// The 16-bit O in att, after the statistics (cudnn_stats_floats). Both must be 16-byte aligned (the
+// plans promise cuDNN that of every tensor): att's alignment is checked per call.
 void* output_in_att(const float* att, int64_t B, int64_t T, int64_t NH) {
-  return const_cast<float*>(att) + (B * NH * T + 3) / 4 * 4;
+  return const_cast<float*>(att) + cudnn_stats_floats(B, T, NH);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -51,6 +57,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 int64_t floats_for(size_t bytes) { return int64_t((bytes + sizeof(float) - 1) / sizeof(float)); }
 
 }  // namespace
+
+void CudaKernels::add_act(float* dst, const void* b, DType b_type, int64_t n) {
+  if (n <= 0) return;
+  visit_storage(b_type, [&](auto b_tag) {
+    using B = decltype(b_tag);
+    add_act_kernel<B><<<blocks_for(n, kElementThreads), kElementThreads, 0, stream_>>>(
+        dst, static_cast<const typename B::Elem*>(b), n, act_);
+  });
+  check_launch();
+}
 
 CudnnAttention& CudaKernels::cudnn_attention() {
   if (!impl_->cudnn_attention) impl_->cudnn_attention = std::make_unique<CudnnAttention>(stream_);

@@ -267,12 +267,6 @@ __global__ void add_kernel(typename D::Elem* dst, const typename A::Elem* a,
   ZT_GRID_STRIDE_LOOP(i, n) dst[i] = D::from_fp32(__fadd_rn(A::to_fp32(a[i]), B::to_fp32(b[i])));
 }
 
-// dst (fp32 holding act values) = act(dst + float(b)): the sum in fp32, one rounding to act.
-template <class B>
-__global__ void add_act_kernel(float* dst, const typename B::Elem* b, int64_t n, DType act) {
-  ZT_GRID_STRIDE_LOOP(i, n) dst[i] = round_to_act(__fadd_rn(dst[i], B::to_fp32(b[i])), act);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Reductions.
 
@@ -556,16 +550,6 @@ void CudaKernels::add(void* dst, DType dst_type, const void* a, DType a_type, co
             static_cast<const typename B::Elem*>(b), n);
       });
     });
-  });
-  check_launch();
-}
-
-void CudaKernels::add_act(float* dst, const void* b, DType b_type, int64_t n) {
-  if (n <= 0) return;
-  visit_storage(b_type, [&](auto b_tag) {
-    using B = decltype(b_tag);
-    add_act_kernel<B><<<grid_for(n), kThreads, 0, stream_>>>(
-        dst, static_cast<const typename B::Elem*>(b), n, act_);
   });
   check_launch();
 }

@@ -73,7 +73,7 @@ class CudaKernels final : public Kernels {
     if (act_ != DType::kF32) round_to(x, act_, n);
   }
   // dst[0, n) (activations, fp32 holding act values) += b (n elements of b_type), the fp32 sum
-  // rounded to the activation dtype once, in one pass (cuda_kernels.cu).
+  // rounded to the activation dtype once, in one pass (cuda_attention_cudnn.cu).
   void add_act(float* dst, const void* b, DType b_type, int64_t n);
   // out (M,N) row r += bias, the fp32 sum rounded to the activation dtype once: a product a
   // GEMM wrote in fp32 and its bias, in one pass (cuda_matmul_attention.cu).

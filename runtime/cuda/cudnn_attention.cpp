@@ -53,7 +53,7 @@ std::string static_refusal(const CudnnAttentionKey& k, size_t cudnn_version) {
 }  // namespace
 
 int64_t cudnn_record_floats(const CudnnAttentionKey& k) {
-  return (k.B * k.NH * k.T + 3) / 4 * 4 + (k.B * k.T * k.NH * k.hd + 1) / 2;
+  return cudnn_stats_floats(k.B, k.T, k.NH) + (k.B * k.T * k.NH * k.hd + 1) / 2;
 }
 
 #if ZT_HAVE_CUDNN

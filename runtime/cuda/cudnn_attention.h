@@ -64,6 +64,10 @@ std::string cudnn_rule_refusal(const CudnnAttentionKey& key);
 // up to 4 floats so that O after them is 16-byte aligned where att is, then the 16-bit O
 // (B,T,NH·hd).
 int64_t cudnn_record_floats(const CudnnAttentionKey& key);
+// The floats before O in that record: the statistics (B·NH·T), rounded up to 4.
+inline int64_t cudnn_stats_floats(int64_t B, int64_t T, int64_t NH) {
+  return (B * NH * T + 3) / 4 * 4;
+}
 
 class CudnnAttention {
  public:
