@@ -109,7 +109,7 @@ class BlockLayer final : public Layer {
     const int64_t NH = c_.n_head;
     compute(k, io.input, io.output, b.B * b.T, acts,
             k.attention_record(b.B, b.T, NH, NH, c_.n_embd / NH, b.positions != nullptr, 0),
-            [&](float* atty, float* att, const float* qkv) {
+            [&](Operand atty, Operand att, ConstOperand qkv) {
               k.attention_forward(atty, att, qkv, b.B, b.T, c_.n_embd, c_.n_head, b.positions);
             });
   }
@@ -120,7 +120,7 @@ class BlockLayer final : public Layer {
   void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override {
     const int64_t NH = c_.n_head;
     compute(k, io.input, io.output, io.B * io.T, scratch, AttentionRecord{},
-            [&](float* atty, float*, const float* qkv) {
+            [&](Operand atty, Operand, ConstOperand qkv) {
               k.gqa_attention_decode(atty, io.k_cache, io.v_cache, qkv, io.B, io.T, io.past,
                                      io.capacity, NH, NH, c_.n_embd / NH, 0);
             });
@@ -129,21 +129,21 @@ class BlockLayer final : public Layer {
   // The block on N tokens, its buffers in `acts` in the order of Saved (att: as
   // attention_record asked, given to attend), attend computing atty from qkv.
   template <class Attend>
-  void compute(Kernels& k, const float* x, float* out, int64_t N, ActivationStore& acts,
+  void compute(Kernels& k, ConstOperand x, Operand out, int64_t N, ActivationStore& acts,
                AttentionRecord att_record, const Attend& attend) {
     const int64_t C = c_.n_embd;
-    float* ln1 = acts.alloc_floats(N * C);          // (N, C)
-    float* ln1_mean = acts.alloc_stats(N);          // (N)
-    float* ln1_rstd = acts.alloc_stats(N);          // (N)
-    float* qkv = acts.alloc_floats(N * 3 * C);      // (N, 3C)
-    float* att = acts.alloc_attention(att_record);  // (B, NH, T, T) or a record
-    float* atty = acts.alloc_floats(N * C);         // (N, C)
-    float* res2 = acts.alloc_floats(N * C);         // (N, C) x + attention
-    float* ln2 = acts.alloc_floats(N * C);          // (N, C)
-    float* ln2_mean = acts.alloc_stats(N);          // (N)
-    float* ln2_rstd = acts.alloc_stats(N);          // (N)
-    float* fc = acts.alloc_floats(N * 4 * C);       // (N, 4C)
-    float* gelu = acts.alloc_floats(N * 4 * C);     // (N, 4C)
+    Operand ln1 = acts.alloc_acts(N * C);            // (N, C)
+    float* ln1_mean = acts.alloc_stats(N);           // (N)
+    float* ln1_rstd = acts.alloc_stats(N);           // (N)
+    Operand qkv = acts.alloc_acts(N * 3 * C);        // (N, 3C)
+    Operand att = acts.alloc_attention(att_record);  // (B, NH, T, T) or a record
+    Operand atty = acts.alloc_acts(N * C);           // (N, C)
+    Operand res2 = acts.alloc_acts(N * C);           // (N, C) x + attention
+    Operand ln2 = acts.alloc_acts(N * C);            // (N, C)
+    float* ln2_mean = acts.alloc_stats(N);           // (N)
+    float* ln2_rstd = acts.alloc_stats(N);           // (N)
+    Operand fc = acts.alloc_acts(N * 4 * C);         // (N, 4C)
+    Operand gelu = acts.alloc_acts(N * 4 * C);       // (N, 4C)
 
     k.layernorm_forward(ln1, ln1_mean, ln1_rstd, x, u_.param(kLn1W), u_.param(kLn1B), N, C);
     k.matmul_forward(qkv, ln1, u_.param(kAttnW), u_.param(kAttnB), N, C, 3 * C,
@@ -179,14 +179,14 @@ class BlockLayer final : public Layer {
     // The products write their dinp (GradOutput::kWrite: each has no other writer); GELU's and
     // attention's gradients accumulate (Kernels contract) into zeroed buffers; the residual
     // branch's gradient starts as a copy of d_output.
-    float* d_res2 = scratch.alloc_floats(N * C);
-    float* d_gelu = scratch.alloc_floats(N * 4 * C);
-    float* d_fc = scratch.alloc_floats(N * 4 * C);
-    float* d_ln2 = scratch.alloc_floats(N * C);
-    float* d_atty = scratch.alloc_floats(N * C);
-    float* d_qkv = scratch.alloc_floats(N * 3 * C);
-    float* d_ln1 = scratch.alloc_floats(N * C);
-    k.cast(d_res2, DType::kF32, io.d_output, DType::kF32, N * C);
+    Operand d_res2 = scratch.alloc_acts(N * C);
+    Operand d_gelu = scratch.alloc_acts(N * 4 * C);
+    Operand d_fc = scratch.alloc_acts(N * 4 * C);
+    Operand d_ln2 = scratch.alloc_acts(N * C);
+    Operand d_atty = scratch.alloc_acts(N * C);
+    Operand d_qkv = scratch.alloc_acts(N * 3 * C);
+    Operand d_ln1 = scratch.alloc_acts(N * C);
+    cast(k, d_res2, io.d_output, N * C);
     k.fill(d_fc, 0.0f, 4 * N * C);
     k.fill(d_qkv, 0.0f, 3 * N * C);
     constexpr GradOutput kWrite = GradOutput::kWrite;
@@ -197,7 +197,7 @@ class BlockLayer final : public Layer {
     k.matmul_backward(d_ln2, u_.grad(kFcW), u_.grad(kFcB), d_fc, acts.at(kLn2), u_.param(kFcW), N,
                       C, 4 * C, WeightLayout::kInOut, kWrite);
     k.layernorm_backward(d_res2, u_.grad(kLn2W), u_.grad(kLn2B), d_ln2, acts.at(kRes2),
-                         u_.param(kLn2W), acts.at(kLn2Mean), acts.at(kLn2Rstd), N, C);
+                         u_.param(kLn2W), acts.stats_at(kLn2Mean), acts.stats_at(kLn2Rstd), N, C);
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
     k.matmul_backward(d_atty, u_.grad(kAttnProjW), u_.grad(kAttnProjB), d_res2, acts.at(kAtty),
                       u_.param(kAttnProjW), N, C, C, WeightLayout::kInOut, kWrite);
@@ -206,7 +206,7 @@ class BlockLayer final : public Layer {
     k.matmul_backward(d_ln1, u_.grad(kAttnW), u_.grad(kAttnB), d_qkv, acts.at(kLn1),
                       u_.param(kAttnW), N, C, 3 * C, WeightLayout::kInOut, kWrite);
     k.layernorm_backward(io.d_input, u_.grad(kLn1W), u_.grad(kLn1B), d_ln1, io.input,
-                         u_.param(kLn1W), acts.at(kLn1Mean), acts.at(kLn1Rstd), N, C);
+                         u_.param(kLn1W), acts.stats_at(kLn1Mean), acts.stats_at(kLn1Rstd), N, C);
   }
 
  private:

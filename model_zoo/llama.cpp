@@ -249,7 +249,7 @@ class DecoderLayer final : public Layer {
     const AttentionRecord record = k.attention_record(b.B, b.T, d_.NH, d_.NKV, d_.hd,
                                                       b.positions != nullptr, c_.sliding_window);
     compute(k, io.input, io.output, b.B, b.T, b.positions, acts, record, io.training, io.seed,
-            [&](float* atty, float* att, const float* qkv) {
+            [&](Operand atty, Operand att, ConstOperand qkv) {
               k.gqa_attention_forward(atty, att, qkv, b.B, b.T, d_.NH, d_.NKV, d_.hd, b.positions,
                                       c_.sliding_window);
             });
@@ -260,7 +260,7 @@ class DecoderLayer final : public Layer {
   // forward's computation with the attention over the cache; its buffers are temporaries.
   void decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) override {
     compute(k, io.input, io.output, io.B, io.T, io.positions, scratch, AttentionRecord{}, false, 0,
-            [&](float* atty, float*, const float* qkv) {
+            [&](Operand atty, Operand, ConstOperand qkv) {
               k.gqa_attention_decode(atty, io.k_cache, io.v_cache, qkv, io.B, io.T, io.past,
                                      io.capacity, d_.NH, d_.NKV, d_.hd, c_.sliding_window);
             });
@@ -271,27 +271,27 @@ class DecoderLayer final : public Layer {
   // adapters' (lora_first()), attend computing atty from qkv (q and k rotated). `training`:
   // the adapters' dropout applies, its masks from `seed`.
   template <class Attend>
-  void compute(Kernels& k, const float* x, float* out, int64_t B, int64_t T,
+  void compute(Kernels& k, ConstOperand x, Operand out, int64_t B, int64_t T,
                const int32_t* positions, ActivationStore& acts, AttentionRecord att_record,
                bool training, uint64_t seed, const Attend& attend) {
     const int64_t N = B * T;
     const int64_t C = d_.C, F = d_.F, NH = d_.NH, NKV = d_.NKV, hd = d_.hd;
-    float* ln1 = acts.alloc_floats(N * C);          // (N, C)
-    float* ln1_rstd = acts.alloc_stats(N);          // (N)
-    float* qkv = acts.alloc_floats(N * d_.R);       // (N, R): q, k (rotated), v
-    float* att = acts.alloc_attention(att_record);  // (B, NH, T, T) or a record
-    float* atty = acts.alloc_floats(N * d_.Q);      // (N, Q)
-    float* res2 = acts.alloc_floats(N * C);         // (N, C) x + attention
-    float* ln2 = acts.alloc_floats(N * C);          // (N, C)
-    float* ln2_rstd = acts.alloc_stats(N);          // (N)
-    float* gate_up = acts.alloc_floats(N * 2 * F);  // (N, 2F): gate, up
-    float* swiglu = acts.alloc_floats(N * F);       // (N, F)
-    float* qkv_raw = qk_norm() ? acts.alloc_floats(N * d_.R) : nullptr;       // (N, R)
+    Operand ln1 = acts.alloc_acts(N * C);            // (N, C)
+    float* ln1_rstd = acts.alloc_stats(N);           // (N)
+    Operand qkv = acts.alloc_acts(N * d_.R);         // (N, R): q, k (rotated), v
+    Operand att = acts.alloc_attention(att_record);  // (B, NH, T, T) or a record
+    Operand atty = acts.alloc_acts(N * d_.Q);        // (N, Q)
+    Operand res2 = acts.alloc_acts(N * C);           // (N, C) x + attention
+    Operand ln2 = acts.alloc_acts(N * C);            // (N, C)
+    float* ln2_rstd = acts.alloc_stats(N);           // (N)
+    Operand gate_up = acts.alloc_acts(N * 2 * F);    // (N, 2F): gate, up
+    Operand swiglu = acts.alloc_acts(N * F);         // (N, F)
+    Operand qkv_raw = qk_norm() ? acts.alloc_acts(N * d_.R) : Operand();      // (N, R)
     float* qk_rstd = qk_norm() ? acts.alloc_stats(N * (NH + NKV)) : nullptr;  // (N, NH + NKV)
-    const std::vector<float*> qkv_a = lora_.qkv.alloc_saved(acts, N);
-    const std::vector<float*> o_a = lora_.o.alloc_saved(acts, N);
-    const std::vector<float*> gate_up_a = lora_.gate_up.alloc_saved(acts, N);
-    const std::vector<float*> down_a = lora_.down.alloc_saved(acts, N);
+    const std::vector<Operand> qkv_a = lora_.qkv.alloc_saved(acts, N);
+    const std::vector<Operand> o_a = lora_.o.alloc_saved(acts, N);
+    const std::vector<Operand> gate_up_a = lora_.gate_up.alloc_saved(acts, N);
+    const std::vector<Operand> down_a = lora_.down.alloc_saved(acts, N);
     Device& device = acts.device();
     const float eps = c_.rms_norm_eps;
 
@@ -300,9 +300,9 @@ class DecoderLayer final : public Layer {
                      WeightLayout::kOutIn);  // q_proj, k_proj, v_proj in one
     lora_.qkv.forward(k, u_, qk_norm() ? qkv_raw : qkv, ln1, N, qkv_a, device, training, seed);
     if (qk_norm()) {  // Qwen3: q_norm on each query head, k_norm on each key head
-      k.cast(qkv, DType::kF32, qkv_raw, DType::kF32, N * d_.R);
+      cast(k, qkv, qkv_raw, N * d_.R);
       k.head_rmsnorm_forward(qkv, qk_rstd, param(at_.q_norm), N, NH, hd, d_.R, eps);
-      k.head_rmsnorm_forward(qkv + d_.Q, qk_rstd + N * NH, param(at_.k_norm), N, NKV, hd, d_.R,
+      k.head_rmsnorm_forward(qkv.at(d_.Q), qk_rstd + N * NH, param(at_.k_norm), N, NKV, hd, d_.R,
                              eps);
     }
     k.rope_forward(qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
@@ -350,14 +350,14 @@ class DecoderLayer final : public Layer {
     // The products write their dinp (GradOutput::kWrite: each has no other writer); SwiGLU's
     // and attention's gradients accumulate (Kernels contract) into zeroed buffers; the residual
     // branch's gradient starts as a copy of d_output.
-    float* d_res2 = scratch.alloc_floats(N * C);
-    float* d_swiglu = scratch.alloc_floats(N * F);
-    float* d_gate_up = scratch.alloc_floats(N * 2 * F);
-    float* d_ln2 = scratch.alloc_floats(N * C);
-    float* d_atty = scratch.alloc_floats(N * d_.Q);
-    float* d_qkv = scratch.alloc_floats(N * d_.R);
-    float* d_ln1 = scratch.alloc_floats(N * C);
-    k.cast(d_res2, DType::kF32, io.d_output, DType::kF32, N * C);
+    Operand d_res2 = scratch.alloc_acts(N * C);
+    Operand d_swiglu = scratch.alloc_acts(N * F);
+    Operand d_gate_up = scratch.alloc_acts(N * 2 * F);
+    Operand d_ln2 = scratch.alloc_acts(N * C);
+    Operand d_atty = scratch.alloc_acts(N * d_.Q);
+    Operand d_qkv = scratch.alloc_acts(N * d_.R);
+    Operand d_ln1 = scratch.alloc_acts(N * C);
+    cast(k, d_res2, io.d_output, N * C);
     k.fill(d_gate_up, 0.0f, 2 * N * F);
     k.fill(d_qkv, 0.0f, N * d_.R);
     constexpr GradOutput kWrite = GradOutput::kWrite;
@@ -375,7 +375,7 @@ class DecoderLayer final : public Layer {
     lora_.gate_up.backward(k, u_, d_ln2, d_gate_up, acts.at(kLn2), N, acts, gate_up_a, scratch,
                            train, io.seed);
     k.rmsnorm_backward(d_res2, grad(at_.ln2), d_ln2, acts.at(kRes2), param(at_.ln2),
-                       acts.at(kLn2Rstd), N, C);
+                       acts.stats_at(kLn2Rstd), N, C);
     k.accumulate(io.d_input, d_res2, N * C);  // the residual path around attention
     k.matmul_backward(d_atty, grad(at_.o), grad(at_.o_bias), d_res2, acts.at(kAtty), param(at_.o),
                       N, d_.Q, C, WeightLayout::kOutIn, kWrite);
@@ -387,18 +387,18 @@ class DecoderLayer final : public Layer {
     k.rope_backward(d_qkv, B, T, NH, NKV, hd, RopeFrequencies(c_.rope_theta, c_.rope_scaling),
                     io.batch->positions);
     if (qk_norm()) {
-      const float* raw = acts.at(kQkvRaw);
-      const float* rstd = acts.at(kQkRstd);
+      const ConstOperand raw = acts.at(kQkvRaw);
+      const float* rstd = acts.stats_at(kQkRstd);
       k.head_rmsnorm_backward(d_qkv, grad(at_.q_norm), raw, param(at_.q_norm), rstd, N, NH, hd,
                               d_.R);
-      k.head_rmsnorm_backward(d_qkv + d_.Q, grad(at_.k_norm), raw + d_.Q, param(at_.k_norm),
+      k.head_rmsnorm_backward(d_qkv.at(d_.Q), grad(at_.k_norm), raw.at(d_.Q), param(at_.k_norm),
                               rstd + N * NH, N, NKV, hd, d_.R);
     }
     k.matmul_backward(d_ln1, grad(at_.q), grad(at_.q_bias), d_qkv, acts.at(kLn1), param(at_.q), N,
                       C, d_.R, WeightLayout::kOutIn, kWrite);
     lora_.qkv.backward(k, u_, d_ln1, d_qkv, acts.at(kLn1), N, acts, qkv_a, scratch, train, io.seed);
     k.rmsnorm_backward(io.d_input, grad(at_.ln1), d_ln1, io.input, param(at_.ln1),
-                       acts.at(kLn1Rstd), N, C);
+                       acts.stats_at(kLn1Rstd), N, C);
   }
 
  private:

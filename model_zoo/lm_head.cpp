@@ -10,7 +10,7 @@ std::vector<ActivationBuffer> FinalNorm::statistics(int64_t N) const {
   return {{N, true}};                                            // rstd
 }
 
-void FinalNorm::forward(Kernels& k, const Table& u, float* out, const float* inp,
+void FinalNorm::forward(Kernels& k, const Table& u, Operand out, ConstOperand inp,
                         ActivationStore& acts, int64_t N, int64_t C) const {
   if (kind_ == Kind::kLayerNorm) {
     float* mean = acts.alloc_stats(N);  // (N)
@@ -22,37 +22,37 @@ void FinalNorm::forward(Kernels& k, const Table& u, float* out, const float* inp
   }
 }
 
-void FinalNorm::backward(Kernels& k, const Table& u, float* d_inp, const float* d_out,
-                         const float* inp, const ActivationStore& acts, size_t first_stat,
+void FinalNorm::backward(Kernels& k, const Table& u, Operand d_inp, ConstOperand d_out,
+                         ConstOperand inp, const ActivationStore& acts, size_t first_stat,
                          int64_t N, int64_t C) const {
   if (kind_ == Kind::kLayerNorm)
     k.layernorm_backward(d_inp, u.grad(weight_), u.grad(bias_), d_out, inp, u.param(weight_),
-                         acts.at(first_stat), acts.at(first_stat + 1), N, C);
+                         acts.stats_at(first_stat), acts.stats_at(first_stat + 1), N, C);
   else
-    k.rmsnorm_backward(d_inp, u.grad(weight_), d_out, inp, u.param(weight_), acts.at(first_stat), N,
-                       C);
+    k.rmsnorm_backward(d_inp, u.grad(weight_), d_out, inp, u.param(weight_),
+                       acts.stats_at(first_stat), N, C);
 }
 
 // Saved buffers: the norm's output (index 0), its statistics (1 ..), then d norm-output.
 void LmHeadLayer::forward(Kernels& k, const LayerIO& io, ActivationStore& acts) {
   const int64_t N = io.batch->B * io.batch->T, C = C_;
-  float* normed = acts.alloc_floats(N * C);  // (N, C)
+  Operand normed = acts.alloc_acts(N * C);  // (N, C)
   norm_.forward(k, root_, normed, io.input, acts, N, C);
   const bool training = io.dloss.has_value();
-  float* d_normed = nullptr;
-  if (training) d_normed = acts.alloc_floats(N * C);  // (N, C), each chunk's rows written once
+  Operand d_normed;
+  if (training) d_normed = acts.alloc_acts(N * C);  // (N, C), each chunk's rows written once
   const LogitsOutput output = training ? LogitsOutput::kGradient : LogitsOutput::kKeep;
   const int64_t rows = chunk_rows(N);
-  ActivationStore chunk(acts.device());
-  float* logits = chunk.alloc_floats(rows * Vp_);  // (rows, Vp)
+  ActivationStore chunk(acts.device(), acts.dtype());
+  Operand logits = chunk.alloc_acts(rows * Vp_);  // (rows, Vp)
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    k.matmul_forward(logits, normed + r0 * C, root_.param(head_), nullptr, n, C, Vp_,
+    k.matmul_forward(logits, normed.at(r0 * C), root_.param(head_), nullptr, n, C, Vp_,
                      WeightLayout::kOutIn);
     k.softmax_cross_entropy(io.losses + r0, logits, io.batch->targets + r0, n, V_, Vp_, output,
                             io.dloss.value_or(0.0f));
     if (training)
-      k.matmul_backward(d_normed + r0 * C, root_.grad(head_), nullptr, logits, normed + r0 * C,
+      k.matmul_backward(d_normed.at(r0 * C), root_.grad(head_), nullptr, logits, normed.at(r0 * C),
                         root_.param(head_), n, C, Vp_, WeightLayout::kOutIn, GradOutput::kWrite);
   }
 }
@@ -65,16 +65,17 @@ void LmHeadLayer::backward(Kernels& k, const LayerIO& io, ActivationStore& acts,
 
 void LmHeadLayer::decode(Kernels& k, const DecodeIO& io, ActivationStore& scratch) {
   const int64_t B = io.B, C = C_;
-  float* last = scratch.alloc_floats(B * C);  // (B, C) each row's last new token
+  Operand last = scratch.alloc_acts(B * C);  // (B, C) each row's last new token
   for (int64_t b = 0; b < B; ++b)
-    k.cast(last + b * C, DType::kF32, io.input + (b * io.T + io.T - 1) * C, DType::kF32, C);
-  float* normed = scratch.alloc_floats(B * C);  // (B, C)
+    cast(k, last.at(b * C), io.input.at((b * io.T + io.T - 1) * C), C);
+  Operand normed = scratch.alloc_acts(B * C);  // (B, C)
   norm_.forward(k, root_, normed, last, scratch, B, C);
-  float* logits = Vp_ == V_ ? io.logits : scratch.alloc_floats(B * Vp_);  // (B, Vp)
+  // The logits in fp32 (sampling reads them), the real vocabulary's columns.
+  const bool padded = Vp_ != V_;
+  const Operand logits = padded ? Operand(scratch.alloc_stats(B * Vp_)) : io.logits;  // (B, Vp)
   k.matmul_forward(logits, normed, root_.param(head_), nullptr, B, C, Vp_, WeightLayout::kOutIn);
-  if (logits != io.logits)  // the real vocabulary's columns
-    for (int64_t b = 0; b < B; ++b)
-      k.cast(io.logits + b * V_, DType::kF32, logits + b * Vp_, DType::kF32, V_);
+  if (padded)
+    for (int64_t b = 0; b < B; ++b) cast(k, io.logits + b * V_, logits.at(b * Vp_), V_);
 }
 
 std::optional<LayerActivations> LmHeadLayer::activations(int64_t B, int64_t T,

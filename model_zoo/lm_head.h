@@ -28,11 +28,11 @@ class FinalNorm {
   // The statistics' buffers for N rows, as forward allocates them.
   std::vector<ActivationBuffer> statistics(int64_t N) const;
   // out (N,C) = norm(inp (N,C)), the statistics allocated in `acts` (after what it holds).
-  void forward(Kernels& k, const Table& u, float* out, const float* inp, ActivationStore& acts,
+  void forward(Kernels& k, const Table& u, Operand out, ConstOperand inp, ActivationStore& acts,
                int64_t N, int64_t C) const;
   // d_inp (N,C) += the gradient through the norm from d_out; the weights' gradients added to.
   // The statistics are acts.at(first_stat) on.
-  void backward(Kernels& k, const Table& u, float* d_inp, const float* d_out, const float* inp,
+  void backward(Kernels& k, const Table& u, Operand d_inp, ConstOperand d_out, ConstOperand inp,
                 const ActivationStore& acts, size_t first_stat, int64_t N, int64_t C) const;
 
  private:

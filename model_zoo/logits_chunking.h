@@ -1,6 +1,7 @@
 // LogitsChunking: how many rows of logits an LM head (lm_head.h's LmHeadLayer)
-// computes at once. The logits of a chunk are a transient (rows, width) fp32 buffer, so the
-// chunk bounds the head's activation memory; fewer, larger chunks make fewer, larger GEMMs.
+// computes at once. The logits of a chunk are a transient (rows, width) buffer in the
+// activation dtype (sized here as fp32: a 16-bit run's take half), so the chunk bounds the
+// head's activation memory; fewer, larger chunks make fewer, larger GEMMs.
 // The budget is the device's (Device::chunk_budget_bytes, handed to the model by train/ through
 // Model::set_chunk_budget_bytes): the CPU's 64 MiB by default, a fraction of a GPU's memory.
 // Pure arithmetic; pinned by tests/model_zoo/logits_chunking_test.cpp.

@@ -103,45 +103,45 @@ void LoraProduct::add(std::vector<ParamSpec>& specs, const std::string& module, 
   adapters_.push_back(a);
 }
 
-std::vector<float*> LoraProduct::alloc_saved(ActivationStore& acts, int64_t N) const {
-  std::vector<float*> saved;
-  for (size_t i = 0; i < adapters_.size(); ++i) saved.push_back(acts.alloc_floats(N * r_));
+std::vector<Operand> LoraProduct::alloc_saved(ActivationStore& acts, int64_t N) const {
+  std::vector<Operand> saved;
+  for (size_t i = 0; i < adapters_.size(); ++i) saved.push_back(acts.alloc_acts(N * r_));
   return saved;
 }
 
-void LoraProduct::forward(Kernels& k, const Table& t, float* out, const float* x, int64_t N,
-                          const std::vector<float*>& saved, Device& device, bool training,
+void LoraProduct::forward(Kernels& k, const Table& t, Operand out, ConstOperand x, int64_t N,
+                          const std::vector<Operand>& saved, Device& device, bool training,
                           uint64_t seed) const {
   constexpr WeightLayout kOutIn = WeightLayout::kOutIn;
   for (size_t i = 0; i < adapters_.size(); ++i) {
     const Adapter& a = adapters_[i];
-    ActivationStore temp(device);  // freed at the end of each adapter
-    const float* xd = x;
+    ActivationStore temp(device, saved[i].dtype);  // freed at the end of each adapter
+    ConstOperand xd = x;
     if (drops(training)) {
-      float* dropped = temp.alloc_floats(N * in_);  // (N, in)
+      Operand dropped = temp.alloc_acts(N * in_);  // (N, in)
       k.dropout_forward(dropped, x, N * in_, dropout_, seed ^ a.salt);
       xd = dropped;
     }
     k.matmul_forward(saved[i], xd, t.param(a.a), nullptr, N, in_, r_, kOutIn);  // (N, r)
-    float* product = temp.alloc_floats(N * a.width);                            // (N, width)
+    Operand product = temp.alloc_acts(N * a.width);                             // (N, width)
     k.matmul_forward(product, saved[i], t.param(a.b), nullptr, N, r_, a.width, kOutIn);
-    k.add_columns(out + a.col, stride_, product, a.width, N, a.width, scale_, GradOutput::kAdd);
+    k.add_columns(out.at(a.col), stride_, product, a.width, N, a.width, scale_, GradOutput::kAdd);
   }
 }
 
-void LoraProduct::backward(Kernels& k, const Table& t, float* dx, const float* d_out,
-                           const float* x, int64_t N, const ActivationStore& acts,
+void LoraProduct::backward(Kernels& k, const Table& t, Operand dx, ConstOperand d_out,
+                           ConstOperand x, int64_t N, const ActivationStore& acts,
                            size_t first_saved, ActivationStore& scratch, bool training,
                            uint64_t seed) const {
   constexpr WeightLayout kOutIn = WeightLayout::kOutIn;
   for (size_t i = 0; i < adapters_.size(); ++i) {
     const Adapter& a = adapters_[i];
     // d product = s · d_out's columns; then B's and A's gradients and the input's.
-    float* d_product = scratch.alloc_floats(N * a.width);  // (N, width)
-    float* d_xa = scratch.alloc_floats(N * r_);            // (N, r)
-    k.add_columns(d_product, a.width, d_out + a.col, stride_, N, a.width, scale_,
+    Operand d_product = scratch.alloc_acts(N * a.width);  // (N, width)
+    Operand d_xa = scratch.alloc_acts(N * r_);            // (N, r)
+    k.add_columns(d_product, a.width, d_out.at(a.col), stride_, N, a.width, scale_,
                   GradOutput::kWrite);
-    const float* xa = acts.at(first_saved + i);
+    const ConstOperand xa = acts.at(first_saved + i);
     k.matmul_backward(d_xa, t.grad(a.b), Operand(), d_product, xa, t.param(a.b), N, r_, a.width,
                       kOutIn, GradOutput::kWrite);
     if (!drops(training)) {
@@ -149,8 +149,8 @@ void LoraProduct::backward(Kernels& k, const Table& t, float* dx, const float* d
       continue;
     }
     // The dropped input again (the same mask), and the gradient back through the mask.
-    float* xd = scratch.alloc_floats(N * in_);    // (N, in)
-    float* d_xd = scratch.alloc_floats(N * in_);  // (N, in)
+    Operand xd = scratch.alloc_acts(N * in_);    // (N, in)
+    Operand d_xd = scratch.alloc_acts(N * in_);  // (N, in)
     k.dropout_forward(xd, x, N * in_, dropout_, seed ^ a.salt);
     k.matmul_backward(d_xd, t.grad(a.a), Operand(), d_xa, xd, t.param(a.a), N, in_, r_, kOutIn,
                       GradOutput::kWrite);

@@ -56,19 +56,19 @@ class LoraProduct {
   // backward; call it where the layer allocates its saved buffers), then forward adds the
   // adapters into `out`, temporaries in a store of their own freed before it returns. Dropout
   // only when `training`, its masks from `seed`.
-  std::vector<float*> alloc_saved(ActivationStore& acts, int64_t N) const;
-  void forward(Kernels& k, const Table& t, float* out, const float* x, int64_t N,
-               const std::vector<float*>& saved, Device& device, bool training,
+  std::vector<Operand> alloc_saved(ActivationStore& acts, int64_t N) const;
+  void forward(Kernels& k, const Table& t, Operand out, ConstOperand x, int64_t N,
+               const std::vector<Operand>& saved, Device& device, bool training,
                uint64_t seed) const;
   // Backward, after the frozen product's: dx (N, in) += the adapters' input gradient, their A
   // and B gradients written, from d_out (N, stride); saved is acts.at(first_saved) on;
   // temporaries in `scratch`.
-  void backward(Kernels& k, const Table& t, float* dx, const float* d_out, const float* x,
+  void backward(Kernels& k, const Table& t, Operand dx, ConstOperand d_out, ConstOperand x,
                 int64_t N, const ActivationStore& acts, size_t first_saved,
                 ActivationStore& scratch, bool training, uint64_t seed) const;
 
   // What forward and backward allocate (model.h's LayerActivations): saved (N, r) buffers,
-  // forward's largest temporary and backward's scratch, in fp32 elements.
+  // forward's largest temporary and backward's scratch, in elements.
   void declare(LayerActivations& a, int64_t N, bool training) const;
 
  private:

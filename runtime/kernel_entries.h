@@ -33,7 +33,7 @@
 
 // out (M,N) = inp (M,K) · W + bias (N; may be null). W is (K,N) or (N,K) by layout.
 ZT_KERNEL(void, matmul_forward,
-          (float* out, const float* inp, ConstOperand weight, ConstOperand bias, int64_t M,
+          (Operand out, ConstOperand inp, ConstOperand weight, ConstOperand bias, int64_t M,
            int64_t K, int64_t N, WeightLayout layout),
           (out, inp, weight, bias, M, K, N, layout),
           (out, inp, operand(weight, K * N), operand(bias, N)))
@@ -42,7 +42,7 @@ ZT_KERNEL(void, matmul_forward,
 // (zeros when M == 0; skipped when null); each "=" gives the bits of adding into zeros.
 // dbias (N) += column sums of dout (skipped when null).
 ZT_KERNEL(void, matmul_backward,
-          (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
+          (Operand dinp, Operand dweight, Operand dbias, ConstOperand dout, ConstOperand inp,
            ConstOperand weight, int64_t M, int64_t K, int64_t N, WeightLayout layout,
            GradOutput dinp_output = GradOutput::kAdd),
           (dinp, dweight, dbias, dout, inp, weight, M, K, N, layout, dinp_output),
@@ -56,7 +56,7 @@ ZT_KERNEL(void, matmul_backward,
 // (generation's DecodeIO), below wpe's rows. wte is (V,C) and wpe (positions, C) with their
 // row counts not arguments: only their pointers are checked.
 ZT_KERNEL(void, embedding_forward,
-          (float* out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe, int64_t B,
+          (Operand out, const int32_t* tokens, ConstOperand wte, ConstOperand wpe, int64_t B,
            int64_t T, int64_t C, const int32_t* positions),
           (out, tokens, wte, wpe, B, T, C, positions),
           (out, tokens, wte.data, wpe.data, positions))
@@ -64,7 +64,7 @@ ZT_KERNEL(void, embedding_forward,
 // contributions in token order (skipped when null; either may be null). Deterministic order.
 // A 16-bit dwte or dwpe row named by the batch is rounded once, after all its contributions.
 ZT_KERNEL(void, embedding_backward,
-          (Operand dwte, Operand dwpe, const float* dout, const int32_t* tokens, int64_t B,
+          (Operand dwte, Operand dwpe, ConstOperand dout, const int32_t* tokens, int64_t B,
            int64_t T, int64_t C, const int32_t* positions),
           (dwte, dwpe, dout, tokens, B, T, C, positions),
           (dwte.data, operand(dwpe, T * C), dout, tokens, positions))
@@ -73,23 +73,23 @@ ZT_KERNEL(void, embedding_backward,
 
 // Per row of C: out = (inp - mean) * rstd * weight + bias, eps 1e-5. mean, rstd: (N).
 ZT_KERNEL(void, layernorm_forward,
-          (float* out, float* mean, float* rstd, const float* inp, ConstOperand weight,
+          (Operand out, float* mean, float* rstd, ConstOperand inp, ConstOperand weight,
            ConstOperand bias, int64_t N, int64_t C),
           (out, mean, rstd, inp, weight, bias, N, C),
           (out, mean, rstd, inp, operand(weight, C), operand(bias, C)))
 // dinp (N,C) += the gradient through layer norm; dweight, dbias (C) += theirs, each skipped
 // when null (a frozen parameter has no gradient buffer).
 ZT_KERNEL(void, layernorm_backward,
-          (float* dinp, Operand dweight, Operand dbias, const float* dout, const float* inp,
+          (Operand dinp, Operand dweight, Operand dbias, ConstOperand dout, ConstOperand inp,
            ConstOperand weight, const float* mean, const float* rstd, int64_t N, int64_t C),
           (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C),
           (dinp, operand(dweight, C), operand(dbias, C), dout, inp, operand(weight, C), mean,
            rstd))
 
 // GELU, tanh approximation (GPT-2's).
-ZT_KERNEL(void, gelu_forward, (float* out, const float* inp, int64_t n), (out, inp, n),
+ZT_KERNEL(void, gelu_forward, (Operand out, ConstOperand inp, int64_t n), (out, inp, n),
           (out, inp))
-ZT_KERNEL(void, gelu_backward, (float* dinp, const float* inp, const float* dout, int64_t n),
+ZT_KERNEL(void, gelu_backward, (Operand dinp, ConstOperand inp, ConstOperand dout, int64_t n),
           (dinp, inp, dout, n), (dinp, inp, dout))
 
 // ---- Attention --------------------------------------------------------------------------------
@@ -100,12 +100,12 @@ ZT_KERNEL(void, gelu_backward, (float* dinp, const float* inp, const float* dout
 // the softmax probabilities (kept for backward; entries outside a query's keys are zero).
 // Scale 1/sqrt(C/NH).
 ZT_KERNEL(void, attention_forward,
-          (float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+          (Operand out, Operand att, ConstOperand qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
            const int32_t* positions),
           (out, att, qkv, B, T, C, NH, positions), (out, att, qkv, positions))
 // dqkv (B,T,3C) += gradient through attention, from dout (B,T,C); positions as forward's.
 ZT_KERNEL(void, attention_backward,
-          (float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+          (Operand dqkv, ConstOperand dout, ConstOperand qkv, ConstOperand att, int64_t B,
            int64_t T, int64_t C, int64_t NH, const int32_t* positions),
           (dqkv, dout, qkv, att, B, T, C, NH, positions), (dqkv, dout, qkv, att, positions))
 
@@ -120,13 +120,13 @@ ZT_KERNEL(void, attention_backward,
 // kv_idx > q_idx - sliding_window, and'ed with the causal kv_idx <= q_idx). att's entries outside
 // the window are zero. window <= 0, or >= T: plain causal attention, the same bits.
 ZT_KERNEL(void, gqa_attention_forward,
-          (float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t NH,
+          (Operand out, Operand att, ConstOperand qkv, int64_t B, int64_t T, int64_t NH,
            int64_t NKV, int64_t hd, const int32_t* positions, int64_t window = 0),
           (out, att, qkv, B, T, NH, NKV, hd, positions, window), (out, att, qkv, positions))
 // dqkv (B,T,R) += gradient through attention, from dout (B,T,NH·hd). A key/value head's
 // gradient sums its group's query heads in increasing h. positions, window as forward's.
 ZT_KERNEL(void, gqa_attention_backward,
-          (float* dqkv, const float* dout, const float* qkv, const float* att, int64_t B,
+          (Operand dqkv, ConstOperand dout, ConstOperand qkv, ConstOperand att, int64_t B,
            int64_t T, int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
            int64_t window = 0),
           (dqkv, dout, qkv, att, B, T, NH, NKV, hd, positions, window),
@@ -141,7 +141,7 @@ ZT_KERNEL(void, gqa_attention_backward,
 // 1/sqrt(hd) as gqa_attention_forward's. out (B,T,NH·hd). The same function of the sequence
 // as gqa_attention_forward's over one document; the bits may differ (another summation order).
 ZT_KERNEL(void, gqa_attention_decode,
-          (float* out, float* k_cache, float* v_cache, const float* qkv, int64_t B, int64_t T,
+          (Operand out, Operand k_cache, Operand v_cache, ConstOperand qkv, int64_t B, int64_t T,
            int64_t past, int64_t S, int64_t NH, int64_t NKV, int64_t hd, int64_t window),
           (out, k_cache, v_cache, qkv, B, T, past, S, NH, NKV, hd, window),
           (out, k_cache, v_cache, qkv))
@@ -161,12 +161,12 @@ ZT_KERNEL(AttentionRecord, attention_record,
 // RMSNorm per row of C: out = inp·rstd·weight, rstd = 1/sqrt(mean(inp²) + eps). rstd (N) is
 // kept for backward (fp32, as layer norm's statistics).
 ZT_KERNEL(void, rmsnorm_forward,
-          (float* out, float* rstd, const float* inp, ConstOperand weight, int64_t N, int64_t C,
+          (Operand out, float* rstd, ConstOperand inp, ConstOperand weight, int64_t N, int64_t C,
            float eps),
           (out, rstd, inp, weight, N, C, eps), (out, rstd, inp, operand(weight, C)))
 // dinp (N,C) += the gradient through RMSNorm; dweight (C) += its own (skipped when null).
 ZT_KERNEL(void, rmsnorm_backward,
-          (float* dinp, Operand dweight, const float* dout, const float* inp,
+          (Operand dinp, Operand dweight, ConstOperand dout, ConstOperand inp,
            ConstOperand weight, const float* rstd, int64_t N, int64_t C),
           (dinp, dweight, dout, inp, weight, rstd, N, C),
           (dinp, operand(dweight, C), dout, inp, operand(weight, C), rstd))
@@ -177,7 +177,7 @@ ZT_KERNEL(void, rmsnorm_backward,
 // its hd values, weight (hd) shared by the heads; the rest of each row untouched. rstd (N,H)
 // is kept for backward (fp32). The bits of rmsnorm_forward over the same rows.
 ZT_KERNEL(void, head_rmsnorm_forward,
-          (float* x, float* rstd, ConstOperand weight, int64_t N, int64_t H, int64_t hd,
+          (Operand x, float* rstd, ConstOperand weight, int64_t N, int64_t H, int64_t hd,
            int64_t stride, float eps),
           (x, rstd, weight, N, H, hd, stride, eps), (x, rstd, operand(weight, hd)))
 // The gradient through head_rmsnorm_forward, IN PLACE as rope_backward's: dx's heads (laid out
@@ -185,7 +185,7 @@ ZT_KERNEL(void, head_rmsnorm_forward,
 // (forward's x before it ran, the same layout); dweight (hd) += the heads' dweight terms, added
 // in a fixed order over the N·H head rows (skipped when null). The rest of each row untouched.
 ZT_KERNEL(void, head_rmsnorm_backward,
-          (float* dx, Operand dweight, const float* inp, ConstOperand weight, const float* rstd,
+          (Operand dx, Operand dweight, ConstOperand inp, ConstOperand weight, const float* rstd,
            int64_t N, int64_t H, int64_t hd, int64_t stride),
           (dx, dweight, inp, weight, rstd, N, H, hd, stride),
           (dx, operand(dweight, hd), inp, operand(weight, hd), rstd))
@@ -200,7 +200,7 @@ ZT_KERNEL(void, head_rmsnorm_backward,
 // (Hugging Face's fp32 inv_freq and angle), cos a and sin a in double rounded to fp32; the
 // rotation itself in fp32. hd even.
 ZT_KERNEL(void, rope_forward,
-          (float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+          (Operand qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
            const RopeFrequencies& rope, const int32_t* positions),
           (qkv, B, T, NH, NKV, hd, rope, positions), (qkv, positions))
 // The gradient through rope_forward at the same positions, IN PLACE: the q and k parts of
@@ -208,17 +208,17 @@ ZT_KERNEL(void, rope_forward,
 // rotation). The one backward entry that transforms instead of accumulating: the rotation is
 // orthogonal, so the caller keeps one buffer.
 ZT_KERNEL(void, rope_backward,
-          (float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+          (Operand dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
            const RopeFrequencies& rope, const int32_t* positions),
           (dqkv, B, T, NH, NKV, hd, rope, positions), (dqkv, positions))
 
 // SwiGLU: out (N,F) = silu(gate)·up, silu(x) = x·sigmoid(x); gate_up (N,2F) holds per row the
 // F gate values, then the F up values (one GEMM over the adjacent gate_proj and up_proj).
-ZT_KERNEL(void, swiglu_forward, (float* out, const float* gate_up, int64_t N, int64_t F),
+ZT_KERNEL(void, swiglu_forward, (Operand out, ConstOperand gate_up, int64_t N, int64_t F),
           (out, gate_up, N, F), (out, gate_up))
 // dgate_up (N,2F) += gradient from dout (N,F).
 ZT_KERNEL(void, swiglu_backward,
-          (float* dgate_up, const float* gate_up, const float* dout, int64_t N, int64_t F),
+          (Operand dgate_up, ConstOperand gate_up, ConstOperand dout, int64_t N, int64_t F),
           (dgate_up, gate_up, dout, N, F), (dgate_up, gate_up, dout))
 
 // ---- LoRA adapters ----------------------------------------------------------------------------
@@ -233,7 +233,7 @@ ZT_KERNEL(void, swiglu_backward,
 // width <= dst_stride and src_stride; src may be dst itself (equal strides), not a partial
 // overlap.
 ZT_KERNEL(void, add_columns,
-          (float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t N,
+          (Operand dst, int64_t dst_stride, ConstOperand src, int64_t src_stride, int64_t N,
            int64_t width, float scale, GradOutput output),
           (dst, dst_stride, src, src_stride, N, width, scale, output), (dst, src))
 // Inverted dropout at drop probability p (0 <= p < 1): out[i] = inp[i]·k where element i is
@@ -242,21 +242,21 @@ ZT_KERNEL(void, add_columns,
 // same mask, about 1 - p of the elements). The one element-wise entry whose bits depend on the
 // element's index: i counts from `out`, so a buffer dropped in parts draws another mask than
 // whole. p = 0: out = inp, a copy. out may be inp.
-ZT_KERNEL(void, dropout_forward, (float* out, const float* inp, int64_t n, float p, uint64_t seed),
+ZT_KERNEL(void, dropout_forward, (Operand out, ConstOperand inp, int64_t n, float p, uint64_t seed),
           (out, inp, n, p, seed), (out, inp))
 // dinp[i] += dout[i]·k where forward's mask (the same seed and p) kept element i, else += 0;
 // k as forward's. p = 0: dinp += dout, accumulate's bits.
 ZT_KERNEL(void, dropout_backward,
-          (float* dinp, const float* dout, int64_t n, float p, uint64_t seed),
+          (Operand dinp, ConstOperand dout, int64_t n, float p, uint64_t seed),
           (dinp, dout, n, p, seed), (dinp, dout))
 
 // ---- Residual stream and loss -----------------------------------------------------------------
 
 // out = a + b, element-wise (out may alias a or b).
-ZT_KERNEL(void, residual_forward, (float* out, const float* a, const float* b, int64_t n),
+ZT_KERNEL(void, residual_forward, (Operand out, ConstOperand a, ConstOperand b, int64_t n),
           (out, a, b, n), (out, a, b))
 // y += x.
-ZT_KERNEL(void, accumulate, (float* y, const float* x, int64_t n), (y, x, n), (y, x))
+ZT_KERNEL(void, accumulate, (Operand y, ConstOperand x, int64_t n), (y, x, n), (y, x))
 
 // Softmax cross-entropy over the first V of Vp columns of each of N rows of logits (N,Vp).
 // losses (N) = -log softmax(row)[target]. logits_output says what becomes of the logits:
@@ -265,7 +265,7 @@ ZT_KERNEL(void, accumulate, (float* y, const float* x, int64_t n), (y, x, n), (y
 // is negative (kIgnoreTarget, model.h) is not trained on: its loss is 0 and, with kGradient,
 // its gradient is all zeros (padded columns too).
 ZT_KERNEL(void, softmax_cross_entropy,
-          (float* losses, float* logits, const int32_t* targets, int64_t N, int64_t V,
+          (float* losses, Operand logits, const int32_t* targets, int64_t N, int64_t V,
            int64_t Vp, LogitsOutput logits_output, float dloss = 0.0f),
           (losses, logits, targets, N, V, Vp, logits_output, dloss), (losses, logits, targets))
 
@@ -308,7 +308,7 @@ ZT_KERNEL(void, add,
            int64_t n),
           (dst, dst_type, a, a_type, b, b_type, n), (dst, a, b))
 // x[i] = value.
-ZT_KERNEL(void, fill, (float* x, float value, int64_t n), (x, value, n), (x))
+ZT_KERNEL(void, fill, (Operand x, float value, int64_t n), (x, value, n), (x))
 // Sum of x², x in its stored dtype, accumulated in double over fixed blocks added in order.
 ZT_KERNEL(double, sum_squares, (ConstOperand x, int64_t n), (x, n), (operand(x, n)))
 

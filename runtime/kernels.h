@@ -17,16 +17,19 @@
 //     The one exception: dropout, whose mask is drawn by the element's index (kernel_entries.h);
 //   - reductions use a fixed blocking independent of the thread count, so results do not
 //     depend on how many threads ran them.
-// Precision. Parameters, their gradients and the optimizer's gradient input are Operands: a
-// pointer with its dtype (fp32, bf16 or fp16), read and written in the dtype they are stored in,
-// with fp32 arithmetic inside (a GEMM accumulates in fp32; a 16-bit gradient accumulated into is
-// rounded once, as a beta = 1 GEMM into a 16-bit output is). So a 16-bit working copy goes to the
-// kernels as it is and no fp32 copy of a unit exists. Activations (hidden states, their
-// gradients, logits) are fp32 arrays on this interface; a table made for an activation dtype
-// (Device::kernels_for) rounds every activation it writes to that dtype in the loop that writes
-// it, so each holds exactly what a 16-bit device would store (fp16 overflow gives ±inf where it
-// happens). Layer-norm statistics and losses stay fp32. Rounding is round to nearest even,
-// the bits of round_to.
+// Precision. Parameters, their gradients, the optimizer's gradient input and activations
+// (hidden states, their gradients, logits, attention probabilities) are Operands: a pointer with
+// its dtype (fp32, bf16 or fp16), read and written in the dtype they are stored in, with fp32
+// arithmetic inside (a GEMM accumulates in fp32; a 16-bit gradient accumulated into is rounded
+// once, as a beta = 1 GEMM into a 16-bit output is). So a 16-bit working copy goes to the
+// kernels as it is and no fp32 copy of a unit exists, and a 16-bit run keeps its activations in
+// 16 bits (runtime/activation_store.h). A table made for an activation dtype
+// (Device::kernels_for) rounds every activation it writes to that dtype in the step that writes
+// it, whether the operand is stored in that dtype or in fp32 (an fp32 array then holds exactly
+// what the 16-bit one would: fp16 overflow gives ±inf where it happens), so an entry given fp32
+// arrays and one given the same values in 16 bits leave the same values. Layer-norm statistics,
+// a back end's attention record and losses stay fp32. Rounding is round to nearest even, the
+// bits of round_to.
 #pragma once
 
 #include <cmath>
@@ -80,8 +83,8 @@ enum class GradOutput { kAdd, kWrite };
 
 // What an attention forward keeps in `att` for its backward (kernel_entries.h's
 // attention_record): `floats` elements, and whether they are activations (the softmax
-// probabilities, which a 16-bit run's activation store packs to 16 bits with the others) or the
-// back end's own record (cuDNN's statistics and 16-bit output), which must be kept as written.
+// probabilities, stored in the run's activation dtype with the others) or the back end's own
+// record (cuDNN's statistics and 16-bit output), an fp32 buffer kept as written.
 struct AttentionRecord {
   int64_t floats = 0;
   bool packable = true;
@@ -144,5 +147,11 @@ class Kernels {
 #define ZT_KERNEL(ret, name, params, args, memory) virtual ret name params = 0;
 #include "runtime/kernel_entries.h"
 };
+
+// dst[0, n) = src[0, n) in dst's dtype (round to nearest even; a copy when the dtypes match):
+// Kernels::cast between two operands.
+inline void cast(Kernels& k, Operand dst, ConstOperand src, int64_t n) {
+  k.cast(dst.data, dst.dtype, src.data, src.dtype, n);
+}
 
 }  // namespace zt

@@ -63,14 +63,15 @@ class Unit {
   virtual bool frozen() const { return false; }
 };
 
-// What a layer reads and writes. Hidden states are (B, T, C) fp32 on the device.
+// What a layer reads and writes. Hidden states and their gradients are (B, T, C) on the device,
+// in the pass's activation dtype (the working dtype: kernels.h, Precision).
 struct LayerIO {
   const Batch* batch = nullptr;
-  const float* input = nullptr;  // previous layer's output; null for the first layer
-  float* output = nullptr;       // this layer's output; null for the last layer
+  ConstOperand input;  // previous layer's output; null for the first layer
+  Operand output;      // this layer's output; null for the last layer
   // Backward: gradient of the loss w.r.t. output (read) and input (accumulated into).
-  const float* d_output = nullptr;
-  float* d_input = nullptr;
+  ConstOperand d_output;
+  Operand d_input;
   // Last layer only. Forward writes per-position losses (B*T). When training, dloss is set: the
   // last layer also computes its gradients in the same pass with d loss_i = *dloss for every
   // position (the mean's 1/(B*T*accumulation) times any loss scale), so it never stores logits.
@@ -89,8 +90,8 @@ struct AttentionHeads {
   int64_t window = 0;  // sliding window; 0: plain causal
 };
 
-// One buffer a layer's forward puts in its ActivationStore: `elements` fp32 values, allocated
-// with alloc_floats (packed to 16 bits under mixed precision) or alloc_stats (`stats`: stays fp32).
+// One buffer a layer's forward puts in its ActivationStore: `elements` values, allocated with
+// alloc_acts (in the activation dtype) or alloc_stats (`stats`: fp32).
 // `attention`: the buffer is att, allocated with alloc_attention as attention_record answers for
 // these heads; `elements` and `stats` then declare the probabilities (B·NH·T·T, packable), what
 // every CPU table keeps, and the memory planner asks the job's device rule for its own answer.
@@ -105,8 +106,9 @@ struct ActivationBuffer {
 // pass over these declarations:
 //   saved      forward's buffers in its ActivationStore, in allocation order (what the layer
 //              keeps for its backward, or drops when checkpointed)
-//   transient  fp32 elements forward allocates after `saved` and frees before it returns
-//   scratch    fp32 elements backward allocates in its scratch store (freed by the engine after)
+//   transient  activation elements forward allocates after `saved` and frees before it returns
+//   scratch    activation elements backward allocates in its scratch store (freed by the
+//              engine after)
 struct LayerActivations {
   std::vector<ActivationBuffer> saved;
   int64_t transient = 0;
@@ -121,15 +123,15 @@ struct DecodeIO {
   const int32_t* tokens = nullptr;     // (B, T) the new token ids, already checked (< V)
   const int32_t* positions = nullptr;  // (B, T) their positions, past + t
   int64_t B = 0, T = 0;
-  int64_t past = 0;              // tokens already in the cache, each row
-  int64_t capacity = 0;          // cache rows per batch row (past + T <= capacity)
-  const float* input = nullptr;  // (B, T, C) previous layer's output; null for the first layer
-  float* output = nullptr;       // (B, T, C) this layer's output; null for the last layer
+  int64_t past = 0;      // tokens already in the cache, each row
+  int64_t capacity = 0;  // cache rows per batch row (past + T <= capacity)
+  ConstOperand input;    // (B, T, C) previous layer's output; null for the first layer
+  Operand output;        // (B, T, C) this layer's output; null for the last layer
   // This layer's cache, each (B, capacity, kv_width()): keys and values of positions
   // 0 .. past - 1 on entry, 0 .. past + T - 1 on return. Null for a layer that keeps none.
-  float* k_cache = nullptr;
-  float* v_cache = nullptr;
-  float* logits = nullptr;  // last layer: (B, V) the logits of each row's last new token
+  Operand k_cache;
+  Operand v_cache;
+  float* logits = nullptr;  // last layer: (B, V) fp32, the logits of each row's last new token
 };
 
 // One step of the forward order: computes with its unit's parameters, and with those of any

@@ -214,13 +214,14 @@ std::string format_plan(const PlanRequest& r, const std::vector<PlanRow>& rows) 
       r.tuning.empty() ? "" : " (they count every parameter as trained: frozen units too)");
   if (r.model) {
     const int64_t budget = logits_chunk_budget(r);
-    out += fmt::format(
-        "LM head: logits in chunks of at most {} of fp32 ({}).\n", format_bytes(budget),
-        !r.cuda               ? "the CPU's budget"
-        : r.device_memory > 0 ? "a GPU's budget, 1/32 of its memory, taken as the device memory"
-                              : "the CPU's budget: a GPU's is 1/32 of its memory, not given "
-                                "(--device-memory or zt.device_memory_limit), so its logits are "
-                                "under-counted");
+    out += fmt::format("LM head: logits in chunks of rows whose fp32 logits fit in {} ({}).\n",
+                       format_bytes(budget),
+                       !r.cuda ? "the CPU's budget"
+                       : r.device_memory > 0
+                           ? "a GPU's budget, 1/32 of its memory, taken as the device memory"
+                           : "the CPU's budget: a GPU's is 1/32 of its memory, not given "
+                             "(--device-memory or zt.device_memory_limit), so its logits are "
+                             "under-counted");
     if (r.cuda && r.engine.precision.compute != DType::kF32)
       out +=
           "Attention: what cuDNN's fused SDPA keeps (softmax statistics and the 16-bit output) "

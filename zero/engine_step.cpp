@@ -52,69 +52,48 @@ class DeviceBatch {
   Buffer tokens_;
 };
 
-// What one pass keeps between layers, all on the device:
-//   hidden[l]    (N, C) output of layer l, kept through backward in the working dtype; a
-//                checkpointed layer keeps nothing else, so these are its saved input
-//   losses       (N) per-position losses of the last layer
-//   d_hidden[2]  (N, C) fp32 gradients of the hidden state, used alternately by backward
+// What one pass keeps between layers, all on the device, activations in the working dtype
+// (kernels.h, Precision):
+//   hidden[l]    (N, C) output of layer l, kept through backward; a checkpointed layer keeps
+//                nothing else, so these are its saved input
+//   losses       (N) fp32 per-position losses of the last layer
+//   d_hidden[2]  (N, C) gradients of the hidden state, used alternately by backward
 //   acts[l]      layer l's activation store
-// Under 16-bit activations a layer reads and writes fp32 copies of the stored hidden states
-// (input_of / output_of), dropped after the layer (drop_copies).
 class PassState {
  public:
-  PassState(Device& device, Kernels& k, size_t layers, int64_t N, int64_t C, DType act_dtype,
-            bool training)
-      : device_(device), k_(k), layers_(layers), n_(N * C), act_dtype_(act_dtype),
-        pack_(act_dtype != DType::kF32) {
+  PassState(Device& device, size_t layers, int64_t N, int64_t C, DType act_dtype, bool training)
+      : device_(device), layers_(layers), act_dtype_(act_dtype),
+        bytes_(static_cast<size_t>(N * C) * dtype_size(act_dtype)) {
     hidden_.resize(layers - 1);
-    for (auto& h : hidden_)
-      h = device.alloc(static_cast<size_t>(n_) * dtype_size(act_dtype), MemCategory::kActivations);
+    for (auto& h : hidden_) h = device.alloc(bytes_, MemCategory::kActivations);
     losses_ = device.alloc(static_cast<size_t>(N) * sizeof(float), MemCategory::kActivations);
     if (training)
-      for (auto& d : d_hidden_) d = device.alloc(fp32_bytes(), MemCategory::kActivations);
+      for (auto& d : d_hidden_) d = device.alloc(bytes_, MemCategory::kActivations);
     acts_.reserve(layers);
-    for (size_t l = 0; l < layers; ++l) acts_.emplace_back(device, &k);
+    for (size_t l = 0; l < layers; ++l) acts_.emplace_back(device, act_dtype);
   }
 
   // Layer l's input: null for the first layer.
-  const float* input_of(size_t l) {
-    if (l == 0) return nullptr;
-    if (!pack_) return hidden_[l - 1].as<float>();
-    input_copy_ = device_.alloc(fp32_bytes(), MemCategory::kActivations);
-    k_.cast(input_copy_.data(), DType::kF32, hidden_[l - 1].data(), act_dtype_, n_);
-    return input_copy_.as<float>();
+  ConstOperand input_of(size_t l) const {
+    return l == 0 ? ConstOperand() : ConstOperand(hidden_[l - 1].data(), act_dtype_);
   }
-  // Layer l's output buffer: null for the last layer, and for a backward that does not
-  // recompute (`computed` false) under 16-bit activations.
-  float* output_of(size_t l, bool computed) {
-    if (l + 1 == layers_) return nullptr;
-    if (!pack_) return hidden_[l].as<float>();
-    if (!computed) return nullptr;
-    output_copy_ = device_.alloc(fp32_bytes(), MemCategory::kActivations);
-    return output_copy_.as<float>();
-  }
-  // After a forward: the fp32 output copy stored as the working dtype.
-  void store_output(size_t l, const float* output) {
-    if (pack_ && output) k_.cast(hidden_[l].data(), act_dtype_, output, DType::kF32, n_);
-  }
-  void drop_copies() {
-    input_copy_.reset();
-    output_copy_.reset();
+  // Layer l's output: null for the last layer.
+  Operand output_of(size_t l) const {
+    return l + 1 == layers_ ? Operand() : Operand(hidden_[l].data(), act_dtype_);
   }
   // After layer l's forward: what it keeps for its backward.
   void keep_activations(size_t l, bool keep) {
-    if (!keep)
-      acts_[l].release();
-    else if (pack_)
-      acts_[l].pack(act_dtype_);
+    if (!keep) acts_[l].release();
   }
-  float* d_output(size_t l) { return l + 1 < layers_ ? d_hidden_[l % 2].as<float>() : nullptr; }
+  ConstOperand d_output(size_t l) const {
+    return l + 1 < layers_ ? ConstOperand(d_hidden_[l % 2].data(), act_dtype_) : ConstOperand();
+  }
   // Zeroed: backward accumulates into it. Null for the first layer.
-  float* d_input(size_t l) {
-    if (l == 0) return nullptr;
-    float* d = d_hidden_[(l + 1) % 2].as<float>();
-    device_.zero(d, fp32_bytes());
-    return d;
+  Operand d_input(size_t l) {
+    if (l == 0) return {};
+    void* d = d_hidden_[(l + 1) % 2].data();
+    device_.zero(d, bytes_);
+    return {d, act_dtype_};
   }
   ActivationStore& acts(size_t l) { return acts_[l]; }
   float* losses() { return losses_.as<float>(); }
@@ -128,18 +107,14 @@ class PassState {
   }
 
  private:
-  size_t fp32_bytes() const { return static_cast<size_t>(n_) * sizeof(float); }
   Device& device_;
-  Kernels& k_;
   size_t layers_;
-  int64_t n_;  // N * C
   DType act_dtype_;
-  bool pack_;  // activations kept 16-bit, computed in fp32
+  size_t bytes_;  // of one (N, C) hidden state
   std::vector<Buffer> hidden_;
   Buffer losses_;
   Buffer d_hidden_[2];
   std::vector<ActivationStore> acts_;
-  Buffer input_copy_, output_copy_;
 };
 
 }  // namespace
@@ -152,18 +127,18 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
   const size_t L = layers.size();
   const bool training = mode == PassMode::kTraining;
   const UnitSchedule& schedule = training ? *training_schedule_ : *evaluation_schedule_;
-  PassState pass(device_, kernels_, L, batch.B * batch.T, model_.hidden_size(),
-                 options_.precision.compute, training);
+  PassState pass(device_, L, batch.B * batch.T, model_.hidden_size(), options_.precision.compute,
+                 training);
   // Every training pass its own masks: from the run's seed, the step and the pass within it.
   const uint64_t pass_seed =
       training ? splitmix64(options_.seed ^
                             splitmix64(static_cast<uint64_t>(step_ + 1) << 20 | pass_in_step_++))
                : 0;
-  auto layer_io = [&](size_t l, bool computes_output) {
+  auto layer_io = [&](size_t l) {
     LayerIO io;
     io.batch = &batch;
     io.input = pass.input_of(l);
-    io.output = pass.output_of(l, computes_output);
+    io.output = pass.output_of(l);
     if (l + 1 == L) {
       io.losses = pass.losses();
       if (training) io.dloss = dloss;  // the last layer's gradient in forward
@@ -188,12 +163,10 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
     use_units(schedule, steps);
     fault_point(training ? EnginePoint::kForward : EnginePoint::kEvaluation,
                 schedule[steps.begin].unit);
-    const LayerIO io = layer_io(l, true);
+    const LayerIO io = layer_io(l);
     if (training && l + 1 == L) trainable(steps, [](int, ParamGroup& g) { g.ensure_grads(); });
     layers[l]->forward(k, io, pass.acts(l));
-    pass.store_output(l, io.output);
     pass.keep_activations(l, training && !options_.checkpoint[l] && l >= first_backward);
-    pass.drop_copies();
     end_use(schedule, steps);
   }
   times_.forward += seconds_since(t0);
@@ -207,14 +180,12 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
     const UnitSchedule::Steps steps = schedule.backward_steps(l);
     use_units(schedule, steps);
     trainable(steps, [](int, ParamGroup& g) { g.ensure_grads(); });
-    LayerIO io = layer_io(l, options_.checkpoint[l]);
+    LayerIO io = layer_io(l);
     if (options_.checkpoint[l])
       layers[l]->forward(k, io, pass.acts(l));  // recompute (output rewritten with the same bits)
-    else
-      pass.acts(l).unpack();
     io.d_output = pass.d_output(l);
     io.d_input = pass.d_input(l);
-    ActivationStore scratch(device_);
+    ActivationStore scratch(device_, options_.precision.compute);
     layers[l]->backward(k, io, pass.acts(l), scratch);
     pass.acts(l).release();
     trainable(steps, [&](int u, ParamGroup& g) {
@@ -226,7 +197,6 @@ double Engine::run_pass(const Batch& host_batch, PassMode mode, float dloss, boo
       if (reduce_now) reducer.add(g);
       fault_point(EnginePoint::kBackward, u);
     });
-    pass.drop_copies();
     end_use(schedule, steps);
   }
   reducer.finish();

@@ -200,26 +200,16 @@ struct Tally {
 
 constexpr MemCategory kActs = MemCategory::kActivations;
 
-// One layer's ActivationStore in the replay: the bytes each saved buffer holds now.
+// One layer's ActivationStore in the replay: the bytes each saved buffer holds.
 struct StoreReplay {
   const LayerActivations* declared = nullptr;
   std::vector<int64_t> held;
 
-  void fill(Tally& t) {  // forward's allocations, fp32
+  // forward's allocations: activations in the working dtype (act_bytes each), statistics fp32
+  void fill(Tally& t, int64_t act_bytes) {
     for (const ActivationBuffer& b : declared->saved) {
-      held.push_back(4 * b.elements);
+      held.push_back((b.stats ? 4 : act_bytes) * b.elements);
       t.alloc(kActs, held.back());
-    }
-  }
-  // ActivationStore::pack / unpack: each buffer converted in turn, the new one allocated before
-  // the old one is freed; stats and empty buffers stay.
-  void convert(Tally& t, int64_t to_bytes_per_element) {
-    for (size_t i = 0; i < held.size(); ++i) {
-      const ActivationBuffer& b = declared->saved[i];
-      if (b.stats || b.elements == 0) continue;
-      t.alloc(kActs, to_bytes_per_element * b.elements);
-      t.free(kActs, held[i]);
-      held[i] = to_bytes_per_element * b.elements;
     }
   }
   void release(Tally& t) {
@@ -423,32 +413,24 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
   }
   const auto checkpointed = [&](size_t l) { return !o.checkpoint.empty() && o.checkpoint[l]; };
   const int64_t N = o.B * o.T, C = model.hidden_size();
-  const int64_t hidden_fp32 = 4 * N * C;
-  const bool pack = o.compute != DType::kF32;  // 16-bit activations computed in fp32
-  const int64_t packed = static_cast<int64_t>(dtype_size(o.compute));
+  const int64_t act = static_cast<int64_t>(dtype_size(o.compute));  // activations' bytes
+  const int64_t hidden = N * C * act;
 
-  // DeviceBatch, then PassState (hidden states in the compute dtype, losses, two fp32 hidden
-  // gradients), then the layers.
+  // DeviceBatch, then PassState (hidden states, fp32 losses, two hidden gradients), then the
+  // layers.
   const int64_t token_bytes = o.tokens_on_device ? (o.batch_positions ? 3 : 2) * N * 4 : 0;
   const int64_t pass_bytes =
-      token_bytes + static_cast<int64_t>(L - 1) * N * C * packed + 4 * N + 2 * hidden_fp32;
+      token_bytes + static_cast<int64_t>(L - 1) * hidden + 4 * N + 2 * hidden;
   if (o.tokens_on_device) t.alloc(kActs, token_bytes);
-  t.alloc(kActs, static_cast<int64_t>(L - 1) * N * C * packed);
+  t.alloc(kActs, static_cast<int64_t>(L - 1) * hidden);
   t.alloc(kActs, 4 * N);
-  t.alloc(kActs, 2 * hidden_fp32);
-  // Under 16-bit activations a layer reads and writes fp32 copies of the hidden states.
-  const auto copies = [&](size_t l, bool computes_output) {
-    int64_t bytes = 0;
-    if (pack && l > 0) bytes += hidden_fp32;
-    if (pack && computes_output && l + 1 < L) bytes += hidden_fp32;
-    return bytes;
-  };
+  t.alloc(kActs, 2 * hidden);
   std::vector<StoreReplay> stores(L);
   for (size_t l = 0; l < L; ++l) stores[l].declared = &declared[l];
   const auto forward = [&](size_t l) {
-    stores[l].fill(t);
-    t.alloc(kActs, 4 * declared[l].transient);
-    t.free(kActs, 4 * declared[l].transient);
+    stores[l].fill(t, act);
+    t.alloc(kActs, act * declared[l].transient);
+    t.free(kActs, act * declared[l].transient);
   };
   // Layers below the first that trains run no backward and keep nothing.
   const size_t first_backward = first_backward_layer(model);
@@ -457,14 +439,8 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
         units ? units->schedule().forward_steps(l) : UnitSchedule::Steps{};
     if (units) units->use_units(steps);
     if (units && l + 1 == L) units->ensure_grads(steps);
-    const int64_t c = copies(l, true);
-    t.alloc(kActs, c);
     forward(l);
-    if (checkpointed(l) || l < first_backward)
-      stores[l].release(t);
-    else if (pack)
-      stores[l].convert(t, packed);
-    t.free(kActs, c);
+    if (checkpointed(l) || l < first_backward) stores[l].release(t);
     if (units) units->end_use(steps);
   }
   for (size_t l = L; l-- > first_backward;) {
@@ -474,21 +450,15 @@ bool replay_pass(Model& model, const ActivationOptions& o, Tally& t, UnitReplay*
       units->use_units(steps);
       units->ensure_grads(steps);
     }
-    const int64_t c = copies(l, checkpointed(l));
-    t.alloc(kActs, c);
-    if (checkpointed(l))
-      forward(l);  // the recompute keeps fp32 buffers
-    else if (pack)
-      stores[l].convert(t, 4);
-    t.alloc(kActs, 4 * declared[l].scratch);
+    if (checkpointed(l)) forward(l);  // the recompute
+    t.alloc(kActs, act * declared[l].scratch);
     stores[l].release(t);
     if (units)
       for (size_t at = steps.begin; at < steps.end; ++at) {
         const int u = units->schedule()[at].unit;
         if (units->completes_unit(l, u)) units->gradient_complete(u);
       }
-    t.free(kActs, c);
-    t.free(kActs, 4 * declared[l].scratch);
+    t.free(kActs, act * declared[l].scratch);
     if (units) units->end_use(steps);
   }
   if (units) units->finish_reductions();

@@ -129,7 +129,7 @@ TierBytes model_state_bytes(std::span<const UnitSize> units, const StateOptions&
 struct ActivationOptions {
   int64_t B = 1;
   int64_t T = 1;
-  DType compute = DType::kF32;   // hidden states kept in it; stores packed to it when 16-bit
+  DType compute = DType::kF32;   // activations stored in it (statistics and losses fp32)
   std::vector<bool> checkpoint;  // per layer, as EngineOptions::checkpoint; empty: none
   // A device the host cannot address (a GPU) holds a copy of the token ids: 2 * B * T int32,
   // 3 * B * T with batch_positions (batches of packed documents, Batch::positions).

@@ -387,14 +387,14 @@ AttentionShape attention_shape(int64_t T, int64_t NH, int64_t NKV, int64_t hs, i
 
 }  // namespace
 
-void CpuKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+void CpuKernels::attention_forward(Operand out, Operand att, ConstOperand qkv, int64_t B, int64_t T,
                                    int64_t C, int64_t NH, const int32_t* positions) {
   ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
   gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH, positions);
 }
 
-void CpuKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                    const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
+void CpuKernels::attention_backward(Operand dqkv, ConstOperand dout, ConstOperand qkv,
+                                    ConstOperand att, int64_t B, int64_t T, int64_t C, int64_t NH,
                                     const int32_t* positions) {
   ZT_ASSERT(NH > 0 && C % NH == 0, "attention: C={} is not a multiple of NH={}", C, NH);
   gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH, positions);
@@ -406,13 +406,17 @@ AttentionRecord CpuKernels::attention_record(int64_t B, int64_t T, int64_t NH, i
   return {B * NH * T * T, true};
 }
 
-void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                       int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+void CpuKernels::gqa_attention_forward(Operand out_op, Operand att_op, ConstOperand qkv_op,
+                                       int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                                        const int32_t* positions, int64_t window) {
   const AttentionShape s = attention_shape(T, NH, NKV, hd, window);
   const int64_t pairs = B * NKV;
   if (pairs <= 0 || T <= 0) return;
   check_positions(positions, B, T, "attention");
+  ActStage stage(*this);
+  float* out = stage.out(out_op, B * T * s.HD);
+  float* att = stage.out(att_op, B * NH * T * T);
+  const float* qkv = stage.in(qkv_op, B * T * s.R);
   parallel_with_scratch(pairs, attention_forward_scratch(T, s.hs), [&](int64_t bj, float* scratch) {
     const int64_t b = bj / NKV, j = bj % NKV;
     float* kt = scratch;           // (hs, Tt): K transposed
@@ -434,14 +438,19 @@ void CpuKernels::gqa_attention_forward(float* out, float* att, const float* qkv,
   });
 }
 
-void CpuKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                        const float* att, int64_t B, int64_t T, int64_t NH,
+void CpuKernels::gqa_attention_backward(Operand dqkv_op, ConstOperand dout_op, ConstOperand qkv_op,
+                                        ConstOperand att_op, int64_t B, int64_t T, int64_t NH,
                                         int64_t NKV, int64_t hd, const int32_t* positions,
                                         int64_t window) {
   const AttentionShape s = attention_shape(T, NH, NKV, hd, window);
   const int64_t pairs = B * NKV;
   if (pairs <= 0 || T <= 0) return;
   check_positions(positions, B, T, "attention");
+  ActStage stage(*this);
+  float* dqkv = stage.inout(dqkv_op, B * T * s.R);
+  const float* dout = stage.in(dout_op, B * T * s.HD);
+  const float* qkv = stage.in(qkv_op, B * T * s.R);
+  const float* att = stage.in(att_op, B * NH * T * T);
   // Each (b, key/value head) pair owns its slices of dqkv: its group's q parts and its k and v.
   const int64_t hs = s.hs;
   parallel_with_scratch(pairs, attention_backward_scratch(T, hs), [&](int64_t bj, float* scratch) {
@@ -495,9 +504,10 @@ namespace zt {
 // first (a pass of its own, so every task reads complete caches), then scores over its keys
 // (each a dot product over hd in increasing d), the softmax (max, exponentials, their sum in
 // increasing key order), and the weighted sum of the cached values in increasing key order.
-void CpuKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache, const float* qkv,
-                                      int64_t B, int64_t T, int64_t past, int64_t S, int64_t NH,
-                                      int64_t NKV, int64_t hd, int64_t window) {
+void CpuKernels::gqa_attention_decode(Operand out_op, Operand k_cache_op, Operand v_cache_op,
+                                      ConstOperand qkv_op, int64_t B, int64_t T, int64_t past,
+                                      int64_t S, int64_t NH, int64_t NKV, int64_t hd,
+                                      int64_t window) {
   ZT_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
             "attention: NH={} is not a positive multiple of NKV={} (head_dim {})", NH, NKV, hd);
   ZT_ASSERT(past >= 0 && past + T <= S, "attention decode: {} + {} tokens past the cache's {}",
@@ -505,6 +515,11 @@ void CpuKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache
   if (B <= 0 || T <= 0) return;
   const int64_t G = NH / NKV, HD = NH * hd, KV = NKV * hd, R = HD + 2 * KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ActStage stage(*this);
+  float* out = stage.out(out_op, B * T * HD);
+  float* k_cache = stage.inout(k_cache_op, B * S * KV);
+  float* v_cache = stage.inout(v_cache_op, B * S * KV);
+  const float* qkv = stage.in(qkv_op, B * T * R);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const float* row = qkv + (b * T + t) * R;

@@ -351,7 +351,11 @@ __attribute__((target("avx512f"))) void add_into_fp16_avx512(uint16_t* d, const 
 
 }  // namespace
 
-void CpuKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {
+void CpuKernels::residual_forward(Operand out_op, ConstOperand a_op, ConstOperand b_op, int64_t n) {
+  ActStage stage(*this);
+  const float* a = stage.in(a_op, n);
+  const float* b = stage.in(b_op, n);
+  float* out = stage.out(out_op, n);
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
@@ -359,7 +363,10 @@ void CpuKernels::residual_forward(float* out, const float* a, const float* b, in
   });
 }
 
-void CpuKernels::accumulate(float* y, const float* x, int64_t n) {
+void CpuKernels::accumulate(Operand y_op, ConstOperand x_op, int64_t n) {
+  ActStage stage(*this);
+  float* y = stage.inout(y_op, n);
+  const float* x = stage.in(x_op, n);
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
     for (int64_t i = i0; i < i1; ++i) y[i] += x[i];
@@ -544,7 +551,9 @@ void CpuKernels::add(void* dst, DType dst_type, const void* a, DType a_type, con
   });
 }
 
-void CpuKernels::fill(float* x, float value, int64_t n) {
+void CpuKernels::fill(Operand x_op, float value, int64_t n) {
+  ActStage stage(*this);
+  float* x = stage.out(x_op, n);
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
     std::fill(x + i0, x + i1, value);
     round_act(x, i0, i1);

@@ -23,11 +23,13 @@ inline int64_t head_offset(int64_t r, int64_t H, int64_t hd, int64_t stride) {
 
 }  // namespace
 
-void CpuKernels::head_rmsnorm_forward(float* x, float* rstd, ConstOperand weight_op, int64_t N,
+void CpuKernels::head_rmsnorm_forward(Operand x_op, float* rstd, ConstOperand weight_op, int64_t N,
                                       int64_t H, int64_t hd, int64_t stride, float eps) {
   ZT_ASSERT(H > 0 && hd > 0 && stride >= H * hd, "head_rmsnorm_forward: {} heads of {} in {}", H,
             hd, stride);
   if (N <= 0) return;
+  ActStage stage(*this);
+  float* x = stage.inout(x_op, (N - 1) * stride + H * hd);  // the rest of each row kept
   const float* weight = widened(weight_op, hd, thread_scratch<ScratchSlot::kOperand>(hd));
   parallel_ranges(N * H, kHeadRowBlock, [&](int64_t r0, int64_t r1) {
     run_isa(isa_, [&](auto lanes) {
@@ -41,13 +43,17 @@ void CpuKernels::head_rmsnorm_forward(float* x, float* rstd, ConstOperand weight
   });
 }
 
-void CpuKernels::head_rmsnorm_backward(float* dx, Operand dweight, const float* inp,
+void CpuKernels::head_rmsnorm_backward(Operand dx_op, Operand dweight, ConstOperand inp_op,
                                        ConstOperand weight_op, const float* rstd, int64_t N,
                                        int64_t H, int64_t hd, int64_t stride) {
   ZT_ASSERT(!dweight.fresh, "head_rmsnorm_backward: a fresh gradient (kernels.h)");
   ZT_ASSERT(H > 0 && hd > 0 && stride >= H * hd, "head_rmsnorm_backward: {} heads of {} in {}", H,
             hd, stride);
   if (N <= 0) return;
+  ActStage stage(*this);
+  const int64_t extent = (N - 1) * stride + H * hd;
+  float* dx = stage.inout(dx_op, extent);  // the rest of each row kept
+  const float* inp = stage.in(inp_op, extent);
   const float* weight = widened(weight_op, hd, thread_scratch<ScratchSlot::kOperand>(hd));
   const int64_t rows = N * H, blocks = (rows + kHeadRowBlock - 1) / kHeadRowBlock;
   float* partials = thread_scratch<ScratchSlot::kCall>(blocks * hd);  // (blocks, hd)

@@ -36,6 +36,8 @@
 // runtime/cpu: the rest of the tree gets the table from make_cpu_kernels (cpu_device.h).
 #pragma once
 
+#include <cstdint>
+
 #include "runtime/cpu/cpu_gemm_paths.h"
 #include "runtime/cpu/cpu_simd.h"
 #include "runtime/kernels.h"
@@ -107,6 +109,8 @@ class CpuKernels final : public Kernels {
   // One gemm call's plan, and one thread's share of it (cpu_gemm.cpp).
   struct GemmPlan;
   class GemmThread;
+  // One call's activation operands as the fp32 arrays the entries compute on (cpu_act_stage.cpp).
+  class ActStage;
   // The optimizers' gradient over [i0, i1) as fp32, indexed by the element's position.
   const float* grad_range(ConstOperand grad, int64_t i0, int64_t i1, float* scratch);
 
@@ -120,7 +124,7 @@ class CpuKernels final : public Kernels {
   // The number of positions the n positions (null: 0..T-1) need a table of: max + 1, at least T.
   static int64_t position_count(const int32_t* positions, int64_t n, int64_t T);
   // rope_forward (sign 1) and rope_backward (sign -1, the inverse rotation).
-  void rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+  void rope_apply(Operand qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                   const RopeFrequencies& rope, const int32_t* positions, float sign);
   // x[i0, i1) rounded to dtype (not kF32): round_to's arithmetic, for round_to and round_rows.
   void round_range(float* x, DType dtype, int64_t i0, int64_t i1);
@@ -131,6 +135,42 @@ class CpuKernels final : public Kernels {
   GemmRouting* routing_;     // null: the feature-flag rule
   bool f16c_;  // fp16 conversions by the F16C instructions in cast (fp32 -> fp16), round_to and
                // add (AVX2 paths only, so ZT_CPU_SIMD=sse2 tests the portable conversions)
+};
+
+// The activation operands of one entry's call as fp32 arrays (kernels.h, Precision): an fp32
+// operand is its own pointer; a 16-bit one is widened into scratch kept per thread across calls
+// (in, inout) or handed scratch to be written (out), and what was written is narrowed back when
+// the stage ends, in parallel, unless an exception is leaving the entry. Exact both ways: a
+// 16-bit value widens to itself, and the entries round what they write to the table's
+// activation dtype, so narrowing it changes no value. Stages nest (an entry calling another
+// takes scratch past its caller's). Null operands stay null.
+class CpuKernels::ActStage {
+ public:
+  explicit ActStage(CpuKernels& k);
+  ~ActStage();
+  ActStage(const ActStage&) = delete;
+  ActStage& operator=(const ActStage&) = delete;
+  // n elements read.
+  const float* in(ConstOperand a, int64_t n);
+  // n elements written, none read.
+  float* out(Operand a, int64_t n) { return stage(a, n, false); }
+  // n elements read and written (accumulated into, updated in place, or written in part).
+  float* inout(Operand a, int64_t n) { return stage(a, n, true); }
+
+ private:
+  float* stage(Operand a, int64_t n, bool read);
+  float* scratch(int64_t n);
+  struct Written {
+    Operand dst;
+    const float* src = nullptr;
+    int64_t n = 0;
+  };
+  static constexpr int kMaxWritten = 4;
+  CpuKernels& k_;
+  int exceptions_;
+  size_t first_slot_;
+  Written written_[kMaxWritten];
+  int n_written_ = 0;
 };
 
 }  // namespace zt

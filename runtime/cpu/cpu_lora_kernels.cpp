@@ -19,12 +19,16 @@ using namespace cpu;
 
 // Rows split across threads, about kElementGrain elements a task; a row's written elements
 // rounded to the activation dtype by the task that wrote them.
-void CpuKernels::add_columns(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                             int64_t N, int64_t width, float scale, GradOutput output) {
+void CpuKernels::add_columns(Operand dst_op, int64_t dst_stride, ConstOperand src_op,
+                             int64_t src_stride, int64_t N, int64_t width, float scale,
+                             GradOutput output) {
   ZT_ASSERT(N >= 0 && width >= 0 && width <= dst_stride && width <= src_stride,
             "add_columns: {} rows of {} columns in rows of {} (dst) and {} (src)", N, width,
             dst_stride, src_stride);
   if (N == 0 || width == 0) return;
+  ActStage stage(*this);
+  const float* src = stage.in(src_op, (N - 1) * src_stride + width);
+  float* dst = stage.inout(dst_op, (N - 1) * dst_stride + width);  // the other columns kept
   const bool add = output == GradOutput::kAdd;
   parallel_ranges(N, std::max<int64_t>(1, kElementGrain / width), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
@@ -53,8 +57,12 @@ float dropout_factor(float p, const char* kernel) {
 
 }  // namespace
 
-void CpuKernels::dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed) {
+void CpuKernels::dropout_forward(Operand out_op, ConstOperand inp_op, int64_t n, float p,
+                                 uint64_t seed) {
   const float k = dropout_factor(p, "dropout_forward");
+  ActStage stage(*this);
+  const float* inp = stage.in(inp_op, n);
+  float* out = stage.out(out_op, n);
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
     if (p == 0.0f) {
       if (out != inp) std::memcpy(out + i0, inp + i0, static_cast<size_t>(i1 - i0) * sizeof(float));
@@ -67,9 +75,12 @@ void CpuKernels::dropout_forward(float* out, const float* inp, int64_t n, float 
   });
 }
 
-void CpuKernels::dropout_backward(float* dinp, const float* dout, int64_t n, float p,
+void CpuKernels::dropout_backward(Operand dinp_op, ConstOperand dout_op, int64_t n, float p,
                                   uint64_t seed) {
   const float k = dropout_factor(p, "dropout_backward");
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, n);
+  const float* dout = stage.in(dout_op, n);
   if (p == 0.0f) {
     accumulate(dinp, dout, n);
     return;

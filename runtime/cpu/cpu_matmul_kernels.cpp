@@ -212,11 +212,14 @@ std::string cpu_gemm_description() {
       v->major, v->minor, v->patch, onednn_isa_name(), bf16);
 }
 
-void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weight,
+void CpuKernels::matmul_forward(Operand out_op, ConstOperand inp_op, ConstOperand weight,
                                 ConstOperand bias, int64_t M, int64_t K, int64_t N,
                                 WeightLayout layout) {
   check_gemm_dims(M, K, N);
   if (M == 0 || N == 0) return;
+  ActStage stage(*this);
+  float* out = stage.out(out_op, M * N);
+  const float* inp = stage.in(inp_op, M * K);
   // With a bias, out starts as bias rows and the products are added (beta = 1): one write pass
   // instead of a separate read-modify-write pass after the GEMM.
   if (bias) {
@@ -253,10 +256,16 @@ void CpuKernels::matmul_forward(float* out, const float* inp, ConstOperand weigh
     parallel_ranges(M * N, kElementGrain, [&](int64_t i0, int64_t i1) { round_act(out, i0, i1); });
 }
 
-void CpuKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                                 const float* inp, ConstOperand weight, int64_t M, int64_t K,
-                                 int64_t N, WeightLayout layout, GradOutput dinp_output) {
+void CpuKernels::matmul_backward(Operand dinp_op, Operand dweight, Operand dbias,
+                                 ConstOperand dout_op, ConstOperand inp_op, ConstOperand weight,
+                                 int64_t M, int64_t K, int64_t N, WeightLayout layout,
+                                 GradOutput dinp_output) {
   check_gemm_dims(M, K, N);
+  ActStage stage(*this);
+  float* dinp =
+      dinp_output == GradOutput::kAdd ? stage.inout(dinp_op, M * K) : stage.out(dinp_op, M * K);
+  const float* dout = stage.in(dout_op, M * N);
+  const float* inp = dweight ? stage.in(inp_op, M * K) : nullptr;
   // dinp written, not added into: its products' first (or only) block overwrites it.
   const bool add_dinp = dinp_output == GradOutput::kAdd;
   if (dinp && !add_dinp && N == 0) fill(dinp, 0.0f, M * K);

@@ -234,10 +234,12 @@ int64_t CpuKernels::position_count(const int32_t* positions, int64_t n, int64_t 
   return count;
 }
 
-void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
+void CpuKernels::embedding_forward(Operand out_op, const int32_t* tokens, ConstOperand wte,
                                    ConstOperand wpe, int64_t B, int64_t T, int64_t C,
                                    const int32_t* positions) {
   check_positions(positions, B, T, "embedding_forward", true);
+  ActStage stage(*this);
+  float* out = stage.out(out_op, B * T * C);
   const bool wide = wte.dtype == DType::kF32 && (!wpe || wpe.dtype == DType::kF32);
   parallel_with_scratch(B * T, wide ? 0 : 2 * C, [&](int64_t bt, float* scratch) {
     const ConstOperand e_row = wte.at(int64_t(tokens[bt]) * C);
@@ -265,11 +267,13 @@ void CpuKernels::embedding_forward(float* out, const int32_t* tokens, ConstOpera
 // (its old value, then the batch's contributions in token order: the additions of the fp32
 // path) and rounded once: each distinct token of the batch owns one fp32 row of the task's
 // scratch. dwpe: one task per position, adding the tokens at that position in token order.
-void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
+void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, ConstOperand dout_op,
                                     const int32_t* tokens, int64_t B, int64_t T, int64_t C,
                                     const int32_t* positions) {
   ZT_ASSERT(!dwte.fresh && !dwpe.fresh, "embedding_backward: a fresh gradient (kernels.h)");
   const int64_t BT = B * T;
+  ActStage stage(*this);
+  const float* dout = stage.in(dout_op, BT * C);
   if (dwte && dwte.dtype == DType::kF32) {
     float* table = static_cast<float*>(dwte.data);
     parallel_ranges(C, kColumnBlock, [&](int64_t c0, int64_t c1) {
@@ -330,9 +334,12 @@ void CpuKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dou
   });
 }
 
-void CpuKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void CpuKernels::layernorm_forward(Operand out_op, float* mean, float* rstd, ConstOperand inp_op,
                                    ConstOperand weight_op, ConstOperand bias_op, int64_t N,
                                    int64_t C) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   float* wb = thread_scratch<ScratchSlot::kOperand>(2 * C);
   const float* weight = widened(weight_op, C, wb);
   const float* bias = widened(bias_op, C, wb + C);
@@ -348,11 +355,16 @@ void CpuKernels::layernorm_forward(float* out, float* mean, float* rstd, const f
   });
 }
 
-void CpuKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                                    const float* inp, ConstOperand weight_op, const float* mean,
-                                    const float* rstd, int64_t N, int64_t C) {
+void CpuKernels::layernorm_backward(Operand dinp_op, Operand dweight, Operand dbias,
+                                    ConstOperand dout_op, ConstOperand inp_op,
+                                    ConstOperand weight_op, const float* mean, const float* rstd,
+                                    int64_t N, int64_t C) {
   ZT_ASSERT(!dweight.fresh && !dbias.fresh, "layernorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, N * C);
+  const float* dout = stage.in(dout_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
   // Pass 1, per block of kLayerNormRowBlock rows: dinp, and the block's dweight/dbias
   // partials. Pass 2, per block of channels: partials added in block order.
@@ -390,7 +402,10 @@ void CpuKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias,
   });
 }
 
-void CpuKernels::gelu_forward(float* out, const float* inp, int64_t n) {
+void CpuKernels::gelu_forward(Operand out_op, ConstOperand inp_op, int64_t n) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, n);
+  const float* inp = stage.in(inp_op, n);
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
     run_isa(isa_, [&](auto lanes) {
       gelu_forward_range<typename decltype(lanes)::type>(out, inp, i0, i1);
@@ -399,7 +414,12 @@ void CpuKernels::gelu_forward(float* out, const float* inp, int64_t n) {
   });
 }
 
-void CpuKernels::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void CpuKernels::gelu_backward(Operand dinp_op, ConstOperand inp_op, ConstOperand dout_op,
+                               int64_t n) {
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, n);
+  const float* inp = stage.in(inp_op, n);
+  const float* dout = stage.in(dout_op, n);
   parallel_ranges(n, kElementGrain, [&](int64_t i0, int64_t i1) {
     run_isa(isa_, [&](auto lanes) {
       gelu_backward_range<typename decltype(lanes)::type>(dinp, inp, dout, i0, i1);
@@ -408,8 +428,11 @@ void CpuKernels::gelu_backward(float* dinp, const float* inp, const float* dout,
   });
 }
 
-void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight_op,
-                                 int64_t N, int64_t C, float eps) {
+void CpuKernels::rmsnorm_forward(Operand out_op, float* rstd, ConstOperand inp_op,
+                                 ConstOperand weight_op, int64_t N, int64_t C, float eps) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
   parallel_ranges(N, kLayerNormRowBlock, [&](int64_t r0, int64_t r1) {
     run_isa(isa_, [&](auto lanes) {
@@ -424,10 +447,15 @@ void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, Cons
 
 // layernorm_backward's two passes: per row block dinp and the block's dweight partials, then
 // per channel block the partials added in block order (independent of the thread count).
-void CpuKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout, const float* inp,
-                                  ConstOperand weight_op, const float* rstd, int64_t N, int64_t C) {
+void CpuKernels::rmsnorm_backward(Operand dinp_op, Operand dweight, ConstOperand dout_op,
+                                  ConstOperand inp_op, ConstOperand weight_op, const float* rstd,
+                                  int64_t N, int64_t C) {
   ZT_ASSERT(!dweight.fresh, "rmsnorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, N * C);
+  const float* dout = stage.in(dout_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   const float* weight = widened(weight_op, C, thread_scratch<ScratchSlot::kOperand>(C));
   const int64_t blocks = (N + kLayerNormRowBlock - 1) / kLayerNormRowBlock;
   float* partials = thread_scratch<ScratchSlot::kCall>(blocks * C);  // (blocks, C)
@@ -456,7 +484,10 @@ void CpuKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dou
   });
 }
 
-void CpuKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
+void CpuKernels::swiglu_forward(Operand out_op, ConstOperand gate_up_op, int64_t N, int64_t F) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, N * F);
+  const float* gate_up = stage.in(gate_up_op, N * 2 * F);
   parallel_for(N, [&](int64_t r) {
     const float* gate = gate_up + r * 2 * F;
     float* o = out + r * F;
@@ -467,8 +498,12 @@ void CpuKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int
   });
 }
 
-void CpuKernels::swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
+void CpuKernels::swiglu_backward(Operand dgate_up_op, ConstOperand gate_up_op, ConstOperand dout_op,
                                  int64_t N, int64_t F) {
+  ActStage stage(*this);
+  float* dgate_up = stage.inout(dgate_up_op, N * 2 * F);
+  const float* gate_up = stage.in(gate_up_op, N * 2 * F);
+  const float* dout = stage.in(dout_op, N * F);
   parallel_for(N, [&](int64_t r) {
     const float* gate = gate_up + r * 2 * F;
     float* d = dgate_up + r * 2 * F;
@@ -498,12 +533,12 @@ void rope_table(float* table, int64_t T, int64_t hd, const RopeFrequencies& rope
 
 }  // namespace
 
-void CpuKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                              const RopeFrequencies& rope, const int32_t* positions) {
+void CpuKernels::rope_forward(Operand qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                              int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
   rope_apply(qkv, B, T, NH, NKV, hd, rope, positions, 1.0f);
 }
 
-void CpuKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+void CpuKernels::rope_backward(Operand dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
   rope_apply(dqkv, B, T, NH, NKV, hd, rope, positions, -1.0f);
 }
@@ -511,12 +546,15 @@ void CpuKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, in
 // One token per task: its NH + NKV query and key heads are adjacent in the row. The table holds
 // the angles of positions 0 .. the largest one (below T in training's rows, packed or not;
 // generation's rows continue a sequence).
-void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
-                            const RopeFrequencies& rope, const int32_t* positions, float sign) {
+void CpuKernels::rope_apply(Operand qkv_op, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t hd, const RopeFrequencies& rope, const int32_t* positions,
+                            float sign) {
   ZT_ASSERT(hd > 0 && hd % 2 == 0, "rope: head_dim {} must be even", hd);
   if (B <= 0 || T <= 0) return;
   check_positions(positions, B, T, "rope", true);
   const int64_t R = (NH + 2 * NKV) * hd, heads = NH + NKV;
+  ActStage stage(*this);
+  float* qkv = stage.inout(qkv_op, B * T * R);
   const int64_t P = position_count(positions, B * T, T);
   float* table = thread_scratch<ScratchSlot::kCall>(P * hd);  // (P, hd): cos, sin halves
   rope_table(table, P, hd, rope);
@@ -530,13 +568,16 @@ void CpuKernels::rope_apply(float* qkv, int64_t B, int64_t T, int64_t NH, int64_
   });
 }
 
-void CpuKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
+void CpuKernels::softmax_cross_entropy(float* losses, Operand logits_op, const int32_t* targets,
                                        int64_t N, int64_t V, int64_t Vp, LogitsOutput logits_output,
                                        float dloss) {
   const bool write_grad = logits_output == LogitsOutput::kGradient;
   ZT_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: V={} Vp={}", V, Vp);
   for (int64_t i = 0; i < N; ++i)
     ZT_ASSERT(targets[i] < V, "target {} of row {} is not below V = {}", targets[i], i, V);
+  ActStage stage(*this);
+  float* logits =
+      write_grad ? stage.inout(logits_op, N * Vp) : const_cast<float*>(stage.in(logits_op, N * Vp));
   parallel_for(N, [&](int64_t i) {
     if (targets[i] < 0) {  // not trained on (kIgnoreTarget): no loss, no gradient
       losses[i] = 0.0f;

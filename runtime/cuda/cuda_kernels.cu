@@ -387,27 +387,42 @@ void CudaKernels::set_allow_tf32(bool allow) {
 // ---------------------------------------------------------------------------------------------
 // Element-wise entries.
 
-void CudaKernels::gelu_forward(float* out, const float* inp, int64_t n) {
+void CudaKernels::gelu_forward(Operand out_op, ConstOperand inp_op, int64_t n) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, n);
+  const float* inp = stage.in(inp_op, n);
   if (n <= 0) return;
   gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n, act_);
   check_launch();
 }
 
-void CudaKernels::gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void CudaKernels::gelu_backward(Operand dinp_op, ConstOperand inp_op, ConstOperand dout_op,
+                                int64_t n) {
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, n);
+  const float* inp = stage.in(inp_op, n);
+  const float* dout = stage.in(dout_op, n);
   if (n <= 0) return;
   gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n, act_);
   check_launch();
 }
 
-void CudaKernels::swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
+void CudaKernels::swiglu_forward(Operand out_op, ConstOperand gate_up_op, int64_t N, int64_t F) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, N * F);
+  const float* gate_up = stage.in(gate_up_op, N * 2 * F);
   const int64_t n = N * F;
   if (n <= 0) return;
   swiglu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, gate_up, n, F, act_);
   check_launch();
 }
 
-void CudaKernels::swiglu_backward(float* dgate_up, const float* gate_up, const float* dout,
-                                  int64_t N, int64_t F) {
+void CudaKernels::swiglu_backward(Operand dgate_up_op, ConstOperand gate_up_op,
+                                  ConstOperand dout_op, int64_t N, int64_t F) {
+  ActStage stage(*this);
+  float* dgate_up = stage.inout(dgate_up_op, N * 2 * F);
+  const float* gate_up = stage.in(gate_up_op, N * 2 * F);
+  const float* dout = stage.in(dout_op, N * F);
   const int64_t n = N * F;
   if (n <= 0) return;
   swiglu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dgate_up, gate_up, dout, n, F,
@@ -415,8 +430,10 @@ void CudaKernels::swiglu_backward(float* dgate_up, const float* gate_up, const f
   check_launch();
 }
 
-void CudaKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+void CudaKernels::rope_forward(Operand qkv_op, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
+  ActStage stage(*this);
+  float* qkv = stage.inout(qkv_op, B * T * (NH + 2 * NKV) * hd);
   ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_forward: head_dim must be even");
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
@@ -425,8 +442,10 @@ void CudaKernels::rope_forward(float* qkv, int64_t B, int64_t T, int64_t NH, int
   check_launch();
 }
 
-void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+void CudaKernels::rope_backward(Operand dqkv_op, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                                 int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
+  ActStage stage(*this);
+  float* dqkv = stage.inout(dqkv_op, B * T * (NH + 2 * NKV) * hd);
   ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_backward: head_dim must be even");
   const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
   if (n <= 0) return;
@@ -435,13 +454,21 @@ void CudaKernels::rope_backward(float* dqkv, int64_t B, int64_t T, int64_t NH, i
   check_launch();
 }
 
-void CudaKernels::residual_forward(float* out, const float* a, const float* b, int64_t n) {
+void CudaKernels::residual_forward(Operand out_op, ConstOperand a_op, ConstOperand b_op,
+                                   int64_t n) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, n);
+  const float* a = stage.in(a_op, n);
+  const float* b = stage.in(b_op, n);
   if (n <= 0) return;
   residual_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, a, b, n, act_);
   check_launch();
 }
 
-void CudaKernels::accumulate(float* y, const float* x, int64_t n) {
+void CudaKernels::accumulate(Operand y_op, ConstOperand x_op, int64_t n) {
+  ActStage stage(*this);
+  float* y = stage.inout(y_op, n);
+  const float* x = stage.in(x_op, n);
   if (n <= 0) return;
   accumulate_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, x, n, act_);
   check_launch();
@@ -554,7 +581,9 @@ void CudaKernels::add(void* dst, DType dst_type, const void* a, DType a_type, co
   check_launch();
 }
 
-void CudaKernels::fill(float* x, float value, int64_t n) {
+void CudaKernels::fill(Operand x_op, float value, int64_t n) {
+  ActStage stage(*this);
+  float* x = stage.out(x_op, n);
   if (n <= 0) return;
   fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, value, n, act_);
   check_launch();

@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <vector>
 
 #include "runtime/cuda/attention_path.h"
 #include "runtime/device.h"
@@ -66,6 +67,10 @@ class CudaKernels final : public Kernels {
   struct Impl;  // cuBLAS handles, workspaces, scratch: cuda_kernels_impl.h
 
  private:
+  // One call's activation operands as fp32 arrays (cuda_act_stage.cpp): a 16-bit operand
+  // widened into a tracked fp32 scratch (kWorkspace), and the written ones narrowed back when
+  // the entry returns (exact: the kernels round what they write to the activation dtype).
+  class ActStage;
   // x[0, n) rounded to the activation dtype (fp32 table: nothing): the pass after what cuBLAS
   // or attention wrote in fp32. Our element and row kernels round the value they store instead
   // (round_to_act, cuda_kernel_helpers.cuh).
@@ -115,6 +120,32 @@ class CudaKernels final : public Kernels {
   cudaStream_t stream_;
   DType act_;
   std::shared_ptr<Impl> impl_;
+};
+
+class CudaKernels::ActStage {
+ public:
+  explicit ActStage(CudaKernels& k);
+  ~ActStage() noexcept(
+      false);  // narrows what was written back, unless an exception is leaving the entry
+  ActStage(const ActStage&) = delete;
+  ActStage& operator=(const ActStage&) = delete;
+  // n elements read; written whole, none read; read and written (accumulated into, updated in
+  // place, or written in part). Null operands stay null; n <= 0 hands the pointer on.
+  const float* in(ConstOperand a, int64_t n);
+  float* out(Operand a, int64_t n) { return stage(a, n, false); }
+  float* inout(Operand a, int64_t n) { return stage(a, n, true); }
+
+ private:
+  float* stage(Operand a, int64_t n, bool read);
+  struct Written {
+    Operand dst;
+    Buffer fp32;
+    int64_t n = 0;
+  };
+  CudaKernels& k_;
+  int exceptions_;
+  std::vector<Buffer> read_;
+  std::vector<Written> written_;
 };
 
 }  // namespace zt

@@ -73,8 +73,12 @@ float dropout_factor(float p) {
 
 }  // namespace
 
-void CudaKernels::add_columns(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                              int64_t N, int64_t width, float scale, GradOutput output) {
+void CudaKernels::add_columns(Operand dst_op, int64_t dst_stride, ConstOperand src_op,
+                              int64_t src_stride, int64_t N, int64_t width, float scale,
+                              GradOutput output) {
+  ActStage stage(*this);
+  float* dst = stage.inout(dst_op, (N - 1) * dst_stride + width);
+  const float* src = stage.in(src_op, (N - 1) * src_stride + width);
   ZT_CUDA_ASSERT(N >= 0 && width >= 0 && width <= dst_stride && width <= src_stride,
                  "add_columns: negative sizes, or width past a row stride");
   const int64_t n = N * width;
@@ -92,7 +96,11 @@ void CudaKernels::add_columns(float* dst, int64_t dst_stride, const float* src, 
   check_launch();
 }
 
-void CudaKernels::dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed) {
+void CudaKernels::dropout_forward(Operand out_op, ConstOperand inp_op, int64_t n, float p,
+                                  uint64_t seed) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, n);
+  const float* inp = stage.in(inp_op, n);
   const float k = dropout_factor(p);
   if (n <= 0) return;
   if (p == 0.0f && act_ == DType::kF32) {  // a copy
@@ -113,8 +121,11 @@ void CudaKernels::dropout_forward(float* out, const float* inp, int64_t n, float
   check_launch();
 }
 
-void CudaKernels::dropout_backward(float* dinp, const float* dout, int64_t n, float p,
+void CudaKernels::dropout_backward(Operand dinp_op, ConstOperand dout_op, int64_t n, float p,
                                    uint64_t seed) {
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, n);
+  const float* dout = stage.in(dout_op, n);
   const float k = dropout_factor(p);
   if (p == 0.0f) {
     accumulate(dinp, dout, n);

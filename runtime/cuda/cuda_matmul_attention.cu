@@ -240,9 +240,12 @@ LtGemmKey lt_key(DType ab, DType cd, bool trans_a, bool trans_b, int64_t m, int6
 
 }  // namespace
 
-void CudaKernels::matmul_forward(float* out, const float* inp, ConstOperand weight_op,
+void CudaKernels::matmul_forward(Operand out_op, ConstOperand inp_op, ConstOperand weight_op,
                                  ConstOperand bias, int64_t M, int64_t K, int64_t N,
                                  WeightLayout layout) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, M * N);
+  const float* inp = stage.in(inp_op, M * K);
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_forward: negative dimension");
   if (M == 0 || N == 0) return;
   ZT_CUDA_ASSERT(out && (K == 0 || (inp && weight_op)), "matmul_forward: null operand");
@@ -310,9 +313,15 @@ void CudaKernels::add_bias_rows(float* out, ConstOperand bias, int64_t M, int64_
   check_launch();
 }
 
-void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                                  const float* inp, ConstOperand weight_op, int64_t M, int64_t K,
-                                  int64_t N, WeightLayout layout, GradOutput dinp_output) {
+void CudaKernels::matmul_backward(Operand dinp_op, Operand dweight, Operand dbias,
+                                  ConstOperand dout_op, ConstOperand inp_op, ConstOperand weight_op,
+                                  int64_t M, int64_t K, int64_t N, WeightLayout layout,
+                                  GradOutput dinp_output) {
+  ActStage stage(*this);
+  float* dinp =
+      dinp_output == GradOutput::kAdd ? stage.inout(dinp_op, M * K) : stage.out(dinp_op, M * K);
+  const float* dout = stage.in(dout_op, M * N);
+  const float* inp = stage.in(inp_op, M * K);
   ZT_CUDA_ASSERT(M >= 0 && K >= 0 && N >= 0, "matmul_backward: negative dimension");
   // dinp written as if it held zeros: the product's GEMM writes it (beta = 0), or with no
   // product (N = 0) it is zeroed.
@@ -409,14 +418,14 @@ void CudaKernels::matmul_backward(float* dinp, Operand dweight, Operand dbias, c
 // zero att and dS outside each query's keys (its document, its window), so the products add
 // exact zeros for the keys it does not read.
 
-void CudaKernels::attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                                    int64_t C, int64_t NH, const int32_t* positions) {
+void CudaKernels::attention_forward(Operand out, Operand att, ConstOperand qkv, int64_t B,
+                                    int64_t T, int64_t C, int64_t NH, const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_forward: C is not a multiple of NH");
   gqa_attention_forward(out, att, qkv, B, T, NH, NH, C / NH, positions);
 }
 
-void CudaKernels::attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                     const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
+void CudaKernels::attention_backward(Operand dqkv, ConstOperand dout, ConstOperand qkv,
+                                     ConstOperand att, int64_t B, int64_t T, int64_t C, int64_t NH,
                                      const int32_t* positions) {
   ZT_CUDA_ASSERT(NH > 0 && C % NH == 0, "attention_backward: C is not a multiple of NH");
   gqa_attention_backward(dqkv, dout, qkv, att, B, T, NH, NH, C / NH, positions);
@@ -424,9 +433,13 @@ void CudaKernels::attention_backward(float* dqkv, const float* dout, const float
 
 // A 16-bit table tries cuDNN's fused SDPA first (cuda_attention_cudnn.cu: the path setting,
 // eligibility, fallback); att then holds the softmax statistics, not the probabilities.
-void CudaKernels::gqa_attention_forward(float* out, float* att, const float* qkv, int64_t B,
-                                        int64_t T, int64_t NH, int64_t NKV, int64_t hd,
+void CudaKernels::gqa_attention_forward(Operand out_op, Operand att_op, ConstOperand qkv_op,
+                                        int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                                         const int32_t* positions, int64_t window) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, B * T * NH * hd);
+  float* att = stage.out(att_op, B * NH * T * T);
+  const float* qkv = stage.in(qkv_op, B * T * (NH + 2 * NKV) * hd);
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_forward: NH must be a positive multiple of NKV");
   if (window >= T) window = 0;  // reads every key: plain causal attention
@@ -515,9 +528,15 @@ __global__ void kv_cache_write_kernel(float* k_cache, float* v_cache, const floa
   }
 }
 
-void CudaKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cache, const float* qkv,
-                                       int64_t B, int64_t T, int64_t past, int64_t S, int64_t NH,
-                                       int64_t NKV, int64_t hd, int64_t window) {
+void CudaKernels::gqa_attention_decode(Operand out_op, Operand k_cache_op, Operand v_cache_op,
+                                       ConstOperand qkv_op, int64_t B, int64_t T, int64_t past,
+                                       int64_t S, int64_t NH, int64_t NKV, int64_t hd,
+                                       int64_t window) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, B * T * NH * hd);
+  float* k_cache = stage.inout(k_cache_op, B * S * NKV * hd);
+  float* v_cache = stage.inout(v_cache_op, B * S * NKV * hd);
+  const float* qkv = stage.in(qkv_op, B * T * (NH + 2 * NKV) * hd);
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_decode: NH must be a positive multiple of NKV");
   ZT_CUDA_ASSERT(past >= 0 && past + T <= S, "gqa_attention_decode: tokens past the cache");
@@ -534,10 +553,15 @@ void CudaKernels::gqa_attention_decode(float* out, float* k_cache, float* v_cach
   round_act(out, B * T * NH * hd);
 }
 
-void CudaKernels::gqa_attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                         const float* att, int64_t B, int64_t T, int64_t NH,
+void CudaKernels::gqa_attention_backward(Operand dqkv_op, ConstOperand dout_op, ConstOperand qkv_op,
+                                         ConstOperand att_op, int64_t B, int64_t T, int64_t NH,
                                          int64_t NKV, int64_t hd, const int32_t* positions,
                                          int64_t window) {
+  ActStage stage(*this);
+  float* dqkv = stage.inout(dqkv_op, B * T * (NH + 2 * NKV) * hd);
+  const float* dout = stage.in(dout_op, B * T * NH * hd);
+  const float* qkv = stage.in(qkv_op, B * T * (NH + 2 * NKV) * hd);
+  const float* att = stage.in(att_op, B * NH * T * T);
   ZT_CUDA_ASSERT(NH > 0 && NKV > 0 && NH % NKV == 0 && hd > 0,
                  "gqa_attention_backward: NH must be a positive multiple of NKV");
   if (window >= T) window = 0;

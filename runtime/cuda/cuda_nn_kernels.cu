@@ -369,9 +369,11 @@ void column_finish(Operand dst, const float* partials, int64_t M, int64_t N, cud
 // ---------------------------------------------------------------------------------------------
 // Embedding
 
-void CudaKernels::embedding_forward(float* out, const int32_t* tokens, ConstOperand wte,
+void CudaKernels::embedding_forward(Operand out_op, const int32_t* tokens, ConstOperand wte,
                                     ConstOperand wpe, int64_t B, int64_t T, int64_t C,
                                     const int32_t* positions) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, B * T * C);
   const int64_t n = B * T * C;
   if (n <= 0) return;
   visit_storage(wte.dtype, [&](auto wte_tag) {
@@ -415,9 +417,11 @@ void CudaKernels::add_rows_by_key(Operand table, const float* dout, const int32_
 
 // Parameter gradients only: nothing to round to the activation dtype (a 16-bit dwte / dwpe is
 // rounded in the kernel, once per element written).
-void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* dout,
+void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, ConstOperand dout_op,
                                      const int32_t* tokens, int64_t B, int64_t T, int64_t C,
                                      const int32_t* positions) {
+  ActStage stage(*this);
+  const float* dout = stage.in(dout_op, B * T * C);
   ZT_CUDA_ASSERT(!dwte.fresh && !dwpe.fresh, "embedding_backward: a fresh gradient (kernels.h)");
   const int64_t BT = B * T;
   if (BT <= 0 || C <= 0) return;
@@ -441,8 +445,11 @@ void CudaKernels::embedding_backward(Operand dwte, Operand dwpe, const float* do
 // ---------------------------------------------------------------------------------------------
 // Layer norm
 
-void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void CudaKernels::layernorm_forward(Operand out_op, float* mean, float* rstd, ConstOperand inp_op,
                                     ConstOperand weight, ConstOperand bias, int64_t N, int64_t C) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   if (N <= 0 || C <= 0) return;
   visit_storage(weight.dtype, [&](auto weight_tag) {
     visit_storage(bias.dtype, [&](auto bias_tag) {
@@ -456,9 +463,13 @@ void CudaKernels::layernorm_forward(float* out, float* mean, float* rstd, const 
   check_launch();
 }
 
-void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias, const float* dout,
-                                     const float* inp, ConstOperand weight, const float* mean,
-                                     const float* rstd, int64_t N, int64_t C) {
+void CudaKernels::layernorm_backward(Operand dinp_op, Operand dweight, Operand dbias,
+                                     ConstOperand dout_op, ConstOperand inp_op, ConstOperand weight,
+                                     const float* mean, const float* rstd, int64_t N, int64_t C) {
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, N * C);
+  const float* dout = stage.in(dout_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   ZT_CUDA_ASSERT(!dweight.fresh && !dbias.fresh,
                  "layernorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
@@ -481,8 +492,11 @@ void CudaKernels::layernorm_backward(float* dinp, Operand dweight, Operand dbias
 // ---------------------------------------------------------------------------------------------
 // RMSNorm
 
-void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, ConstOperand weight,
-                                  int64_t N, int64_t C, float eps) {
+void CudaKernels::rmsnorm_forward(Operand out_op, float* rstd, ConstOperand inp_op,
+                                  ConstOperand weight, int64_t N, int64_t C, float eps) {
+  ActStage stage(*this);
+  float* out = stage.out(out_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   if (N <= 0 || C <= 0) return;
   visit_storage(weight.dtype, [&](auto tag) {
     using W = decltype(tag);
@@ -493,9 +507,13 @@ void CudaKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, Con
   check_launch();
 }
 
-void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* dout,
-                                   const float* inp, ConstOperand weight, const float* rstd,
+void CudaKernels::rmsnorm_backward(Operand dinp_op, Operand dweight, ConstOperand dout_op,
+                                   ConstOperand inp_op, ConstOperand weight, const float* rstd,
                                    int64_t N, int64_t C) {
+  ActStage stage(*this);
+  float* dinp = stage.inout(dinp_op, N * C);
+  const float* dout = stage.in(dout_op, N * C);
+  const float* inp = stage.in(inp_op, N * C);
   ZT_CUDA_ASSERT(!dweight.fresh, "rmsnorm_backward: a fresh gradient (kernels.h)");
   if (N <= 0 || C <= 0) return;
   visit_storage(weight.dtype, [&](auto tag) {
@@ -515,8 +533,10 @@ void CudaKernels::rmsnorm_backward(float* dinp, Operand dweight, const float* do
 // Per-head RMSNorm (Qwen3's q_norm, k_norm), in place: the kernels round the heads they write;
 // the parts of the rows between the heads (v, or q for the k heads) keep their bits.
 
-void CudaKernels::head_rmsnorm_forward(float* x, float* rstd, ConstOperand weight, int64_t N,
+void CudaKernels::head_rmsnorm_forward(Operand x_op, float* rstd, ConstOperand weight, int64_t N,
                                        int64_t H, int64_t hd, int64_t stride, float eps) {
+  ActStage stage(*this);
+  float* x = stage.inout(x_op, (N - 1) * stride + H * hd);
   ZT_CUDA_ASSERT(H > 0 && hd > 0 && stride >= H * hd, "head_rmsnorm_forward: bad head layout");
   if (N <= 0) return;
   visit_storage(weight.dtype, [&](auto tag) {
@@ -528,9 +548,12 @@ void CudaKernels::head_rmsnorm_forward(float* x, float* rstd, ConstOperand weigh
   check_launch();
 }
 
-void CudaKernels::head_rmsnorm_backward(float* dx, Operand dweight, const float* inp,
+void CudaKernels::head_rmsnorm_backward(Operand dx_op, Operand dweight, ConstOperand inp_op,
                                         ConstOperand weight, const float* rstd, int64_t N,
                                         int64_t H, int64_t hd, int64_t stride) {
+  ActStage stage(*this);
+  float* dx = stage.inout(dx_op, (N - 1) * stride + H * hd);
+  const float* inp = stage.in(inp_op, (N - 1) * stride + H * hd);
   ZT_CUDA_ASSERT(!dweight.fresh, "head_rmsnorm_backward: a fresh gradient (kernels.h)");
   ZT_CUDA_ASSERT(H > 0 && hd > 0 && stride >= H * hd, "head_rmsnorm_backward: bad head layout");
   if (N <= 0) return;
@@ -556,9 +579,11 @@ void CudaKernels::head_rmsnorm_backward(float* dx, Operand dweight, const float*
 // ---------------------------------------------------------------------------------------------
 // Softmax cross-entropy
 
-void CudaKernels::softmax_cross_entropy(float* losses, float* logits, const int32_t* targets,
+void CudaKernels::softmax_cross_entropy(float* losses, Operand logits_op, const int32_t* targets,
                                         int64_t N, int64_t V, int64_t Vp,
                                         LogitsOutput logits_output, float dloss) {
+  ActStage stage(*this);
+  float* logits = stage.inout(logits_op, N * Vp);
   ZT_CUDA_ASSERT(V > 0 && V <= Vp, "softmax_cross_entropy: need 0 < V <= Vp");
   if (N <= 0) return;
   ZT_CUDA_ASSERT(N <= std::numeric_limits<int>::max(), "softmax_cross_entropy: N too large");

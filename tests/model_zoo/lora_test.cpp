@@ -77,7 +77,7 @@ void check_product(float dropout, bool training) {
   std::vector<float> out = base;
   ActivationStore acts(device);
   const uint64_t seed = 77;
-  const std::vector<float*> saved = product.alloc_saved(acts, N);
+  const std::vector<Operand> saved = product.alloc_saved(acts, N);
   product.forward(k, table, out.data(), x.data(), N, saved, device, training, seed);
 
   const std::vector<float> d_out = random_values(N * stride, 4);

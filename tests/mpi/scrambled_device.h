@@ -67,6 +67,8 @@ class ScrambledKernels final : public Kernels {
     size_t bytes = 0;
     Arg(const void* p) : data(p) {}
     Arg(const void* p, size_t b) : data(p), bytes(b) {}
+    Arg(ConstOperand op) : data(op.data) {}
+    Arg(Operand op) : data(op.data) {}
   };
   // An operand of n elements of its dtype.
   static Arg operand(ConstOperand op, int64_t n) {

@@ -186,9 +186,9 @@ TEST_F(CudaCudnnAttentionTest, PackedDocumentsAndWindowsFallBackToTheReferenceBi
 
 // On the cuDNN path att is cuDNN's record alone (the statistics, rounded up to 4 floats, then
 // the 16-bit O), kept as written: a forward and backward on an att of exactly that size write
-// nothing past it, and with the record in an ActivationStore packed and unpacked between them
-// (what a 16-bit run's engine does to every kept activation) give the bits of a run on a whole
-// (B,NH,T,T) att. On the reference path: the probabilities, packable.
+// nothing past it, and with the record in an ActivationStore of the run's 16-bit dtype (where a
+// 16-bit run's engine keeps it) give the bits of a run on a whole (B,NH,T,T) att. On the reference
+// path: the probabilities, packable.
 TEST_F(CudaCudnnAttentionTest, TheRecordIsAllTheForwardKeepsAndSurvivesTheActivationStore) {
   const AttentionShape s = kShapes[1];
   for (DType t : {DType::kBF16, DType::kF16}) {
@@ -224,15 +224,14 @@ TEST_F(CudaCudnnAttentionTest, TheRecordIsAllTheForwardKeepsAndSurvivesTheActiva
     EXPECT_TRUE(same_bits(out.gpu(), whole.out)) << what << " out";
     EXPECT_TRUE(same_bits(dq.gpu(), whole.dqkv)) << what << " dqkv";
 
-    // In an activation store, packed to t and unpacked between the forward and the backward.
-    ActivationStore acts(*gpu_dev_, &k);
-    acts.alloc_floats(s.B * s.T * s.HD());  // an activation packed beside it
-    acts.alloc_attention(record);
+    // In an activation store of the run's dtype: the record stays fp32, kept as written.
+    ActivationStore acts(*gpu_dev_, t);
+    acts.alloc_acts(s.B * s.T * s.HD());  // an activation of t beside it
+    const Operand kept = acts.alloc_attention(record);
+    EXPECT_EQ(kept.dtype, DType::kF32) << what;
     Mirror out2 = mirror(std::vector<float>(size_t(s.B * s.T * s.HD()), 7.0f));
     Mirror dq2 = mirror(zeros);
-    k.gqa_attention_forward(out2.g(), acts.at(1), q.g(), s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
-    acts.pack(t);
-    acts.unpack();
+    k.gqa_attention_forward(out2.g(), kept, q.g(), s.B, s.T, s.NH, s.NKV, s.hd, nullptr, 0);
     k.gqa_attention_backward(dq2.g(), dy.g(), q.g(), acts.at(1), s.B, s.T, s.NH, s.NKV, s.hd,
                              nullptr, 0);
     EXPECT_TRUE(same_bits(dq2.gpu(), whole.dqkv)) << what << " dqkv through the store";

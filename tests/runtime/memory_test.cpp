@@ -1,6 +1,6 @@
 // MemoryTracker, tracked Device allocation and the device's capacity (zt.device_memory_limit and
 // a back end out of room: one error naming category, bytes, holdings and what would fit),
-// FlatLayout offsets and ActivationStore packing.
+// FlatLayout offsets and ActivationStore's buffers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -240,62 +240,33 @@ TEST(FlatLayout, AlignedOffsetsAndCounts) {
   EXPECT_EQ(layout.find("c"), nullptr);
 }
 
-TEST(ActivationStore, PackHalvesActivationsAndUnpackGivesTheRoundedValues) {
+TEST(ActivationStore, ActivationsTakeTheStoresDtypeAndStatisticsStayFp32) {
   CpuDevice device;
   const MemoryTracker& mem = device.memory();
   auto activations = [&] { return mem.current(MemCategory::kActivations); };
-  for (DType dtype : {DType::kF16, DType::kBF16}) {
-    ActivationStore store(device);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    ActivationStore store(device, dtype);
+    EXPECT_EQ(store.dtype(), dtype);
     const int64_t n0 = 1001, n1 = 37, n2 = 4096;
-    std::mt19937 gen(7);
-    std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
-    std::vector<float> values[3];
-    float* p0 = store.alloc_floats(n0);
+    const Operand a0 = store.alloc_acts(n0);
     float* stats = store.alloc_stats(n1);
-    float* p2 = store.alloc_floats(n2);
-    for (auto [p, n, v] :
-         {std::tuple{p0, n0, &values[0]}, {stats, n1, &values[1]}, {p2, n2, &values[2]}}) {
-      for (int64_t i = 0; i < n; ++i) v->push_back(dist(gen));
-      std::memcpy(p, v->data(), n * sizeof(float));
-    }
-    values[0][5] = 70000.0f;  // past fp16's range: inf when packed to fp16
-    p0[5] = 70000.0f;
-    const size_t full = (n0 + n1 + n2) * sizeof(float);
-    EXPECT_EQ(activations(), full);
-
-    store.pack(dtype);
-    EXPECT_TRUE(store.packed());
-    EXPECT_EQ(activations(), (n0 + n2) * 2 + n1 * sizeof(float));  // stats stay fp32
-    EXPECT_THROW(store.at(0), Error);
-    EXPECT_THROW(store.pack(dtype), Error);
-    EXPECT_THROW(store.alloc_floats(1), Error);
-
-    store.unpack();
-    EXPECT_FALSE(store.packed());
-    EXPECT_EQ(activations(), full);
-    auto round = [&](float x) {
-      return dtype == DType::kF16 ? fp16_to_fp32(fp32_to_fp16(x)) : bf16_to_fp32(fp32_to_bf16(x));
-    };
-    for (size_t k : {0u, 2u}) {
-      const float* p = store.at(k);
-      for (size_t i = 0; i < values[k].size(); ++i)
-        ASSERT_EQ(std::bit_cast<uint32_t>(p[i]), std::bit_cast<uint32_t>(round(values[k][i])))
-            << dtype_name(dtype) << " buffer " << k << " element " << i;
-    }
-    EXPECT_EQ(std::memcmp(store.at(1), values[1].data(), n1 * sizeof(float)), 0);  // stats exact
-    EXPECT_EQ(std::isinf(store.at(0)[5]), dtype == DType::kF16);
-    store.unpack();  // a no-op when not packed
-    EXPECT_EQ(activations(), full);
-
-    store.pack(dtype);
-    store.release();  // packed or not, release empties and unpacks
+    const Operand a2 = store.alloc_attention(AttentionRecord{n2, true});
+    const Operand record = store.alloc_attention(AttentionRecord{n1, false});
+    EXPECT_EQ(a0.dtype, dtype);
+    EXPECT_EQ(a2.dtype, dtype);
+    EXPECT_EQ(record.dtype, DType::kF32);  // a back end's own record is kept as written
+    EXPECT_EQ(activations(), (n0 + n2) * dtype_size(dtype) + 2 * n1 * sizeof(float));
+    // Found again by position, as allocated.
+    EXPECT_EQ(store.at(0).data, a0.data);
+    EXPECT_EQ(store.at(0).dtype, dtype);
+    EXPECT_EQ(store.stats_at(1), stats);
+    EXPECT_EQ(store.at(2).data, a2.data);
+    EXPECT_EQ(store.stats_at(3), record.data);
+    if (dtype != DType::kF32) EXPECT_THROW(store.stats_at(0), Error);  // not a statistic
+    store.release();
     EXPECT_TRUE(store.empty());
-    EXPECT_FALSE(store.packed());
     EXPECT_EQ(activations(), 0u);
-    store.alloc_floats(3);
-    store.pack(DType::kF32);  // no-op
-    EXPECT_FALSE(store.packed());
-    EXPECT_EQ(activations(), 3 * sizeof(float));
   }
 }
 
