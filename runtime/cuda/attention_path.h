@@ -1,6 +1,6 @@
 // AttentionPath: which attention a 16-bit CUDA table runs (docs/cuda.md, "Attention through
 // cuDNN"): cuDNN's fused SDPA where a call is eligible (auto), always the materialised T×T
-// kernels of cuda_matmul_attention.cu (reference), or cuDNN or an error naming why (cudnn: for
+// kernels of cuda_attention_kernels.cu (reference), or cuDNN or an error naming why (cudnn: for
 // tests that must know cuDNN ran). fp32 tables always run the reference. The default comes from
 // the environment variable ZT_CUDA_ATTENTION=auto|reference|cudnn, read once per process.
 // Free of CUDA headers, so tests written against Device reach the setting through

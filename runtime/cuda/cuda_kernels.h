@@ -11,24 +11,28 @@
 // Precision (kernels.h). A device has three tables, one per activation dtype, sharing one stream,
 // one set of cuBLAS handles, workspaces and cuBLASLt plans, and one TF32 setting; a table rounds
 // every activation it writes to its dtype, in the op's own last step (the writing kernel itself,
-// at its store; a GEMM's epilogue; or round_to's kernel after fp32 cuBLAS or attention: lists in
-// cuda_nn_kernels.cu, cuda_matmul_attention.cu, cuda_kernels.cu and cuda_lora_kernels.cu, entry by
-// entry). 16-bit operands: our own kernels (embedding, layer norm, bias sums, optimizers,
-// sum_squares) read and write them in their dtype with templated loads and stores (fp32 inside, one
-// rounding per stored gradient element). The GEMMs of a 16-bit table whose weight (or weight
-// gradient) has the table's dtype run on tensor cores through cuBLASLt: A and B 16-bit, fp32
-// accumulation (CUBLAS_COMPUTE_32F), the activation operand narrowed (exactly) into a tracked
-// 16-bit scratch (kWorkspace); the forward writes a 16-bit D with the bias added by the epilogue
-// before its one rounding, and a 16-bit weight gradient accumulates as C = D = dW, beta = 1,
-// rounded once (cuda_matmul_attention.cu, "Matmul", has the whole list). Operands of any other mix
-// fall back to fp32 GEMMs on widened copies (correct, not fast).
+// at its store; a GEMM's 16-bit store; or round_to's kernel after fp32 cuBLAS or attention: lists
+// in cuda_nn_kernels.cu, cuda_matmul_attention.cu, cuda_kernels.cu and cuda_lora_kernels.cu, entry
+// by entry). 16-bit operands: our own kernels (embedding, layer norm, bias rows and sums,
+// optimizers, sum_squares) read and write them in their dtype with templated loads and stores
+// (fp32 inside, one rounding per stored gradient element). The GEMMs of a 16-bit table whose
+// weight (or weight gradient) has the table's dtype run on tensor cores through cuBLASLt: A and B
+// 16-bit, fp32 accumulation (CUBLAS_COMPUTE_32F), an act-typed activation operand read in place
+// (an fp32 one narrowed, exactly, into a tracked 16-bit scratch); the forward writes its 16-bit D
+// into an act-typed out with the bias added by the epilogue before its one rounding, dinp is D in
+// its own dtype (C = D, one rounding), and a 16-bit weight gradient accumulates as
+// C = D = dW with beta = 1, rounded once (cuda_matmul_attention.cu, "Matmul", has the whole list).
+// cuDNN's attention reads qkv and dout in place and writes out and dqkv in their dtype
+// (cuda_attention_cudnn.cu). What no native path takes (fp32 GEMMs, the materialised attention)
+// runs on fp32 arrays, its 16-bit activations staged (ActStage below): correct, not fast.
 //
 // The methods are split over cuda_kernels.cu (construction, element-wise, optimizers,
 // reductions), cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy),
-// cuda_matmul_attention.cu (matmul, attention), cuda_attention_cudnn.cu (attention through
-// cuDNN's fused SDPA, cudnn_attention.h) and cuda_lora_kernels.cu (LoRA adapters' add_columns
-// and dropout); they share CudaKernels::Impl from cuda_kernels_impl.h and the launch helpers of
-// cuda_kernel_helpers.cuh; cuda_lt_gemm.h holds the cuBLASLt plans.
+// cuda_matmul_attention.cu (matmul, the attention entries), cuda_attention_kernels.cu (the
+// materialised attention, decode), cuda_attention_cudnn.cu (attention through cuDNN's fused SDPA,
+// cudnn_attention.h) and cuda_lora_kernels.cu (LoRA adapters' add_columns and dropout); they share
+// CudaKernels::Impl from cuda_kernels_impl.h and the launch helpers of cuda_kernel_helpers.cuh;
+// cuda_lt_gemm.h holds the cuBLASLt plans.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -67,9 +71,10 @@ class CudaKernels final : public Kernels {
   struct Impl;  // cuBLAS handles, workspaces, scratch: cuda_kernels_impl.h
 
  private:
-  // One call's activation operands as fp32 arrays (cuda_act_stage.cpp): a 16-bit operand
-  // widened into a tracked fp32 scratch (kWorkspace), and the written ones narrowed back when
-  // the entry returns (exact: the kernels round what they write to the activation dtype).
+  // One call's activation operands as fp32 arrays (cuda_act_stage.cpp), for bodies that take no
+  // 16-bit activation: a 16-bit operand widened into a tracked fp32 scratch (kWorkspace), and the
+  // written ones narrowed back when the entry returns (exact: the kernels round what they write
+  // to the activation dtype).
   class ActStage;
   // x[0, n) rounded to the activation dtype (fp32 table: nothing): the pass after what cuBLAS
   // or attention wrote in fp32. Our element and row kernels round the value they store instead
@@ -77,12 +82,17 @@ class CudaKernels final : public Kernels {
   void round_act(float* x, int64_t n) {
     if (act_ != DType::kF32) round_to(x, act_, n);
   }
-  // dst[0, n) (activations, fp32 holding act values) += b (n elements of b_type), the fp32 sum
-  // rounded to the activation dtype once, in one pass (cuda_attention_cudnn.cu).
-  void add_act(float* dst, const void* b, DType b_type, int64_t n);
-  // out (M,N) row r += bias, the fp32 sum rounded to the activation dtype once: a product a
-  // GEMM wrote in fp32 and its bias, in one pass (cuda_matmul_attention.cu).
-  void add_bias_rows(float* out, ConstOperand bias, int64_t M, int64_t N);
+  // dst[0, n) (activations in dst's dtype) += b (n elements of b_type), the fp32 sum rounded to
+  // the activation dtype once and stored in dst's dtype, in one pass (cuda_attention_cudnn.cu).
+  void add_act(Operand dst, const void* b, DType b_type, int64_t n);
+  // out (M,N) row r = product row r + bias, the fp32 sum rounded to the activation dtype once and
+  // stored in out's dtype: a product a GEMM wrote in fp32 (out itself when fp32) and its bias, in
+  // one pass (cuda_matmul_attention.cu).
+  void add_bias_rows(Operand out, const float* product, ConstOperand bias, int64_t M, int64_t N);
+  // x (n activations) as the 16-bit table's dtype, for cuBLASLt or cuDNN: x itself when
+  // act-typed and `align`-byte aligned, else cast into a new scratch held by `holder` (exact for
+  // an fp32 x holding act values) (cuda_matmul_attention.cu).
+  const void* act_input(ConstOperand x, int64_t n, Buffer& holder, size_t align = 1);
   // A scratch of n elements of `dtype` from the device's allocator (kWorkspace), contents
   // unspecified. Freed by the caller when the entry returns: the block's next user enqueues on
   // this same stream, after the kernels that read it (cuda_device.cpp's stream-ordered reuse).
@@ -102,13 +112,14 @@ class CudaKernels final : public Kernels {
   // Attention through cuDNN's fused SDPA when the path and the call allow it (true: the entry's
   // outputs are written, by cuDNN, or by the reference on a scratch when a planned key failed),
   // else false and nothing written: the reference runs on att (cuda_attention_cudnn.cu).
-  bool cudnn_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+  bool cudnn_attention_forward(Operand out, Operand att, ConstOperand qkv, int64_t B, int64_t T,
                                int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
                                int64_t window);
-  bool cudnn_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+  bool cudnn_attention_backward(Operand dqkv, ConstOperand dout, ConstOperand qkv, ConstOperand att,
                                 int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hd,
                                 const int32_t* positions, int64_t window);
-  // The materialised T×T attention (cuda_matmul_attention.cu): the reference and the fallback.
+  // The materialised T×T attention on fp32 arrays (cuda_attention_kernels.cu): the reference and
+  // the fallback.
   void reference_attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                    int64_t NH, int64_t NKV, int64_t hd, const int32_t* positions,
                                    int64_t window);

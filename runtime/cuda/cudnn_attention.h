@@ -2,9 +2,9 @@
 // backward, as composite operation graphs of the backend API (cudnn_graph.h): one cached
 // forward and one cached backward execution plan per CudnnAttentionKey, both built on the key's
 // first use, so a key is either runnable both ways or refused both ways. It runs plans on 16-bit
-// device buffers; narrowing, widening, accumulating and the fallback to the materialised kernels
-// are CudaKernels' (cuda_attention_cudnn.cu). Not here: masks other than plain causal (packed
-// documents, sliding windows are refused), fp32.
+// device buffers; the copies around them, the accumulation into dqkv and the fallback to the
+// materialised kernels are CudaKernels' (cuda_attention_cudnn.cu). Not here: masks other than plain
+// causal (packed documents, sliding windows are refused), fp32.
 //
 // The graphs follow the composite SDPA of cuDNN 9.14 (the GPU machine's library; no attribute
 // newer than it is set):
