@@ -1,14 +1,17 @@
-// Device helpers the CUDA kernel files share (cuda_kernels.cu, cuda_nn_kernels.cu,
-// cuda_matmul_attention.cu, cuda_lora_kernels.cu): the launch check, block counts and the
-// grid-stride loop, the activation rounding a kernel applies to the value it stores, warp
-// reductions, and the two-stage column reduction behind the bias, layer-norm and RMSNorm
-// parameter gradients (stage 2's column_finish is defined in cuda_nn_kernels.cu). Private to
-// runtime/cuda and to nvcc (device code).
+// Device helpers the CUDA kernel files share (cuda_kernels.cu, cuda_elementwise_kernels.cu,
+// cuda_nn_kernels.cu, cuda_matmul_attention.cu, cuda_lora_kernels.cu): the launch check, block
+// counts and the grid-stride loop, the activation storage an entry launches its kernel on and the
+// rounding a kernel applies to the value it stores, warp reductions, and the two-stage column
+// reduction behind the bias, layer-norm and RMSNorm parameter gradients (stage 2's column_finish
+// is defined in cuda_kernels.cu). Private to runtime/cuda and to nvcc (device code).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 
 #include "runtime/cuda/cuda_kernels_impl.h"
 
@@ -17,9 +20,16 @@ namespace zt {
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // warps (one row each) per block of the row kernels
 constexpr int kElementThreads = 256;
+constexpr int64_t kMaxElementBlocks = 8192;  // grid cap; grid-stride loops cover the rest
 
 inline unsigned blocks_for(int64_t n, int64_t per_block) {
   return static_cast<unsigned>((n + per_block - 1) / per_block);
+}
+
+// Blocks of kElementThreads for a grid-stride loop over n elements.
+inline unsigned grid_for(int64_t n) {
+  return static_cast<unsigned>(
+      std::min<int64_t>((n + kElementThreads - 1) / kElementThreads, kMaxElementBlocks));
 }
 
 inline void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
@@ -30,9 +40,25 @@ inline void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // ---------------------------------------------------------------------------------------------
-// Activation rounding (kernels.h, "Precision"): a table made for a 16-bit activation dtype
-// rounds every activation it writes. Our kernels do it in registers, on the value they store,
-// so no pass over the output follows them; the bits are those of a round_to pass afterwards.
+// Activation storage and rounding (kernels.h, "Precision"). An entry's kernel reads and writes
+// the call's activation operands in their stored dtype, one template parameter A (a storage type
+// of cuda_kernels_impl.h) for all of them: the entry launches it on one_dtype of its operands,
+// and stages them as fp32 arrays (CudaKernels::ActStage) only when fp32 and 16-bit ones meet in
+// one call. A table made for a 16-bit activation dtype rounds every activation it writes: our
+// kernels do it in registers, on the value they store, so no pass over the output follows; the
+// bits are those of a round_to pass afterwards.
+
+// The one dtype of a call's activation operands (null ones aside; kF32 when all are null), or
+// nothing when they mix dtypes.
+inline std::optional<DType> one_dtype(std::initializer_list<ConstOperand> operands) {
+  std::optional<DType> dtype;
+  for (const ConstOperand& op : operands) {
+    if (!op) continue;
+    if (dtype && *dtype != op.dtype) return std::nullopt;
+    dtype = op.dtype;
+  }
+  return dtype ? dtype : DType::kF32;
+}
 
 // x stored as S and read back: round_to's element (cuda_kernels_impl.h's conversions: round to
 // nearest even, fp16 overflow to ±inf, NaN as runtime/dtype.h maps it). F32Storage: x.
@@ -51,6 +77,14 @@ __device__ __forceinline__ float round_to_act(float x, DType act) {
     case DType::kF32: break;
   }
   return x;
+}
+
+// x as an activation stored as A: rounded to act first, so an fp32 A holds the value a 16-bit A
+// of act's dtype holds (the narrowing is then exact), and every A stores what staging through
+// fp32 would (ActStage narrows the fp32 kernel's rounded value with the same from_fp32).
+template <class A>
+__device__ __forceinline__ typename A::Elem to_act(float x, DType act) {
+  return A::from_fp32(round_to_act(x, act));
 }
 
 // Sum over the 32 lanes of a warp in a fixed butterfly: every lane gets the same bits.
@@ -124,7 +158,7 @@ void column_partials(float* partials, const Terms& terms, int64_t M, int64_t N,
 }
 
 // Stage 2 into dst (skipped when null) from one value's partials (column_chunks(M) · N floats).
-// Defined in cuda_nn_kernels.cu.
+// Defined in cuda_kernels.cu.
 void column_finish(Operand dst, const float* partials, int64_t M, int64_t N, cudaStream_t stream);
 
 }  // namespace zt

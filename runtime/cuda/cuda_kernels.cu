@@ -1,38 +1,35 @@
-// CudaKernels: construction, element-wise ops, optimizers and reductions. The neural-network
-// ops are in cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy) and
-// cuda_matmul_attention.cu (matmul, attention); the launch helpers (check_launch, the grid-stride
-// loop) in cuda_kernel_helpers.cuh.
-// Every entry is enqueued on stream_ and returns at once, except sum_squares, which waits for its
-// result. Activations written here (gelu out / dinp, swiglu out / dgate_up, rope's q and k
-// heads, residual out, accumulate y, fill x) are rounded to the table's activation dtype by the
-// kernel that writes them, on the value it stores (round_to_act, cuda_kernel_helpers.cuh, given
-// act_: kF32 rounds nothing), so no pass over them follows; the optimizers, cast, round_to,
-// round_rows, add and sum_squares round nothing (they work on fp32 master state, are exact, or
-// are the rounding itself). A 16-bit gradient of adamw / sgd and a 16-bit x of sum_squares are
-// widened as they are read (kernels templated on the storage type).
+// CudaKernels: construction, optimizers, conversions and reductions. The element-wise activation
+// entries are in cuda_elementwise_kernels.cu, the neural-network ops in cuda_nn_kernels.cu
+// (embedding, layer norm, RMSNorm, cross-entropy) and cuda_matmul_attention.cu (matmul,
+// attention); the launch helpers (check_launch, grid_for, the grid-stride loop) in
+// cuda_kernel_helpers.cuh. Every entry is enqueued on stream_ and returns at once, except
+// sum_squares, which waits for its result. Nothing here writes an activation, so nothing rounds
+// to the table's activation dtype: the optimizers work on fp32 master state, cast, round_to,
+// round_rows and add are exact or are the rounding itself, and the parameter gradients' reductions
+// (column_finish, add_rows_by_key) add fp32 sums into a gradient rounded once per element. A
+// 16-bit gradient of adamw / sgd, a 16-bit x of sum_squares and add_rows_by_key's 16-bit dout
+// (an activation) are widened as they are read (kernels templated on the storage type).
 //
-// Bitwise agreement with the CPU back end (runtime/cpu/). Element-wise kernels
-// here run the same IEEE operations in the same order as the CPU's, one element per loop
-// iteration of a grid-stride loop, so an element's bits depend neither on its position nor on
-// the launch geometry. nvcc contracts a*b+c into one FMA by default (-fmad=true) and the build
-// does not turn that off, so the float arithmetic is written with the _rn intrinsics
-// (__fmul_rn, __fadd_rn, ...), which are never contracted; the CPU build uses
-// -ffp-contract=off. GELU uses the CPU's exp_bounded (a polynomial of +, -, * and bit
-// operations), not expf or tanhf, so it gives the CPU's bits rather than a nearby value.
-// Conversions to fp16 / bf16 use the hardware's round-to-nearest-even (__float2half_rn,
-// __float2bfloat16_rn), with NaN mapped as runtime/dtype.h maps it (the hardware would give one
-// canonical NaN); fp16 -> fp32 is dtype.h's bit construction. The one thing that differs from
-// the CPU is the payload of a NaN made by arithmetic on a NaN (the GPU gives the canonical NaN,
-// x86 propagates the operand's).
+// Bitwise agreement with the CPU back end (runtime/cpu/). Element-wise kernels (here and in
+// cuda_elementwise_kernels.cu, cuda_lora_kernels.cu) run the same IEEE operations in the same
+// order as the CPU's, one element per loop iteration of a grid-stride loop, so an element's bits
+// depend neither on its position nor on the launch geometry. nvcc contracts a*b+c into one FMA by
+// default (-fmad=true) and the build does not turn that off, so the float arithmetic is written
+// with the _rn intrinsics (__fmul_rn, __fadd_rn, ...), which are never contracted; the CPU build
+// uses -ffp-contract=off. Conversions to fp16 / bf16 use the hardware's round-to-nearest-even
+// (__float2half_rn, __float2bfloat16_rn), with NaN mapped as runtime/dtype.h maps it (the
+// hardware would give one canonical NaN); fp16 -> fp32 is dtype.h's bit construction. The one
+// thing that differs from the CPU is the payload of a NaN made by arithmetic on a NaN (the GPU
+// gives the canonical NaN, x86 propagates the operand's).
 // sum_squares sums fixed blocks of kSumSquaresBlock elements, each by one thread block in a
 // fixed tree, then adds the block sums in order: deterministic, but not the CPU's bits (its
 // blocks use 8 lanes), which agree to ~1e-15 relative.
 // Pinned by tests/runtime/cuda_kernels_test.cpp (every entry here against the CPU's, bitwise
-// where the operations are the same; ElementWiseResultsDoNotDependOnSplitting for position) and
-// cuda_activation_rounding_test.cpp (a 16-bit table's outputs are the fp32 table's rounded).
+// where the operations are the same; ElementWiseResultsDoNotDependOnSplitting for position).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "runtime/cuda/cuda_kernel_helpers.cuh"
 #include "runtime/cuda/cuda_kernels_impl.h"
@@ -40,150 +37,12 @@
 namespace zt {
 namespace {
 
-constexpr int kThreads = 256;         // threads per block of every kernel here
-constexpr int64_t kMaxBlocks = 8192;  // grid cap; grid-stride loops cover the rest
+constexpr int kThreads = kElementThreads;  // threads per block of every kernel here
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 constexpr int64_t kSumSquaresBlock = 16384;  // the CPU's block (cpu_elementwise_kernels.cpp)
 constexpr int kSumSquaresPerThread = kSumSquaresBlock / kThreads;  // 64
 static_assert(kSumSquaresBlock % kThreads == 0);
 static_assert((kThreads & (kThreads - 1)) == 0, "the tree reductions need a power of two");
-
-unsigned grid_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-// ---------------------------------------------------------------------------------------------
-// GELU: the CPU's formulas and operation order exactly (cpu_nn_kernels.cpp's gelu_*_range and
-// cpu_simd.h's exp_bounded), with every float operation an uncontracted _rn intrinsic.
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCubic = 0.044715f;
-
-// e^x for x clamped to [-86, 80]: cpu_simd.h's exp_bounded, operation for operation.
-__device__ __forceinline__ float exp_bounded(float x) {
-  x = x < -86.0f ? -86.0f : x;
-  x = x > 80.0f ? 80.0f : x;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
-  const float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), kRound);
-  const float n = __fsub_rn(t, kRound);
-  const uint32_t ni = __float_as_uint(t) - 0x4B400000u;  // n as an integer (two's complement)
-  float r = __fsub_rn(x, __fmul_rn(n, 0.693359375f));
-  r = __fsub_rn(r, __fmul_rn(n, -2.12194440e-4f));
-  float p = __fadd_rn(__fmul_rn(r, 1.9875691500e-4f), 1.3981999507e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
-  p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
-  p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
-  p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
-  p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);  // p*r*r + r + 1
-  return __fmul_rn(p, __uint_as_float((ni + 127u) << 23));
-}
-
-// u = sqrt(2/pi) * (x + 0.044715 x^3), with x^3 evaluated as ((0.044715 * x) * x) * x.
-__device__ __forceinline__ float gelu_u(float x) {
-  const float cubic = __fmul_rn(__fmul_rn(__fmul_rn(kGeluCubic, x), x), x);
-  return __fmul_rn(kGeluScale, __fadd_rn(x, cubic));
-}
-
-// out = x / (1 + e^(-2u)) = 0.5 x (1 + tanh u), rounded to act (as every kernel here that
-// takes `act`: round_to_act on the stored value).
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n, DType act) {
-  ZT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    const float e = exp_bounded(__fmul_rn(-2.0f, gelu_u(x)));
-    out[i] = round_to_act(__fdiv_rn(x, __fadd_rn(1.0f, e)), act);
-  }
-}
-
-// dinp += dout * (s + 2 x s (1-s) du/dx), s = 1/(1+e), 1-s = e s.
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n,
-                                     DType act) {
-  ZT_GRID_STRIDE_LOOP(i, n) {
-    const float x = inp[i];
-    const float e = exp_bounded(__fmul_rn(-2.0f, gelu_u(x)));
-    const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
-    // 3.0f * kGeluCubic * x * x: the product of the two constants is folded in float, as GCC
-    // folds it on the CPU.
-    const float du =
-        __fmul_rn(kGeluScale, __fadd_rn(1.0f, __fmul_rn(__fmul_rn(3.0f * kGeluCubic, x), x)));
-    // s * (1 + ((2 x) (e s)) du)
-    const float inner = __fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), __fmul_rn(e, s)), du);
-    const float grad = __fmul_rn(s, __fadd_rn(1.0f, inner));
-    dinp[i] = round_to_act(__fadd_rn(dinp[i], __fmul_rn(dout[i], grad)), act);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// SwiGLU: the CPU's formulas and operation order (cpu_nn_kernels.cpp's swiglu_*_range),
-// uncontracted. gate_up rows are 2F wide: gate in [0, F), up in [F, 2F).
-
-// out = (g / (1 + e^-g)) · u.
-__global__ void swiglu_forward_kernel(float* out, const float* gate_up, int64_t n, int64_t F,
-                                      DType act) {
-  ZT_GRID_STRIDE_LOOP(i, n) {
-    const int64_t row = i / F, f = i % F;
-    const float g = gate_up[row * 2 * F + f], u = gate_up[row * 2 * F + F + f];
-    const float e = exp_bounded(-g);
-    out[i] = round_to_act(__fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u), act);
-  }
-}
-
-// d up += dout · silu(g); d gate += (dout · u) · s·(1 + g·(e·s)), s = 1/(1+e), 1-s = e·s.
-__global__ void swiglu_backward_kernel(float* dgate_up, const float* gate_up, const float* dout,
-                                       int64_t n, int64_t F, DType act) {
-  ZT_GRID_STRIDE_LOOP(i, n) {
-    const int64_t row = i / F, f = i % F;
-    const int64_t ig = row * 2 * F + f, iu = ig + F;
-    const float g = gate_up[ig], u = gate_up[iu], dy = dout[i];
-    const float e = exp_bounded(-g);
-    const float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
-    const float silu = __fdiv_rn(g, __fadd_rn(1.0f, e));
-    const float dsilu = __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(g, __fmul_rn(e, s))));
-    dgate_up[ig] = round_to_act(__fadd_rn(dgate_up[ig], __fmul_rn(__fmul_rn(dy, u), dsilu)), act);
-    dgate_up[iu] = round_to_act(__fadd_rn(dgate_up[iu], __fmul_rn(dy, silu)), act);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Rotary position embedding, in place on the NH + NKV query and key heads of qkv rows R wide, at
-// positions[bt] (null: bt % T). One thread per (token, head, i < hd/2) pair. The angle's
-// precision as the CPU's (kernels.h): inverse frequency in double rounded to fp32, angle an fp32
-// product, cos/sin in double rounded to fp32 (the CPU's libm and CUDA's double cos/sin agree
-// after rounding to fp32 but for rare ties: cuda_nn_kernels_llama_test has a tolerance).
-// sign -1: the inverse rotation. Each thread reads its pair before it writes it (in place);
-// only the q and k elements are written and rounded, the value heads keep their bits.
-__global__ void rope_kernel(float* qkv, const int32_t* positions, int64_t n, int64_t T,
-                            int64_t heads, int64_t R, int64_t hd, RopeFrequencies rope, float sign,
-                            DType act) {
-  ZT_GRID_STRIDE_LOOP(idx, n) {
-    const int64_t half = hd / 2;
-    const int64_t i = idx % half, head = (idx / half) % heads, bt = idx / (half * heads);
-    const float inv_freq = rope_inv_freq(rope, i, hd);
-    const int64_t position = positions ? positions[bt] : bt % T;
-    const float angle = __fmul_rn(static_cast<float>(position), inv_freq);
-    const float c = static_cast<float>(cos(double(angle)));
-    const float sn = __fmul_rn(sign, static_cast<float>(sin(double(angle))));
-    float* x = qkv + bt * R + head * hd;
-    const float x1 = x[i], x2 = x[i + half];
-    x[i] = round_to_act(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sn)), act);
-    x[i + half] = round_to_act(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sn)), act);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Simple element-wise kernels (out may be a or b: an element is read before it is written).
-
-__global__ void residual_kernel(float* out, const float* a, const float* b, int64_t n, DType act) {
-  ZT_GRID_STRIDE_LOOP(i, n) out[i] = round_to_act(__fadd_rn(a[i], b[i]), act);
-}
-
-__global__ void accumulate_kernel(float* y, const float* x, int64_t n, DType act) {
-  ZT_GRID_STRIDE_LOOP(i, n) y[i] = round_to_act(__fadd_rn(y[i], x[i]), act);
-}
-
-__global__ void fill_kernel(float* x, float value, int64_t n, DType act) {
-  const float stored = round_to_act(value, act);
-  ZT_GRID_STRIDE_LOOP(i, n) x[i] = stored;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Optimizers: the CPU's adam_update (cpu/cpu_adam_update.h) and sgd_range
@@ -308,6 +167,48 @@ __global__ void sum_in_order_kernel(double* partials, int64_t blocks) {
   partials[blocks] = total;
 }
 
+// Stage 2 of the column reductions (cuda_kernel_helpers.cuh): dst[c] = S(float(dst[c]) +
+// Σ_chunk partials[chunk, c]), the chunks in order.
+template <class S>
+__global__ void column_finish_kernel(typename S::Elem* dst, const float* partials, int64_t chunks,
+                                     int64_t N) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= N) return;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) sum += partials[c * N + col];
+  dst[col] = S::from_fp32(S::to_fp32(dst[col]) + sum);
+}
+
+// Embedding backward as deterministic segmented reductions (add_rows_by_key): the positions
+// bt = 0..BT-1 are sorted by their key (the token for dwte, the position for dwpe) with a stable
+// radix sort, so each key's positions form one run in ascending bt; then the block at the head of
+// a run (one per key and chunk of channels) adds the run's rows of dout into the key's table row
+// in that order: dst[key] + g[first] + g[next] + ..., exactly the CPU's order, with no atomics.
+// O(BT·C) work over (distinct keys × channel chunks) blocks, where a walk over the batch per
+// element was serial. The table row is stored as S: widened, every contribution added in fp32,
+// rounded once (kernels.h); rows no key names keep their bits. dout (an activation) is stored as
+// A and read in its dtype.
+__global__ void iota_kernel(int32_t* x, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = int32_t(i);
+}
+
+template <class S, class A>
+__global__ void add_sorted_runs_kernel(typename S::Elem* table, const typename A::Elem* dout,
+                                       const int32_t* keys, const int32_t* rows, int64_t BT,
+                                       int64_t C) {
+  const int64_t i = blockIdx.x;
+  const int32_t key = keys[i];
+  if (i > 0 && keys[i - 1] == key) return;  // not the head of its key's run
+  const int64_t c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  typename S::Elem* d = table + int64_t(key) * C + c;
+  float acc = S::to_fp32(*d);
+  for (int64_t j = i; j < BT && keys[j] == key; ++j)
+    acc += A::to_fp32(dout[int64_t(rows[j]) * C + c]);
+  *d = S::from_fp32(acc);
+}
+
 // Frees whatever of impl is held, ignoring errors (the last table's destructor and the failed
 // constructor path).
 void release(CudaKernels::Impl& impl) noexcept {
@@ -364,13 +265,6 @@ Buffer CudaKernels::scratch(int64_t n, DType dtype) {
   return device_.alloc(static_cast<size_t>(n) * dtype_size(dtype), MemCategory::kWorkspace);
 }
 
-const void* CudaKernels::narrowed_to_act(const float* x, int64_t n, Buffer& holder) {
-  ZT_CUDA_ASSERT(act_ != DType::kF32, "narrowed_to_act on the fp32 table");
-  holder = scratch(n, act_);
-  cast(holder.data(), act_, x, DType::kF32, n);
-  return holder.data();
-}
-
 const float* CudaKernels::widened(ConstOperand op, int64_t n, Buffer& holder) {
   if (!op || op.dtype == DType::kF32) return static_cast<const float*>(op.data);
   holder = scratch(n);
@@ -385,94 +279,7 @@ void CudaKernels::set_allow_tf32(bool allow) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Element-wise entries.
-
-void CudaKernels::gelu_forward(Operand out_op, ConstOperand inp_op, int64_t n) {
-  ActStage stage(*this);
-  float* out = stage.out(out_op, n);
-  const float* inp = stage.in(inp_op, n);
-  if (n <= 0) return;
-  gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, inp, n, act_);
-  check_launch();
-}
-
-void CudaKernels::gelu_backward(Operand dinp_op, ConstOperand inp_op, ConstOperand dout_op,
-                                int64_t n) {
-  ActStage stage(*this);
-  float* dinp = stage.inout(dinp_op, n);
-  const float* inp = stage.in(inp_op, n);
-  const float* dout = stage.in(dout_op, n);
-  if (n <= 0) return;
-  gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dinp, inp, dout, n, act_);
-  check_launch();
-}
-
-void CudaKernels::swiglu_forward(Operand out_op, ConstOperand gate_up_op, int64_t N, int64_t F) {
-  ActStage stage(*this);
-  float* out = stage.out(out_op, N * F);
-  const float* gate_up = stage.in(gate_up_op, N * 2 * F);
-  const int64_t n = N * F;
-  if (n <= 0) return;
-  swiglu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, gate_up, n, F, act_);
-  check_launch();
-}
-
-void CudaKernels::swiglu_backward(Operand dgate_up_op, ConstOperand gate_up_op,
-                                  ConstOperand dout_op, int64_t N, int64_t F) {
-  ActStage stage(*this);
-  float* dgate_up = stage.inout(dgate_up_op, N * 2 * F);
-  const float* gate_up = stage.in(gate_up_op, N * 2 * F);
-  const float* dout = stage.in(dout_op, N * F);
-  const int64_t n = N * F;
-  if (n <= 0) return;
-  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dgate_up, gate_up, dout, n, F,
-                                                                act_);
-  check_launch();
-}
-
-void CudaKernels::rope_forward(Operand qkv_op, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                               int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
-  ActStage stage(*this);
-  float* qkv = stage.inout(qkv_op, B * T * (NH + 2 * NKV) * hd);
-  ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_forward: head_dim must be even");
-  const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
-  if (n <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(qkv, positions, n, T, NH + NKV, R, hd, rope,
-                                                     1.0f, act_);
-  check_launch();
-}
-
-void CudaKernels::rope_backward(Operand dqkv_op, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                int64_t hd, const RopeFrequencies& rope, const int32_t* positions) {
-  ActStage stage(*this);
-  float* dqkv = stage.inout(dqkv_op, B * T * (NH + 2 * NKV) * hd);
-  ZT_CUDA_ASSERT(hd > 0 && hd % 2 == 0, "rope_backward: head_dim must be even");
-  const int64_t n = B * T * (NH + NKV) * (hd / 2), R = (NH + 2 * NKV) * hd;
-  if (n <= 0) return;
-  rope_kernel<<<grid_for(n), kThreads, 0, stream_>>>(dqkv, positions, n, T, NH + NKV, R, hd, rope,
-                                                     -1.0f, act_);
-  check_launch();
-}
-
-void CudaKernels::residual_forward(Operand out_op, ConstOperand a_op, ConstOperand b_op,
-                                   int64_t n) {
-  ActStage stage(*this);
-  float* out = stage.out(out_op, n);
-  const float* a = stage.in(a_op, n);
-  const float* b = stage.in(b_op, n);
-  if (n <= 0) return;
-  residual_kernel<<<grid_for(n), kThreads, 0, stream_>>>(out, a, b, n, act_);
-  check_launch();
-}
-
-void CudaKernels::accumulate(Operand y_op, ConstOperand x_op, int64_t n) {
-  ActStage stage(*this);
-  float* y = stage.inout(y_op, n);
-  const float* x = stage.in(x_op, n);
-  if (n <= 0) return;
-  accumulate_kernel<<<grid_for(n), kThreads, 0, stream_>>>(y, x, n, act_);
-  check_launch();
-}
+// Optimizers and conversions.
 
 void CudaKernels::adamw(float* param, ConstOperand grad, float* m, float* v, int64_t n,
                         const AdamWArgs& args, Operand working) {
@@ -581,11 +388,47 @@ void CudaKernels::add(void* dst, DType dst_type, const void* a, DType a_type, co
   check_launch();
 }
 
-void CudaKernels::fill(Operand x_op, float value, int64_t n) {
-  ActStage stage(*this);
-  float* x = stage.out(x_op, n);
-  if (n <= 0) return;
-  fill_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, value, n, act_);
+// ---------------------------------------------------------------------------------------------
+// Reductions into parameter gradients, for cuda_nn_kernels.cu and cuda_matmul_attention.cu.
+
+// Stage 2 into dst (skipped when null) from one value's partials (column_chunks(M) · N floats).
+void column_finish(Operand dst, const float* partials, int64_t M, int64_t N, cudaStream_t stream) {
+  if (!dst) return;
+  visit_storage(dst.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    column_finish_kernel<S><<<blocks_for(N, kElementThreads), kElementThreads, 0, stream>>>(
+        elems<S>(dst), partials, column_chunks(M), N);
+  });
+  check_launch();
+}
+
+// table[keys[bt]] += dout[bt] for bt in 0..BT-1, each row's contributions in ascending bt: the
+// (key, bt) pairs sorted by key (stable, so bt stays ascending within a key), then one block per
+// run head and channel chunk (add_sorted_runs_kernel).
+void CudaKernels::add_rows_by_key(Operand table, ConstOperand dout, const int32_t* keys, int64_t BT,
+                                  int64_t C) {
+  const int n = int(BT);  // embedding_backward checked that it fits
+  Buffer rows = scratch(BT), sorted_keys = scratch(BT), sorted_rows = scratch(BT);
+  int32_t* rows_in = static_cast<int32_t*>(rows.data());
+  iota_kernel<<<blocks_for(BT, kElementThreads), kElementThreads, 0, stream_>>>(rows_in, BT);
+  check_launch();
+  int32_t* keys_out = static_cast<int32_t*>(sorted_keys.data());
+  int32_t* rows_out = static_cast<int32_t*>(sorted_rows.data());
+  size_t temp_bytes = 0;
+  ZT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys_out, rows_in,
+                                                rows_out, n, 0, 32, stream_));
+  Buffer temp = scratch(int64_t((temp_bytes + sizeof(float) - 1) / sizeof(float)));
+  ZT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data(), temp_bytes, keys, keys_out, rows_in,
+                                                rows_out, n, 0, 32, stream_));
+  const dim3 grid(unsigned(BT), blocks_for(C, kElementThreads));
+  visit_storage(table.dtype, [&](auto table_tag) {
+    visit_storage(dout.dtype, [&](auto dout_tag) {
+      using S = decltype(table_tag);
+      using A = decltype(dout_tag);
+      add_sorted_runs_kernel<S, A><<<grid, kElementThreads, 0, stream_>>>(
+          elems<S>(table), elems<A>(dout), keys_out, rows_out, BT, C);
+    });
+  });
   check_launch();
 }
 
@@ -608,7 +451,7 @@ double CudaKernels::sum_squares(ConstOperand x, int64_t n) {
     ZT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&impl.partials), needed * sizeof(double)));
     impl.partials_capacity = needed;
   }
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, kMaxBlocks));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, kMaxElementBlocks));
   visit_storage(x.dtype, [&](auto tag) {
     using S = decltype(tag);
     sum_squares_blocks_kernel<S>

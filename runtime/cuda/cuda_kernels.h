@@ -11,28 +11,33 @@
 // Precision (kernels.h). A device has three tables, one per activation dtype, sharing one stream,
 // one set of cuBLAS handles, workspaces and cuBLASLt plans, and one TF32 setting; a table rounds
 // every activation it writes to its dtype, in the op's own last step (the writing kernel itself,
-// at its store; a GEMM's 16-bit store; or round_to's kernel after fp32 cuBLAS or attention: lists
-// in cuda_nn_kernels.cu, cuda_matmul_attention.cu, cuda_kernels.cu and cuda_lora_kernels.cu, entry
-// by entry). 16-bit operands: our own kernels (embedding, layer norm, bias rows and sums,
-// optimizers, sum_squares) read and write them in their dtype with templated loads and stores
-// (fp32 inside, one rounding per stored gradient element). The GEMMs of a 16-bit table whose
-// weight (or weight gradient) has the table's dtype run on tensor cores through cuBLASLt: A and B
-// 16-bit, fp32 accumulation (CUBLAS_COMPUTE_32F), an act-typed activation operand read in place
-// (an fp32 one narrowed, exactly, into a tracked 16-bit scratch); the forward writes its 16-bit D
-// into an act-typed out with the bias added by the epilogue before its one rounding, dinp is D in
-// its own dtype (C = D, one rounding), and a 16-bit weight gradient accumulates as
-// C = D = dW with beta = 1, rounded once (cuda_matmul_attention.cu, "Matmul", has the whole list).
-// cuDNN's attention reads qkv and dout in place and writes out and dqkv in their dtype
-// (cuda_attention_cudnn.cu). What no native path takes (fp32 GEMMs, the materialised attention)
-// runs on fp32 arrays, its 16-bit activations staged (ActStage below): correct, not fast.
+// at its store; a GEMM's 16-bit store; or round_to's kernel after an fp32 GEMM or the
+// materialised attention: lists in cuda_elementwise_kernels.cu, cuda_nn_kernels.cu,
+// cuda_matmul_attention.cu and cuda_lora_kernels.cu, entry by entry). 16-bit operands: our own
+// kernels read and write them in their dtype with templated loads and stores, fp32 inside:
+// parameters and their gradients (embedding, norms, bias rows and sums, optimizers, sum_squares;
+// one rounding per stored gradient element), and the activations of the element-wise, norm,
+// embedding, cross-entropy and LoRA entries, one storage type for all of a call's activation
+// operands (a call mixing fp32 and 16-bit ones stages them through ActStage instead). The GEMMs
+// of a 16-bit table whose weight (or weight gradient) has the table's dtype run on tensor cores
+// through cuBLASLt: A and B 16-bit, fp32 accumulation (CUBLAS_COMPUTE_32F), an act-typed
+// activation operand read in place (an fp32 one narrowed, exactly, into a tracked 16-bit
+// scratch); the forward writes its 16-bit D into an act-typed out with the bias added by the
+// epilogue before its one rounding, dinp is D in its own dtype (C = D, one rounding), and a
+// 16-bit weight gradient accumulates as C = D = dW with beta = 1, rounded once
+// (cuda_matmul_attention.cu, "Matmul", has the whole list). cuDNN's attention reads qkv and dout
+// in place and writes out and dqkv in their dtype (cuda_attention_cudnn.cu). What no native path
+// takes (fp32 GEMMs, the materialised attention, decode) runs on fp32 arrays, its 16-bit
+// activations staged (ActStage below): correct, not fast.
 //
-// The methods are split over cuda_kernels.cu (construction, element-wise, optimizers,
-// reductions), cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy),
-// cuda_matmul_attention.cu (matmul, the attention entries), cuda_attention_kernels.cu (the
-// materialised attention, decode), cuda_attention_cudnn.cu (attention through cuDNN's fused SDPA,
-// cudnn_attention.h) and cuda_lora_kernels.cu (LoRA adapters' add_columns and dropout); they share
-// CudaKernels::Impl from cuda_kernels_impl.h and the launch helpers of cuda_kernel_helpers.cuh;
-// cuda_lt_gemm.h holds the cuBLASLt plans.
+// The methods are split over cuda_kernels.cu (construction, optimizers, conversions, reductions),
+// cuda_elementwise_kernels.cu (GELU, SwiGLU, RoPE, residual, accumulate, fill),
+// cuda_nn_kernels.cu (embedding, layer norm, RMSNorm, cross-entropy), cuda_matmul_attention.cu
+// (matmul, the attention entries), cuda_attention_kernels.cu (the materialised attention,
+// decode), cuda_attention_cudnn.cu (attention through cuDNN's fused SDPA, cudnn_attention.h) and
+// cuda_lora_kernels.cu (LoRA adapters' add_columns and dropout); they share CudaKernels::Impl
+// from cuda_kernels_impl.h and the launch helpers of cuda_kernel_helpers.cuh; cuda_lt_gemm.h
+// holds the cuBLASLt plans.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -74,7 +79,9 @@ class CudaKernels final : public Kernels {
   // One call's activation operands as fp32 arrays (cuda_act_stage.cpp), for bodies that take no
   // 16-bit activation: a 16-bit operand widened into a tracked fp32 scratch (kWorkspace), and the
   // written ones narrowed back when the entry returns (exact: the kernels round what they write
-  // to the activation dtype).
+  // to the activation dtype). The entries of our own element-wise, norm and LoRA kernels use it
+  // only when a call mixes fp32 and 16-bit activation operands (one_dtype,
+  // cuda_kernel_helpers.cuh).
   class ActStage;
   // x[0, n) rounded to the activation dtype (fp32 table: nothing): the pass after what cuBLAS
   // or attention wrote in fp32. Our element and row kernels round the value they store instead
@@ -97,15 +104,12 @@ class CudaKernels final : public Kernels {
   // unspecified. Freed by the caller when the entry returns: the block's next user enqueues on
   // this same stream, after the kernels that read it (cuda_device.cpp's stream-ordered reuse).
   Buffer scratch(int64_t n, DType dtype = DType::kF32);
-  // x[0, n) (activations: values of the table's 16-bit dtype) stored as that dtype in a new
-  // scratch held by `holder`: exact, the GEMMs' 16-bit operand.
-  const void* narrowed_to_act(const float* x, int64_t n, Buffer& holder);
   // `op` (n elements) as fp32: its own pointer when fp32 (or null), else widened into a new
   // scratch held by `holder`.
   const float* widened(ConstOperand op, int64_t n, Buffer& holder);
-  // table[keys[bt]] (rows of C) += dout[bt] for bt in [0, BT), each row's in ascending bt
-  // (embedding_backward's deterministic segmented reduction).
-  void add_rows_by_key(Operand table, const float* dout, const int32_t* keys, int64_t BT,
+  // table[keys[bt]] (rows of C) += dout[bt] for bt in [0, BT), each row's in ascending bt, dout
+  // read in its dtype (embedding_backward's deterministic segmented reduction, cuda_kernels.cu).
+  void add_rows_by_key(Operand table, ConstOperand dout, const int32_t* keys, int64_t BT,
                        int64_t C);
   // The device's cuDNN attention (its plans), made on first use (cuda_attention_cudnn.cu).
   CudnnAttention& cudnn_attention();

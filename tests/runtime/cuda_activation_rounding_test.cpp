@@ -112,7 +112,7 @@ class CudaActivationRoundingTest : public CudaNnKernelsTest {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Element-wise kernels (cuda_kernels.cu).
+// Element-wise kernels (cuda_elementwise_kernels.cu).
 
 TEST_F(CudaActivationRoundingTest, ElementWiseOutputsAreTheFp32ResultRounded) {
   const int64_t N = 331, F = 301, n = N * F;  // swiglu's rows: every element of out is written

@@ -1,10 +1,11 @@
-// The CUDA back end's element-wise kernels, optimizers and reductions (cuda_kernels.cu) against
-// the CPU back end's, run on the same inputs on both devices: compared bitwise where the two run
-// the same IEEE operations (casts, rounding, add, fill, residual, accumulate, the last three on
-// the 16-bit activation tables too; NaN payloads made by arithmetic excepted) and within a tight
-// tolerance elsewhere, 16-bit optimizer gradients and sum_squares inputs included. Every test skips
-// when no GPU is visible. Not here: the matmul / embedding / layer-norm / attention / cross-entropy
-// entries (cuda_nn_kernels*_test.cpp) and Device memory (cuda_device_test.cpp).
+// The CUDA back end's element-wise kernels, optimizers and reductions (cuda_kernels.cu,
+// cuda_elementwise_kernels.cu) against the CPU back end's, run on the same inputs on both
+// devices: compared bitwise where the two run the same IEEE operations (casts, rounding, add,
+// fill, residual, accumulate, the last three on the 16-bit activation tables too; NaN payloads
+// made by arithmetic excepted) and within a tight tolerance elsewhere, 16-bit optimizer gradients
+// and sum_squares inputs included. Every test skips when no GPU is visible. Not here: the matmul /
+// embedding / layer-norm / attention / cross-entropy entries (cuda_nn_kernels*_test.cpp) and
+// Device memory (cuda_device_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -12,7 +12,8 @@
 // cuda_nn_kernels_tensor_core_test.cpp; the fixture and helpers in cuda_nn_test_util.h.
 // Written against Device / Kernels only (no CUDA headers), so it compiles with or without CUDA;
 // every test skips when no GPU is usable. Not here: TF32 (CudaKernels::set_allow_tf32 needs the
-// CUDA headers), the element-wise ops and optimizers (cuda_kernels.cu), performance.
+// CUDA headers), the element-wise ops and optimizers (cuda_elementwise_kernels.cu,
+// cuda_kernels.cu), performance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
