@@ -31,16 +31,6 @@
 namespace zt {
 namespace {
 
-// cuBLAS takes int sizes and leading dimensions (as cuda_matmul_attention.cu's gemm checks).
-void check_int(int64_t v) {
-  ZT_CUDA_ASSERT(v >= 0 && v <= std::numeric_limits<int>::max(),
-                 "a GEMM size or leading dimension does not fit cuBLAS's int");
-}
-
-cublasComputeType_t compute_type(bool allow_tf32) {
-  return allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-}
-
 // `batch` column-major products C (m,n) = alpha · op(A) · op(B) + beta · C, fp32 in and out,
 // operand i at base + i·stride.
 void gemm_batched(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a,

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 
 #include "runtime/cuda/cuda_kernels_impl.h"
@@ -33,6 +34,17 @@ inline unsigned grid_for(int64_t n) {
 }
 
 inline void check_launch() { ZT_CUDA_CHECK(cudaGetLastError()); }
+
+// cuBLAS takes int sizes and leading dimensions.
+inline void check_int(int64_t v) {
+  ZT_CUDA_ASSERT(v >= 0 && v <= std::numeric_limits<int>::max(),
+                 "a GEMM size or leading dimension does not fit cuBLAS's int");
+}
+
+// The fp32 GEMMs' compute type: fp32, or TF32 tensor cores when allowed (zt.allow_tf32).
+inline cublasComputeType_t compute_type(bool allow_tf32) {
+  return allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
 
 // Element indices of this thread in a grid-stride loop over [0, n).
 #define ZT_GRID_STRIDE_LOOP(i, n)                                                        \

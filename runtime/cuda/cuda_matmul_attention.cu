@@ -46,18 +46,8 @@
 namespace zt {
 namespace {
 
-// cuBLAS takes int sizes and leading dimensions.
-void check_int(int64_t v) {
-  ZT_CUDA_ASSERT(v >= 0 && v <= std::numeric_limits<int>::max(),
-                 "a GEMM size or leading dimension does not fit cuBLAS's int");
-}
-
 // ---------------------------------------------------------------------------------------------
 // GEMM wrappers: fp32 in, fp32 out; compute type fp32, or TF32 tensor cores when allowed.
-
-cublasComputeType_t compute_type(bool allow_tf32) {
-  return allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-}
 
 // Column-major C (m,n) = alpha · op(A) · op(B) + beta · C.
 void gemm(cublasHandle_t handle, bool allow_tf32, cublasOperation_t op_a, cublasOperation_t op_b,

@@ -263,7 +263,9 @@ TEST(ActivationStore, ActivationsTakeTheStoresDtypeAndStatisticsStayFp32) {
     EXPECT_EQ(store.stats_at(1), stats);
     EXPECT_EQ(store.at(2).data, a2.data);
     EXPECT_EQ(store.stats_at(3), record.data);
-    if (dtype != DType::kF32) EXPECT_THROW(store.stats_at(0), Error);  // not a statistic
+    if (dtype != DType::kF32) {
+      EXPECT_THROW(store.stats_at(0), Error);  // not a statistic
+    }
     store.release();
     EXPECT_TRUE(store.empty());
     EXPECT_EQ(activations(), 0u);
