@@ -15,8 +15,8 @@
 #             (ZT_CUDA_ATTENTION=reference): its step time beside the training check's, whose
 #             attention path (cuDNN's fused SDPA, or the reference and why) the training row
 #             names; the two runs' losses over the first 3 steps within 1% of each other
-#   parity    every Kernels op on CUDA against the CPU back end (zt_runtime_tests Cuda*): the
-#             exit code and the counts, no test skipped
+#   parity    every Kernels op on CUDA against the CPU back end (zt_runtime_tests Cuda* and
+#             */Cuda*): the exit code and the counts, no test skipped
 #   ranks     2 ranks on the one GPU (MPI with host staging), fp32 zt-train: stage 3's losses
 #             bitwise equal to stage 0's, finite and falling; and the GPU's losses against the
 #             CPU back end's over the first 3 steps (before Adam amplifies summation-order
@@ -512,8 +512,9 @@ check_parity() {
     filter='KernelsTest.*'
   else
     # CudaFactory.MakeDeviceWithoutGpu* checks the error without a GPU and skips whenever one is
-    # visible: excluded, so that any skip left is a failure.
-    filter='Cuda*:-CudaFactory.MakeDeviceWithoutGpu*'
+    # visible: excluded, so that any skip left is a failure. */Cuda*: the parameterised suites
+    # (Dtypes/CudaActivationStorageTest).
+    filter='Cuda*:*/Cuda*:-CudaFactory.MakeDeviceWithoutGpu*'
   fi
   tmo "$rt" --gtest_filter="$filter" > "$logs/parity.txt" 2>&1
   rc=$?
